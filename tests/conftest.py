@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny corpora and tiny checkpoints built on the spot (no shared data needed)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+WORDS_EN = ["a", "man", "woman", "dog", "child", "rides", "runs", "on", "the", "street", "bike", "red", "blue",
+            "ball", "plays", "with", "in", "park", "two", "people", "are", "walking", "beach", "girl", "boy"]
+WORDS_DE = ["ein", "mann", "frau", "hund", "kind", "fährt", "läuft", "auf", "der", "straße", "fahrrad", "rot",
+            "blau", "ball", "spielt", "mit", "im", "park", "zwei", "leute", "gehen", "strand", "mädchen", "junge"]
+
+
+def make_corpus(directory: Path, src: str = "en", tgt: str = "de", sizes: dict[str, int] | None = None,
+                seed: int = 0) -> Path:
+    """Write a tiny word-for-word 'translation' corpus in the ``{split}.{lang}`` layout."""
+    sizes = sizes or {"train": 300, "val": 20, "test": 20}
+    rng = random.Random(seed)
+    mapping = dict(zip(WORDS_EN, WORDS_DE))
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        src_lines, tgt_lines = [], []
+        for _ in range(n):
+            words = [rng.choice(WORDS_EN[:-1]) for _ in range(rng.randint(3, 8))]
+            src_lines.append(" ".join(words).capitalize() + ".")
+            tgt_lines.append(" ".join(mapping[w] for w in words).capitalize() + ".")
+        (directory / f"{split}.{src}").write_text("\n".join(src_lines) + "\n", encoding="utf-8")
+        (directory / f"{split}.{tgt}").write_text("\n".join(tgt_lines) + "\n", encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_corpus: Path):
+    from transformer import Tokenizer
+
+    return Tokenizer.train([tiny_corpus / "train.en", tiny_corpus / "train.de"], vocab_size=80)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer) -> Path:
+    """A randomly initialised small model saved as a checkpoint directory (untrained: any output)."""
+    from transformer import Transformer, TransformerConfig, save_checkpoint
+
+    torch.manual_seed(0)
+    v = tiny_tokenizer.vocab_size
+    config = TransformerConfig(src_vocab_size=v, tgt_vocab_size=v, d_model=32, n_heads=4, n_encoder_layers=2,
+                               n_decoder_layers=2, d_ff=64, dropout=0.1, max_len=64)
+    model = Transformer(config).eval()
+    path = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_checkpoint(path, model, tiny_tokenizer, {"note": "random weights, for tests"})
+    return path
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    if not (MULTI30K / "train.en").is_file():
+        pytest.skip(f"shared Multi30k copy not found at {MULTI30K}")
+    return MULTI30K

@@ -1,0 +1,34 @@
+"""The Transformer of "Attention Is All You Need", returning every attention weight.
+
+    from transformer import Transformer, TransformerConfig
+    out = model(src, tgt, return_attention=True)   # out.encoder_attentions, .decoder_attentions, .cross_attentions
+
+    import transformer
+    translator = transformer.load("checkpoints/multi30k-en-de")
+    result = translator.translate("A man rides a bike.", beam_size=4)
+"""
+
+from .checkpoint import CheckpointError, load_model_dir, save_checkpoint
+from .decoding import Hypotheses, beam_search, greedy_decode, length_penalty
+from .model import (
+    DecoderOutput,
+    EncoderOutput,
+    Seq2SeqOutput,
+    Transformer,
+    TransformerConfig,
+    causal_mask,
+    decoder_self_mask,
+    padding_mask,
+    positional_encoding,
+    scaled_dot_product_attention,
+)
+from .tokenizer import Tokenizer
+from .translator import TranslationResult, Translator, load
+
+__all__ = [
+    "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput", "Tokenizer",
+    "TranslationResult", "Transformer", "TransformerConfig", "Translator", "beam_search", "causal_mask",
+    "decoder_self_mask", "greedy_decode", "length_penalty", "load", "load_model_dir", "padding_mask",
+    "positional_encoding", "save_checkpoint", "scaled_dot_product_attention",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,104 @@
+"""Checkpoint directories: ``config.json``, ``model.safetensors``, ``tokenizer.model``, ``metadata.json``.
+
+No pickle anywhere. ``load`` takes a local directory or a Hugging Face Hub repo id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+from .model import Transformer, TransformerConfig
+from .tokenizer import Tokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.model"
+METADATA_FILE = "metadata.json"
+REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be loaded; the message says which file and why."""
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> CUDA when present, else CPU."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer,
+                    metadata: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint directory (tied weights are stored once)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.config.save(path / CONFIG_FILE)
+    tmp = path / (WEIGHTS_FILE + ".tmp")
+    save_model(model, str(tmp))
+    os.replace(tmp, path / WEIGHTS_FILE)
+    tokenizer.save(path / TOKENIZER_FILE)
+    (path / METADATA_FILE).write_text(json.dumps(metadata or {}, indent=2, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+    return path
+
+
+def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
+    """A local directory as it is; otherwise download the Hugging Face Hub repo of that id."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointError(f"{path} is a file; a checkpoint is a directory holding {', '.join(REQUIRED_FILES)}")
+        return path
+    text = str(path_or_hub_id)
+    looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
+    if not looks_like_repo:
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id=text))
+    except Exception as err:  # offline, unknown repo, private repo, bad id: one clear message
+        raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub "
+                              f"(not a local directory either): {type(err).__name__}: {err}") from err
+
+
+def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
+    """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
+    path = Path(path)
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
+    try:
+        config = TransformerConfig.load(path / CONFIG_FILE)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {err}") from err
+    try:
+        tokenizer = Tokenizer(path / TOKENIZER_FILE)
+    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
+        raise CheckpointError(f"{path / TOKENIZER_FILE} is not a sentencepiece model: {err}") from err
+    if tokenizer.vocab_size != config.tgt_vocab_size:
+        raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
+                              f"tgt_vocab_size={config.tgt_vocab_size}")
+    model = Transformer(config)
+    try:
+        load_model(model, str(path / WEIGHTS_FILE), strict=True, device="cpu")
+    except SafetensorError as err:
+        raise CheckpointError(f"{path / WEIGHTS_FILE} is corrupt or not a safetensors file: {err}") from err
+    except RuntimeError as err:
+        raise CheckpointError(f"{path / WEIGHTS_FILE} does not match config.json "
+                              f"(sizes or layer counts differ): {err}") from err
+    metadata: dict = {}
+    if (path / METADATA_FILE).is_file():
+        try:
+            metadata = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise CheckpointError(f"{path / METADATA_FILE} is not valid JSON: {err}") from err
+    return model.to(resolve_device(device)).eval(), tokenizer, metadata

@@ -1,0 +1,149 @@
+"""Greedy and beam search, batched, with incremental decoding through a key/value cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .model import Transformer, padding_mask
+
+
+@dataclass
+class Hypotheses:
+    """Decoded output ids ``(B, L)`` (no BOS; EOS kept where produced; padded with ``pad_id``)
+    and their scores ``(B,)`` (sum of log-probabilities, divided by the length penalty)."""
+
+    tokens: Tensor
+    scores: Tensor
+
+
+def length_penalty(length: Tensor, alpha: float) -> Tensor:
+    """GNMT length penalty ((5 + |Y|) / 6)^alpha (Wu et al., 2016), used by the paper with alpha 0.6."""
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+def max_output_length(model: Transformer, src_len: int, max_len_a: float, max_len_b: int) -> int:
+    """Maximum number of generated tokens: ``a * src_len + b``, within the model's ``max_len``."""
+    return max(1, min(int(max_len_a * src_len + max_len_b), model.config.max_len - 1))
+
+
+def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
+          cache: list[dict[str, Tensor]] | None, head_mask: dict[str, Tensor] | None) -> Tensor:
+    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``."""
+    head_mask = head_mask or {}
+    if cache is None:  # recompute the whole prefix
+        out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
+                           cross_head_mask=head_mask.get("cross"))
+    else:
+        out = model.decode(tokens[:, -1:], memory, src_mask, cache=cache,
+                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
+    return out.logits[:, -1].float().log_softmax(dim=-1)
+
+
+@torch.no_grad()
+def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+                  use_cache: bool = True, head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
+    """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``."""
+    cfg = model.config
+    src_mask = padding_mask(src, cfg.pad_id)
+    memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
+    b = src.size(0)
+    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    scores = torch.zeros(b, device=src.device)
+    finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+    cache = model.new_cache() if use_cache else None
+    for _ in range(max_output_length(model, src.size(1), max_len_a, max_len_b)):
+        logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B, V)
+        best_logp, best = logp.max(dim=-1)
+        best = best.masked_fill(finished, cfg.pad_id)
+        scores += best_logp.masked_fill(finished, 0.0)
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        finished |= best == cfg.eos_id
+        if finished.all():
+            break
+    return Hypotheses(tokens[:, 1:], scores)
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
+                max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
+                head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
+    """Batched beam search with the GNMT length penalty. ``src (B, S)`` -> best ``Hypotheses``.
+
+    Finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``; a sentence stops when
+    it has K of them or no live beam can beat its best one (live scores only fall; lp grows to
+    lp(max)).
+    """
+    cfg = model.config
+    dev = src.device
+    b, k = src.size(0), beam_size
+    src_mask = padding_mask(src, cfg.pad_id)
+    memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
+    # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
+    memory = memory.repeat_interleave(k, dim=0)
+    src_mask = src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
+    max_steps = max_output_length(model, src.size(1), max_len_a, max_len_b)
+    max_lp = length_penalty(torch.tensor(max_steps), alpha).item()
+
+    tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=dev)
+    live = torch.zeros(b, k, device=dev)
+    live[:, 1:] = float("-inf")  # all beams start identical: keep only the first
+    fin_tokens = torch.full((b, k, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
+    fin_scores = torch.full((b, k), float("-inf"), device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
+    cache = model.new_cache() if use_cache else None
+    batch_offset = (torch.arange(b, device=dev) * k)[:, None]  # (B, 1)
+
+    for step in range(1, max_steps + 1):
+        logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
+        vocab = logp.size(-1)
+        cand = (live.view(b * k, 1) + logp).view(b, k * vocab)  # (B*K, V) -> (B, K*V)
+        top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
+        top_beam, top_tok = top_ids // vocab, top_ids % vocab
+        is_eos = top_tok == cfg.eos_id
+        # as in fairseq, an ending counts only when it ranks among the K best candidates
+        # (so beam size 1 is exactly greedy search)
+        in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
+        accept = is_eos & in_top_k & ~done[:, None]
+
+        # finished candidates: normalise and merge into the K best finished per sentence
+        eos_scores = (top_scores / length_penalty(torch.tensor(step), alpha)).masked_fill(~accept, float("-inf"))
+        prefix = tokens.view(b, k, -1)[:, :, 1:]  # (B*K, t) -> (B, K, t-1), without BOS
+        eos_seqs = torch.full((b, 2 * k, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
+        eos_seqs[:, :, : step - 1] = prefix.gather(1, top_beam[:, :, None].expand(-1, -1, step - 1))
+        eos_seqs[:, :, step - 1] = cfg.eos_id
+        all_scores = torch.cat([fin_scores, eos_scores], dim=1)  # (B, 3K)
+        fin_scores, keep = all_scores.topk(k, dim=1)
+        fin_tokens = torch.cat([fin_tokens, eos_seqs], dim=1).gather(1, keep[:, :, None].expand(-1, -1, max_steps + 1))
+
+        # live beams: the K best candidates that did not end
+        live_scores = top_scores.masked_fill(is_eos, float("-inf"))
+        live, order = live_scores.topk(k, dim=1)  # (B, K)
+        src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
+        new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
+        tokens = torch.cat([tokens[src_beam], new_tok], dim=1)
+        if cache is not None:
+            for layer_cache in cache:
+                layer_cache["self_k"] = layer_cache["self_k"][src_beam]
+                layer_cache["self_v"] = layer_cache["self_v"][src_beam]
+
+        # stop a sentence when it has K endings, or when its best live beam, even at the best
+        # length, cannot beat its best ending
+        best_live_bound = live.max(dim=1).values / (max_lp if alpha > 0 else 1.0)
+        done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound)
+        if done.all():
+            break
+
+    # sentences with no finished hypothesis (hit max length): take the best live beam
+    no_fin = fin_scores[:, 0] == float("-inf")
+    if no_fin.any():
+        live_norm = live / length_penalty(torch.tensor(tokens.size(1) - 1), alpha)
+        best = live_norm.argmax(dim=1)
+        seqs = tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
+        fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
+        fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
+    out = fin_tokens[:, 0]
+    lengths = (out != cfg.pad_id).sum(dim=1)
+    return Hypotheses(out[:, : max(int(lengths.max()), 1)], fin_scores[:, 0])

@@ -1,0 +1,420 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+One readable file, plain PyTorch. Every attention weight (encoder self-attention, decoder
+self-attention, cross-attention; per layer and per head) is a *returned value*: ask for it with
+``return_attention=True``. Without it, attention runs through ``F.scaled_dot_product_attention``.
+
+Mask convention: boolean tensors where ``True`` means "may attend" (the convention of
+``F.scaled_dot_product_attention``); they broadcast to ``(batch, heads, query_len, key_len)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class TransformerConfig:
+    """Every size of the model; saved as ``config.json`` next to the weights."""
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 256
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm + final LayerNorm
+    share_embeddings: bool = True  # tie source embedding, target embedding and output projection
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    attention_dropout: float | None = None  # None: same as ``dropout``
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def base(cls, **overrides: Any) -> TransformerConfig:
+        """The paper's base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1."""
+        sizes = dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048, dropout=0.1)
+        return cls(**{**sizes, **overrides})
+
+    @classmethod
+    def big(cls, **overrides: Any) -> TransformerConfig:
+        """The paper's big model: 6+6 layers, d_model 1024, 16 heads, d_ff 4096, dropout 0.3."""
+        sizes = dict(d_model=1024, n_heads=16, n_encoder_layers=6, n_decoder_layers=6, d_ff=4096, dropout=0.3)
+        return cls(**{**sizes, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig fields: {unknown}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TransformerConfig:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# ----------------------------------------------------------------------------------------------
+# Positional encoding and masks
+
+
+def positional_encoding(max_len: int, d_model: int) -> Tensor:
+    """The sinusoidal table, ``(max_len, d_model)``.
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
+    """
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position / div)
+    table[:, 1::2] = torch.cos(position / div[: d_model // 2])
+    return table.float()
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """``(B, L)`` token ids -> ``(B, 1, 1, L)`` bool, True where the key is a real token."""
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(length: int, device: torch.device | str | None = None) -> Tensor:
+    """``(1, 1, L, L)`` bool, True on and below the diagonal: query i may see keys 0..i."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def decoder_self_mask(tgt: Tensor, pad_id: int) -> Tensor:
+    """Padding and causal mask combined, ``(B, 1, T, T)``."""
+    return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1), tgt.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 dropout: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, written out so the weights can be returned.
+
+    q ``(B, H, Tq, d)``, k and v ``(B, H, Tk, d)``, mask broadcastable to ``(B, H, Tq, Tk)``.
+    Returns the output ``(B, H, Tq, d)`` and the weights ``(B, H, Tq, Tk)``; a masked key gets
+    exactly zero weight.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    attn = dropout(weights) if dropout is not None else weights
+    return attn @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with separate Q, K, V and output projections."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout_p = dropout
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, length, _ = x.shape
+        return x.view(b, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, L, D) -> (B, H, L, d)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable)."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
+                need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,
+                head_mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """query ``(B, Tq, D)``; keys/values from ``key_value`` ``(B, Tk, D)`` or precomputed ``kv``.
+
+        ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off).
+        Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
+        """
+        q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
+        k, v = kv if kv is not None else self.project_kv(key_value)  # (B, H, Tk, d)
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else None)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 dropout_p=self.dropout_p if self.training else 0.0)
+            weights = None
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[None, :, None, None]
+        b, _, tq, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
+        return self.out_proj(out), weights
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear(d_model, d_ff) -> ReLU -> dropout -> Linear(d_ff, d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each wrapped in residual + LayerNorm."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        attn_dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False,
+                head_mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if self.norm_first:
+            h, w = self.self_attn(self.norm1(x), self.norm1(x), mask, need_weights, head_mask=head_mask)
+            x = x + self.dropout(h)
+            x = x + self.dropout(self.ffn(self.norm2(x)))
+        else:
+            h, w = self.self_attn(x, x, mask, need_weights, head_mask=head_mask)
+            x = self.norm1(x + self.dropout(h))
+            x = self.norm2(x + self.dropout(self.ffn(x)))
+        return x, w
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, feed-forward."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        attn_dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x: Tensor, memory: Tensor | None, self_mask: Tensor | None, cross_mask: Tensor | None,
+                need_weights: bool = False, cache: dict[str, Tensor] | None = None,
+                self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None,
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``cache`` (incremental decoding) holds this layer's ``self_k``/``self_v`` ``(B, H, t, d)``,
+        grown here by the new positions, and ``cross_k``/``cross_v`` of the encoder output."""
+        # masked self-attention
+        h_in = self.norm1(x) if self.norm_first else x
+        kv = None
+        if cache is not None:
+            k, v = self.self_attn.project_kv(h_in)  # (B, H, T_new, d)
+            if "self_k" in cache:
+                k = torch.cat([cache["self_k"], k], dim=2)
+                v = torch.cat([cache["self_v"], v], dim=2)
+            cache["self_k"], cache["self_v"] = k, v
+            kv = (k, v)
+        h, self_w = self.self_attn(h_in, h_in, self_mask, need_weights, kv=kv, head_mask=self_head_mask)
+        x = x + self.dropout(h) if self.norm_first else self.norm1(x + self.dropout(h))
+        # cross-attention
+        h_in = self.norm2(x) if self.norm_first else x
+        kv = None
+        if cache is not None:
+            if "cross_k" not in cache:
+                cache["cross_k"], cache["cross_v"] = self.cross_attn.project_kv(memory)
+            kv = (cache["cross_k"], cache["cross_v"])
+        h, cross_w = self.cross_attn(h_in, memory, cross_mask, need_weights, kv=kv, head_mask=cross_head_mask)
+        x = x + self.dropout(h) if self.norm_first else self.norm2(x + self.dropout(h))
+        # feed-forward
+        if self.norm_first:
+            x = x + self.dropout(self.ffn(self.norm3(x)))
+        else:
+            x = self.norm3(x + self.dropout(self.ffn(x)))
+        return x, self_w, cross_w
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass
+class EncoderOutput:
+    """``last_hidden_state (B, S, D)``, ``attentions``: one ``(B, H, S, S)`` tensor per layer (or ())."""
+
+    last_hidden_state: Tensor
+    attentions: tuple[Tensor, ...] = ()
+
+
+@dataclass
+class DecoderOutput:
+    """``logits (B, T, V)``, ``last_hidden_state (B, T, D)``; attentions one tensor per layer."""
+
+    logits: Tensor
+    last_hidden_state: Tensor
+    self_attentions: tuple[Tensor, ...] = ()
+    cross_attentions: tuple[Tensor, ...] = ()
+
+
+@dataclass
+class Seq2SeqOutput:
+    """What ``Transformer.forward`` returns; attention names follow Hugging Face / BertViz.
+
+    ``encoder_attentions``: per layer ``(B, H, S, S)``; ``decoder_attentions``: per layer
+    ``(B, H, T, T)``; ``cross_attentions``: per layer ``(B, H, T, S)``. Empty tuples unless
+    ``return_attention=True``.
+    """
+
+    logits: Tensor
+    encoder_last_hidden_state: Tensor
+    decoder_last_hidden_state: Tensor
+    encoder_attentions: tuple[Tensor, ...] = ()
+    decoder_attentions: tuple[Tensor, ...] = ()
+    cross_attentions: tuple[Tensor, ...] = ()
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer returning every attention weight on request."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.register_buffer("pe", positional_encoding(cfg.max_len, cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.share_embeddings:
+            self.tgt_embed.weight = self.src_embed.weight
+            self.generator.weight = self.src_embed.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform for every matrix, zero biases; embeddings N(0, d_model^-0.5) when tied."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        if self.config.share_embeddings:
+            nn.init.normal_(self.src_embed.weight, mean=0.0, std=self.config.d_model ** -0.5)
+        with torch.no_grad():
+            for emb in (self.src_embed, self.tgt_embed):
+                emb.weight[self.config.pad_id].zero_()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0) -> Tensor:
+        """Token embedding * sqrt(d_model) + positional encoding, then dropout. ``(B, L)`` -> ``(B, L, D)``."""
+        length = tokens.size(1)
+        if offset + length > self.config.max_len:
+            raise ValueError(f"sequence of {offset + length} tokens is longer than max_len={self.config.max_len}")
+        x = embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.dropout(x + self.pe[offset:offset + length].to(x.dtype))
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False,
+               head_mask: Tensor | None = None) -> EncoderOutput:
+        """``src (B, S)`` -> encoder output. ``src_mask`` defaults to the padding mask ``(B, 1, 1, S)``.
+        ``head_mask`` ``(n_encoder_layers, H)``: 0 switches a head off."""
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)
+        x = self.embed(src, self.src_embed)
+        attentions = []
+        for i, layer in enumerate(self.encoder_layers):
+            x, w = layer(x, src_mask, return_attention, None if head_mask is None else head_mask[i])
+            if return_attention:
+                attentions.append(w)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return EncoderOutput(x, tuple(attentions))
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+               return_attention: bool = False, cache: list[dict[str, Tensor]] | None = None,
+               self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None) -> DecoderOutput:
+        """``tgt (B, T)`` decoder input (BOS first), ``memory (B, S, D)`` -> logits ``(B, T, V)``.
+
+        ``src_mask`` ``(B, 1, 1, S)``; ``tgt_mask`` defaults to padding & causal ``(B, 1, T, T)``.
+        With ``cache`` (one dict per layer, from ``new_cache``), ``tgt`` holds only the new
+        positions and earlier keys/values come from the cache (incremental decoding).
+        """
+        offset = 0
+        if cache is not None and "self_k" in cache[0]:
+            offset = cache[0]["self_k"].size(2)
+        if tgt_mask is None:
+            if cache is None:
+                tgt_mask = decoder_self_mask(tgt, self.config.pad_id)
+            elif tgt.size(1) > 1:  # several new positions: causal among themselves, all of the past visible
+                t = tgt.size(1)
+                tgt_mask = torch.ones(t, offset + t, dtype=torch.bool, device=tgt.device).tril(offset)[None, None]
+        x = self.embed(tgt, self.tgt_embed, offset)
+        self_attns, cross_attns = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, sw, cw = layer(x, memory, tgt_mask, src_mask, return_attention,
+                              None if cache is None else cache[i],
+                              None if self_head_mask is None else self_head_mask[i],
+                              None if cross_head_mask is None else cross_head_mask[i])
+            if return_attention:
+                self_attns.append(sw)
+                cross_attns.append(cw)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return DecoderOutput(self.generator(x), x, tuple(self_attns), tuple(cross_attns))
+
+    def new_cache(self) -> list[dict[str, Tensor]]:
+        """An empty key/value cache for incremental decoding, one dict per decoder layer."""
+        return [{} for _ in self.decoder_layers]
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+                return_attention: bool = False, head_mask: dict[str, Tensor] | None = None) -> Seq2SeqOutput:
+        """Teacher-forced pass. ``src (B, S)``, ``tgt (B, T)`` -> ``Seq2SeqOutput`` with logits ``(B, T, V)``.
+
+        ``head_mask`` may hold ``"encoder"``, ``"decoder"``, ``"cross"`` tensors ``(layers, H)``.
+        """
+        head_mask = head_mask or {}
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)
+        enc = self.encode(src, src_mask, return_attention, head_mask.get("encoder"))
+        dec = self.decode(tgt, enc.last_hidden_state, src_mask, tgt_mask, return_attention,
+                          self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
+        return Seq2SeqOutput(dec.logits, enc.last_hidden_state, dec.last_hidden_state,
+                             enc.attentions, dec.self_attentions, dec.cross_attentions)

@@ -1,0 +1,67 @@
+"""A sentencepiece wrapper: one joint vocabulary for source and target."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """Encodes text to ids and back; ``pieces`` gives the subwords as shown to a person."""
+
+    def __init__(self, model_file: str | Path | None = None, model_proto: bytes | None = None) -> None:
+        if model_proto is None:
+            if model_file is None:
+                raise ValueError("give model_file or model_proto")
+            model_proto = Path(model_file).read_bytes()
+        self.model_proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def train(cls, files: Iterable[str | Path], vocab_size: int = 8000, model_type: str = "unigram",
+              character_coverage: float = 1.0, max_sentences: int = 0, seed: int = 0) -> Tokenizer:
+        """Train a joint vocabulary on text files (one sentence a line); pad 0, unk 1, bos 2, eos 3."""
+        sentences: list[str] = []
+        for f in files:
+            sentences.extend(line.strip() for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
+        spm.set_random_generator_seed(seed)
+        proto = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=proto, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            input_sentence_size=max_sentences, shuffle_input_sentence=True,
+            hard_vocab_limit=False, minloglevel=2,
+        )
+        return cls(model_proto=proto.getvalue())
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.model_proto)
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def encode(self, text: str, add_eos: bool = False, add_bos: bool = False) -> list[int]:
+        ids = self.sp.encode(text)
+        return ([BOS_ID] if add_bos else []) + ids + ([EOS_ID] if add_eos else [])
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.sp.encode(list(texts))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """Subword pieces for display: the ``▁`` word-start marker kept, specials as ``<s>``/``</s>``."""
+        return [self.sp.id_to_piece(int(i)) for i in ids]

@@ -1,0 +1,144 @@
+"""``Translator``: text in, translation and every attention weight out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .checkpoint import load_model_dir, resolve_checkpoint_dir, resolve_device
+from .decoding import beam_search, greedy_decode
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class TranslationResult:
+    """One translation. Attentions are per layer, ``(n_heads, query_len, key_len)`` each, on CPU,
+    exactly as a teacher-forced forward pass over ``source_ids`` and ``[BOS] + target_ids`` gives them:
+    ``encoder_attentions`` ``(H, S, S)``, ``decoder_attentions`` ``(H, T, T)``, ``cross_attentions`` ``(H, T, S)``.
+    Query ``t`` of the decoder is the step that predicted ``target_tokens[t]``.
+    """
+
+    text: str
+    score: float
+    source_tokens: list[str]
+    target_tokens: list[str]
+    source_ids: list[int]
+    target_ids: list[int]
+    encoder_attentions: tuple[Tensor, ...] = ()
+    decoder_attentions: tuple[Tensor, ...] = ()
+    cross_attentions: tuple[Tensor, ...] = ()
+    truncated: bool = False
+    decoder_input_tokens: list[str] = field(default_factory=list)
+
+
+class Translator:
+    """A model, its tokenizer and decoding settings."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None,
+                 path: Path | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.metadata = metadata or {}
+        self.path = path
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_source_tokens(self) -> int:
+        """Longest source (pieces, EOS excluded) the model takes."""
+        return self.config.max_len - 1
+
+    def encode_source(self, text: str) -> tuple[list[int], bool]:
+        """Source ids with EOS; cut to the model's length (``truncated`` says so)."""
+        ids = self.tokenizer.encode(text)
+        truncated = len(ids) > self.max_source_tokens
+        return ids[: self.max_source_tokens] + [self.tokenizer.eos_id], truncated
+
+    def _pad(self, seqs: Sequence[Sequence[int]]) -> Tensor:
+        width = max(len(s) for s in seqs)
+        out = torch.full((len(seqs), width), self.config.pad_id, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        return out.to(self.device)
+
+    @torch.no_grad()
+    def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
+                 max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
+                 ) -> tuple[list[list[int]], list[float]]:
+        """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores."""
+        src = self._pad(sources)
+        if beam_size <= 1:
+            hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask)
+        else:
+            hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask)
+        outputs = []
+        for row in hyp.tokens.tolist():
+            ids = []
+            for t in row:
+                if t in (self.config.eos_id, self.config.pad_id):
+                    break
+                ids.append(t)
+            outputs.append(ids)
+        return outputs, hyp.scores.tolist()
+
+    @torch.no_grad()
+    def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
+                   head_mask: dict[str, Tensor] | None = None) -> Any:
+        """Teacher-forced pass over one pair: decoder input ``[BOS] + target_ids`` -> ``Seq2SeqOutput``."""
+        src = self._pad([list(source_ids)])
+        tgt = self._pad([[self.config.bos_id, *target_ids]])
+        return self.model(src, tgt, return_attention=True, head_mask=head_mask)
+
+    def translate(self, text: str, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+                  max_len_b: int = 10, return_attention: bool = True,
+                  head_mask: dict[str, Tensor] | None = None) -> TranslationResult:
+        """Translate one sentence; with its attentions unless ``return_attention=False``."""
+        return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask)[0]
+
+    def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+                        max_len_b: int = 10, return_attention: bool = False,
+                        head_mask: dict[str, Tensor] | None = None) -> list[TranslationResult]:
+        """Translate many sentences in one batch."""
+        if not texts:
+            return []
+        encoded = [self.encode_source(t) for t in texts]
+        sources = [ids for ids, _ in encoded]
+        outputs, scores = self.generate(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        results = []
+        for (src_ids, truncated), out_ids, score in zip(encoded, outputs, scores):
+            result = TranslationResult(
+                text=self.tokenizer.decode(out_ids), score=float(score),
+                source_tokens=self.tokenizer.pieces(src_ids),
+                target_tokens=self.tokenizer.pieces([*out_ids, self.config.eos_id]),
+                source_ids=list(src_ids), target_ids=[*out_ids, self.config.eos_id], truncated=truncated,
+                decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *out_ids]),
+            )
+            if return_attention:
+                out = self.attentions(src_ids, out_ids, head_mask)
+                result.encoder_attentions = tuple(a[0].cpu() for a in out.encoder_attentions)
+                result.decoder_attentions = tuple(a[0].cpu() for a in out.decoder_attentions)
+                result.cross_attentions = tuple(a[0].cpu() for a in out.cross_attentions)
+            results.append(result)
+        return results
+
+
+def load(path_or_hub_id: str | Path, device: str | torch.device = "auto") -> Translator:
+    """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
+
+    ``device="auto"`` takes CUDA when present. Raises ``CheckpointError`` with a clear message.
+    """
+    path = resolve_checkpoint_dir(path_or_hub_id)
+    model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
+    return Translator(model, tokenizer, metadata, path)
