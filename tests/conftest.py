@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One thread: the test models are tiny, and on a busy machine (a training run beside the tests) a second
+# OpenMP thread spin-waits for CPU time and makes every forward pass ~100x slower.
+torch.set_num_threads(1)
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 

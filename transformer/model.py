@@ -401,8 +401,60 @@ class Transformer(nn.Module):
         return DecoderOutput(self.generator(x), x, tuple(self_attns), tuple(cross_attns))
 
     def new_cache(self) -> list[dict[str, Tensor]]:
-        """An empty key/value cache for incremental decoding, one dict per decoder layer."""
+        """An empty key/value cache for incremental decoding, one dict per decoder layer.
+
+        ``self_k``/``self_v`` ``(N, H, t, d)`` grow by one position a step (reorder their rows to
+        follow beams); ``cross_k``/``cross_v`` ``(N, H, S, d)`` are the encoder output's, computed
+        once; ``decode_step`` also keeps its fused Q|K|V projection there (``qkv_weight``/``qkv_bias``).
+        """
         return [{} for _ in self.decoder_layers]
+
+    def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None,
+                    cache: list[dict[str, Tensor]]) -> Tensor:
+        """Inference fast path: logits ``(N, V)`` of the next token after one new position ``tokens (N, 1)``.
+
+        The same numbers as ``decode(tokens, memory, src_mask, cache=cache).logits[:, -1]`` (up to float
+        rounding) and the same cache, with fewer Python-level operations per step: self-attention
+        projects queries, keys and values with one matmul (weights fused once per cache), dropout and
+        attention-weight bookkeeping are skipped, and the one new query needs no mask over the cached
+        prefix. In training mode it simply calls ``decode``; head masks and attention weights are
+        ``decode``'s job.
+        """
+        if self.training or tokens.size(1) != 1:
+            return self.decode(tokens, memory, src_mask, cache=cache).logits[:, -1]
+        cfg = self.config
+        offset = cache[0]["self_k"].size(2) if "self_k" in cache[0] else 0
+        x = self.embed(tokens, self.tgt_embed, offset)  # (N, 1, D)
+        n, h_, d = x.size(0), cfg.n_heads, cfg.d_head
+        pre = cfg.norm_first
+        for layer, c in zip(self.decoder_layers, cache):
+            sa, ca, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+            if "qkv_weight" not in c:
+                c["qkv_weight"] = torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight])
+                c["qkv_bias"] = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])
+            if "cross_k" not in c:
+                c["cross_k"], c["cross_v"] = ca.project_kv(memory)
+            # masked self-attention: the new position sees every cached one
+            h = layer.norm1(x) if pre else x
+            q, k, v = F.linear(h, c["qkv_weight"], c["qkv_bias"]).view(n, 1, 3, h_, d).permute(2, 0, 3, 1, 4)
+            if "self_k" in c:
+                k = torch.cat([c["self_k"], k], dim=2)
+                v = torch.cat([c["self_v"], v], dim=2)
+            c["self_k"], c["self_v"] = k, v
+            h = sa.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, h_ * d))
+            x = x + h if pre else layer.norm1(x + h)
+            # cross-attention over the cached encoder keys/values
+            h = layer.norm2(x) if pre else x
+            q = sa.split_heads(ca.q_proj(h))
+            h = F.scaled_dot_product_attention(q, c["cross_k"], c["cross_v"], attn_mask=src_mask)
+            h = ca.out_proj(h.transpose(1, 2).reshape(n, 1, h_ * d))
+            x = x + h if pre else layer.norm2(x + h)
+            # feed-forward
+            h = ffn.linear2(F.relu(ffn.linear1(layer.norm3(x) if pre else x)))
+            x = x + h if pre else layer.norm3(x + h)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.generator(x[:, -1])
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
                 return_attention: bool = False, head_mask: dict[str, Tensor] | None = None) -> Seq2SeqOutput:

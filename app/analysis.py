@@ -1,0 +1,100 @@
+"""Numbers behind the views: head statistics, labels, positional-encoding similarity (numpy only)."""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+KINDS = ("encoder", "decoder", "cross")
+KIND_NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention"}
+
+
+def escape(text: str) -> str:
+    """Escape ``<``, ``>``, ``&`` and quotes so plotly shows a token as text, never as markup."""
+    return html.escape(str(text), quote=True)
+
+
+def unique_labels(tokens: Sequence[str]) -> list[str]:
+    """Escaped display labels; a token that occurs more than once gets its position (``▁a·3``)."""
+    counts = Counter(tokens)
+    return [escape(t) + (f"·{i}" if counts[t] > 1 else "") for i, t in enumerate(tokens)]
+
+
+def entropy(weights: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Shannon entropy in nats of distributions along ``axis`` (0 log 0 = 0)."""
+    w = np.asarray(weights, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)
+    return -terms.sum(axis=axis)
+
+
+def diagonal_share(weights: np.ndarray, offset: int) -> float:
+    """Mean weight a query ``q`` puts on key ``q + offset`` (over the queries where that key exists)."""
+    q, k = weights.shape
+    rows = np.arange(q)
+    cols = rows + offset
+    ok = (cols >= 0) & (cols < k)
+    if not ok.any():
+        return 0.0
+    return float(weights[rows[ok], cols[ok]].mean())
+
+
+def head_diagnostics(attentions: dict[str, np.ndarray], special_keys: dict[str, int | None]) -> list[dict]:
+    """One row per head: entropy, peak weight, share on a special token, share on previous/same/next position.
+
+    ``attentions[kind]`` is ``(layers, heads, queries, keys)``; ``special_keys[kind]`` the key index of the
+    special token (``</s>`` for source keys, ``<s>`` for decoder keys), or None. Every number is a mean over
+    the queries.
+    """
+    rows = []
+    for kind in KINDS:
+        attn = attentions.get(kind)
+        if attn is None or attn.size == 0:
+            continue
+        n_layers, n_heads = attn.shape[:2]
+        special = special_keys.get(kind)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                w = np.asarray(attn[layer, head], dtype=np.float64)
+                rows.append({
+                    "type": KIND_NAMES[kind],
+                    "layer": layer + 1,
+                    "head": head + 1,
+                    "entropy": float(entropy(w).mean()),
+                    "max weight": float(w.max(axis=-1).mean()),
+                    "on special token": float(w[:, special].mean()) if special is not None else float("nan"),
+                    "on previous": diagonal_share(w, -1),
+                    "on same": diagonal_share(w, 0),
+                    "on next": diagonal_share(w, 1),
+                    "kind": kind,
+                })
+    return rows
+
+
+def cosine_similarity(table: np.ndarray) -> np.ndarray:
+    """``(P, D)`` -> ``(P, P)`` cosine similarity between rows."""
+    t = np.asarray(table, dtype=np.float64)
+    norms = np.linalg.norm(t, axis=1, keepdims=True)
+    unit = t / np.where(norms > 0, norms, 1.0)
+    return unit @ unit.T
+
+
+def sinusoid(length: int, d_model: int) -> np.ndarray:
+    """The paper's sinusoidal table in numpy, ``(length, d_model)`` (a check on ``transformer.positional_encoding``)."""
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    div = np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+    table = np.zeros((length, d_model))
+    table[:, 0::2] = np.sin(pos / div)
+    table[:, 1::2] = np.cos(pos / div[: d_model // 2])
+    return table
+
+
+def masked_weight(weights: np.ndarray, allowed: np.ndarray) -> float:
+    """Largest attention weight that falls on a position the mask forbids (0 when the mask works)."""
+    blocked = ~np.asarray(allowed, dtype=bool)
+    if not blocked.any():
+        return 0.0
+    return float(np.abs(np.asarray(weights)[..., blocked]).max())

@@ -1,0 +1,70 @@
+"""Streamlit caches around ``app.inference``.
+
+The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
+session); results live in ``st.cache_data`` keyed by text, settings, checkpoint and ablated heads,
+so changing layer, head or view never runs the model again, and each visitor gets the results of
+their own inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from transformer import Transformer, Translator
+
+from . import inference
+from .inference import Analysis, DecodeSettings, HeadKey
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def get_translator(checkpoint: str, device: str) -> Translator:
+    """The loaded model (raises ``CheckpointError``; failures are not cached)."""
+    return inference.load_translator(checkpoint, device)
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def get_analysis(checkpoint: str, device: str, text: str, settings: tuple[int, float, float, int],
+                 ablated: tuple[HeadKey, ...] = ()) -> Analysis:
+    """Translation and every attention weight for these inputs."""
+    tr = get_translator(checkpoint, device)
+    return inference.analyse(tr, text, DecodeSettings(*settings), ablated)
+
+
+@st.cache_resource(show_spinner="Loading a training snapshot…", max_entries=16)
+def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
+    """A copy of the model with one snapshot's weights."""
+    tr = get_translator(checkpoint, device)
+    return inference.load_snapshot_model(tr, snapshot)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def get_snapshot_attentions(checkpoint: str, device: str, snapshot: str, source_ids: tuple[int, ...],
+                            target_ids: tuple[int, ...]) -> tuple[dict[str, np.ndarray], str]:
+    """A snapshot's attentions on the same sentence and translation, and its own greedy translation."""
+    tr = get_translator(checkpoint, device)
+    model = get_snapshot_model(checkpoint, device, snapshot)
+    return inference.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
+    """Scaled embedding lengths over the vocabulary."""
+    return inference.vocab_embedding_norms(get_translator(checkpoint, device))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def get_export(checkpoint: str, device: str, text: str, settings: tuple[int, float, float, int],
+               ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
+    """JSON or NPZ bytes of an analysis (built once per result)."""
+    analysis = get_analysis(checkpoint, device, text, settings, ablated)
+    if fmt == "json":
+        return inference.export_json(analysis, checkpoint).encode("utf-8")
+    return inference.export_npz(analysis)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def get_forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
+                       ablated: tuple[HeadKey, ...]) -> float:
+    """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
+    return inference.forced_logprob(get_translator(checkpoint, device), list(source_ids), list(target_ids), ablated)

@@ -1,0 +1,367 @@
+"""The model work behind the explorer (no Streamlit here; ``app.cached`` adds the caches).
+
+Everything the page draws comes out of :func:`analyse` as plain numpy arrays and lists in an
+:class:`Analysis`, so it can be cached, pickled, exported and checked against the model.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import transformer
+from transformer import Transformer, Translator
+
+from .analysis import KINDS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CHECKPOINT = "checkpoints/multi30k-en-de"
+TOP_K = 10
+MAX_INPUT_CHARS = 5000
+
+HeadKey = tuple[str, int, int]  # (kind, layer, head), 0-based
+
+_counter_lock = threading.Lock()
+MODEL_RUNS = 0  # how many times the model has run for the page (tests use it to prove caching)
+
+
+def _count_run() -> None:
+    global MODEL_RUNS
+    with _counter_lock:
+        MODEL_RUNS += 1
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """Decoding settings; ``beam_size`` 1 is greedy search. Maximum output length = ``a * source + b``."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+
+    def as_tuple(self) -> tuple[int, float, float, int]:
+        return (self.beam_size, self.alpha, self.max_len_a, self.max_len_b)
+
+
+@dataclass
+class Analysis:
+    """One translated sentence with every attention weight, ``(layers, heads, queries, keys)`` per type,
+    and the top-k next-token candidates of each output step (teacher-forced over the translation)."""
+
+    text: str
+    translation: str
+    score: float
+    source_tokens: list[str]
+    target_tokens: list[str]  # output pieces, ending in </s>; decoder query t produced target_tokens[t]
+    decoder_input_tokens: list[str]  # <s> + outputs: the keys of decoder self-attention
+    source_ids: list[int]
+    target_ids: list[int]
+    truncated: bool
+    source_pieces: int  # pieces before truncation
+    unknown_pieces: int
+    encoder: np.ndarray
+    decoder: np.ndarray
+    cross: np.ndarray
+    topk_tokens: list[list[str]]
+    topk_ids: np.ndarray
+    topk_probs: np.ndarray
+    chosen_probs: np.ndarray
+    settings: DecodeSettings = field(default_factory=DecodeSettings)
+    ablated: tuple[HeadKey, ...] = ()
+    seconds: float = 0.0
+    device: str = "cpu"
+
+    def attention(self, kind: str) -> np.ndarray:
+        """``(layers, heads, Q, K)`` of ``"encoder"``, ``"decoder"`` or ``"cross"``."""
+        return {"encoder": self.encoder, "decoder": self.decoder, "cross": self.cross}[kind]
+
+    def axes(self, kind: str) -> tuple[list[str], list[str]]:
+        """(query tokens, key tokens) of an attention type."""
+        if kind == "encoder":
+            return self.source_tokens, self.source_tokens
+        if kind == "decoder":
+            return self.target_tokens, self.decoder_input_tokens
+        return self.target_tokens, self.source_tokens
+
+    def special_keys(self) -> dict[str, int | None]:
+        """Key index of ``</s>`` (source keys) and ``<s>`` (decoder keys), for the head table."""
+        return {"encoder": len(self.source_tokens) - 1, "cross": len(self.source_tokens) - 1, "decoder": 0}
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def resolve_device_name(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when present, else ``"cpu"``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise transformer.CheckpointError("CUDA was chosen but no GPU is available here; pick 'cpu' or 'auto'")
+    return device
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """A relative directory is looked up from the working directory, then from the repository root."""
+    checkpoint = checkpoint.strip()
+    path = Path(checkpoint).expanduser()
+    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
+        return str(REPO_ROOT / path)
+    return checkpoint
+
+
+def load_translator(checkpoint: str, device: str) -> Translator:
+    """Load a checkpoint directory or Hub repo id; raises ``transformer.CheckpointError`` with a clear message."""
+    if not checkpoint.strip():
+        raise transformer.CheckpointError("no checkpoint named: give a directory or a Hugging Face Hub repo id")
+    tr = transformer.load(resolve_checkpoint(checkpoint), device=resolve_device_name(device))
+    tr.model.eval()
+    return tr
+
+
+def model_facts(tr: Translator) -> dict[str, object]:
+    """Sizes and scores for the sidebar (scores from the model card, ``metadata.json``)."""
+    cfg = tr.config
+    facts: dict[str, object] = {
+        "d_model": cfg.d_model, "heads": cfg.n_heads, "encoder layers": cfg.n_encoder_layers,
+        "decoder layers": cfg.n_decoder_layers, "d_ff": cfg.d_ff, "vocabulary": cfg.tgt_vocab_size,
+        "max tokens": cfg.max_len, "parameters": f"{tr.model.num_parameters():,}", "device": str(tr.device),
+    }
+    meta = tr.metadata or {}
+    if meta.get("language_pair"):
+        facts["languages"] = str(meta["language_pair"])
+    return facts
+
+
+def model_scores(tr: Translator) -> dict[str, float]:
+    """Numeric scores in the model card: validation (``final_validation``) and any test scores."""
+    meta = tr.metadata or {}
+    scores: dict[str, float] = {}
+    for key, value in (meta.get("final_validation") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key.startswith("val"):
+            scores[key.replace("_", " ")] = float(value)
+    for key, value in meta.items():
+        if "test" in key.lower():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                scores[key.replace("_", " ")] = float(value)
+            elif isinstance(value, dict):
+                for k2, v2 in value.items():
+                    if isinstance(v2, (int, float)) and not isinstance(v2, bool):
+                        scores[f"{key} {k2}".replace("_", " ")] = float(v2)
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------- translating
+
+
+def all_heads(tr: Translator) -> list[HeadKey]:
+    """Every head of the model as ``(kind, layer, head)``."""
+    cfg = tr.config
+    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
+    return [(kind, layer, head) for kind in KINDS for layer in range(layers[kind]) for head in range(cfg.n_heads)]
+
+
+def build_head_mask(tr: Translator, ablated: tuple[HeadKey, ...]) -> dict[str, torch.Tensor] | None:
+    """``head_mask`` for the model: 1 everywhere, 0 for each ablated head; None when nothing is ablated."""
+    if not ablated:
+        return None
+    cfg = tr.config
+    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
+    masks = {kind: torch.ones(layers[kind], cfg.n_heads, device=tr.device) for kind in KINDS}
+    for kind, layer, head in ablated:
+        if kind not in masks or not (0 <= layer < layers[kind]) or not (0 <= head < cfg.n_heads):
+            raise ValueError(f"no head {kind} layer {layer + 1} head {head + 1} in this model")
+        masks[kind][layer, head] = 0.0
+    return masks
+
+
+def _stack(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """Per-layer ``(1, H, Q, K)`` tensors -> ``(L, H, Q, K)`` float32 numpy."""
+    return torch.stack([a[0].float().cpu() for a in attns]).numpy()
+
+
+@torch.no_grad()
+def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings(),
+            ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K) -> Analysis:
+    """Translate ``text`` and collect every attention weight and the per-step candidates."""
+    _count_run()
+    start = time.perf_counter()
+    head_mask = build_head_mask(tr, ablated)
+    pieces = tr.tokenizer.encode(text)
+    result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
+                          max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask)
+    out_ids = result.target_ids[:-1]  # without the EOS that translate appends
+    out = tr.attentions(result.source_ids, out_ids, head_mask)
+    probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
+    top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
+    chosen = probs.gather(1, torch.tensor(result.target_ids, device=probs.device)[:, None])[:, 0]
+    top_i_list = top_i.cpu().tolist()
+    return Analysis(
+        text=text, translation=result.text, score=float(result.score), source_tokens=list(result.source_tokens),
+        target_tokens=list(result.target_tokens), decoder_input_tokens=list(result.decoder_input_tokens),
+        source_ids=list(result.source_ids), target_ids=list(result.target_ids), truncated=bool(result.truncated),
+        source_pieces=len(pieces), unknown_pieces=sum(1 for i in result.source_ids if i == tr.tokenizer.unk_id),
+        encoder=_stack(out.encoder_attentions), decoder=_stack(out.decoder_attentions),
+        cross=_stack(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
+        topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
+        chosen_probs=chosen.cpu().numpy().astype(np.float32), settings=settings, ablated=tuple(ablated),
+        seconds=time.perf_counter() - start, device=str(tr.device),
+    )
+
+
+@torch.no_grad()
+def forced_logprob(tr: Translator, source_ids: list[int], target_ids: list[int],
+                   ablated: tuple[HeadKey, ...] = ()) -> float:
+    """Sum of log-probabilities of a fixed translation (``target_ids`` ending in EOS), teacher-forced,
+    with the ``ablated`` heads switched off."""
+    _count_run()
+    out = tr.attentions(source_ids, target_ids[:-1], build_head_mask(tr, ablated))
+    logp = out.logits[0].float().log_softmax(dim=-1)
+    ids = torch.tensor(target_ids, device=logp.device)[:, None]
+    return float(logp.gather(1, ids).sum())
+
+
+# ----------------------------------------------------------------------------------------------- masks, encodings
+
+
+def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
+                extra_target_pad: int = 0) -> dict[str, np.ndarray]:
+    """The model's own masks for this sentence, padded as it would be in a batch with longer sentences.
+
+    Returns bool arrays (True = may attend): ``source_padding`` ``(S',)``, ``encoder`` ``(S', S')``,
+    ``causal`` ``(T', T')``, ``decoder`` ``(T', T')`` (padding & causal), ``cross`` ``(T', S')``.
+    """
+    pad = tr.config.pad_id
+    src = torch.tensor([analysis.source_ids + [pad] * extra_source_pad])
+    tgt = torch.tensor([[tr.config.bos_id] + analysis.target_ids[:-1] + [pad] * extra_target_pad])
+    src_pad = transformer.padding_mask(src, pad)  # (1, 1, 1, S)
+    tgt_pad = transformer.padding_mask(tgt, pad)  # (1, 1, 1, T)
+    causal = transformer.causal_mask(tgt.size(1))  # (1, 1, T, T)
+    s, t = src.size(1), tgt.size(1)
+    return {
+        "source_padding": src_pad[0, 0, 0].numpy(),
+        "target_padding": tgt_pad[0, 0, 0].numpy(),
+        "encoder": src_pad.expand(1, 1, s, s)[0, 0].numpy(),
+        "causal": causal[0, 0].numpy(),
+        "decoder": transformer.decoder_self_mask(tgt, pad)[0, 0].numpy(),
+        "cross": src_pad.expand(1, 1, t, s)[0, 0].numpy(),
+    }
+
+
+def positional_table(length: int, d_model: int) -> np.ndarray:
+    """``transformer.positional_encoding`` as numpy ``(length, d_model)``."""
+    return transformer.positional_encoding(length, d_model).numpy()
+
+
+def model_pe(tr: Translator) -> np.ndarray:
+    """The model's own positional-encoding buffer ``(max_len, d_model)``."""
+    return tr.model.pe.detach().float().cpu().numpy()
+
+
+def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
+    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model``."""
+    weight = tr.model.src_embed.weight.detach().float().cpu()
+    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+
+
+def vocab_embedding_norms(tr: Translator) -> np.ndarray:
+    """``‖E[id]‖ · √d_model`` for the whole vocabulary (padding excluded)."""
+    weight = tr.model.src_embed.weight.detach().float().cpu()
+    keep = torch.ones(weight.size(0), dtype=torch.bool)
+    keep[tr.config.pad_id] = False
+    return (weight[keep].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+
+
+# ----------------------------------------------------------------------------------------------- snapshots
+
+
+def list_snapshots(tr: Translator) -> list[Path]:
+    """Training snapshots shipped with the checkpoint (``snapshots/stepNNNNNNN.safetensors``), oldest first."""
+    if tr.path is None:
+        return []
+    folder = Path(tr.path) / "snapshots"
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("step*.safetensors"), key=snapshot_step)
+
+
+def snapshot_step(path: Path | str) -> int:
+    """The training step in a snapshot's file name (``step0000038.safetensors`` -> 38)."""
+    match = re.search(r"step(\d+)", Path(path).name)
+    return int(match.group(1)) if match else -1
+
+
+def load_snapshot_model(tr: Translator, path: Path | str) -> Transformer:
+    """A copy of the model with a snapshot's weights (tied embeddings are stored once, as ``src_embed.weight``)."""
+    from safetensors.torch import load_file
+
+    model = copy.deepcopy(tr.model)
+    try:
+        state = load_file(str(path), device="cpu")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except Exception as err:  # a corrupt or mismatched file: one clear message
+        raise transformer.CheckpointError(f"snapshot {Path(path).name} could not be loaded: {err}") from err
+    tied = {"tgt_embed.weight", "generator.weight"} if tr.config.share_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise transformer.CheckpointError(f"snapshot {Path(path).name} does not match the model "
+                                          f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
+    return model.to(tr.device).eval()
+
+
+@torch.no_grad()
+def snapshot_attentions(tr: Translator, model: Transformer, source_ids: list[int],
+                        target_ids: list[int]) -> tuple[dict[str, np.ndarray], str]:
+    """A snapshot's attentions on the final model's translation (teacher-forced, so the axes match),
+    and the snapshot's own greedy translation."""
+    _count_run()
+    snap = Translator(model, tr.tokenizer, tr.metadata, tr.path)
+    out = snap.attentions(source_ids, target_ids[:-1])
+    outputs, _ = snap.generate([source_ids], beam_size=1)
+    attn = {"encoder": _stack(out.encoder_attentions), "decoder": _stack(out.decoder_attentions),
+            "cross": _stack(out.cross_attentions)}
+    return attn, tr.tokenizer.decode(outputs[0])
+
+
+# ----------------------------------------------------------------------------------------------- export
+
+
+def export_json(analysis: Analysis, checkpoint: str = "") -> str:
+    """Tokens, translation, settings and every attention weight as JSON (nested lists)."""
+    payload = {
+        "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
+        "score": analysis.score, "settings": analysis.settings.__dict__,
+        "ablated_heads": [{"type": k, "layer": l + 1, "head": h + 1} for k, l, h in analysis.ablated],
+        "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
+        "decoder_input_tokens": analysis.decoder_input_tokens,
+        "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",
+        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in KINDS},
+    }
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def export_npz(analysis: Analysis) -> bytes:
+    """Every attention array ``(layers, heads, Q, K)`` plus the tokens, as a compressed ``.npz``."""
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf, encoder=analysis.encoder, decoder=analysis.decoder, cross=analysis.cross,
+        source_tokens=np.asarray(analysis.source_tokens), target_tokens=np.asarray(analysis.target_tokens),
+        decoder_input_tokens=np.asarray(analysis.decoder_input_tokens),
+        source_ids=np.asarray(analysis.source_ids), target_ids=np.asarray(analysis.target_ids),
+    )
+    return buf.getvalue()
+
+
+def default_checkpoint() -> str:
+    """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
+    return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT

@@ -1,0 +1,353 @@
+"""Plotly figures for the explorer. Inputs are numpy arrays and token lists; no Streamlit here.
+
+Every token label goes through :func:`app.analysis.escape` (plotly renders some HTML in labels and
+hover text), and tokens sit at integer positions with ``ticktext``, so repeated tokens keep their own
+rows and columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .analysis import KIND_NAMES, cosine_similarity, escape, unique_labels
+
+ATTENTION_SCALE = [[0.0, "#ffffff"], [0.08, "#eef3fb"], [0.3, "#9ecae1"], [0.6, "#3182bd"], [1.0, "#08306b"]]
+MASK_SCALE = [[0.0, "#f3d6d6"], [0.5, "#f3d6d6"], [0.5, "#2e7d32"], [1.0, "#2e7d32"]]
+DIVERGING = "RdBu"
+HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
+
+PLOTLY_CONFIG = {
+    "displaylogo": False,
+    "toImageButtonOptions": {"format": "png", "filename": "attention", "scale": 2},
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+}
+
+
+def plotly_config(filename: str) -> dict:
+    """Chart config whose camera button downloads a PNG named ``filename`` (no server-side Chrome needed)."""
+    return {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": filename}}
+
+
+def _tick_font(n: int) -> int:
+    return 12 if n <= 30 else 10 if n <= 60 else 8
+
+
+def _cell_size(n: int) -> int:
+    return 26 if n <= 20 else 20 if n <= 40 else 14
+
+
+def _axis(labels: Sequence[str], title: str, **extra) -> dict:
+    n = len(labels)
+    return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
+                ticktext=list(labels), tickfont=dict(size=_tick_font(n)), showgrid=False, zeroline=False, **extra)
+
+
+def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
+                      query_title: str = "query", key_title: str = "key", zmax: float | None = None,
+                      colorscale: list | str | None = None, zmin: float = 0.0, value_name: str = "weight",
+                      query_offset: int = 0, key_offset: int = 0) -> go.Figure:
+    """One attention matrix ``(Q, K)``: rows are queries, columns keys; hover names both tokens and the weight.
+
+    ``query_offset``/``key_offset`` say where a cropped window starts, so hover shows the true positions.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    q, k = w.shape
+    ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
+    qtext = [escape(t) for t in query_tokens]
+    ktext = [escape(t) for t in key_tokens]
+    custom = np.empty((q, k, 4), dtype=object)
+    custom[:, :, 0] = np.asarray(qtext, dtype=object)[:, None]
+    custom[:, :, 1] = np.asarray(ktext, dtype=object)[None, :]
+    custom[:, :, 2] = (np.arange(q) + query_offset)[:, None]
+    custom[:, :, 3] = (np.arange(k) + key_offset)[None, :]
+    heat = go.Heatmap(
+        z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
+        colorscale=colorscale or ATTENTION_SCALE, zmin=zmin, zmax=zmax if zmax is not None else max(float(w.max()), 1e-9),
+        hovertemplate=(f"{query_title} %{{customdata[2]}}: <b>%{{customdata[0]}}</b><br>"
+                       f"{key_title} %{{customdata[3]}}: <b>%{{customdata[1]}}</b><br>"
+                       f"{value_name} %{{z:.3f}}<extra></extra>"),
+        colorbar=dict(title=dict(text=value_name), thickness=12), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
+    )
+    fig = go.Figure(heat)
+    cell = _cell_size(max(q, k))
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
+        height=int(min(max(260, 150 + cell * q), 2600)), margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        xaxis=_axis(xlabels, key_title, tickangle=-60 if k > 8 else 0, side="bottom"),
+        yaxis=_axis(ylabels, query_title, autorange="reversed"),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], kind: str,
+              highlight: tuple[int, int] | None = None) -> go.Figure:
+    """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid, one shared colour scale."""
+    n_layers, n_heads, q, k = attn.shape
+    fig = make_subplots(rows=n_layers, cols=n_heads, horizontal_spacing=0.012, vertical_spacing=0.03,
+                        subplot_titles=[f"L{l + 1} · H{h + 1}" for l in range(n_layers) for h in range(n_heads)])
+    qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
+    ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
+    custom = np.empty((q, k, 2), dtype=object)
+    custom[:, :, 0] = qtext[:, None]
+    custom[:, :, 1] = ktext[None, :]
+    zmax = max(float(attn.max()), 1e-9)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            fig.add_trace(go.Heatmap(
+                z=attn[layer, head], coloraxis="coloraxis", customdata=custom,
+                hovertemplate=(f"layer {layer + 1}, head {head + 1}<br>query <b>%{{customdata[0]}}</b><br>"
+                               "key <b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
+            ), row=layer + 1, col=head + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    if highlight is not None:
+        layer, head = highlight
+        index = layer * n_heads + head + 1
+        suffix = "" if index == 1 else str(index)
+        fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.02, x1=1.02, y0=-0.02,
+                      y1=1.02, line=dict(color="#d62728", width=3))
+    fig.update_annotations(font=dict(size=11))
+    side = max(110, min(200, 900 // max(n_heads, 1)))
+    fig.update_layout(
+        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=zmax, colorbar=dict(title="weight", thickness=12)),
+        height=int(60 + side * n_layers), margin=dict(l=10, r=10, t=40, b=10), font=FONT,
+        title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.55, 2.4), (0.6, 1.01, 0.85, 3.4))
+
+
+def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str],
+                    heads: Sequence[int] | None = None, focus: int | None = None, threshold: float = 0.05,
+                    title: str = "") -> go.Figure:
+    """Token-to-token lines for one layer ``(H, Q, K)``: queries on the left, keys on the right, one colour per
+    head, line strength by weight (weights below ``threshold`` hidden). ``focus`` keeps one query's lines."""
+    n_heads, q, k = attn.shape
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    y_q = -np.arange(q, dtype=float)
+    y_k = -np.arange(k, dtype=float)
+    fig = go.Figure()
+    for head in heads:
+        colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
+        w = attn[head]
+        first = True
+        for low, high, alpha, width in LINE_BUCKETS:
+            low = max(low, threshold) if low == LINE_BUCKETS[0][0] else low
+            sel = (w >= low) & (w < high)
+            if focus is not None:
+                rows = np.zeros_like(sel)
+                rows[focus] = True
+                sel &= rows
+            qi, ki = np.nonzero(sel)
+            if qi.size == 0:
+                continue
+            xs = np.tile(np.array([0.0, 1.0, np.nan]), qi.size)
+            ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel()
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines", line=dict(color=colour, width=width), opacity=alpha,
+                name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=first, hoverinfo="skip",
+            ))
+            first = False
+        if first:  # no line above the threshold: still list the head in the legend
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"head {head + 1}",
+                                     legendgroup=f"h{head}"))
+    # token columns, with hover listing each head's strongest key for that query
+    qlabels = [escape(t) for t in query_tokens]
+    klabels = [escape(t) for t in key_tokens]
+    hover_q = []
+    for i in range(q):
+        parts = [f"query {i}: <b>{qlabels[i]}</b>"]
+        for head in heads:
+            j = int(np.argmax(attn[head, i]))
+            parts.append(f"head {head + 1} → {klabels[j]} ({attn[head, i, j]:.2f})")
+        hover_q.append("<br>".join(parts))
+    fig.add_trace(go.Scatter(x=np.zeros(q), y=y_q, mode="markers+text", text=qlabels, textposition="middle left",
+                             marker=dict(size=7, color="#444"), hovertext=hover_q, hoverinfo="text", showlegend=False,
+                             textfont=dict(size=_tick_font(q) + 1)))
+    fig.add_trace(go.Scatter(x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
+                             marker=dict(size=7, color="#444"), hovertext=[f"key {j}: <b>{klabels[j]}</b>" for j in range(k)],
+                             hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
+    n = max(q, k)
+    fig.update_layout(
+        title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
+        xaxis=dict(visible=False, range=[-0.6, 1.6], fixedrange=True),
+        yaxis=dict(visible=False, range=[-n + 0.3, 1.0]), plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=80 if title else 40, b=10),
+        legend=dict(orientation="h", y=1.0, x=0.0, yanchor="bottom", font=dict(size=12)),
+    )
+    return fig
+
+
+def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str,
+                query_title: str = "query", key_title: str = "key") -> go.Figure:
+    """A boolean mask ``(Q, K)``: green = may attend, pink = blocked (weight forced to exactly 0)."""
+    m = np.asarray(allowed, dtype=float)
+    q, k = m.shape
+    qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
+    ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
+    custom = np.empty((q, k, 3), dtype=object)
+    custom[:, :, 0] = qtext[:, None]
+    custom[:, :, 1] = ktext[None, :]
+    custom[:, :, 2] = np.where(m > 0, "may attend", "blocked")
+    fig = go.Figure(go.Heatmap(
+        z=m, x=list(range(k)), y=list(range(q)), zmin=0, zmax=1, colorscale=MASK_SCALE, showscale=False,
+        customdata=custom, xgap=1, ygap=1,
+        hovertemplate=f"{query_title} <b>%{{customdata[0]}}</b><br>{key_title} <b>%{{customdata[1]}}</b><br>"
+                      "%{customdata[2]}<extra></extra>",
+    ))
+    cell = _cell_size(max(q, k))
+    fig.update_layout(
+        title=dict(text=title, x=0.0), font=FONT, height=int(min(max(220, 140 + cell * q), 2200)),
+        margin=dict(l=10, r=10, t=45, b=10), plot_bgcolor="white",
+        xaxis=_axis(unique_labels(key_tokens), key_title, tickangle=-90 if k > 30 else -60 if k > 8 else 0),
+        yaxis=_axis(unique_labels(query_tokens), query_title, autorange="reversed"),
+    )
+    return fig
+
+
+def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding") -> go.Figure:
+    """The positional-encoding table ``(positions, d_model)``: rows positions, columns dimensions."""
+    p, d = table.shape
+    fig = go.Figure(go.Heatmap(z=table, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
+                               hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
+                               colorbar=dict(thickness=12)))
+    fig.update_layout(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
+                      margin=dict(l=10, r=10, t=45, b=10),
+                      xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed"))
+    return fig
+
+
+def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
+    """Chosen columns of the table as curves over positions: each dimension is a sine or cosine wave."""
+    p, d = table.shape
+    fig = go.Figure()
+    for i, dim in enumerate(dims):
+        if 0 <= dim < d:
+            kind = "sin" if dim % 2 == 0 else "cos"
+            wavelength = 2 * np.pi * 10000 ** ((dim - dim % 2) / d)
+            fig.add_trace(go.Scatter(x=np.arange(p), y=table[:, dim], mode="lines",
+                                     name=f"dim {dim} ({kind}, wavelength {wavelength:.0f})",
+                                     line=dict(color=HEAD_COLOURS[i % len(HEAD_COLOURS)], width=2)))
+    fig.update_layout(title=dict(text="Waves of chosen dimensions", x=0.0), font=FONT, height=420,
+                      margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"), yaxis=dict(title="value"),
+                      legend=dict(orientation="h", y=-0.2, yanchor="top", font=dict(size=11)))
+    return fig
+
+
+def pe_similarity(table: np.ndarray) -> go.Figure:
+    """Cosine similarity between the encodings of every pair of positions."""
+    sim = cosine_similarity(table)
+    fig = go.Figure(go.Heatmap(z=sim, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1, colorbar=dict(thickness=12),
+                               hovertemplate="position %{y} vs %{x}<br>cosine %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT, height=420,
+                      margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
+                      yaxis=dict(title="position", autorange="reversed"))
+    return fig
+
+
+def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.ndarray,
+                 vocab_norms: np.ndarray | None = None) -> go.Figure:
+    """Length of each scaled token embedding (``‖E[x]‖·√d_model``) beside the length of its positional encoding."""
+    labels = unique_labels(tokens)
+    x = list(range(len(tokens)))
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=token_norms, name="token embedding × √d_model", marker_color="#3182bd",
+                         customdata=[escape(t) for t in tokens],
+                         hovertemplate="<b>%{customdata}</b><br>‖embedding‖·√d = %{y:.2f}<extra></extra>"))
+    fig.add_trace(go.Bar(x=x, y=pe_norms, name="positional encoding", marker_color="#fd8d3c",
+                         hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>"))
+    if vocab_norms is not None and len(vocab_norms):
+        fig.add_hline(y=float(np.median(vocab_norms)), line_dash="dot", line_color="#555",
+                      annotation_text="median token embedding × √d_model (whole vocabulary)", annotation_position="top right")
+    fig.update_layout(barmode="group", title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
+                      font=FONT, height=380, margin=dict(l=10, r=10, t=45, b=10),
+                      xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
+                      yaxis=dict(title="vector length (L2)"), legend=dict(orientation="h", y=1.08))
+    return fig
+
+
+def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None) -> go.Figure:
+    """Top-k next-token candidates at one step; the token the search kept is highlighted."""
+    labels = [escape(c) for c in candidates]
+    probs = np.asarray(probs, dtype=float)
+    n = len(labels)
+    colours = ["#2e7d32" if i == chosen else "#9ecae1" for i in range(n)]
+    fig = go.Figure(go.Bar(x=probs, y=list(range(n)), orientation="h", marker_color=colours, customdata=labels,
+                           text=[f"{p:.1%}" for p in probs], textposition="outside",
+                           hovertemplate="<b>%{customdata}</b><br>p = %{x:.4f}<extra></extra>"))
+    fig.update_layout(title=dict(text="Top candidates for this step", x=0.0), font=FONT,
+                      height=int(120 + 30 * n), margin=dict(l=10, r=40, t=45, b=10),
+                      xaxis=dict(title="probability", range=[0, min(1.0, float(probs.max(initial=0.0)) * 1.25 + 0.05)]),
+                      yaxis=_axis(labels, "", autorange="reversed"))
+    return fig
+
+
+def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], output_token: str) -> go.Figure:
+    """One decoding step's cross-attention ``(H, S)``: a row per head plus their mean."""
+    rows = np.vstack([cross_step.mean(axis=0, keepdims=True), cross_step])
+    names = ["mean"] + [f"head {h + 1}" for h in range(cross_step.shape[0])]
+    fig = attention_heatmap(rows, names, source_tokens, title=f"Where this step looked (cross-attention) "
+                            f"while producing <b>{escape(output_token)}</b>", query_title="head", key_title="source token")
+    fig.update_layout(height=int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens)))
+    return fig
+
+
+def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
+                     key_tokens: Sequence[str], title: str) -> go.Figure:
+    """The same attention matrix in several checkpoints side by side, one shared colour scale."""
+    n = len(panels)
+    fig = make_subplots(rows=1, cols=n, subplot_titles=[escape(name) for name, _ in panels], horizontal_spacing=0.02)
+    qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
+    ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
+    q, k = len(query_tokens), len(key_tokens)
+    custom = np.empty((q, k, 2), dtype=object)
+    custom[:, :, 0] = qtext[:, None]
+    custom[:, :, 1] = ktext[None, :]
+    for i, (name, w) in enumerate(panels):
+        fig.add_trace(go.Heatmap(z=w, coloraxis="coloraxis", customdata=custom,
+                                 hovertemplate=f"{escape(name)}<br>query <b>%{{customdata[0]}}</b><br>key "
+                                               "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
+                      row=1, col=i + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)), ticktext=unique_labels(query_tokens),
+                     tickfont=dict(size=_tick_font(q)), row=1, col=1)
+    zmax = max(max(float(np.max(w)) for _, w in panels), 1e-9)
+    width_share = 1100 / max(n, 1)
+    fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=zmax, colorbar=dict(thickness=12)),
+                      title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),
+                      height=int(min(max(280, 120 + width_share * q / max(k, 1)), 900)), plot_bgcolor="white")
+    return fig
+
+
+def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Figure | None:
+    """Validation BLEU (and loss) over training steps from the model card; ``marks`` are snapshot steps."""
+    steps = [h.get("step") for h in history if isinstance(h, dict) and h.get("step") is not None]
+    if not steps:
+        return None
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for key, colour, secondary in (("val_bleu", "#2e7d32", False), ("val_loss", "#d62728", True)):
+        pts = [(h["step"], h[key]) for h in history if isinstance(h, dict) and key in h and h.get("step") is not None]
+        if pts:
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                                     name=key.replace("_", " "), line=dict(color=colour)), secondary_y=secondary)
+    for step in marks:
+        fig.add_vline(x=step, line_dash="dot", line_color="#888")
+    fig.update_layout(height=280, margin=dict(l=10, r=10, t=30, b=10), font=FONT, legend=dict(orientation="h", y=1.15),
+                      xaxis=dict(title="training step"))
+    return fig
+
+
+def figure_arrays(fig: go.Figure) -> list[np.ndarray]:
+    """The ``z`` of every heatmap trace (handy in tests)."""
+    return [np.asarray(t.z, dtype=float) for t in fig.data if t.type == "heatmap"]

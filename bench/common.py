@@ -1,0 +1,137 @@
+"""Timing, data and model helpers shared by the benchmark sections."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CHECKPOINT = REPO_ROOT / "checkpoints" / "multi30k-en-de"
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+
+WORDS = ("a man woman dog child boy girl two people group young old red blue green white black ball street "
+         "park beach water bike shirt hat rides runs walks plays sits stands jumps looks holds wearing with in "
+         "on at the of and near front next while under over small large little crowd city building").split()
+
+
+def cpu_count() -> int:
+    """Cores this process may use (affinity-aware), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS / Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    info = {"cpu": cpu_name(), "cores": cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        import ctranslate2
+
+        info["ctranslate2"] = ctranslate2.__version__
+    except ImportError:
+        info["ctranslate2"] = None
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def time_calls(fn: Callable[[], Any], repeat: int, warmup: int = 1, device: torch.device | str = "cpu") -> list[float]:
+    """Seconds per call of ``fn``, ``repeat`` times after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 1,
+                     device: torch.device | str = "cpu") -> dict[str, list[float]]:
+    """Like ``time_calls`` for several functions, taking turns (A B A B ...), so that a change in
+    the machine's load hits all of them alike and their ratios hold."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    sync(device)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def read_sentences(data_dir: str | Path | None, split: str = "test_2016_flickr", lang: str = "en") -> list[str] | None:
+    """Lines of ``{data_dir}/{split}.{lang}``, or None when the file is not there."""
+    if data_dir is None:
+        return None
+    path = Path(data_dir) / f"{split}.{lang}"
+    if not path.is_file():
+        return None
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def synthetic_sentences(n: int, seed: int = 0, min_words: int = 6, max_words: int = 20) -> list[str]:
+    """Multi30k-like caption sentences made of common words (for machines without the data)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words))).capitalize() + "."
+            for _ in range(n)]
+
+
+def sentence_of_words(n_words: int, sentences: list[str] | None = None) -> str:
+    """A sentence of exactly ``n_words`` words: the first data sentence that long, else built."""
+    for s in sentences or ():
+        if len(s.split()) == n_words:
+            return s
+    words = []
+    for s in sentences or synthetic_sentences(50, seed=1):
+        words.extend(s.rstrip(".").split())
+        if len(words) >= n_words:
+            break
+    words = (words * n_words)[:n_words]
+    return " ".join(words).rstrip(".") + "."

@@ -1,0 +1,313 @@
+"""The Streamlit page, driven by ``streamlit.testing.v1.AppTest`` against the tiny checkpoint."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import transformer  # noqa: E402
+from app import analysis, inference  # noqa: E402
+
+torch.set_num_threads(1)
+APP = str(ROOT / "app" / "main.py")
+VIEWS = ["Heatmap", "All heads", "Lines", "Step through", "Head table", "Ablation", "Masks", "Positional encoding",
+         "Training evolution", "Export"]
+
+
+@pytest.fixture()
+def app_env(tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
+    return tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tr(tiny_checkpoint):
+    return transformer.load(tiny_checkpoint, device="cpu")
+
+
+def new_app(query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    if query:
+        at.query_params.update(query)
+    return at.run()
+
+
+def translate(at: AppTest, text: str) -> AppTest:
+    at.text_area(key="source_text").set_value(text)
+    at.button(key="translate").click()
+    return at.run()
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def chart(at: AppTest, title_part: str) -> dict:
+    found = [c for c in charts(at) if title_part in str(c["layout"].get("title", {}).get("text", ""))]
+    assert found, f"no chart titled {title_part!r}; have {[c['layout'].get('title') for c in charts(at)]}"
+    return found[0]
+
+
+def arr(value) -> np.ndarray:
+    """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}``."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            data = data.reshape([int(n) for n in str(shape).split(",")])
+        return data.astype(float)
+    return np.asarray(value, dtype=float)
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def shown_texts(at: AppTest) -> list[str]:
+    return [t.value for t in at.text]
+
+
+def set_view(at: AppTest, view: str) -> AppTest:
+    at.segmented_control(key="view").set_value(view)
+    return at.run()
+
+
+# ------------------------------------------------------------------------------------------------ the main path
+
+
+def test_translate_and_heatmap_match_the_model(app_env, tr):
+    at = new_app()
+    assert_clean(at)
+    assert "Translate" in at.info[0].value  # nothing translated yet: a hint, no chart of attention
+    text = "A man rides a red bike in the park."
+    at = translate(at, text)
+    assert_clean(at)
+    ref = tr.translate(text)  # the app's defaults: beam 4, alpha 0.6, a 1.5, b 10
+    assert ref.text in shown_texts(at)
+    # default view: cross-attention, last layer, mean over heads
+    spec = chart(at, "Cross-attention · layer 2 · mean over heads")
+    z = arr(spec["data"][0]["z"])
+    np.testing.assert_allclose(z, ref.cross_attentions[-1].mean(0).numpy(), atol=1e-5)
+    assert len(spec["layout"]["yaxis"]["ticktext"]) == len(ref.target_tokens)
+    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(ref.source_tokens)
+    # switching type, layer and head redraws from the cached result: the model does not run again
+    runs = inference.MODEL_RUNS
+    at.segmented_control(key="att").set_value("encoder")
+    at.selectbox(key="layer").set_value(1)
+    at.selectbox(key="head").set_value("3")
+    at.run()
+    assert_clean(at)
+    spec = chart(at, "Encoder self-attention · layer 1 · head 3")
+    np.testing.assert_allclose(arr(spec["data"][0]["z"]),
+                               ref.encoder_attentions[0][2].numpy(), atol=1e-5)
+    at.segmented_control(key="att").set_value("decoder")
+    at.run()
+    spec = chart(at, "Decoder self-attention · layer 1 · head 3")
+    np.testing.assert_allclose(arr(spec["data"][0]["z"]),
+                               ref.decoder_attentions[0][2].numpy(), atol=1e-5)
+    for view in VIEWS[1:5]:
+        set_view(at, view)
+        assert_clean(at)
+    assert inference.MODEL_RUNS == runs
+    # the URL carries the input and the view
+    assert at.query_params["text"] == text and at.query_params["view"] == "Head table"
+    assert at.query_params["att"] == "decoder" and at.query_params["head"] == "3"
+
+
+def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
+    text = "Two dogs play with a ball on the beach."
+    at = translate(new_app(), text)
+    ref = tr.translate(text)
+    n_layers, n_heads = tr.config.n_decoder_layers, tr.config.n_heads
+
+    at = set_view(at, "All heads")
+    assert_clean(at)
+    grid = chart(at, "every head")
+    heats = [t for t in grid["data"] if t["type"] == "heatmap"]
+    assert len(heats) == n_layers * n_heads
+    np.testing.assert_allclose(arr(heats[n_heads + 1]["z"]), ref.cross_attentions[1][1].numpy(),
+                               atol=1e-5)
+    at.pills(key="grid_pick").set_value("L1 · H2")
+    at.run()
+    assert_clean(at)
+    np.testing.assert_allclose(arr(chart(at, "layer 1 · head 2")["data"][0]["z"]),
+                               ref.cross_attentions[0][1].numpy(), atol=1e-5)
+
+    at = set_view(at, "Lines")
+    assert_clean(at)
+    assert chart(at, "Cross-attention · layer 2")
+
+    at = set_view(at, "Step through")
+    assert_clean(at)
+    at.slider(key="step").set_value(2)
+    at.run()
+    out = tr.attentions(ref.source_ids, ref.target_ids[:-1])
+    probs = out.logits[0, 1].softmax(-1)
+    bars = chart(at, "Top candidates")["data"][0]
+    np.testing.assert_allclose(arr(bars["x"])[0], probs.max().item(), atol=1e-5)
+    step_cross = chart(at, "Where this step looked")["data"][0]
+    np.testing.assert_allclose(arr(step_cross["z"])[1:],
+                               ref.cross_attentions[-1][:, 1, :].numpy(), atol=1e-5)
+
+    at = set_view(at, "Head table")
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert len(table) == (tr.config.n_encoder_layers + 2 * n_layers) * n_heads
+    row = table[(table["type"] == "Cross-attention") & (table["layer"] == 2) & (table["head"] == 1)].iloc[0]
+    w = ref.cross_attentions[1][0].numpy()
+    assert row["entropy"] == pytest.approx(float(analysis.entropy(w).mean()), rel=1e-4)
+    assert row["on special token"] == pytest.approx(float(w[:, -1].mean()), rel=1e-4)
+
+    at = set_view(at, "Masks")
+    assert_clean(at)
+    causal = arr(chart(at, "Causal mask")["data"][0]["z"])
+    t = len(ref.target_ids) + 2  # default: two padding positions
+    np.testing.assert_array_equal(causal, np.tril(np.ones((t, t))))
+    padded = arr(chart(at, "padding AND causal")["data"][0]["z"])
+    assert not padded[:, -2:].any()
+    assert any("largest weight on any blocked position is 0" in s.value for s in at.success)
+
+    at = set_view(at, "Positional encoding")
+    assert_clean(at)
+    at.slider(key="pe_d").set_value(64)
+    at.slider(key="pe_len").set_value(40)
+    at.run()
+    pe = arr(chart(at, "Sinusoidal positional encoding")["data"][0]["z"])
+    np.testing.assert_allclose(pe, transformer.positional_encoding(40, 64).numpy(), atol=1e-6)
+    own = arr(chart(at, "The model's own table")["data"][0]["z"])
+    np.testing.assert_allclose(own, tr.model.pe.numpy(), atol=1e-6)
+    assert chart(at, "How large the encodings are")
+
+    at = set_view(at, "Training evolution")
+    assert_clean(at)
+    assert any("no training snapshots" in i.value for i in at.info)
+
+    at = set_view(at, "Export")
+    assert_clean(at)
+    assert len(at.get("download_button")) == 2
+    assert any("text=" in c.value for c in at.code)
+
+
+def test_head_ablation_shows_both_translations(app_env, tr):
+    text = "A girl walks on the street."
+    at = translate(new_app(), text)
+    at = set_view(at, "Ablation")
+    assert_clean(at)
+    at.multiselect(key="ablate").set_value(["Cross · L1 · H1", "Encoder · L2 · H3"])
+    at.button(key="ablate_run").click()
+    at.run()
+    assert_clean(at)
+    mask = inference.build_head_mask(tr, (("cross", 0, 0), ("encoder", 1, 2)))
+    ref = tr.translate(text, head_mask=mask)
+    base = tr.translate(text)
+    texts = shown_texts(at)
+    assert base.text in texts and ref.text in texts
+    score_metrics = [m for m in at.metric if m.label == "Score"]
+    assert [m.value for m in score_metrics] == [f"{base.score:.3f}", f"{ref.score:.3f}"]
+    assert score_metrics[1].delta == f"{ref.score - base.score:+.3f}"
+    after = arr(chart(at, "heads off: Cross-attention · layer 2")["data"][0]["z"])
+    np.testing.assert_allclose(after, ref.cross_attentions[1].mean(0).numpy(), atol=1e-5)
+
+
+def test_url_opens_the_same_view(app_env, tr):
+    text = "A woman runs in the park."
+    at = new_app({"text": text, "beam": "1", "view": "Lines", "att": "encoder", "layer": "1", "b": "7"})
+    assert_clean(at)
+    ref = tr.translate(text, beam_size=1, max_len_b=7)
+    assert ref.text in shown_texts(at)
+    assert at.segmented_control(key="view").value == "Lines"
+    assert at.radio(key="search").value == "Greedy"
+    assert chart(at, "Encoder self-attention · layer 1")
+    # junk in the URL is ignored, not an error
+    at = new_app({"text": "A dog.", "beam": "lots", "view": "<script>", "layer": "-4", "alpha": "nan"})
+    assert_clean(at)
+
+
+def test_two_visitors_each_get_their_own_result(app_env, tr):
+    first = translate(new_app(), "A boy plays with a ball.")
+    second = translate(new_app(), "Two people are walking on the beach.")
+    first.run()
+    assert tr.translate("A boy plays with a ball.").text in shown_texts(first)
+    assert tr.translate("Two people are walking on the beach.").text in shown_texts(second)
+    assert first.query_params["text"] != second.query_params["text"]
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def test_empty_text_gets_a_warning(app_env):
+    at = translate(new_app(), "   \n ")
+    assert_clean(at)
+    assert any("empty" in w.value for w in at.warning)
+    assert not [c for c in charts(at) if "attention" in str(c["layout"].get("title", "")).lower()]
+
+
+def test_long_text_is_truncated_with_a_notice(app_env, tr):
+    text = " ".join(["a red dog runs on the street"] * 20)
+    at = translate(new_app(), text)
+    assert_clean(at)
+    assert any("only the first" in w.value and str(tr.max_source_tokens) in w.value for w in at.warning)
+    spec = chart(at, "Cross-attention")
+    assert len(spec["layout"]["xaxis"]["ticktext"]) <= tr.config.max_len
+
+
+def test_emoji_and_markup_are_shown_as_text(app_env, tr):
+    text = "A dog 🐕 <script>alert('x')</script> <b>runs</b> & 日本語"
+    at = translate(new_app(), text)
+    assert_clean(at)
+    assert any("<unk>" in i.value for i in at.info)  # characters outside the vocabulary are named
+    assert tr.translate(text).text in shown_texts(at)
+    # no element lets HTML through, and token labels in the charts are escaped
+    assert all(not m.proto.allow_html for m in at.markdown)
+    pieces = [c.value for c in at.code]
+    assert any("<unk>" in p for p in pieces)
+    spec = chart(at, "Cross-attention")
+    assert all("<" not in label for label in spec["layout"]["xaxis"]["ticktext"])
+    assert any("&lt;unk&gt;" in label for label in spec["layout"]["xaxis"]["ticktext"])
+
+
+def test_bad_checkpoint_gives_a_clear_message(app_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(tmp_path / "missing"))
+    at = new_app()
+    assert not at.exception
+    assert len(at.error) == 1 and "could not be loaded" in at.error[0].value and "not found" in at.error[0].value
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    (broken / "model.safetensors").write_bytes(b"garbage")
+    (broken / "tokenizer.model").write_bytes(b"garbage")
+    at.sidebar.text_input(key="checkpoint").set_value(str(broken))
+    at.run()
+    assert not at.exception
+    assert len(at.error) == 1 and "tokenizer.model" in at.error[0].value
+    # back to a good checkpoint: the page works again
+    at.sidebar.text_input(key="checkpoint").set_value(str(app_env))
+    at.run()
+    assert_clean(at)
+
+
+def test_missing_default_checkpoint_explains_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
+    monkeypatch.setattr(inference, "REPO_ROOT", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    at = new_app()
+    assert not at.exception
+    assert at.sidebar.text_input(key="checkpoint").value == "checkpoints/multi30k-en-de"
+    assert "could not be loaded" in at.error[0].value
+    assert any("python -m transformer.train" in i.value for i in at.info)

@@ -1,0 +1,279 @@
+"""The explorer's figures, statistics and model helpers, without a browser or a Streamlit runtime."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import transformer  # noqa: E402
+from app import analysis, inference, views  # noqa: E402
+from app.inference import DecodeSettings  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _rows(q: int, k: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    w = rng.random((q, k))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------------------------ labels, escaping
+
+
+def test_unique_labels_keep_repeated_tokens_apart_and_escape_markup():
+    tokens = ["▁a", "▁dog", "▁a", "<script>", "&"]
+    labels = analysis.unique_labels(tokens)
+    assert len(set(labels)) == len(tokens)
+    assert labels[0] == "▁a·0" and labels[2] == "▁a·2" and labels[1] == "▁dog"
+    assert labels[3] == "&lt;script&gt;" and labels[4] == "&amp;"
+    assert all("<" not in label for label in labels)
+
+
+def test_heatmap_z_axes_and_hover_match_the_matrix():
+    w = _rows(4, 5)
+    queries = ["▁Ein", "▁Hund", "<unk>", "▁Hund"]
+    keys = ["▁A", "▁dog", "<b>", "▁dog", "</s>"]
+    fig = views.attention_heatmap(w, queries, keys, title="t")
+    heat = fig.data[0]
+    np.testing.assert_allclose(np.asarray(heat.z), w)
+    assert list(heat.x) == list(range(5)) and list(heat.y) == list(range(4))
+    # repeated tokens keep their own rows / columns: tick labels are unique
+    assert len(set(fig.layout.yaxis.ticktext)) == 4 and len(set(fig.layout.xaxis.ticktext)) == 5
+    assert "&lt;b&gt;" in fig.layout.xaxis.ticktext[2]
+    assert fig.layout.yaxis.autorange == "reversed"  # first query on top
+    custom = np.asarray(heat.customdata)
+    assert custom[2, 2, 0] == "&lt;unk&gt;" and custom[2, 2, 1] == "&lt;b&gt;"
+    assert custom[3, 1, 0] == "▁Hund" and custom[3, 1, 2] == 3 and custom[3, 1, 3] == 1
+    assert "customdata[0]" in heat.hovertemplate and "customdata[1]" in heat.hovertemplate
+    assert "%{z" in heat.hovertemplate
+    # no raw markup from tokens anywhere in the figure
+    assert "<b>" not in json.dumps(fig.layout.xaxis.ticktext)
+
+
+def test_heatmap_window_offsets_show_true_positions():
+    w = _rows(3, 3)
+    fig = views.attention_heatmap(w, ["a", "b", "c"], ["x", "y", "z"], query_offset=10, key_offset=20)
+    custom = np.asarray(fig.data[0].customdata)
+    assert custom[0, 0, 2] == 10 and custom[2, 1, 3] == 21
+
+
+def test_head_grid_has_every_head_on_one_colour_scale():
+    rng = np.random.default_rng(1)
+    attn = rng.random((2, 3, 4, 5))
+    attn /= attn.sum(-1, keepdims=True)
+    fig = views.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", highlight=(1, 2))
+    heats = [t for t in fig.data if t.type == "heatmap"]
+    assert len(heats) == 6
+    for i, trace in enumerate(heats):
+        np.testing.assert_allclose(np.asarray(trace.z), attn[i // 3, i % 3])
+        assert trace.coloraxis == "coloraxis"
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == pytest.approx(attn.max())
+    assert len(fig.layout.shapes) == 1  # the highlighted head
+
+
+def test_lines_draw_only_weights_above_the_threshold():
+    attn = np.zeros((2, 3, 3))
+    attn[0] = np.eye(3)
+    attn[1] = [[0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.3, 0.3, 0.4]]
+    fig = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], threshold=0.05)
+    segments = sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in fig.data
+                   if t.mode == "lines" and t.x is not None and len(t.x) > 1)
+    assert segments == int((attn >= 0.05).sum())  # 3 + 6 (the 0.02 weight is hidden)
+    focused = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], focus=1, threshold=0.05)
+    segs = sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in focused.data
+               if t.mode == "lines" and t.x is not None and len(t.x) > 1)
+    assert segs == 2  # head 1: b->y, head 2: b->y
+    only_head_2 = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], heads=[1])
+    assert {t.name for t in only_head_2.data if t.showlegend} == {"head 2"}
+
+
+def test_mask_figure_and_masked_weight():
+    mask = np.tril(np.ones((3, 3), dtype=bool))
+    fig = views.mask_figure(mask, ["<s>", "a", "b"], ["<s>", "a", "b"], "causal")
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z), mask.astype(float))
+    assert fig.layout.yaxis.ticktext[0] == "&lt;s&gt;"
+    weights = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
+    assert analysis.masked_weight(weights, mask) == 0.0
+    weights[0, 2] = 0.1
+    assert analysis.masked_weight(weights, mask) == pytest.approx(0.1)
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def test_head_diagnostics_on_known_patterns():
+    n = 5
+    identity = np.eye(n)
+    uniform = np.full((n, n), 1.0 / n)
+    previous = np.zeros((n, n))
+    previous[0, 0] = 1.0
+    previous[np.arange(1, n), np.arange(n - 1)] = 1.0
+    attn = {"encoder": np.stack([np.stack([identity, uniform, previous])])}  # (1 layer, 3 heads, n, n)
+    rows = analysis.head_diagnostics(attn, {"encoder": n - 1})
+    assert [r["head"] for r in rows] == [1, 2, 3]
+    ident, unif, prev = rows
+    assert ident["entropy"] == pytest.approx(0.0) and ident["on same"] == pytest.approx(1.0)
+    assert ident["max weight"] == pytest.approx(1.0) and ident["on special token"] == pytest.approx(1.0 / n)
+    assert unif["entropy"] == pytest.approx(np.log(n)) and unif["max weight"] == pytest.approx(1.0 / n)
+    assert prev["on previous"] == pytest.approx(1.0) and prev["on next"] == pytest.approx(0.0)
+
+
+def test_sinusoid_matches_the_package_and_similarity_depends_on_distance():
+    table = analysis.sinusoid(50, 16)
+    np.testing.assert_allclose(table, transformer.positional_encoding(50, 16).numpy(), atol=1e-6)
+    sim = analysis.cosine_similarity(table)
+    np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-9)
+    # cosine similarity of sinusoidal codes depends only on the distance (constant along diagonals)
+    np.testing.assert_allclose(np.diag(sim, 3)[:-1], np.diag(sim, 3)[1:], atol=1e-9)
+    fig = views.pe_similarity(table)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z), sim)
+    waves = views.pe_waves(table, [0, 3])
+    np.testing.assert_allclose(np.asarray(waves.data[1].y), table[:, 3])
+    assert "cos" in waves.data[1].name and "sin" in waves.data[0].name
+
+
+def test_small_figures_escape_tokens():
+    fig = views.topk_figure(["<x>", "▁b"], np.array([0.6, 0.3]), chosen=0)
+    assert fig.data[0].customdata[0] == "&lt;x&gt;"
+    assert fig.data[0].marker.color[0] == "#2e7d32"
+    norms = views.norms_figure(["<a>", "b"], np.array([3.0, 4.0]), np.array([2.0, 2.0]), np.array([3.5]))
+    np.testing.assert_allclose(np.asarray(norms.data[0].y), [3.0, 4.0])
+    evo = views.evolution_figure([("step 1", np.eye(2)), ("final", np.ones((2, 2)) / 2)], ["a", "b"], ["c", "d"], "t")
+    assert len(views.figure_arrays(evo)) == 2
+    hist = views.history_figure([{"step": 1, "val_bleu": 2.0, "val_loss": 3.0}], marks=[1])
+    assert hist is not None and list(hist.data[0].y) == [2.0]
+    assert views.history_figure([]) is None
+
+
+# ------------------------------------------------------------------------------------------------ model helpers
+
+
+@pytest.fixture(scope="module")
+def tr(tiny_checkpoint):
+    return inference.load_translator(str(tiny_checkpoint), "cpu")
+
+
+def test_analysis_equals_the_translators_attentions(tr):
+    text = "A man rides a red bike."
+    settings = DecodeSettings(beam_size=2, max_len_a=0.0, max_len_b=8)
+    result = inference.analyse(tr, text, settings)
+    ref = tr.translate(text, beam_size=2, max_len_a=0.0, max_len_b=8)
+    assert result.translation == ref.text and result.target_tokens == ref.target_tokens
+    assert result.score == pytest.approx(ref.score, abs=1e-5)
+    for kind, ref_attn in (("encoder", ref.encoder_attentions), ("decoder", ref.decoder_attentions),
+                           ("cross", ref.cross_attentions)):
+        got = result.attention(kind)
+        assert got.shape[:2] == (len(ref_attn), tr.config.n_heads)
+        for layer, a in enumerate(ref_attn):
+            np.testing.assert_allclose(got[layer], a.numpy(), atol=1e-6)
+    q, k = result.axes("cross")
+    assert result.cross.shape[2:] == (len(q), len(k))
+    # top-k candidates are the softmax of the teacher-forced logits, best first
+    out = tr.attentions(result.source_ids, result.target_ids[:-1])
+    probs = out.logits[0].softmax(-1)
+    np.testing.assert_allclose(result.topk_probs[:, 0], probs.max(-1).values.numpy(), atol=1e-6)
+    np.testing.assert_allclose(result.chosen_probs, probs[torch.arange(len(result.target_ids)),
+                                                         torch.tensor(result.target_ids)].numpy(), atol=1e-6)
+    assert np.all(np.diff(result.topk_probs, axis=1) <= 1e-7)
+
+
+def test_ablation_matches_the_translator_head_mask(tr):
+    text = "Two dogs play in the park."
+    heads = (("cross", 0, 1), ("encoder", 1, 0))
+    mask = inference.build_head_mask(tr, heads)
+    assert mask["cross"][0, 1] == 0 and mask["encoder"][1, 0] == 0 and mask["decoder"].min() == 1
+    assert float(mask["cross"].sum()) == tr.config.n_decoder_layers * tr.config.n_heads - 1
+    ablated = inference.analyse(tr, text, DecodeSettings(beam_size=1), heads)
+    ref = tr.translate(text, beam_size=1, head_mask=mask)
+    assert ablated.translation == ref.text
+    for layer, a in enumerate(ref.cross_attentions):
+        np.testing.assert_allclose(ablated.cross[layer], a.numpy(), atol=1e-6)
+    # switching every head off changes the probability of the original translation
+    base = inference.analyse(tr, text, DecodeSettings(beam_size=1))
+    every = tuple(inference.all_heads(tr))
+    assert len(every) == (tr.config.n_encoder_layers + 2 * tr.config.n_decoder_layers) * tr.config.n_heads
+    before = inference.forced_logprob(tr, base.source_ids, base.target_ids)
+    after = inference.forced_logprob(tr, base.source_ids, base.target_ids, every)
+    assert before != pytest.approx(after, abs=1e-4)
+    with pytest.raises(ValueError):
+        inference.build_head_mask(tr, (("cross", 99, 0),))
+
+
+def test_masks_are_the_models_masks(tr):
+    result = inference.analyse(tr, "A dog runs.", DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=5))
+    masks = inference.mask_arrays(tr, result, extra_source_pad=2, extra_target_pad=3)
+    s, t = len(result.source_ids) + 2, len(result.target_ids) + 3
+    assert masks["encoder"].shape == (s, s) and masks["decoder"].shape == (t, t) and masks["cross"].shape == (t, s)
+    assert not masks["encoder"][:, -2:].any() and masks["encoder"][:, :-2].all()
+    np.testing.assert_array_equal(masks["causal"], np.tril(np.ones((t, t), dtype=bool)))
+    expected = np.tril(np.ones((t, t), dtype=bool))
+    expected[:, -3:] = False
+    np.testing.assert_array_equal(masks["decoder"], expected)
+    # the real weights respect the masks
+    plain = inference.mask_arrays(tr, result)
+    assert analysis.masked_weight(result.decoder, plain["decoder"]) == 0.0
+
+
+def test_positional_helpers(tr):
+    own = inference.model_pe(tr)
+    assert own.shape == (tr.config.max_len, tr.config.d_model)
+    np.testing.assert_allclose(own, inference.positional_table(*own.shape), atol=1e-6)
+    norms = inference.embedding_norms(tr, [4, 5])
+    expected = tr.model.src_embed.weight[4].norm().item() * tr.config.d_model ** 0.5
+    assert norms[0] == pytest.approx(expected, rel=1e-5)
+    assert len(inference.vocab_embedding_norms(tr)) == tr.config.src_vocab_size - 1
+
+
+def test_exports_round_trip(tr):
+    result = inference.analyse(tr, "A <b>girl</b> & a boy.", DecodeSettings(beam_size=1, max_len_b=6))
+    data = json.loads(inference.export_json(result, "ckpt"))
+    assert data["source"] == "A <b>girl</b> & a boy." and data["source_tokens"] == result.source_tokens
+    np.testing.assert_allclose(np.asarray(data["attention"]["cross"]), result.cross, atol=1e-6)
+    npz = np.load(io.BytesIO(inference.export_npz(result)))
+    np.testing.assert_array_equal(npz["encoder"], result.encoder)
+    assert list(npz["target_tokens"]) == result.target_tokens
+
+
+def test_snapshots_load_into_a_copy(tr, tmp_path):
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "ckpt"
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {"steps": 9})
+    (ckpt / "snapshots").mkdir()
+    state = {k: v.half().contiguous() for k, v in tr.model.state_dict().items()
+             if k not in ("tgt_embed.weight", "generator.weight")}
+    save_file(state, str(ckpt / "snapshots" / "step0000003.safetensors"))
+    (ckpt / "snapshots" / "step0000001.safetensors").write_bytes(b"not a safetensors file")
+    local = inference.load_translator(str(ckpt), "cpu")
+    snaps = inference.list_snapshots(local)
+    assert [inference.snapshot_step(p) for p in snaps] == [1, 3]
+    with pytest.raises(transformer.CheckpointError):
+        inference.load_snapshot_model(local, snaps[0])
+    model = inference.load_snapshot_model(local, snaps[1])
+    assert model is not local.model and model.generator.weight is model.src_embed.weight
+    result = inference.analyse(local, "A dog.", DecodeSettings(beam_size=1, max_len_b=5))
+    attn, text = inference.snapshot_attentions(local, model, result.source_ids, result.target_ids)
+    np.testing.assert_allclose(attn["cross"], result.cross, atol=2e-2)  # fp16 copy of the same weights
+    assert isinstance(text, str)
+    assert inference.list_snapshots(tr) == []
+
+
+def test_load_errors_are_checkpoint_errors(tmp_path):
+    with pytest.raises(transformer.CheckpointError, match="not found"):
+        inference.load_translator(str(tmp_path / "nope"), "cpu")
+    with pytest.raises(transformer.CheckpointError):
+        inference.load_translator("  ", "cpu")
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(transformer.CheckpointError, match="missing"):
+        inference.load_translator(str(tmp_path / "bad"), "cpu")

@@ -1,0 +1,188 @@
+"""Checkpoint directories: exact round trips, and a clear CheckpointError for every way loading can fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import transformer
+from transformer import CheckpointError, Transformer, TransformerConfig, load_model_dir, save_checkpoint
+from transformer.checkpoint import CONFIG_FILE, METADATA_FILE, REQUIRED_FILES, TOKENIZER_FILE, WEIGHTS_FILE
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path, tiny_checkpoint: Path) -> Path:
+    """A private copy of the tiny checkpoint, free to break."""
+    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "ckpt"))
+
+
+def sample_batch(vocab: int):
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab, (3, 6), generator=gen)
+    src[1, 4:] = 0
+    tgt = torch.randint(4, vocab, (3, 5), generator=gen)
+    tgt[:, 0] = 2
+    tgt[2, 3:] = 0
+    return src, tgt
+
+
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_save_then_load_is_bit_exact(tmp_path, tiny_tokenizer, share_embeddings):
+    v = tiny_tokenizer.vocab_size
+    torch.manual_seed(1)
+    model = Transformer(TransformerConfig(src_vocab_size=v, tgt_vocab_size=v, d_model=16, n_heads=2,
+                                          n_encoder_layers=1, n_decoder_layers=2, d_ff=32, max_len=20,
+                                          norm_first=not share_embeddings, share_embeddings=share_embeddings)).eval()
+    with torch.no_grad():  # non-default values everywhere, biases and norms included
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    metadata = {"bleu": 12.5, "note": "Grüße, 世界 🙂"}
+    path = save_checkpoint(tmp_path / "out", model, tiny_tokenizer, metadata)
+    assert sorted(p.name for p in path.iterdir()) == sorted([*REQUIRED_FILES, METADATA_FILE])
+
+    loaded, tokenizer, meta = load_model_dir(path)
+    assert meta == metadata
+    assert loaded.config == model.config
+    assert not loaded.training
+    assert tokenizer.model_proto == tiny_tokenizer.model_proto
+    ours, theirs = model.state_dict(), loaded.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+    if share_embeddings:  # stored once, tied again after loading
+        assert loaded.generator.weight.data_ptr() == loaded.src_embed.weight.data_ptr()
+        assert loaded.tgt_embed.weight.data_ptr() == loaded.src_embed.weight.data_ptr()
+    else:
+        assert loaded.generator.weight.data_ptr() != loaded.src_embed.weight.data_ptr()
+
+    src, tgt = sample_batch(v)
+    with torch.no_grad():
+        a = model(src, tgt, return_attention=True)
+        b = loaded(src, tgt, return_attention=True)
+    assert torch.equal(a.logits, b.logits)
+    for wa, wb in zip(a.encoder_attentions + a.decoder_attentions + a.cross_attentions,
+                      b.encoder_attentions + b.decoder_attentions + b.cross_attentions):
+        assert torch.equal(wa, wb)
+
+
+def test_no_pickle_in_the_weights(ckpt):
+    assert not (ckpt / WEIGHTS_FILE).read_bytes().startswith(b"\x80")  # a pickle stream starts with PROTO
+    assert not list(ckpt.glob("*.pt")) and not list(ckpt.glob("*.bin"))
+
+
+def test_load_returns_a_translator(tiny_checkpoint):
+    translator = transformer.load(tiny_checkpoint, device="cpu")
+    assert translator.path == tiny_checkpoint
+    assert translator.metadata == {"note": "random weights, for tests"}
+    assert translator.device == torch.device("cpu")
+    assert not translator.model.training
+    assert transformer.load(str(tiny_checkpoint), device="auto").device.type in ("cpu", "cuda")
+
+
+@pytest.mark.parametrize("name", REQUIRED_FILES)
+def test_missing_file(ckpt, name):
+    (ckpt / name).unlink()
+    with pytest.raises(CheckpointError, match=f"missing {name}"):
+        load_model_dir(ckpt)
+    with pytest.raises(CheckpointError, match=name):
+        transformer.load(ckpt)
+
+
+def test_missing_metadata_is_fine(ckpt):
+    (ckpt / METADATA_FILE).unlink()
+    _, _, metadata = load_model_dir(ckpt)
+    assert metadata == {}
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        transformer.load(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="not found"):
+        transformer.load("./nope/not/here")
+    with pytest.raises(CheckpointError, match="missing"):
+        load_model_dir(tmp_path)  # exists, but empty
+
+
+def test_a_file_instead_of_a_directory(ckpt):
+    with pytest.raises(CheckpointError, match="is a file"):
+        transformer.load(ckpt / CONFIG_FILE)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_corrupt_weights(ckpt, damage):
+    weights = ckpt / WEIGHTS_FILE
+    data = weights.read_bytes()
+    weights.write_bytes({"garbage": b"this is not a safetensors file" * 10,
+                         "truncated": data[: len(data) // 2], "empty": b""}[damage])
+    with pytest.raises(CheckpointError, match=WEIGHTS_FILE) as err:
+        load_model_dir(ckpt)
+    assert "corrupt" in str(err.value)
+
+
+def test_corrupt_tokenizer(ckpt):
+    (ckpt / TOKENIZER_FILE).write_bytes(b"\x00\x01 not a sentencepiece model")
+    with pytest.raises(CheckpointError, match=TOKENIZER_FILE):
+        load_model_dir(ckpt)
+
+
+@pytest.mark.parametrize("text", ["{ not json", "[1, 2, 3]", '{"d_model": 32, "n_layers": 2}', '{"d_model": 30}'])
+def test_corrupt_config(ckpt, text):
+    (ckpt / CONFIG_FILE).write_text(text)
+    with pytest.raises(CheckpointError, match=CONFIG_FILE):
+        load_model_dir(ckpt)
+
+
+def test_corrupt_metadata(ckpt):
+    (ckpt / METADATA_FILE).write_text("{ nope")
+    with pytest.raises(CheckpointError, match=METADATA_FILE):
+        load_model_dir(ckpt)
+
+
+@pytest.mark.parametrize("change", [{"d_ff": 48}, {"n_decoder_layers": 1}, {"n_encoder_layers": 3},
+                                    {"d_model": 16, "n_heads": 4}, {"share_embeddings": False},
+                                    {"norm_first": True}])
+def test_config_that_does_not_match_the_weights(ckpt, change):
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    config.update(change)
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="does not match config.json"):
+        load_model_dir(ckpt)
+
+
+def test_config_vocabulary_that_does_not_match_the_tokenizer(ckpt):
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    config["src_vocab_size"] = config["tgt_vocab_size"] = config["tgt_vocab_size"] + 5
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="tokenizer has"):
+        load_model_dir(ckpt)
+
+
+def test_unknown_hub_repo_offline_fails_fast_and_clearly(monkeypatch, tmp_path):
+    from huggingface_hub import constants, snapshot_download  # noqa: F401  (loaded before the variable is set)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+    def hang(signum, frame):
+        raise TimeoutError("transformer.load hung on an offline Hub lookup")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    start = time.monotonic()
+    try:
+        with pytest.raises(CheckpointError) as err:
+            transformer.load("some-owner/some-repo-that-does-not-exist")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 30
+    message = str(err.value)
+    assert "some-owner/some-repo-that-does-not-exist" in message
+    assert "Hugging Face Hub" in message
+    assert "offline" in message.lower()

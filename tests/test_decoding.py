@@ -1,0 +1,235 @@
+"""Greedy and beam search: cache against recomputation, beam 1 against greedy, an exhaustive-search oracle."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from transformer import Transformer, TransformerConfig, beam_search, greedy_decode, length_penalty
+from transformer.decoding import max_output_length
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+MODELS = {
+    "post-norm-tied": dict(),
+    "pre-norm-untied": dict(norm_first=True, share_embeddings=False, src_vocab_size=13, tgt_vocab_size=9,
+                            n_encoder_layers=1, d_model=24, n_heads=3),
+}
+
+
+def make_model(seed: int = 0, **overrides) -> Transformer:
+    sizes = dict(src_vocab_size=12, tgt_vocab_size=12, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
+                 d_ff=64, dropout=0.1, max_len=24)
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig(**{**sizes, **overrides})).eval()
+
+
+def make_src(cfg: TransformerConfig, lens=(6, 3, 5, 1), seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lens), max(lens)), PAD)
+    for i, n in enumerate(lens):
+        src[i, :n] = torch.randint(4, cfg.src_vocab_size, (n,), generator=gen)
+        src[i, n - 1] = EOS
+    return src
+
+
+def strip(row: list[int]) -> list[int]:
+    """Output ids up to and including the first EOS (what follows is padding)."""
+    return row[: row.index(EOS) + 1] if EOS in row else row
+
+
+def rescore(model: Transformer, src_row: torch.Tensor, out: list[int]) -> torch.Tensor:
+    """Teacher-forced log-probability of each output token, ``(len(out),)``."""
+    src = src_row[src_row != PAD][None]
+    tgt = torch.tensor([[BOS, *out[:-1]]])
+    with torch.no_grad():
+        logp = model(src, tgt).logits[0].log_softmax(-1)
+    return logp[torch.arange(len(out)), torch.tensor(out)]
+
+
+def pad_loving(model: Transformer) -> Transformer:
+    """Make PAD, then BOS, the most probable next token everywhere (untied output projection)."""
+    assert not model.config.share_embeddings
+    with torch.no_grad():
+        norm = model.decoder_norm if model.config.norm_first else model.decoder_layers[-1].norm3
+        norm.bias.fill_(3.0)
+        model.generator.weight[PAD] = 1.0
+        model.generator.weight[BOS] = 0.9
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def test_length_penalty():
+    lengths = torch.tensor([1, 4, 10])
+    torch.testing.assert_close(length_penalty(lengths, 0.6), ((5 + lengths.float()) / 6) ** 0.6)
+    assert (length_penalty(lengths, 0.0) == 1).all()
+    assert length_penalty(torch.tensor(1), 1.0).item() == 1.0
+
+
+def test_output_length_is_bounded_by_max_len():
+    model = make_model(max_len=10)
+    assert max_output_length(model, 5, 1.5, 10) == 9
+    assert max_output_length(model, 2, 1.0, 3) == 5
+    src = make_src(model.config, (4,))
+    for hyp in (greedy_decode(model, src, max_len_b=100), beam_search(model, src, 2, max_len_b=100)):
+        assert hyp.tokens.size(1) <= 9
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_cache_equals_recomputation(name, seed):
+    model = make_model(seed, **MODELS[name])
+    src = make_src(model.config, seed=seed)
+    cached = greedy_decode(model, src, max_len_b=6)
+    full = greedy_decode(model, src, max_len_b=6, use_cache=False)
+    assert cached.tokens.tolist() == full.tokens.tolist()
+    torch.testing.assert_close(cached.scores, full.scores, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_cache_equals_recomputation(name, seed, alpha):
+    model = make_model(seed, **MODELS[name])
+    src = make_src(model.config, seed=seed)
+    cached = beam_search(model, src, beam_size=3, alpha=alpha, max_len_b=6)
+    full = beam_search(model, src, beam_size=3, alpha=alpha, max_len_b=6, use_cache=False)
+    assert cached.tokens.tolist() == full.tokens.tolist()
+    torch.testing.assert_close(cached.scores, full.scores, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_size_one_is_greedy(name, seed):
+    model = make_model(seed, **MODELS[name])
+    src = make_src(model.config, seed=seed)
+    greedy = greedy_decode(model, src, max_len_b=6)
+    beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_b=6)
+    assert [strip(r) for r in beam.tokens.tolist()] == [strip(r) for r in greedy.tokens.tolist()]
+    torch.testing.assert_close(beam.scores, greedy.scores, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_scores_are_teacher_forced_log_probabilities(name):
+    model = make_model(3, **MODELS[name])
+    src = make_src(model.config, seed=3)
+    greedy = greedy_decode(model, src, max_len_b=6)
+    beam = beam_search(model, src, beam_size=3, alpha=0.6, max_len_b=6)
+    for i in range(src.size(0)):
+        out = strip(greedy.tokens[i].tolist())
+        assert abs(rescore(model, src[i], out).sum().item() - greedy.scores[i].item()) < 1e-4
+        out = strip(beam.tokens[i].tolist())
+        if out[-1] == EOS:  # finished hypotheses are normalised by the GNMT penalty of their length
+            expected = rescore(model, src[i], out).sum() / length_penalty(torch.tensor(len(out)), 0.6)
+            assert abs(expected.item() - beam.scores[i].item()) < 1e-4
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_batched_decoding_equals_one_by_one(name):
+    """A sentence's output, its length budget (a * source length + b) included, does not depend on its batch."""
+    model = make_model(4, **MODELS[name])
+    src = make_src(model.config, seed=4)
+    greedy = greedy_decode(model, src, max_len_a=1.5, max_len_b=1)
+    beam = beam_search(model, src, beam_size=3, max_len_a=1.5, max_len_b=1)
+    for i in range(src.size(0)):
+        row = src[i:i + 1, : int((src[i] != PAD).sum())]
+        g = greedy_decode(model, row, max_len_a=1.5, max_len_b=1)
+        bm = beam_search(model, row, beam_size=3, max_len_a=1.5, max_len_b=1)
+        assert strip(g.tokens[0].tolist()) == strip(greedy.tokens[i].tolist())
+        assert strip(bm.tokens[0].tolist()) == strip(beam.tokens[i].tolist())
+        assert abs(g.scores[0].item() - greedy.scores[i].item()) < 1e-4
+        assert abs(bm.scores[0].item() - beam.scores[i].item()) < 1e-4
+        assert len(strip(g.tokens[0].tolist())) <= int(1.5 * row.size(1) + 1)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_exhaustive_best(alpha):
+    """With a beam wider than the whole search space, beam search is exhaustive search: compare with brute force."""
+    model = make_model(5, src_vocab_size=7, tgt_vocab_size=7)
+    src = make_src(model.config, (5,), seed=5)
+    steps = 3
+    assert max_output_length(model, src.size(1), 0.0, steps) == steps
+    beam = beam_search(model, src, beam_size=96, alpha=alpha, max_len_a=0.0, max_len_b=steps)
+
+    words = [t for t in range(model.config.tgt_vocab_size) if t not in (PAD, BOS, EOS)]
+    best, best_seq = float("-inf"), None
+    for n in range(steps):
+        for prefix in itertools.product(words, repeat=n):
+            seq = [*prefix, EOS]
+            score = rescore(model, src[0], seq).sum().item() / ((5 + len(seq)) / 6) ** alpha
+            if score > best:
+                best, best_seq = score, seq
+    assert strip(beam.tokens[0].tolist()) == best_seq
+    assert abs(beam.scores[0].item() - best) < 1e-4
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_decoding_never_emits_pad_or_bos(beam_size):
+    """PAD and BOS are never outputs, even from a model that rates them highest."""
+    model = pad_loving(make_model(6, **MODELS["pre-norm-untied"]))
+    src = make_src(model.config, seed=6)
+    with torch.no_grad():
+        probs = model(src, torch.full((src.size(0), 1), BOS)).logits.softmax(-1)
+    assert (probs.argmax(-1) == PAD).all()  # the setup works: PAD is the favourite
+    for use_cache in (True, False):
+        if beam_size == 1:
+            hyp = greedy_decode(model, src, max_len_b=4, use_cache=use_cache)
+        else:
+            hyp = beam_search(model, src, beam_size, max_len_b=4, use_cache=use_cache)
+        for row in hyp.tokens.tolist():
+            out = strip(row)
+            assert PAD not in out and BOS not in out, row
+            assert len(out) > 0
+        assert torch.isfinite(hyp.scores).all()
+
+
+def test_pad_loving_model_cache_equals_recomputation():
+    model = pad_loving(make_model(7, **MODELS["pre-norm-untied"]))
+    with torch.no_grad():  # PAD no longer the favourite by a mile, so the choice among the others matters
+        model.generator.weight[PAD] = 0.3
+    src = make_src(model.config, seed=7)
+    for beam_size in (1, 3):
+        kw = dict(max_len_b=5)
+        if beam_size == 1:
+            a, b = greedy_decode(model, src, **kw), greedy_decode(model, src, use_cache=False, **kw)
+        else:
+            a, b = beam_search(model, src, 3, **kw), beam_search(model, src, 3, use_cache=False, **kw)
+        assert a.tokens.tolist() == b.tokens.tolist()
+        torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=1e-5)
+
+
+def test_head_mask_in_decoding():
+    model = make_model(8)
+    cfg = model.config
+    src = make_src(cfg, seed=8)
+    ones = {k: torch.ones(2, cfg.n_heads) for k in ("encoder", "decoder", "cross")}
+    plain = greedy_decode(model, src, max_len_b=5)
+    same = greedy_decode(model, src, max_len_b=5, head_mask=ones)
+    assert plain.tokens.tolist() == same.tokens.tolist()
+    off = {k: torch.ones(2, cfg.n_heads) for k in ("encoder", "decoder", "cross")}
+    for v in off.values():
+        v[:, :2] = 0
+    cached = greedy_decode(model, src, max_len_b=5, head_mask=off)
+    full = greedy_decode(model, src, max_len_b=5, head_mask=off, use_cache=False)
+    assert cached.tokens.tolist() == full.tokens.tolist()
+    torch.testing.assert_close(cached.scores, full.scores, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(cached.scores, plain.scores)
+    beam_cached = beam_search(model, src, 2, max_len_b=5, head_mask=off)
+    beam_full = beam_search(model, src, 2, max_len_b=5, head_mask=off, use_cache=False)
+    assert beam_cached.tokens.tolist() == beam_full.tokens.tolist()
+
+
+def test_hypotheses_layout():
+    model = make_model(9)
+    src = make_src(model.config, seed=9)
+    for hyp in (greedy_decode(model, src, max_len_b=4), beam_search(model, src, 3, max_len_b=4)):
+        assert hyp.tokens.dtype == torch.long and hyp.tokens.size(0) == src.size(0)
+        assert hyp.scores.shape == (src.size(0),)
+        assert (hyp.scores <= 0).all()
+        for row in hyp.tokens.tolist():
+            if EOS in row:  # only padding after the first EOS
+                assert all(t == PAD for t in row[row.index(EOS) + 1:])

@@ -1,0 +1,41 @@
+"""``python -m transformer.evaluate`` on a tiny checkpoint and a tiny corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer import evaluate
+
+
+def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    code = evaluate.main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
+                          "--beam", "2", "--batch-size", "8", "--json", "--no-progress"])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    result = json.loads(last)
+    assert {"bleu", "chrf", "bleu_lc_tok", "signature", "sentences", "seconds"} <= set(result)
+    assert result["sentences"] == 20
+    assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
+    assert result["signature"].startswith("nrefs:1")
+
+
+def test_score_is_perfect_on_identical_text() -> None:
+    refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park."]
+    perfect = evaluate.score(refs, refs, "de")
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["bleu_lc_tok"] == pytest.approx(100.0)
+    lower = evaluate.score([r.lower() for r in refs], refs, "de")
+    assert lower["bleu"] < 100.0 and lower["bleu_lc_tok"] == pytest.approx(100.0)
+
+
+def test_evaluate_clear_errors(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "test.en").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "test.de").write_text("a\n", encoding="utf-8")
+    code = evaluate.main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tmp_path), "--split", "test"])
+    assert code == 1
+    assert "2 lines but test.de has 1" in capsys.readouterr().err
+    code = evaluate.main(["--checkpoint", str(tmp_path / "missing"), "--data-dir", str(tmp_path), "--split", "x"])
+    assert code == 1
+    assert "error:" in capsys.readouterr().err

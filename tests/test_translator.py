@@ -1,0 +1,163 @@
+"""Translator: text in, translation and attention weights out, consistent with the model and the decoders."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import transformer
+from transformer import TranslationResult, Translator, beam_search, greedy_decode
+from transformer.decoding import max_output_length
+
+TEXTS = ["A man rides a bike.", "Two dogs play in the park with a red ball.", "A girl.",
+         "People are walking on the beach and a child runs on the street."]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint) -> Translator:
+    return transformer.load(tiny_checkpoint, device="cpu")
+
+
+def check_attention_shapes(result: TranslationResult, cfg) -> None:
+    s, t, h = len(result.source_tokens), len(result.target_tokens), cfg.n_heads
+    assert len(result.encoder_attentions) == cfg.n_encoder_layers
+    assert len(result.decoder_attentions) == len(result.cross_attentions) == cfg.n_decoder_layers
+    for w in result.encoder_attentions:
+        assert w.shape == (h, s, s)
+    for w in result.decoder_attentions:
+        assert w.shape == (h, t, t)
+        assert (w[:, torch.ones(t, t, dtype=torch.bool).triu(1)] == 0).all()
+    for w in result.cross_attentions:
+        assert w.shape == (h, t, s)
+    for w in result.encoder_attentions + result.decoder_attentions + result.cross_attentions:
+        assert w.device.type == "cpu"
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translate_returns_consistent_result(translator, beam_size):
+    tok, cfg = translator.tokenizer, translator.config
+    result = translator.translate(TEXTS[0], beam_size=beam_size)
+    assert isinstance(result, TranslationResult)
+    assert isinstance(result.text, str) and isinstance(result.score, float)
+    assert result.score <= 0
+    assert not result.truncated
+    assert result.source_ids == tok.encode(TEXTS[0]) + [cfg.eos_id]
+    assert result.source_tokens == tok.pieces(result.source_ids)
+    assert result.target_ids[-1] == cfg.eos_id
+    assert cfg.eos_id not in result.target_ids[:-1] and cfg.pad_id not in result.target_ids
+    assert result.target_tokens == tok.pieces(result.target_ids)
+    assert result.decoder_input_tokens == tok.pieces([cfg.bos_id, *result.target_ids[:-1]])
+    assert len(result.decoder_input_tokens) == len(result.target_tokens)
+    assert result.text == tok.decode(result.target_ids)
+    assert all(isinstance(p, str) for p in result.source_tokens + result.target_tokens)
+    check_attention_shapes(result, cfg)
+
+
+def test_attentions_equal_a_teacher_forced_forward_pass(translator):
+    cfg = translator.config
+    result = translator.translate(TEXTS[1], beam_size=2)
+    src = torch.tensor([result.source_ids])
+    tgt = torch.tensor([[cfg.bos_id, *result.target_ids[:-1]]])
+    with torch.no_grad():
+        out = translator.model(src, tgt, return_attention=True)
+    for got, expected in [(result.encoder_attentions, out.encoder_attentions),
+                          (result.decoder_attentions, out.decoder_attentions),
+                          (result.cross_attentions, out.cross_attentions)]:
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e[0], atol=1e-6, rtol=1e-6)
+
+
+def test_greedy_output_is_the_argmax_of_the_teacher_forced_pass(translator):
+    """The decoder query t that the attentions show is the step that chose target token t."""
+    cfg = translator.config
+    for text in TEXTS[:3]:
+        result = translator.translate(text, beam_size=1)
+        src = torch.tensor([result.source_ids])
+        tgt = torch.tensor([[cfg.bos_id, *result.target_ids[:-1]]])
+        with torch.no_grad():
+            logits = translator.model(src, tgt).logits[0]
+        chosen = logits.argmax(-1).tolist()
+        generated = result.target_ids[:-1]
+        assert chosen[: len(generated)] == generated
+        limit = max_output_length(translator.model, len(result.source_ids), 1.5, 10)
+        if len(generated) < limit:  # it stopped because it chose EOS
+            assert chosen[-1] == cfg.eos_id
+
+
+def test_translator_uses_the_decoders(translator):
+    ids, _ = translator.encode_source(TEXTS[1])
+    src = torch.tensor([ids])
+    greedy = greedy_decode(translator.model, src)
+    beam = beam_search(translator.model, src, beam_size=3)
+    for beam_size, hyp in [(1, greedy), (3, beam)]:
+        result = translator.translate(TEXTS[1], beam_size=beam_size, return_attention=False)
+        row = hyp.tokens[0].tolist()
+        out = row[: row.index(translator.config.eos_id)] if translator.config.eos_id in row else row
+        assert result.target_ids[:-1] == out
+        assert abs(result.score - hyp.scores[0].item()) < 1e-5
+        assert result.encoder_attentions == result.decoder_attentions == result.cross_attentions == ()
+
+
+def test_long_text_is_truncated(translator):
+    cfg = translator.config
+    text = " ".join(["a man rides a red bike in the park"] * 20)
+    assert len(translator.tokenizer.encode(text)) > cfg.max_len
+    result = translator.translate(text, beam_size=1, max_len_b=2)
+    assert result.truncated
+    assert len(result.source_ids) == len(result.source_tokens) == cfg.max_len
+    assert result.source_ids[-1] == cfg.eos_id
+    assert len(result.target_ids) <= cfg.max_len
+    check_attention_shapes(result, cfg)
+    # exactly at the limit: not truncated
+    ids = translator.tokenizer.encode(text)[: translator.max_source_tokens]
+    exact = translator.tokenizer.decode(ids)
+    if translator.tokenizer.encode(exact) == ids:
+        assert not translator.translate(exact, beam_size=1, max_len_b=2).truncated
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translate_batch_equals_one_by_one(translator, beam_size):
+    batch = translator.translate_batch(TEXTS, beam_size=beam_size, return_attention=True)
+    assert len(batch) == len(TEXTS)
+    for text, got in zip(TEXTS, batch):
+        alone = translator.translate(text, beam_size=beam_size, return_attention=True)
+        assert got.text == alone.text
+        assert got.target_ids == alone.target_ids and got.source_ids == alone.source_ids
+        assert got.target_tokens == alone.target_tokens and got.truncated == alone.truncated
+        assert abs(got.score - alone.score) < 1e-4
+        for a, b in zip(got.encoder_attentions + got.decoder_attentions + got.cross_attentions,
+                        alone.encoder_attentions + alone.decoder_attentions + alone.cross_attentions):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_translate_batch_edge_cases(translator):
+    assert translator.translate_batch([]) == []
+    results = translator.translate_batch(["", "🙂 中文 שלום <script>alert(1)</script>", "e\u0301"], beam_size=2)
+    assert len(results) == 3
+    for r in results:
+        assert isinstance(r.text, str) and r.source_ids[-1] == translator.config.eos_id
+        assert r.encoder_attentions == ()  # translate_batch returns no attentions unless asked
+    check_attention_shapes(translator.translate("", beam_size=1), translator.config)
+
+
+def test_translation_is_deterministic(translator):
+    a = translator.translate(TEXTS[3], beam_size=2)
+    b = translator.translate(TEXTS[3], beam_size=2)
+    assert a.text == b.text and a.score == b.score
+    for x, y in zip(a.cross_attentions, b.cross_attentions):
+        assert torch.equal(x, y)
+
+
+def test_head_mask_reaches_the_attentions(translator):
+    cfg = translator.config
+    n = cfg.n_encoder_layers
+    ones = {k: torch.ones(n, cfg.n_heads) for k in ("encoder", "decoder", "cross")}
+    plain = translator.translate(TEXTS[0], beam_size=1)
+    same = translator.translate(TEXTS[0], beam_size=1, head_mask=ones)
+    assert same.target_ids == plain.target_ids
+    off = {"encoder": torch.ones(n, cfg.n_heads)}
+    off["encoder"][0] = 0  # every head of the first encoder layer off
+    masked = translator.translate(TEXTS[0], beam_size=1, head_mask=off)
+    assert not torch.allclose(masked.encoder_attentions[1], plain.encoder_attentions[1])

@@ -1,0 +1,107 @@
+"""Score a checkpoint with sacreBLEU: ``python -m transformer.evaluate --help``.
+
+Reports BLEU (cased, detokenized, with its signature), chrF, and BLEU on lowercased,
+Moses-tokenized text (the measure multimodal-MT papers report with multi-bleu.perl).
+With ``--json`` the last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import sacrebleu
+from tqdm import tqdm
+
+from .checkpoint import CheckpointError
+from .data import DataError, read_parallel
+from .translator import Translator, load
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """Lowercased Moses tokenization (sacremoses), as used before multi-bleu.perl."""
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang=lang)
+    return [tok.tokenize(line.lower(), return_str=True, escape=False) for line in lines]
+
+
+def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, object]:
+    """BLEU (cased, detokenized), chrF and lowercased tokenized BLEU of ``hyps`` against ``refs``."""
+    bleu = sacrebleu.BLEU()
+    bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
+    chrf = sacrebleu.CHRF().corpus_score(list(hyps), [list(refs)])
+    lc_tok = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(moses_tokenize(hyps, tgt_lang),
+                                                                        [moses_tokenize(refs, tgt_lang)])
+    return {"bleu": round(bleu_score.score, 2), "chrf": round(chrf.score, 2), "bleu_lc_tok": round(lc_tok.score, 2),
+            "signature": str(bleu.get_signature())}
+
+
+def translate_all(translator: Translator, sources: Sequence[str], beam: int, batch_size: int, alpha: float,
+                  progress: bool = True) -> list[str]:
+    """Translate in length-sorted batches (less padding), returning outputs in input order."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs: list[str] = [""] * len(sources)
+    with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr) as bar:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            results = translator.translate_batch([sources[i] for i in chunk], beam_size=beam, alpha=alpha)
+            for i, r in zip(chunk, results):
+                outputs[i] = r.text
+            bar.update(len(chunk))
+    return outputs
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
+    p.add_argument("--data-dir", default="../shared/data/multi30k")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
+    p.add_argument("--output", help="write the translations to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
+        translator = load(args.checkpoint, device=args.device)
+    except (DataError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    hyps = translate_all(translator, sources, args.beam, args.batch_size, args.alpha, not args.no_progress)
+    seconds = time.perf_counter() - start
+    if args.output:
+        Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    result = score(hyps, refs, args.tgt)
+    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=args.beam,
+                  checkpoint=str(args.checkpoint))
+    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {args.beam}, {seconds:.1f} s")
+    print(f"BLEU {result['bleu']:.2f}  ({result['signature']})")
+    print(f"chrF {result['chrf']:.2f}")
+    print(f"BLEU lowercased, Moses-tokenized {result['bleu_lc_tok']:.2f}")
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
