@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import os
 import random
-import shutil
 import tempfile
 import urllib.request
 from collections.abc import Sequence

@@ -36,6 +36,8 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
     if cache is None:  # recompute the whole prefix
         out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
                            cross_head_mask=head_mask.get("cross"))
+    elif head_mask.get("decoder") is None and head_mask.get("cross") is None:  # the fast path
+        return model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1)
     else:
         out = model.decode(tokens[:, -1:], memory, src_mask, cache=cache,
                            self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))

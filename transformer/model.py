@@ -445,7 +445,7 @@ class Transformer(nn.Module):
             x = x + h if pre else layer.norm1(x + h)
             # cross-attention over the cached encoder keys/values
             h = layer.norm2(x) if pre else x
-            q = sa.split_heads(ca.q_proj(h))
+            q = ca.split_heads(ca.q_proj(h))
             h = F.scaled_dot_product_attention(q, c["cross_k"], c["cross_v"], attn_mask=src_mask)
             h = ca.out_proj(h.transpose(1, 2).reshape(n, 1, h_ * d))
             x = x + h if pre else layer.norm2(x + h)

@@ -214,8 +214,8 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     val_src, val_tgt = read_parallel(data_dir, args.valid_split, args.src, args.tgt)
     spm_path = run_dir / "tokenizer.model"
     if main_process and not spm_path.is_file():
-        tok = Tokenizer.train([data_dir / f"{args.train_split}.{args.src}", data_dir / f"{args.train_split}.{args.tgt}"],
-                              vocab_size=args.vocab_size, seed=args.seed)
+        train_files = [data_dir / f"{args.train_split}.{lang}" for lang in (args.src, args.tgt)]
+        tok = Tokenizer.train(train_files, vocab_size=args.vocab_size, seed=args.seed)
         tmp = spm_path.with_name("tokenizer.model.tmp")
         tok.save(tmp)
         os.replace(tmp, spm_path)
@@ -383,18 +383,21 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if kept:
         states = [load_file(str(p)) for p in kept]
         averaged = {k: sum(s[k].float() for s in states) / len(states) for k in states[0]}
-        final.load_state_dict(averaged, strict=False)
-        if config.share_embeddings:
-            final.tgt_embed.weight = final.src_embed.weight
-            final.generator.weight = final.src_embed.weight
+        final.load_state_dict(averaged, strict=False)  # tied weights are stored once, as src_embed
     else:
         final.load_state_dict(model.state_dict())
     final.to(device)
     final_metrics = validate(final, tokenizer, val_pairs, val_tgt, val_batches, args.bleu_sentences, device,
                              args.label_smoothing)
     final_metrics["averaged_checkpoints"] = [p.name for p in kept]
-    log(f"final (average of {len(kept)}): val loss {final_metrics['val_loss']:.3f}, "
-        f"val BLEU {final_metrics['val_bleu']:.2f}")
+    log(f"average of {len(kept)}: val loss {final_metrics['val_loss']:.3f}, val BLEU {final_metrics['val_bleu']:.2f}")
+    if len(kept) > 1:  # averaging early, far-apart checkpoints can hurt: keep the last one if it is better
+        last_metrics = validate(model, tokenizer, val_pairs, val_tgt, val_batches, args.bleu_sentences, device,
+                                args.label_smoothing)
+        log(f"last checkpoint: val loss {last_metrics['val_loss']:.3f}, val BLEU {last_metrics['val_bleu']:.2f}")
+        if last_metrics["val_bleu"] > final_metrics["val_bleu"]:
+            final.load_state_dict(model.state_dict())
+            final_metrics = {**last_metrics, "averaged_checkpoints": [], "average_val_bleu": final_metrics["val_bleu"]}
     (run_dir / "final_metrics.json").write_text(json.dumps(final_metrics, indent=2) + "\n")
     if args.out:
         out = Path(args.out)
