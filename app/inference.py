@@ -341,7 +341,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
         "score": analysis.score, "settings": analysis.settings.__dict__,
-        "ablated_heads": [{"type": k, "layer": l + 1, "head": h + 1} for k, l, h in analysis.ablated],
+        "ablated_heads": [{"type": k, "layer": layer + 1, "head": h + 1} for k, layer, h in analysis.ablated],
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,
         "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",

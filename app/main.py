@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import os  # noqa: E402
 import re  # noqa: E402
 from urllib.parse import urlencode  # noqa: E402
 
@@ -26,6 +27,11 @@ import transformer  # noqa: E402
 from app import cached, inference, views  # noqa: E402
 from app.analysis import KIND_NAMES, KINDS, head_diagnostics, masked_weight  # noqa: E402
 from app.inference import Analysis, HeadKey  # noqa: E402
+
+# One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
+# slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
+_threads = os.environ.get("ATTN_TORCH_THREADS", "1")
+torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
 
 st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                    initial_sidebar_state="expanded")
@@ -113,6 +119,8 @@ def init_state() -> None:
     head = qp.get("head")
     if head == "mean" or _int(head, 1, 128) is not None:
         ss.head = head
+    if not ss.source_text.strip() and "text" not in qp:
+        ss.source_text = EXAMPLES[0]  # a first visit opens on a worked example
     if ss.source_text.strip():
         ss.submitted = {"text": ss.source_text, "settings": current_settings()}
 
@@ -379,7 +387,7 @@ def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
     kind = kind_control()
     attn = result.attention(kind)
     queries, keys = result.axes(kind)
-    options = [f"L{l} · H{h}" for l in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
+    options = [f"L{layer} · H{h}" for layer in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
     pick = st.session_state.get("grid_pick")
     highlight = None
     if pick in options:
@@ -697,6 +705,8 @@ def main() -> None:
             st.error(f"The translation failed: {type(err).__name__}: {err}", icon=":material/error:")
     if result is not None:
         show_translation(tr, result)
+        if sub["text"] != st.session_state.source_text or tuple(sub["settings"]) != current_settings():
+            st.caption(":material/info: The text or the decoding settings changed: press **Translate** to apply them.")
     if st.session_state.get("view") not in VIEWS:
         st.session_state.view = "Heatmap"
     view = st.segmented_control("View", VIEWS, key="view", required=True, label_visibility="collapsed",

@@ -68,7 +68,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     custom[:, :, 3] = (np.arange(k) + key_offset)[None, :]
     heat = go.Heatmap(
         z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
-        colorscale=colorscale or ATTENTION_SCALE, zmin=zmin, zmax=zmax if zmax is not None else max(float(w.max()), 1e-9),
+        colorscale=colorscale or ATTENTION_SCALE, zmin=zmin,
+        zmax=zmax if zmax is not None else max(float(w.max()), 1e-9),
         hovertemplate=(f"{query_title} %{{customdata[2]}}: <b>%{{customdata[0]}}</b><br>"
                        f"{key_title} %{{customdata[3]}}: <b>%{{customdata[1]}}</b><br>"
                        f"{value_name} %{{z:.3f}}<extra></extra>"),
@@ -91,7 +92,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid, one shared colour scale."""
     n_layers, n_heads, q, k = attn.shape
     fig = make_subplots(rows=n_layers, cols=n_heads, horizontal_spacing=0.012, vertical_spacing=0.03,
-                        subplot_titles=[f"L{l + 1} · H{h + 1}" for l in range(n_layers) for h in range(n_heads)])
+                        subplot_titles=[f"L{i + 1} · H{h + 1}" for i in range(n_layers) for h in range(n_heads)])
     qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
     ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
     custom = np.empty((q, k, 2), dtype=object)
@@ -140,7 +141,9 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
         w = attn[head]
-        first = True
+        # legend entry at full strength (the line traces below are faint on purpose)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour, width=3),
+                                 name=f"head {head + 1}", legendgroup=f"h{head}"))
         for low, high, alpha, width in LINE_BUCKETS:
             low = max(low, threshold) if low == LINE_BUCKETS[0][0] else low
             sel = (w >= low) & (w < high)
@@ -155,12 +158,8 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
             ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel()
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, mode="lines", line=dict(color=colour, width=width), opacity=alpha,
-                name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=first, hoverinfo="skip",
+                name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=False, hoverinfo="skip",
             ))
-            first = False
-        if first:  # no line above the threshold: still list the head in the legend
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"head {head + 1}",
-                                     legendgroup=f"h{head}"))
     # token columns, with hover listing each head's strongest key for that query
     qlabels = [escape(t) for t in query_tokens]
     klabels = [escape(t) for t in key_tokens]
@@ -175,7 +174,8 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                              marker=dict(size=7, color="#444"), hovertext=hover_q, hoverinfo="text", showlegend=False,
                              textfont=dict(size=_tick_font(q) + 1)))
     fig.add_trace(go.Scatter(x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
-                             marker=dict(size=7, color="#444"), hovertext=[f"key {j}: <b>{klabels[j]}</b>" for j in range(k)],
+                             marker=dict(size=7, color="#444"),
+                             hovertext=[f"key {j}: <b>{klabels[j]}</b>" for j in range(k)],
                              hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
     n = max(q, k)
     fig.update_layout(
@@ -268,8 +268,10 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
                          hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>"))
     if vocab_norms is not None and len(vocab_norms):
         fig.add_hline(y=float(np.median(vocab_norms)), line_dash="dot", line_color="#555",
-                      annotation_text="median token embedding × √d_model (whole vocabulary)", annotation_position="top right")
-    fig.update_layout(barmode="group", title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
+                      annotation_text="median token embedding × √d_model (whole vocabulary)",
+                      annotation_position="top right")
+    fig.update_layout(barmode="group",
+                      title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
                       font=FONT, height=380, margin=dict(l=10, r=10, t=45, b=10),
                       xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
                       yaxis=dict(title="vector length (L2)"), legend=dict(orientation="h", y=1.08))
@@ -297,7 +299,8 @@ def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], outp
     rows = np.vstack([cross_step.mean(axis=0, keepdims=True), cross_step])
     names = ["mean"] + [f"head {h + 1}" for h in range(cross_step.shape[0])]
     fig = attention_heatmap(rows, names, source_tokens, title=f"Where this step looked (cross-attention) "
-                            f"while producing <b>{escape(output_token)}</b>", query_title="head", key_title="source token")
+                            f"while producing <b>{escape(output_token)}</b>", query_title="head",
+                            key_title="source token")
     fig.update_layout(height=int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens)))
     return fig
 
@@ -320,8 +323,8 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                       row=1, col=i + 1)
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)), ticktext=unique_labels(query_tokens),
-                     tickfont=dict(size=_tick_font(q)), row=1, col=1)
+    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
+                     ticktext=unique_labels(query_tokens), tickfont=dict(size=_tick_font(q)), row=1, col=1)
     zmax = max(max(float(np.max(w)) for _, w in panels), 1e-9)
     width_share = 1100 / max(n, 1)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=zmax, colorbar=dict(thickness=12)),

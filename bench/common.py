@@ -17,9 +17,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHECKPOINT = REPO_ROOT / "checkpoints" / "multi30k-en-de"
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
 
-WORDS = ("a man woman dog child boy girl two people group young old red blue green white black ball street "
-         "park beach water bike shirt hat rides runs walks plays sits stands jumps looks holds wearing with in "
-         "on at the of and near front next while under over small large little crowd city building").split()
+WORDS = ["a", "man", "woman", "dog", "child", "boy", "girl", "two", "people", "group", "young", "old", "red", "blue",
+         "green", "white", "black", "ball", "street", "park", "beach", "water", "bike", "shirt", "hat", "rides", "runs",
+         "walks", "plays", "sits", "stands", "jumps", "looks", "holds", "wearing", "with", "in", "on", "at", "the",
+         "of", "and", "near", "front", "next", "while", "under", "over", "small", "large", "little", "crowd", "city",
+         "building"]
 
 
 def cpu_count() -> int:

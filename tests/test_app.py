@@ -94,7 +94,8 @@ def set_view(at: AppTest, view: str) -> AppTest:
 def test_translate_and_heatmap_match_the_model(app_env, tr):
     at = new_app()
     assert_clean(at)
-    assert "Translate" in at.info[0].value  # nothing translated yet: a hint, no chart of attention
+    first = at.text_area(key="source_text").value  # a first visit opens on a translated example
+    assert first and tr.translate(first).text in shown_texts(at)
     text = "A man rides a red bike in the park."
     at = translate(at, text)
     assert_clean(at)
@@ -124,7 +125,7 @@ def test_translate_and_heatmap_match_the_model(app_env, tr):
     for view in VIEWS[1:5]:
         set_view(at, view)
         assert_clean(at)
-    assert inference.MODEL_RUNS == runs
+    assert runs == inference.MODEL_RUNS  # no model run for any of these changes
     # the URL carries the input and the view
     assert at.query_params["text"] == text and at.query_params["view"] == "Head table"
     assert at.query_params["att"] == "decoder" and at.query_params["head"] == "3"
@@ -256,6 +257,8 @@ def test_empty_text_gets_a_warning(app_env):
     assert_clean(at)
     assert any("empty" in w.value for w in at.warning)
     assert not [c for c in charts(at) if "attention" in str(c["layout"].get("title", "")).lower()]
+    assert any("Translate" in i.value for i in at.info)
+    assert "text" not in at.query_params
 
 
 def test_long_text_is_truncated_with_a_notice(app_env, tr):

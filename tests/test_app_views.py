@@ -95,7 +95,7 @@ def test_lines_draw_only_weights_above_the_threshold():
                if t.mode == "lines" and t.x is not None and len(t.x) > 1)
     assert segs == 2  # head 1: b->y, head 2: b->y
     only_head_2 = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], heads=[1])
-    assert {t.name for t in only_head_2.data if t.showlegend} == {"head 2"}
+    assert {t.name for t in only_head_2.data if t.showlegend is not False and t.mode == "lines"} == {"head 2"}
 
 
 def test_mask_figure_and_masked_weight():

@@ -169,7 +169,8 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m transformer.ctranslate2_export",
                                      description="Convert a checkpoint to a CTranslate2 model directory.")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (config.json, model.safetensors, ...)")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint directory (config.json, model.safetensors, tokenizer.model)")
     parser.add_argument("--out", required=True, help="output directory for the CTranslate2 model")
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                         help="weight quantization (default: keep float32)")

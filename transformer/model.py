@@ -234,6 +234,16 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
+    def inference_weights(self) -> tuple[Tensor, ...]:
+        """This layer's weights for ``Transformer.decode_step``, self-attention's Q|K|V stacked into one matrix."""
+        sa, ca, ffn = self.self_attn, self.cross_attn, self.ffn
+        return (torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight]),
+                torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias]),
+                sa.out_proj.weight, sa.out_proj.bias, ca.q_proj.weight, ca.q_proj.bias, ca.out_proj.weight,
+                ca.out_proj.bias, ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight, ffn.linear2.bias,
+                self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
+                self.norm3.weight, self.norm3.bias)
+
     def forward(self, x: Tensor, memory: Tensor | None, self_mask: Tensor | None, cross_mask: Tensor | None,
                 need_weights: bool = False, cache: dict[str, Tensor] | None = None,
                 self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None,
@@ -405,53 +415,57 @@ class Transformer(nn.Module):
 
         ``self_k``/``self_v`` ``(N, H, t, d)`` grow by one position a step (reorder their rows to
         follow beams); ``cross_k``/``cross_v`` ``(N, H, S, d)`` are the encoder output's, computed
-        once; ``decode_step`` also keeps its fused Q|K|V projection there (``qkv_weight``/``qkv_bias``).
+        once; ``decode_step`` also keeps each layer's weights there (``weights``, Q|K|V fused).
         """
         return [{} for _ in self.decoder_layers]
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None,
-                    cache: list[dict[str, Tensor]]) -> Tensor:
+                    cache: list[dict[str, Any]]) -> Tensor:
         """Inference fast path: logits ``(N, V)`` of the next token after one new position ``tokens (N, 1)``.
 
         The same numbers as ``decode(tokens, memory, src_mask, cache=cache).logits[:, -1]`` (up to float
-        rounding) and the same cache, with fewer Python-level operations per step: self-attention
-        projects queries, keys and values with one matmul (weights fused once per cache), dropout and
-        attention-weight bookkeeping are skipped, and the one new query needs no mask over the cached
-        prefix. In training mode it simply calls ``decode``; head masks and attention weights are
-        ``decode``'s job.
+        rounding) and the same cache, with a fraction of the Python-level work per step: self-attention
+        projects queries, keys and values with one matmul, every layer runs as plain functional calls on
+        weights gathered once per cache (no module calls, no dropout, no attention-weight bookkeeping), and
+        the one new query needs no mask over the cached prefix. In training mode, or for several new
+        positions, it simply calls ``decode``; head masks and attention weights are ``decode``'s job.
         """
         if self.training or tokens.size(1) != 1:
             return self.decode(tokens, memory, src_mask, cache=cache).logits[:, -1]
         cfg = self.config
+        n, heads, d_model = tokens.size(0), cfg.n_heads, cfg.d_model
+        shape, eps, pre = (d_model,), cfg.layer_norm_eps, cfg.norm_first
         offset = cache[0]["self_k"].size(2) if "self_k" in cache[0] else 0
-        x = self.embed(tokens, self.tgt_embed, offset)  # (N, 1, D)
-        n, h_, d = x.size(0), cfg.n_heads, cfg.d_head
-        pre = cfg.norm_first
+        if offset + 1 > cfg.max_len:
+            raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={cfg.max_len}")
+        x = F.embedding(tokens, self.tgt_embed.weight) * math.sqrt(d_model)  # as ``embed``, without dropout
+        x = x + self.pe[offset].to(x.dtype)
         for layer, c in zip(self.decoder_layers, cache):
-            sa, ca, ffn = layer.self_attn, layer.cross_attn, layer.ffn
-            if "qkv_weight" not in c:
-                c["qkv_weight"] = torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight])
-                c["qkv_bias"] = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])
+            if "weights" not in c:  # gathered once per cache: Q|K|V fused, then every other matrix
+                c["weights"] = layer.inference_weights()
             if "cross_k" not in c:
-                c["cross_k"], c["cross_v"] = ca.project_kv(memory)
+                c["cross_k"], c["cross_v"] = layer.cross_attn.project_kv(memory)
+            (qkv_w, qkv_b, so_w, so_b, cq_w, cq_b, co_w, co_b, f1_w, f1_b, f2_w, f2_b,
+             n1_w, n1_b, n2_w, n2_b, n3_w, n3_b) = c["weights"]
             # masked self-attention: the new position sees every cached one
-            h = layer.norm1(x) if pre else x
-            q, k, v = F.linear(h, c["qkv_weight"], c["qkv_bias"]).view(n, 1, 3, h_, d).permute(2, 0, 3, 1, 4)
+            h = F.layer_norm(x, shape, n1_w, n1_b, eps) if pre else x
+            q, k, v = F.linear(h, qkv_w, qkv_b).view(n, 1, 3, heads, -1).permute(2, 0, 3, 1, 4)
             if "self_k" in c:
                 k = torch.cat([c["self_k"], k], dim=2)
                 v = torch.cat([c["self_v"], v], dim=2)
             c["self_k"], c["self_v"] = k, v
-            h = sa.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, h_ * d))
-            x = x + h if pre else layer.norm1(x + h)
+            h = F.linear(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, d_model), so_w, so_b)
+            x = x + h if pre else F.layer_norm(x + h, shape, n1_w, n1_b, eps)
             # cross-attention over the cached encoder keys/values
-            h = layer.norm2(x) if pre else x
-            q = ca.split_heads(ca.q_proj(h))
+            h = F.layer_norm(x, shape, n2_w, n2_b, eps) if pre else x
+            q = F.linear(h, cq_w, cq_b).view(n, 1, heads, -1).transpose(1, 2)
             h = F.scaled_dot_product_attention(q, c["cross_k"], c["cross_v"], attn_mask=src_mask)
-            h = ca.out_proj(h.transpose(1, 2).reshape(n, 1, h_ * d))
-            x = x + h if pre else layer.norm2(x + h)
+            h = F.linear(h.transpose(1, 2).reshape(n, 1, d_model), co_w, co_b)
+            x = x + h if pre else F.layer_norm(x + h, shape, n2_w, n2_b, eps)
             # feed-forward
-            h = ffn.linear2(F.relu(ffn.linear1(layer.norm3(x) if pre else x)))
-            x = x + h if pre else layer.norm3(x + h)
+            h = F.layer_norm(x, shape, n3_w, n3_b, eps) if pre else x
+            h = F.linear(F.relu(F.linear(h, f1_w, f1_b)), f2_w, f2_b)
+            x = x + h if pre else F.layer_norm(x + h, shape, n3_w, n3_b, eps)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.generator(x[:, -1])

@@ -1,0 +1,153 @@
+"""Batch translation throughput against CTranslate2 running the same weights.
+
+Both sides get the same raw sentences and return detokenized text (sentencepiece in and out is
+timed on both sides). Ours: ``Translator.translate_batch`` over length-sorted chunks of
+``batch_size`` sentences. CTranslate2: one ``translate_batch`` call with ``max_batch_size`` (it
+sorts by length itself). Beam 4; the length penalties differ in form (ours GNMT
+``((5 + len) / 6) ** 0.6``, CTranslate2's ``len ** 0.6``), so the beam outputs are compared and
+the number of identical ones reported; greedy outputs must be identical token for token.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from transformer import Translator
+from transformer.decoding import max_output_length
+
+from .common import median, time_interleaved
+
+
+def ctranslate2_available() -> bool:
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class OursBatch:
+    """Our translator over length-sorted chunks."""
+
+    def __init__(self, translator: Translator, batch_size: int, beam_size: int = 4, alpha: float = 0.6) -> None:
+        self.translator, self.batch_size, self.beam_size, self.alpha = translator, batch_size, beam_size, alpha
+
+    def ids(self, sentences: list[str]) -> list[list[int]]:
+        """Output ids (no BOS/EOS), in the input order."""
+        tr = self.translator
+        sources = [tr.encode_source(s)[0] for s in sentences]
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        out: list[list[int]] = [[] for _ in sources]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            ids, _ = tr.generate([sources[i] for i in chunk], beam_size=self.beam_size, alpha=self.alpha)
+            for i, o in zip(chunk, ids):
+                out[i] = o
+        return out
+
+    def __call__(self, sentences: list[str]) -> list[str]:
+        """What a user times: text in, text out."""
+        tr = self.translator
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        out = [""] * len(sentences)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            for i, r in zip(chunk, tr.translate_batch([sentences[i] for i in chunk], beam_size=self.beam_size,
+                                                      alpha=self.alpha, return_attention=False)):
+                out[i] = r.text
+        return out
+
+
+class CT2Batch:
+    """The same weights exported to CTranslate2 (float32, no quantization)."""
+
+    def __init__(self, translator: Translator, model_dir: str | Path, device: str, threads: int, batch_size: int,
+                 beam_size: int = 4, length_penalty: float = 0.6) -> None:
+        import ctranslate2
+
+        kwargs = {"intra_threads": threads} if device == "cpu" else {}
+        self.ct2 = ctranslate2.Translator(str(model_dir), device=device, compute_type="float32", **kwargs)
+        self.translator, self.batch_size = translator, batch_size
+        self.beam_size, self.length_penalty = beam_size, length_penalty
+        tok = translator.tokenizer
+        # our decoding never outputs PAD or BOS; tell CTranslate2 the same
+        self.suppress = [[tok.pieces([translator.config.pad_id])[0]], [tok.pieces([translator.config.bos_id])[0]]]
+
+    def pieces(self, sentences: list[str]) -> list[list[str]]:
+        max_src = self.translator.max_source_tokens
+        return [p[:max_src] for p in self.translator.tokenizer.sp.encode(list(sentences), out_type=str)]
+
+    def _max_len(self, src_pieces: int) -> int:
+        # our budget for a source of n pieces (+ EOS): int(1.5 * (n + 1) + 10), under max_len
+        return max_output_length(self.translator.model, src_pieces + 1, 1.5, 10)
+
+    def translate_pieces(self, pieces: list[list[str]], beam_size: int, max_decoding_length: int,
+                         **kwargs: Any) -> list[list[str]]:
+        res = self.ct2.translate_batch(pieces, beam_size=beam_size, max_batch_size=self.batch_size,
+                                       length_penalty=self.length_penalty, max_decoding_length=max_decoding_length,
+                                       min_decoding_length=0, suppress_sequences=self.suppress, **kwargs)
+        return [r.hypotheses[0] for r in res]
+
+    def __call__(self, sentences: list[str]) -> list[str]:
+        """What a user times: text in, text out; one call, one length budget for the batch."""
+        pieces = self.pieces(sentences)
+        budget = self._max_len(max(len(p) for p in pieces))
+        out = self.translate_pieces(pieces, self.beam_size, budget)
+        return self.translator.tokenizer.sp.decode(out)
+
+    def ids(self, sentences: list[str], beam_size: int) -> list[list[int]]:
+        """Output ids with exactly our per-sentence length budget (sentences grouped by length)."""
+        pieces = self.pieces(sentences)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, p in enumerate(pieces):
+            groups[len(p)].append(i)
+        out: list[list[int]] = [[] for _ in pieces]
+        sp = self.translator.tokenizer.sp
+        for n, idx in groups.items():
+            hyps = self.translate_pieces([pieces[i] for i in idx], beam_size, self._max_len(n))
+            for i, h in zip(idx, hyps):
+                out[i] = [sp.piece_to_id(t) for t in h]
+        return out
+
+
+def export_for_bench(translator: Translator, out_dir: str | Path) -> Path:
+    from transformer.ctranslate2_export import export_ctranslate2
+
+    return export_ctranslate2(translator.path, Path(out_dir) / "ct2", force=True)
+
+
+def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 64, repeat: int = 2,
+                device: str = "cpu", threads: int = 1, identity_sentences: int = 200) -> dict[str, Any]:
+    """Sentences per second, ours and CTranslate2's, taken in turns; plus output agreement."""
+    ours = OursBatch(translator, batch_size)
+    calls: dict[str, Any] = {"ours": lambda: ours(sentences)}
+    result: dict[str, Any] = {"batch_sentences": len(sentences), "batch_size": batch_size, "batch_beam": 4}
+    with tempfile.TemporaryDirectory(prefix="bench-ct2-") as tmp:
+        ct2 = None
+        if ctranslate2_available() and translator.path is not None:
+            ct2 = CT2Batch(translator, export_for_bench(translator, tmp), device, threads, batch_size)
+            calls["ctranslate2"] = lambda: ct2(sentences)
+        warm = sentences[: min(len(sentences), 2 * batch_size)]
+        for fn in (ours, ct2):
+            if fn is not None:
+                fn(warm)
+        times = time_interleaved(calls, repeat=repeat, warmup=0, device=device)
+        result["batch_sent_s"] = len(sentences) / median(times["ours"])
+        if ct2 is None:
+            result.update(batch_sent_s_ctranslate2=None, ctranslate2_ratio=None, ctranslate2_identical=None,
+                          ctranslate2_greedy_identical=None)
+            return result
+        result["batch_sent_s_ctranslate2"] = len(sentences) / median(times["ctranslate2"])
+        result["ctranslate2_ratio"] = result["batch_sent_s"] / result["batch_sent_s_ctranslate2"]
+        # agreement: beam 4 on the whole workload (length penalties differ), greedy on a subset (must be equal)
+        ours_ids = ours.ids(sentences)
+        theirs_ids = ct2.ids(sentences, beam_size=4)
+        result["ctranslate2_identical"] = sum(a == b for a, b in zip(ours_ids, theirs_ids))
+        subset = sentences[:identity_sentences]
+        greedy = OursBatch(translator, batch_size, beam_size=1).ids(subset)
+        result["ctranslate2_greedy_identical"] = sum(a == b for a, b in zip(greedy, ct2.ids(subset, beam_size=1)))
+        result["ctranslate2_greedy_compared"] = len(subset)
+    return result

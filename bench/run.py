@@ -1,0 +1,238 @@
+"""``python -m bench``: our speed against the peers, as ratios taken in the same run.
+
+Sections (CPU always; CUDA again, separately, when ``torch.cuda.is_available()``):
+
+1. training throughput against ``torch.nn.Transformer`` of the same sizes;
+2. one 20-word sentence, all attentions captured: greedy and beam-4 latency, the cost of capturing
+   attentions, the gain of the key/value cache;
+3. batch translation of a test_2016_flickr-sized workload against CTranslate2 on the same weights;
+4. the app's cost: load time and peak resident memory on a 200-token input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .common import (
+    DEFAULT_CHECKPOINT,
+    DEFAULT_DATA_DIR,
+    cpu_count,
+    machine_info,
+    read_sentences,
+    sentence_of_words,
+    synthetic_sentences,
+)
+
+SECTIONS = ("train", "latency", "batch", "app")
+REQUIRED_KEYS = ("train_tok_s", "train_tok_s_nn_transformer", "train_speed_ratio", "greedy_ms_p50", "beam4_ms_p50",
+                 "capture_overhead", "kv_cache_speedup", "batch_sent_s", "batch_sent_s_ctranslate2",
+                 "ctranslate2_ratio", "load_s", "peak_rss_mb")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="seconds-long smoke run (tiny sizes, few sentences)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT),
+                   help="checkpoint directory (default: checkpoints/multi30k-en-de; with --quick a random "
+                        "tiny model stands in when it is missing)")
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR),
+                   help="Multi30k directory; test_2016_flickr.en is the workload (synthetic sentences without it)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for torch and CTranslate2 (default: all cores)")
+    p.add_argument("--sentences", type=int, default=None, help="batch workload size (default 1000; quick 16)")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64; quick 8)")
+    p.add_argument("--repeat", type=int, default=None, help="timed repeats for latency (default 20; quick 3)")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    p.add_argument("--no-cuda", action="store_true", help="skip the CUDA section even when a GPU is present")
+    p.add_argument("--random-model", action="store_true", help="use a random tiny model, not the checkpoint")
+    args = p.parse_args(argv)
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections: {sorted(unknown)}")
+    q = args.quick
+    args.threads = args.threads or cpu_count()
+    args.sentences = args.sentences or (16 if q else 1000)
+    args.batch_size = args.batch_size or (8 if q else 64)
+    args.repeat = args.repeat or (3 if q else 20)
+    return args
+
+
+def random_checkpoint(directory: Path, sentences: list[str]) -> Path:
+    """A random tiny model with a small sentencepiece vocabulary, saved as a checkpoint."""
+    from transformer import Tokenizer, Transformer, TransformerConfig, save_checkpoint
+
+    corpus = directory / "corpus.txt"
+    corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    tokenizer = Tokenizer.train([corpus], vocab_size=200)
+    torch.manual_seed(0)
+    v = tokenizer.vocab_size
+    cfg = TransformerConfig(src_vocab_size=v, tgt_vocab_size=v, d_model=32, n_heads=4, n_encoder_layers=2,
+                            n_decoder_layers=2, d_ff=64, max_len=128)
+    return save_checkpoint(directory / "random-tiny", Transformer(cfg).eval(), tokenizer,
+                           {"note": "random weights, for python -m bench --quick"})
+
+
+def workload(args: argparse.Namespace) -> tuple[list[str], str]:
+    lines = read_sentences(args.data_dir)
+    if lines:
+        source = f"{Path(args.data_dir) / 'test_2016_flickr.en'}"
+    else:
+        lines = synthetic_sentences(max(args.sentences, 200))
+        source = "synthetic sentences (no test_2016_flickr.en found)"
+    reps = math.ceil(args.sentences / len(lines))
+    return (lines * reps)[: args.sentences], source
+
+
+def train_sizes(args: argparse.Namespace, config: Any) -> tuple[Any, dict[str, int]]:
+    from transformer import TransformerConfig
+
+    if args.quick:
+        cfg = TransformerConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=32, n_heads=4, n_encoder_layers=2,
+                                n_decoder_layers=2, d_ff=64, max_len=64)
+        return cfg, dict(batch_size=8, max_src=12, n_batches=2, repeat=2, warmup=1)
+    return config, dict(batch_size=128, max_src=30, n_batches=4, repeat=5, warmup=1)
+
+
+def run_device(device: str, args: argparse.Namespace, checkpoint: Path, sentences: list[str],
+               errors: dict[str, str]) -> dict[str, Any]:
+    """Every requested section on one device; a failing section is reported, not fatal."""
+    import transformer
+
+    from .app_cost import bench_app_cost
+    from .batch import bench_batch
+    from .latency import bench_latency
+    from .train_speed import bench_training
+
+    out: dict[str, Any] = {}
+    translator = transformer.load(checkpoint, device=device)
+
+    def section(name: str, fn) -> None:
+        if name not in args.sections:
+            return
+        t0 = time.perf_counter()
+        try:
+            out.update(fn())
+        except Exception as err:  # report and go on with the other sections
+            errors[f"{device}:{name}"] = f"{type(err).__name__}: {err}"
+            traceback.print_exc(file=sys.stderr)
+        out[f"{name}_section_s"] = time.perf_counter() - t0
+
+    cfg, sizes = train_sizes(args, translator.config)
+    section("train", lambda: bench_training(cfg, device=device, **sizes))
+    sentence = sentence_of_words(20, sentences)
+    section("latency", lambda: bench_latency(translator, sentence, repeat=args.repeat, warmup=1 if args.quick else 2))
+    section("batch", lambda: bench_batch(translator, sentences, batch_size=args.batch_size,
+                                         repeat=1 if args.quick else 2, device=device, threads=args.threads,
+                                         identity_sentences=min(len(sentences), 200)))
+    if device == "cpu":
+        section("app", lambda: bench_app_cost(checkpoint, device=device, n_tokens=40 if args.quick else 200,
+                                              threads=args.threads, sentences=sentences[:100]))
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    sentences, source = workload(args)
+    result: dict[str, Any] = {"machine": machine_info(), "quick": args.quick, "workload": source}
+    errors: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        checkpoint = Path(args.checkpoint)
+        if args.random_model or not (checkpoint / "config.json").is_file():
+            if not (args.quick or args.random_model):
+                raise SystemExit(f"checkpoint not found: {checkpoint} (train it, pass --checkpoint, or use --quick)")
+            checkpoint = random_checkpoint(Path(tmp), synthetic_sentences(300))
+            result["checkpoint"] = "random tiny model (no checkpoint)"
+        else:
+            result["checkpoint"] = str(checkpoint)
+        result.update(run_device("cpu", args, checkpoint, sentences, errors))
+        if torch.cuda.is_available() and not args.no_cuda:
+            result["cuda"] = run_device("cuda", args, checkpoint, sentences, errors)
+    result["errors"] = errors
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+
+
+def _f(value: Any, fmt: str = "{:.1f}") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "n/a"
+    return fmt.format(value)
+
+
+def table(r: dict[str, Any], title: str) -> str:
+    """Rows: what, ours, peer, ours/peer, goal."""
+    rows = [("", "ours", "peer", "ratio", "goal")]
+    if "train_tok_s" in r:
+        rows.append(("training, target tok/s (vs nn.Transformer)", _f(r["train_tok_s"], "{:.0f}"),
+                     _f(r["train_tok_s_nn_transformer"], "{:.0f}"), _f(r["train_speed_ratio"], "{:.2f}x"), ">= 1.0x"))
+    if "greedy_ms_p50" in r:
+        n = r.get("latency_source_tokens")
+        rows.append((f"greedy, 20 words ({n} tokens), attentions: ms p50 / p95",
+                     f"{_f(r['greedy_ms_p50'])} / {_f(r['greedy_ms_p95'])}", "", "", "< 50 ms"))
+        rows.append(("beam 4, same sentence, attentions: ms p50 / p95",
+                     f"{_f(r['beam4_ms_p50'])} / {_f(r['beam4_ms_p95'])}", "", "", ""))
+        rows.append(("capturing attentions: time with / without (beam 4; greedy)",
+                     f"{_f(r['capture_overhead'], '{:.2f}x')}; {_f(r.get('capture_overhead_greedy'), '{:.2f}x')}",
+                     "", "", ""))
+        rows.append(("key/value cache: speed-up over recomputing (beam 4; greedy)",
+                     f"{_f(r['kv_cache_speedup'], '{:.2f}x')}; {_f(r.get('kv_cache_speedup_greedy'), '{:.2f}x')}",
+                     "", "", ""))
+    if "batch_sent_s" in r:
+        rows.append((f"batch, {r['batch_sentences']} sentences, beam 4: sent/s (vs CTranslate2)",
+                     _f(r["batch_sent_s"]), _f(r.get("batch_sent_s_ctranslate2")),
+                     _f(r.get("ctranslate2_ratio"), "{:.2f}x"), ">= 0.5x"))
+        if r.get("ctranslate2_identical") is not None:
+            rows.append(("same output as CTranslate2: beam 4 / greedy",
+                         f"{r['ctranslate2_identical']}/{r['batch_sentences']} / "
+                         f"{r['ctranslate2_greedy_identical']}/{r['ctranslate2_greedy_compared']}",
+                         "", "", "greedy all"))
+    if "load_s" in r:
+        rows.append(("model load, s", _f(r["load_s"], "{:.3f}"), "", "", ""))
+        rows.append((f"peak RSS translating {r.get('peak_rss_input_tokens')} tokens, MB",
+                     _f(r["peak_rss_mb"], "{:.0f}"), "", "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [title, "-" * len(title)]
+    for i, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    head = (f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
+            f"ctranslate2 {m['ctranslate2'] or 'not installed'}, Python {m['python']}\n"
+            f"checkpoint: {result['checkpoint']}\nworkload: {result['workload']}"
+            + ("\n(--quick: smoke sizes, numbers mean nothing)" if result["quick"] else ""))
+    parts = [head, table(result, "CPU")]
+    if "cuda" in result:
+        parts.append(table(result["cuda"], f"CUDA ({m.get('cuda_device')})"))
+    if result["errors"]:
+        parts.append("errors:\n" + "\n".join(f"  {k}: {v}" for k, v in result["errors"].items()))
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    print(report(result), flush=True)
+    if args.json:
+        print(json.dumps(result, default=str))
+    return 1 if result["errors"] else 0
