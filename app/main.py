@@ -15,7 +15,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import os  # noqa: E402
-import re  # noqa: E402
 from urllib.parse import urlencode  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -53,14 +52,6 @@ VIEW_ICONS = {"Heatmap": ":material/grid_on:", "All heads": ":material/apps:", "
               "Export": ":material/download:"}
 SEARCHES = ["Beam search", "Greedy"]
 KIND_SHORT = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
-MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&])")
-
-
-def md_escape(text: str) -> str:
-    """Backslash-escape Markdown so user text inside Markdown shows as typed."""
-    return MD_SPECIAL.sub(r"\\\1", text)
-
-
 def head_label(head: HeadKey) -> str:
     kind, layer, h = head
     return f"{KIND_SHORT[kind]} · L{layer + 1} · H{h + 1}"
@@ -105,7 +96,7 @@ def init_state() -> None:
     for key, name, low, high in (("alpha", "alpha", 0.0, 2.0), ("max_len_a", "a", 0.0, 4.0)):
         v = _float(qp.get(name), low, high)
         if v is not None:
-            ss[key] = round(v, 2)
+            ss[key] = round(v, 1)  # the sliders move in steps of 0.1
     b = _int(qp.get("b"), 0, 200)
     if b is not None:
         ss.max_len_b = b
@@ -214,10 +205,10 @@ def show_model_facts(tr: transformer.Translator) -> None:
             if meta.get("training_command"):
                 st.caption("Trained with")
                 st.code(str(meta["training_command"]), language="bash", wrap_lines=True)
-            history = meta.get("history") or []
-            fig = views.history_figure(history) if isinstance(history, list) else None
-            if fig is not None:
-                st.plotly_chart(fig, config=views.plotly_config("training-history"), key="history_chart")
+            history = meta.get("history")
+            if isinstance(history, list) and history:
+                st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "
+                           "view.")
             if not meta:
                 st.caption("No metadata.json in this checkpoint.")
             st.caption(f"Loaded from {tr.path}")
@@ -258,11 +249,25 @@ def use_example() -> None:
         st.session_state.source_text = pick
 
 
-def input_area() -> None:
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
+
+
+def language_label(tr: transformer.Translator) -> str:
+    """``"English → German"`` from the model card's ``language_pair``, or ``""``."""
+    pair = str((tr.metadata or {}).get("language_pair", ""))
+    if "-" not in pair:
+        return ""
+    src, tgt = pair.split("-", 1)
+    return f"{LANGUAGES.get(src, src)} → {LANGUAGES.get(tgt, tgt)}"
+
+
+def input_area(tr: transformer.Translator) -> None:
     """Text area, examples and the Translate button; a click stores the submitted input."""
     c1, c2 = st.columns([4, 1.3], vertical_alignment="bottom")
+    pair = language_label(tr)
     with c1:
-        st.text_area("Sentence to translate", key="source_text", height=96, max_chars=inference.MAX_INPUT_CHARS,
+        label = f"Sentence to translate ({pair})" if pair else "Sentence to translate"
+        st.text_area(label, key="source_text", height=96, max_chars=inference.MAX_INPUT_CHARS,
                      placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
     with c2:
         st.selectbox("Examples", EXAMPLES, index=None, key="example", on_change=use_example,
@@ -295,7 +300,8 @@ def show_translation(tr: transformer.Translator, result: Analysis) -> None:
             st.text(result.translation)
         else:
             st.text("(empty output: the model ended the sentence at once)")
-        with st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
+        with st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out",
+                         expanded=True):
             st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")
             st.code("  ".join(result.source_tokens), language=None, wrap_lines=True)
             st.caption("Output pieces")
@@ -451,7 +457,7 @@ def view_step(tr: transformer.Translator, result: Analysis) -> None:
         candidates = [*candidates, produced]
         probs = np.append(probs, result.chosen_probs[t])
         chosen = len(candidates) - 1
-    a, b = st.columns([2, 3])
+    a, b = st.columns([2, 3]) if len(result.source_tokens) <= 40 else (st.container(), st.container())
     with a:
         st.plotly_chart(views.topk_figure(candidates, probs, chosen), config=views.plotly_config(f"step{step}-topk"),
                         key="topk_chart")
@@ -563,9 +569,10 @@ def view_masks(tr: transformer.Translator, result: Analysis) -> None:
          "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
          "causal part: the whole source is known before decoding starts."),
     ]
-    for i in range(0, 4, 2):
-        cols = st.columns(2)
-        for col, (key, title, queries, keys, text) in zip(cols, panels[i:i + 2]):
+    per_row = 1 if max(len(src), len(dec)) > 40 else 2  # long sentences: one mask per row, to read the tokens
+    for i in range(0, 4, per_row):
+        cols = st.columns(per_row)
+        for col, (key, title, queries, keys, text) in zip(cols, panels[i:i + per_row]):
             with col:
                 qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
                 ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
@@ -623,9 +630,14 @@ def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, res
     st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
                "teacher-forced on the final translation (so the axes match) and also translates on its own.")
     snaps = inference.list_snapshots(tr)
+    history = (tr.metadata or {}).get("history")
     if not snaps:
         st.info("This checkpoint has no training snapshots (a snapshots/ folder of stepNNNNNNN.safetensors files "
                 "written by `python -m transformer.train --snapshots ...`).", icon=":material/history:")
+        fig = views.history_figure(history) if isinstance(history, list) and history else None
+        if fig is not None:
+            st.caption("Validation scores during training, from the model card.")
+            st.plotly_chart(fig, config=views.plotly_config("training-history"), key="evolution_history")
         return
     kind = kind_control()
     layer, head = layer_head_controls(tr, kind)
@@ -648,7 +660,6 @@ def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, res
     st.plotly_chart(views.evolution_figure(panels, queries, keys, heatmap_title(kind, layer, head)),
                     config=views.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    history = (tr.metadata or {}).get("history")
     if isinstance(history, list) and history:
         fig = views.history_figure(history, marks=[inference.snapshot_step(p) for p in snaps])
         if fig is not None:
@@ -694,7 +705,7 @@ def main() -> None:
     if tr is None:
         return
     show_model_facts(tr)
-    input_area()
+    input_area(tr)
     result = None
     sub = st.session_state.get("submitted")
     if sub:

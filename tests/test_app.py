@@ -174,6 +174,12 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     w = ref.cross_attentions[1][0].numpy()
     assert row["entropy"] == pytest.approx(float(analysis.entropy(w).mean()), rel=1e-4)
     assert row["on special token"] == pytest.approx(float(w[:, -1].mean()), rel=1e-4)
+    # selecting a row opens that head's heatmap
+    index = int(row.name)
+    at.session_state["diag_table"] = {"selection": {"rows": [index], "columns": [], "cells": []}}
+    at.run()
+    assert_clean(at)
+    np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2 · head 1")["data"][0]["z"]), w, atol=1e-5)
 
     at = set_view(at, "Masks")
     assert_clean(at)

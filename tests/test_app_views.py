@@ -210,6 +210,18 @@ def test_ablation_matches_the_translator_head_mask(tr):
         inference.build_head_mask(tr, (("cross", 99, 0),))
 
 
+def test_switching_off_every_cross_head_cuts_the_decoder_off_from_the_source(tr):
+    cross = tuple(h for h in inference.all_heads(tr) if h[0] == "cross")
+    settings = DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=6)
+    one = inference.analyse(tr, "A dog runs.", settings, cross)
+    two = inference.analyse(tr, "Two women walk on the beach with a red ball.", settings, cross)
+    assert one.translation == two.translation  # the source no longer reaches the output
+    np.testing.assert_allclose(one.decoder, two.decoder, atol=1e-5)
+    assert one.source_tokens != two.source_tokens
+    normal = inference.analyse(tr, "Two women walk on the beach with a red ball.", settings)
+    assert not np.allclose(normal.topk_probs, two.topk_probs, atol=1e-4)
+
+
 def test_masks_are_the_models_masks(tr):
     result = inference.analyse(tr, "A dog runs.", DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=5))
     masks = inference.mask_arrays(tr, result, extra_source_pad=2, extra_target_pad=3)
