@@ -315,11 +315,35 @@ def n_layers(tr: transformer.Translator, kind: str) -> int:
     return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
 
 
-def kind_control(container=None, key: str = "att") -> str:
-    """Which attention type (encoder self / decoder self / cross)."""
-    target = container or st
-    return choose(target.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
+def kind_control(key: str = "att", with_scale: bool = True) -> str:
+    """Which attention type (encoder self / decoder self / cross), and the colour scale beside it."""
+    c1, c2 = st.columns([3, 1.3]) if with_scale else (st.container(), None)
+    kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
                   required=True, persist_state="session")
+    if c2 is not None:
+        choose(c2.segmented_control, "Colour scale", ["absolute", "stretched"], "scale", "absolute", required=True,
+               persist_state="session", format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
+               help="0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
+                    "largest weight shown, to bring out faint patterns.")
+    return kind
+
+
+def colour_range(*arrays: np.ndarray) -> tuple[float, float]:
+    """(zmin, zmax) for attention charts: 0 to 1, or stretched over the weights shown."""
+    if st.session_state.get("scale", "absolute") != "stretched":
+        return (0.0, 1.0)
+    low = min(float(np.min(a)) for a in arrays)
+    high = max(float(np.max(a)) for a in arrays)
+    return (low, max(high, low + 1e-6))
+
+
+def range_caption(weights: np.ndarray, kind: str) -> None:
+    """How spread out the weights are, so a pale (or uniform) chart reads right."""
+    text = (f"Weights here run from {weights.min():.3f} to {weights.max():.3f}; the largest weight in a row is "
+            f"{weights.max(axis=-1).mean():.3f} on average")
+    if kind != "decoder":
+        text += f", and an even spread over the {weights.shape[-1]} keys would give {1 / weights.shape[-1]:.3f} each"
+    st.caption(text + ".")
 
 
 def layer_head_controls(tr: transformer.Translator, kind: str, with_head: bool = True) -> tuple[int, str]:
@@ -371,11 +395,13 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str) -
         k0, k1 = c2.slider("Key columns", 0, len(keys), (0, min(len(keys), 60)), key=f"{key}_kwin")
         q1, k1 = max(q1, q0 + 1), max(k1, k0 + 1)
     qt, kt = AXIS_TITLES[kind]
+    zmin, zmax = colour_range(weights[q0:q1, k0:k1])
     fig = views.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1],
                                   title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt,
-                                  query_offset=q0, key_offset=k0)
+                                  query_offset=q0, key_offset=k0, zmin=zmin, zmax=zmax)
     st.plotly_chart(fig, config=views.plotly_config(f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"),
                     key=key)
+    range_caption(weights, kind)
 
 
 def view_heatmap(tr: transformer.Translator, result: Analysis) -> None:
@@ -399,7 +425,7 @@ def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
     if pick in options:
         index = options.index(pick)
         highlight = (index // attn.shape[1], index % attn.shape[1])
-    st.plotly_chart(views.head_grid(attn, queries, keys, kind, highlight=highlight),
+    st.plotly_chart(views.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=colour_range(attn)),
                     config=views.plotly_config(f"{kind}-all-heads"), key="grid_chart")
     if st.session_state.get("grid_pick") not in options:
         st.session_state.pop("grid_pick", None)
@@ -413,7 +439,7 @@ def view_lines(tr: transformer.Translator, result: Analysis) -> None:
     st.caption("Token-to-token lines for one layer, one colour per head (like BertViz's head view): queries on the "
                "left, keys on the right; stronger weights draw darker, thicker lines. Hover a token to see where "
                "each head sends it; click a head in the legend to hide it.")
-    kind = kind_control()
+    kind = kind_control(with_scale=False)
     layer, _ = layer_head_controls(tr, kind, with_head=False)
     attn = result.attention(kind)[layer - 1]
     queries, keys = result.axes(kind)
@@ -465,7 +491,8 @@ def view_step(tr: transformer.Translator, result: Analysis) -> None:
                    "most probable at its own step, when it leads to a better whole sentence.")
     with b:
         cross = result.cross[layer - 1][:, t, :]  # (H, S)
-        st.plotly_chart(views.step_cross_figure(cross, result.source_tokens, produced),
+        st.plotly_chart(views.step_cross_figure(cross, result.source_tokens, produced,
+                                                zrange=colour_range(cross, cross.mean(axis=0))),
                         config=views.plotly_config(f"step{step}-cross"), key="step_cross_chart")
 
 
@@ -537,9 +564,11 @@ def view_ablation(tr: transformer.Translator, checkpoint: str, device: str, resu
     layer = choose(st.selectbox, "Layer to compare", layers, "ablate_layer", layers[-1])
     c1, c2 = st.columns(2)
     qt, kt = AXIS_TITLES[kind]
-    for col, res, name in ((c1, result, "original"), (c2, ablated, "heads off")):
+    pair = [res.attention(kind)[layer - 1].mean(axis=0) for res in (result, ablated)]
+    zmin, zmax = colour_range(*pair)  # one colour scale for both
+    for col, res, weights, name in ((c1, result, pair[0], "original"), (c2, ablated, pair[1], "heads off")):
         queries, keys = res.axes(kind)
-        fig = views.attention_heatmap(res.attention(kind)[layer - 1].mean(axis=0), queries, keys,
+        fig = views.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax,
                                       title=f"{name}: {KIND_NAMES[kind]} · layer {layer} · mean over heads",
                                       query_title=qt, key_title=kt)
         col.plotly_chart(fig, config=views.plotly_config(f"ablation-{name}"), key=f"ablation_{name}_chart")
@@ -586,6 +615,16 @@ def view_masks(tr: transformer.Translator, result: Analysis) -> None:
                "(decoder self-attention never looks ahead).", icon=":material/check_circle:")
 
 
+def wave_dims(d_model: int, length: int) -> list[int]:
+    """Even (sine) dimensions whose wavelengths are about 2π, length/4, length/2 and 2·length, plus one cosine."""
+    dims = {0}
+    for target in (length / 4, length / 2, 2 * length):
+        i = np.log(max(target, 2 * np.pi) / (2 * np.pi)) / np.log(10000.0) * d_model  # wavelength = 2π·10000^(i/d)
+        dims.add(int(min(max(0, 2 * round(i / 2)), d_model - 2)))
+    dims.add(min(sorted(dims)[1] + 1 if len(dims) > 1 else 1, d_model - 1))
+    return sorted(dims)
+
+
 def view_positional(tr: transformer.Translator, checkpoint: str, device: str, result: Analysis | None) -> None:
     st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
                "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
@@ -597,9 +636,8 @@ def view_positional(tr: transformer.Translator, checkpoint: str, device: str, re
     a, b = st.columns(2)
     a.plotly_chart(views.pe_heatmap(table), config=views.plotly_config("positional-encoding"), key="pe_heat")
     with b:
-        default_dims = [d for d in (0, 1, 4, 10, d_model // 2, d_model - 2) if d < d_model]
-        dims = st.multiselect("Dimensions to draw", list(range(d_model)), default=sorted(set(default_dims)),
-                              key=f"pe_dims_{d_model}")
+        dims = st.multiselect("Dimensions to draw", list(range(d_model)), default=wave_dims(d_model, length),
+                              key=f"pe_dims_{d_model}_{length}")
         st.plotly_chart(views.pe_waves(table, dims), config=views.plotly_config("pe-waves"), key="pe_waves")
     a, b = st.columns(2)
     with a:
@@ -657,7 +695,8 @@ def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, res
     panels.append((final_name, pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
-    st.plotly_chart(views.evolution_figure(panels, queries, keys, heatmap_title(kind, layer, head)),
+    st.plotly_chart(views.evolution_figure(panels, queries, keys, heatmap_title(kind, layer, head),
+                                           zrange=colour_range(*[w for _, w in panels])),
                     config=views.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     if isinstance(history, list) and history:
@@ -687,8 +726,12 @@ def view_export(checkpoint: str, device: str, result: Analysis) -> None:
         st.markdown("**Figures and links**")
         st.caption("Every chart has a camera icon in its toolbar (top right, on hover) that saves it as a PNG. "
                    "The page address carries the sentence, the decoding settings and the view, so copying it "
-                   "shares exactly what you see. Its query part:")
-        st.code("?" + st.session_state.get("_share_query", ""), language=None, wrap_lines=True)
+                   "shares exactly what you see:")
+        try:
+            base = (st.context.url or "").split("?")[0]
+        except Exception:  # no browser context (tests, bare mode)
+            base = ""
+        st.code(f"{base}?{st.session_state.get('_share_query', '')}", language=None, wrap_lines=True)
 
 
 # ------------------------------------------------------------------------------------------------ page

@@ -88,8 +88,9 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
 
 
 def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], kind: str,
-              highlight: tuple[int, int] | None = None) -> go.Figure:
-    """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid, one shared colour scale."""
+              highlight: tuple[int, int] | None = None, zrange: tuple[float, float] | None = None) -> go.Figure:
+    """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid, one shared colour scale
+    (``zrange``, default 0 to the largest weight)."""
     n_layers, n_heads, q, k = attn.shape
     fig = make_subplots(rows=n_layers, cols=n_heads, horizontal_spacing=0.012, vertical_spacing=0.03,
                         subplot_titles=[f"L{i + 1} · H{h + 1}" for i in range(n_layers) for h in range(n_heads)])
@@ -98,7 +99,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     custom = np.empty((q, k, 2), dtype=object)
     custom[:, :, 0] = qtext[:, None]
     custom[:, :, 1] = ktext[None, :]
-    zmax = max(float(attn.max()), 1e-9)
+    zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
     for layer in range(n_layers):
         for head in range(n_heads):
             fig.add_trace(go.Heatmap(
@@ -117,7 +118,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     fig.update_annotations(font=dict(size=11))
     side = max(110, min(200, 900 // max(n_heads, 1)))
     fig.update_layout(
-        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=zmax, colorbar=dict(title="weight", thickness=12)),
+        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(title="weight", thickness=12)),
         height=int(60 + side * n_layers), margin=dict(l=10, r=10, t=40, b=10), font=FONT,
         title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
         plot_bgcolor="white",
@@ -285,28 +286,30 @@ def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None
     n = len(labels)
     colours = ["#2e7d32" if i == chosen else "#9ecae1" for i in range(n)]
     fig = go.Figure(go.Bar(x=probs, y=list(range(n)), orientation="h", marker_color=colours, customdata=labels,
-                           text=[f"{p:.1%}" for p in probs], textposition="outside",
+                           text=[f"{p:.1%}" for p in probs], textposition="outside", cliponaxis=False,
                            hovertemplate="<b>%{customdata}</b><br>p = %{x:.4f}<extra></extra>"))
     fig.update_layout(title=dict(text="Top candidates for this step", x=0.0), font=FONT,
-                      height=int(120 + 30 * n), margin=dict(l=10, r=40, t=45, b=10),
-                      xaxis=dict(title="probability", range=[0, min(1.0, float(probs.max(initial=0.0)) * 1.25 + 0.05)]),
+                      height=int(120 + 30 * n), margin=dict(l=10, r=60, t=45, b=10),
+                      xaxis=dict(title="probability", range=[0, float(probs.max(initial=0.0)) * 1.2 + 0.02]),
                       yaxis=_axis(labels, "", autorange="reversed"))
     return fig
 
 
-def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], output_token: str) -> go.Figure:
+def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], output_token: str,
+                      zrange: tuple[float, float] | None = None) -> go.Figure:
     """One decoding step's cross-attention ``(H, S)``: a row per head plus their mean."""
     rows = np.vstack([cross_step.mean(axis=0, keepdims=True), cross_step])
     names = ["mean"] + [f"head {h + 1}" for h in range(cross_step.shape[0])]
     fig = attention_heatmap(rows, names, source_tokens, title=f"Where this step looked (cross-attention) "
                             f"while producing <b>{escape(output_token)}</b>", query_title="head",
-                            key_title="source token")
+                            key_title="source token", zmin=zrange[0] if zrange else 0.0,
+                            zmax=zrange[1] if zrange else None)
     fig.update_layout(height=int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens)))
     return fig
 
 
 def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
-                     key_tokens: Sequence[str], title: str) -> go.Figure:
+                     key_tokens: Sequence[str], title: str, zrange: tuple[float, float] | None = None) -> go.Figure:
     """The same attention matrix in several checkpoints side by side, one shared colour scale."""
     n = len(panels)
     fig = make_subplots(rows=1, cols=n, subplot_titles=[escape(name) for name, _ in panels], horizontal_spacing=0.02)
@@ -325,9 +328,9 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
                      ticktext=unique_labels(query_tokens), tickfont=dict(size=_tick_font(q)), row=1, col=1)
-    zmax = max(max(float(np.max(w)) for _, w in panels), 1e-9)
+    zmin, zmax = zrange if zrange is not None else (0.0, max(max(float(np.max(w)) for _, w in panels), 1e-9))
     width_share = 1100 / max(n, 1)
-    fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=zmax, colorbar=dict(thickness=12)),
+    fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(thickness=12)),
                       title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),
                       height=int(min(max(280, 120 + width_share * q / max(k, 1)), 900)), plot_bgcolor="white")
     return fig

@@ -34,7 +34,7 @@ def bench_latency(translator: Translator, sentence: str, repeat: int = 20, warmu
     model = translator.model
     for name, fn in (("greedy", lambda cache: greedy_decode(model, src, use_cache=cache)),
                      ("beam4", lambda cache: beam_search(model, src, 4, use_cache=cache))):
-        reps = max(3, repeat // 4)
+        reps = max(2, repeat // 4)
         times = time_interleaved({"cache": lambda f=fn: f(True), "recompute": lambda f=fn: f(False)},
                                  repeat=reps, warmup=1, device=dev)
         speedup = median(times["recompute"]) / median(times["cache"])

@@ -75,24 +75,25 @@ def random_checkpoint(directory: Path, sentences: list[str]) -> Path:
 
     corpus = directory / "corpus.txt"
     corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    tokenizer = Tokenizer.train([corpus], vocab_size=200)
+    tokenizer = Tokenizer.train([corpus], vocab_size=400)
     torch.manual_seed(0)
     v = tokenizer.vocab_size
     cfg = TransformerConfig(src_vocab_size=v, tgt_vocab_size=v, d_model=32, n_heads=4, n_encoder_layers=2,
-                            n_decoder_layers=2, d_ff=64, max_len=128)
+                            n_decoder_layers=2, d_ff=64, max_len=48)
     return save_checkpoint(directory / "random-tiny", Transformer(cfg).eval(), tokenizer,
                            {"note": "random weights, for python -m bench --quick"})
 
 
-def workload(args: argparse.Namespace) -> tuple[list[str], str]:
+def workload(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
+    """The batch workload (``args.sentences`` of them), every available line, and where they come from."""
     lines = read_sentences(args.data_dir)
     if lines:
         source = f"{Path(args.data_dir) / 'test_2016_flickr.en'}"
     else:
-        lines = synthetic_sentences(max(args.sentences, 200))
+        lines = synthetic_sentences(max(args.sentences, 1000))
         source = "synthetic sentences (no test_2016_flickr.en found)"
     reps = math.ceil(args.sentences / len(lines))
-    return (lines * reps)[: args.sentences], source
+    return (lines * reps)[: args.sentences], lines, source
 
 
 def train_sizes(args: argparse.Namespace, config: Any) -> tuple[Any, dict[str, int]]:
@@ -101,11 +102,11 @@ def train_sizes(args: argparse.Namespace, config: Any) -> tuple[Any, dict[str, i
     if args.quick:
         cfg = TransformerConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=32, n_heads=4, n_encoder_layers=2,
                                 n_decoder_layers=2, d_ff=64, max_len=64)
-        return cfg, dict(batch_size=8, max_src=12, n_batches=2, repeat=2, warmup=1)
+        return cfg, dict(batch_size=8, max_src=12, n_batches=1, repeat=2, warmup=1)
     return config, dict(batch_size=128, max_src=30, n_batches=4, repeat=5, warmup=1)
 
 
-def run_device(device: str, args: argparse.Namespace, checkpoint: Path, sentences: list[str],
+def run_device(device: str, args: argparse.Namespace, checkpoint: Path, sentences: list[str], lines: list[str],
                errors: dict[str, str]) -> dict[str, Any]:
     """Every requested section on one device; a failing section is reported, not fatal."""
     import transformer
@@ -131,7 +132,7 @@ def run_device(device: str, args: argparse.Namespace, checkpoint: Path, sentence
 
     cfg, sizes = train_sizes(args, translator.config)
     section("train", lambda: bench_training(cfg, device=device, **sizes))
-    sentence = sentence_of_words(20, sentences)
+    sentence = sentence_of_words(20, lines)
     section("latency", lambda: bench_latency(translator, sentence, repeat=args.repeat, warmup=1 if args.quick else 2))
     section("batch", lambda: bench_batch(translator, sentences, batch_size=args.batch_size,
                                          repeat=1 if args.quick else 2, device=device, threads=args.threads,
@@ -144,7 +145,7 @@ def run_device(device: str, args: argparse.Namespace, checkpoint: Path, sentence
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
-    sentences, source = workload(args)
+    sentences, lines, source = workload(args)
     result: dict[str, Any] = {"machine": machine_info(), "quick": args.quick, "workload": source}
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -152,13 +153,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.random_model or not (checkpoint / "config.json").is_file():
             if not (args.quick or args.random_model):
                 raise SystemExit(f"checkpoint not found: {checkpoint} (train it, pass --checkpoint, or use --quick)")
-            checkpoint = random_checkpoint(Path(tmp), synthetic_sentences(300))
+            checkpoint = random_checkpoint(Path(tmp), lines[:500] + synthetic_sentences(300))
             result["checkpoint"] = "random tiny model (no checkpoint)"
         else:
             result["checkpoint"] = str(checkpoint)
-        result.update(run_device("cpu", args, checkpoint, sentences, errors))
+        result.update(run_device("cpu", args, checkpoint, sentences, lines, errors))
         if torch.cuda.is_available() and not args.no_cuda:
-            result["cuda"] = run_device("cuda", args, checkpoint, sentences, errors)
+            result["cuda"] = run_device("cuda", args, checkpoint, sentences, lines, errors)
     result["errors"] = errors
     return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -168,6 +169,14 @@ def test_unknown_hub_repo_offline_fails_fast_and_clearly(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    attempts = []
+
+    def no_network(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network use in offline mode")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
 
     def hang(signum, frame):
         raise TimeoutError("transformer.load hung on an offline Hub lookup")
@@ -186,3 +195,4 @@ def test_unknown_hub_repo_offline_fails_fast_and_clearly(monkeypatch, tmp_path):
     assert "some-owner/some-repo-that-does-not-exist" in message
     assert "Hugging Face Hub" in message
     assert "offline" in message.lower()
+    assert not attempts, "HF_HUB_OFFLINE=1 must mean no network access at all"

@@ -36,8 +36,11 @@ def make_src(cfg: TransformerConfig, lens=(6, 3, 5, 1), seed: int = 0) -> torch.
 
 
 def strip(row: list[int]) -> list[int]:
-    """Output ids up to and including the first EOS (what follows is padding)."""
-    return row[: row.index(EOS) + 1] if EOS in row else row
+    """Output ids up to and including the first EOS (what follows is padding); a row that hit its
+    own length limit has no EOS and is padded after it."""
+    if EOS in row:
+        return row[: row.index(EOS) + 1]
+    return row[: row.index(PAD)] if PAD in row else row
 
 
 def rescore(model: Transformer, src_row: torch.Tensor, out: list[int]) -> torch.Tensor:

@@ -1,9 +1,9 @@
-"""The model can learn: a tiny Transformer masters reversing short random sequences in seconds."""
+"""The model can learn: a tiny Transformer masters copying short random sequences it never saw, in seconds."""
 
 from __future__ import annotations
 
+import math
 import random
-import time
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from transformer import Transformer, TransformerConfig, beam_search, greedy_decode
 
 PAD, BOS, EOS = 0, 2, 3
-SYMBOLS = list(range(4, 12))  # 8 symbols besides the specials
+SYMBOLS = list(range(4, 12))  # 8 symbols besides the specials: 8^2 + ... + 8^6 ~ 300k possible sequences
+STEPS = 300
 
 
 def pad(rows: list[list[int]]) -> torch.Tensor:
@@ -21,31 +22,32 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
-def batch(seqs: list[tuple[int, ...]]):
+def batch(seqs: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Source ``seq + EOS``; decoder input ``BOS + seq``; decoder target ``seq + EOS``."""
     src = pad([[*s, EOS] for s in seqs])
-    tgt = pad([[BOS, *reversed(s), EOS] for s in seqs])
+    tgt = pad([[BOS, *s, EOS] for s in seqs])
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def test_tiny_model_learns_to_reverse():
+def test_tiny_model_learns_to_copy():
     rng = random.Random(0)
     torch.manual_seed(0)
 
     def sample() -> tuple[int, ...]:
         return tuple(rng.choice(SYMBOLS) for _ in range(rng.randint(2, 6)))
 
-    held_out = set()
-    while len(held_out) < 64:
+    held_out: set[tuple[int, ...]] = set()
+    while len(held_out) < 128:
         held_out.add(sample())
 
-    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=32, n_heads=2, n_encoder_layers=1,
+    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=32, n_heads=4, n_encoder_layers=1,
                             n_decoder_layers=1, d_ff=64, dropout=0.0, max_len=16)
-    model = Transformer(cfg)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
-    start = time.monotonic()
-    model.train()
-    for step in range(600):
-        seqs = []
+    model = Transformer(cfg).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / STEPS)))
+    losses = []
+    for _ in range(STEPS):
+        seqs: list[tuple[int, ...]] = []
         while len(seqs) < 64:
             s = sample()
             if s not in held_out:  # never trained on a test sequence
@@ -56,16 +58,16 @@ def test_tiny_model_learns_to_reverse():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step >= 200 and step % 50 == 0 and loss.item() < 0.01:
-            break
+        schedule.step()
+        losses.append(loss.item())
     model.eval()
+    assert losses[-1] < losses[0] / 20
 
     tests = sorted(held_out)
-    src, _, tgt_out = batch(tests)
-    expected = [[*reversed(s), EOS] for s in tests]
-    for hyp in (greedy_decode(model, src, max_len_a=1.0, max_len_b=2),
-                beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=2)):
+    src, _, _ = batch(tests)
+    expected = [[*s, EOS] for s in tests]
+    for name, hyp in [("greedy", greedy_decode(model, src, max_len_a=1.0, max_len_b=2)),
+                      ("beam", beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=2))]:
         got = [row[: len(e)] for row, e in zip(hyp.tokens.tolist(), expected)]
-        accuracy = sum(g == e for g, e in zip(got, expected)) / len(expected)
-        assert accuracy == 1.0, f"reversal accuracy {accuracy:.2%} after {step + 1} steps, loss {loss.item():.4f}"
-    assert time.monotonic() - start < 60
+        wrong = [(s, g) for s, g, e in zip(tests, got, expected) if g != e]
+        assert not wrong, f"{name}: {len(wrong)}/{len(tests)} held-out sequences wrong, e.g. {wrong[:3]}"

@@ -61,13 +61,17 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
     looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
     if not looks_like_repo:
         raise CheckpointError(f"checkpoint directory not found: {path}")
+    # read at call time: huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id=text))
+        return Path(snapshot_download(repo_id=text, local_files_only=offline))
     except Exception as err:  # offline, unknown repo, private repo, bad id: one clear message
-        raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub "
-                              f"(not a local directory either): {type(err).__name__}: {err}") from err
+        why = "offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline else \
+            "unknown repo, private repo, or no network"
+        raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub ({why}; it is not a local "
+                              f"directory either): {type(err).__name__}: {err}") from err
 
 
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:

@@ -29,6 +29,20 @@ def max_output_length(model: Transformer, src_len: int, max_len_a: float, max_le
     return max(1, min(int(max_len_a * src_len + max_len_b), model.config.max_len - 1))
 
 
+def output_limits(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
+    """Each sentence's own maximum output length ``(B,)``, from its unpadded length, so a sentence
+    decodes the same alone as in a padded batch."""
+    lengths = (src != model.config.pad_id).sum(dim=1).double()
+    return (max_len_a * lengths + max_len_b).floor().long().clamp(1, model.config.max_len - 1)
+
+
+def _never(logp: Tensor, model: Transformer) -> Tensor:
+    """Padding and BOS are never outputs."""
+    logp[:, model.config.pad_id] = float("-inf")
+    logp[:, model.config.bos_id] = float("-inf")
+    return logp
+
+
 def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
           cache: list[dict[str, Tensor]] | None, head_mask: dict[str, Tensor] | None) -> Tensor:
     """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``."""
@@ -37,11 +51,11 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
         out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
                            cross_head_mask=head_mask.get("cross"))
     elif head_mask.get("decoder") is None and head_mask.get("cross") is None:  # the fast path
-        return model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1)
+        return _never(model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1), model)
     else:
         out = model.decode(tokens[:, -1:], memory, src_mask, cache=cache,
                            self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
-    return out.logits[:, -1].float().log_softmax(dim=-1)
+    return _never(out.logits[:, -1].float().log_softmax(dim=-1), model)
 
 
 @torch.no_grad()
@@ -56,13 +70,14 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     scores = torch.zeros(b, device=src.device)
     finished = torch.zeros(b, dtype=torch.bool, device=src.device)
     cache = model.new_cache() if use_cache else None
-    for _ in range(max_output_length(model, src.size(1), max_len_a, max_len_b)):
+    limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
+    for step in range(1, int(limits.max()) + 1):
         logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B, V)
         best_logp, best = logp.max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += best_logp.masked_fill(finished, 0.0)
         tokens = torch.cat([tokens, best[:, None]], dim=1)
-        finished |= best == cfg.eos_id
+        finished |= (best == cfg.eos_id) | (step >= limits)
         if finished.all():
             break
     return Hypotheses(tokens[:, 1:], scores)
@@ -86,8 +101,9 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
     memory = memory.repeat_interleave(k, dim=0)
     src_mask = src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
-    max_steps = max_output_length(model, src.size(1), max_len_a, max_len_b)
-    max_lp = length_penalty(torch.tensor(max_steps), alpha).item()
+    limits = output_limits(model, src, max_len_a, max_len_b)  # (B,) each sentence's own
+    max_steps = int(limits.max())
+    max_lp = length_penalty(limits, alpha) if alpha > 0 else torch.ones(b, device=dev)  # (B,)
 
     tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=dev)
     live = torch.zeros(b, k, device=dev)
@@ -97,6 +113,11 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     cache = model.new_cache() if use_cache else None
     batch_offset = (torch.arange(b, device=dev) * k)[:, None]  # (B, 1)
+    in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
+    # finished sentences leave the batch; their results wait here, by original position
+    active = torch.arange(b, device=dev)  # original position of each sentence still in the batch
+    best_tokens = torch.full((b, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
+    best_scores = torch.full((b,), float("-inf"), device=dev)
 
     for step in range(1, max_steps + 1):
         logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
@@ -107,7 +128,6 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         is_eos = top_tok == cfg.eos_id
         # as in fairseq, an ending counts only when it ranks among the K best candidates
         # (so beam size 1 is exactly greedy search)
-        in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
         accept = is_eos & in_top_k & ~done[:, None]
 
         # finished candidates: normalise and merge into the K best finished per sentence
@@ -126,17 +146,42 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
         new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
         tokens = torch.cat([tokens[src_beam], new_tok], dim=1)
-        if cache is not None:
-            for layer_cache in cache:
-                layer_cache["self_k"] = layer_cache["self_k"][src_beam]
-                layer_cache["self_v"] = layer_cache["self_v"][src_beam]
 
         # stop a sentence when it has K endings, or when its best live beam, even at the best
         # length, cannot beat its best ending
-        best_live_bound = live.max(dim=1).values / (max_lp if alpha > 0 else 1.0)
-        done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound)
+        best_live_bound = live.max(dim=1).values / max_lp
+        # a sentence at its own length limit without an ending takes its best live beam
+        at_limit = (step >= limits) & ~done & (fin_scores[:, 0] == float("-inf"))
+        if at_limit.any():
+            live_norm = live / length_penalty(torch.tensor(step), alpha)
+            best = live_norm.argmax(dim=1)
+            rows = torch.arange(b, device=dev)
+            seqs = tokens.view(b, k, -1)[rows, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
+            fin_tokens[at_limit, 0, : seqs.size(1)] = seqs[at_limit]
+            fin_scores[at_limit, 0] = live_norm[rows, best][at_limit]
+        done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound) | (step >= limits)
         if done.all():
             break
+        # stopped sentences with an ending leave the batch: no more work on their rows
+        drop = done & (fin_scores[:, 0] > float("-inf"))
+        if drop.any():
+            best_tokens[active[drop]] = fin_tokens[drop, 0]
+            best_scores[active[drop]] = fin_scores[drop, 0]
+            keep = (~drop).nonzero().squeeze(1)  # (B',) sentences that stay
+            rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
+            active, live, done, fin_scores, fin_tokens, limits, max_lp = (
+                t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
+            tokens, memory, src_mask, src_beam = tokens[rows], memory[rows], src_mask[rows], src_beam[rows]
+            b = keep.numel()
+            batch_offset = (torch.arange(b, device=dev) * k)[:, None]
+            if cache is not None:
+                for layer_cache in cache:
+                    layer_cache["cross_k"] = layer_cache["cross_k"][rows]
+                    layer_cache["cross_v"] = layer_cache["cross_v"][rows]
+        if cache is not None:  # the cached keys/values follow their beams
+            for layer_cache in cache:
+                layer_cache["self_k"] = layer_cache["self_k"][src_beam]
+                layer_cache["self_v"] = layer_cache["self_v"][src_beam]
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")
@@ -146,6 +191,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         seqs = tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
         fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
         fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
-    out = fin_tokens[:, 0]
-    lengths = (out != cfg.pad_id).sum(dim=1)
-    return Hypotheses(out[:, : max(int(lengths.max()), 1)], fin_scores[:, 0])
+    best_tokens[active] = fin_tokens[:, 0]
+    best_scores[active] = fin_scores[:, 0]
+    lengths = (best_tokens != cfg.pad_id).sum(dim=1)
+    return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores)

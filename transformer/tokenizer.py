@@ -52,12 +52,17 @@ class Tokenizer:
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
+    @staticmethod
+    def clean(text: str) -> str:
+        """Lone surrogates (not valid UTF-8) become U+FFFD: sentencepiece refuses them."""
+        return text.encode("utf-8", "replace").decode("utf-8")
+
     def encode(self, text: str, add_eos: bool = False, add_bos: bool = False) -> list[int]:
-        ids = self.sp.encode(text)
+        ids = self.sp.encode(self.clean(text))
         return ([BOS_ID] if add_bos else []) + ids + ([EOS_ID] if add_eos else [])
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.sp.encode(list(texts))
+        return self.sp.encode([self.clean(t) for t in texts])
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
