@@ -236,3 +236,26 @@ def test_hypotheses_layout():
         for row in hyp.tokens.tolist():
             if EOS in row:  # only padding after the first EOS
                 assert all(t == PAD for t in row[row.index(EOS) + 1:])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fast_decode_step_equals_decode(name):
+    """``decode_step`` (the inference fast path) gives ``decode``'s logits and cache, step after step."""
+    model = make_model(10, **MODELS[name])
+    src = make_src(model.config, seed=10)
+    src_mask = (src != PAD)[:, None, None, :]
+    memory = model.encode(src).last_hidden_state
+    gen = torch.Generator().manual_seed(10)
+    tgt = torch.randint(4, model.config.tgt_vocab_size, (src.size(0), 6), generator=gen)
+    tgt[:, 0] = BOS
+    fast, slow = model.new_cache(), model.new_cache()
+    with torch.no_grad():
+        full = model.decode(tgt, memory, src_mask).logits
+        for t in range(tgt.size(1)):
+            a = model.decode_step(tgt[:, t:t + 1], memory, src_mask, fast)
+            b = model.decode(tgt[:, t:t + 1], memory, src_mask, cache=slow).logits[:, -1]
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a, full[:, t], atol=1e-5, rtol=1e-5)
+    for f, s in zip(fast, slow):
+        for key in ("self_k", "self_v", "cross_k", "cross_v"):
+            torch.testing.assert_close(f[key], s[key], atol=1e-5, rtol=1e-5)
