@@ -87,41 +87,72 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     return fig
 
 
+GRID_HOVER_CELLS = 150_000  # above this many cells the grid's hover names positions, not tokens
+
+
+def grid_blocks(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
+    """(gap, block height, block width) of the tiled head grid for attention of ``shape`` ``(L, H, Q, K)``."""
+    q, k = shape[2], shape[3]
+    gap = max(1, round(0.08 * max(q, k)))
+    return gap, q + gap, k + gap
+
+
+def grid_block(z: np.ndarray, shape: tuple[int, int, int, int], layer: int, head: int) -> np.ndarray:
+    """The ``(Q, K)`` block of one head (0-based) out of the tiled grid's ``z``."""
+    gap, bh, bw = grid_blocks(shape)
+    return z[layer * bh: layer * bh + shape[2], head * bw: head * bw + shape[3]]
+
+
 def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], kind: str,
               highlight: tuple[int, int] | None = None, zrange: tuple[float, float] | None = None) -> go.Figure:
-    """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid, one shared colour scale
-    (``zrange``, default 0 to the largest weight)."""
+    """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid on one shared colour
+    scale (``zrange``, default 0 to the largest weight).
+
+    Drawn as one tiled heatmap (blocks separated by empty cells), which is many times cheaper to build and
+    draw than a subplot per head; :func:`grid_block` cuts one head back out.
+    """
     n_layers, n_heads, q, k = attn.shape
-    fig = make_subplots(rows=n_layers, cols=n_heads, horizontal_spacing=0.012, vertical_spacing=0.03,
-                        subplot_titles=[f"L{i + 1} · H{h + 1}" for i in range(n_layers) for h in range(n_heads)])
-    qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
-    ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
-    custom = np.empty((q, k, 2), dtype=object)
-    custom[:, :, 0] = qtext[:, None]
-    custom[:, :, 1] = ktext[None, :]
-    zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
+    gap, bh, bw = grid_blocks(attn.shape)
+    rows, cols = n_layers * bh - gap, n_heads * bw - gap
+    z = np.full((rows, cols), np.nan, dtype=np.float32)
     for layer in range(n_layers):
         for head in range(n_heads):
-            fig.add_trace(go.Heatmap(
-                z=attn[layer, head], coloraxis="coloraxis", customdata=custom,
-                hovertemplate=(f"layer {layer + 1}, head {head + 1}<br>query <b>%{{customdata[0]}}</b><br>"
-                               "key <b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
-            ), row=layer + 1, col=head + 1)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+            z[layer * bh: layer * bh + q, head * bw: head * bw + k] = attn[layer, head]
+    zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
+    heat = dict(z=z, zmin=zmin, zmax=zmax, colorscale=ATTENTION_SCALE, hoverongaps=False,
+                colorbar=dict(title=dict(text="weight"), thickness=12))
+    if z.size <= GRID_HOVER_CELLS:
+        row_layer = np.repeat(np.arange(rows) // bh, cols).reshape(rows, cols)
+        col_head = np.tile(np.arange(cols) // bw, (rows, 1))
+        qpos, kpos = np.arange(rows) % bh, np.arange(cols) % bw
+        qtext = np.asarray([escape(t) for t in query_tokens] + [""] * gap, dtype=object)
+        ktext = np.asarray([escape(t) for t in key_tokens] + [""] * gap, dtype=object)
+        custom = np.empty((rows, cols, 4), dtype=object)
+        custom[:, :, 0] = row_layer + 1
+        custom[:, :, 1] = col_head + 1
+        custom[:, :, 2] = qtext[qpos][:, None]
+        custom[:, :, 3] = ktext[kpos][None, :]
+        heat.update(customdata=custom, hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query "
+                    "<b>%{customdata[2]}</b><br>key <b>%{customdata[3]}</b><br>weight %{z:.3f}<extra></extra>")
+    else:
+        heat.update(hovertemplate="weight %{z:.3f}<extra></extra>")
+    fig = go.Figure(go.Heatmap(**heat))
     if highlight is not None:
         layer, head = highlight
-        index = layer * n_heads + head + 1
-        suffix = "" if index == 1 else str(index)
-        fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.02, x1=1.02, y0=-0.02,
-                      y1=1.02, line=dict(color="#d62728", width=3))
-    fig.update_annotations(font=dict(size=11))
-    side = max(110, min(200, 900 // max(n_heads, 1)))
+        fig.add_shape(type="rect", x0=head * bw - 0.5 - gap / 2, x1=head * bw + k - 0.5 + gap / 2,
+                      y0=layer * bh - 0.5 - gap / 2, y1=layer * bh + q - 0.5 + gap / 2,
+                      line=dict(color="#d62728", width=3))
+    block_px = max(90, min(260, 1000 // max(n_heads, 1)))
+    height = 90 + n_layers * block_px * max(0.4, min(2.0, q / max(k, 1)))
     fig.update_layout(
-        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(title="weight", thickness=12)),
-        height=int(60 + side * n_layers), margin=dict(l=10, r=10, t=40, b=10), font=FONT,
         title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
-        plot_bgcolor="white",
+        font=FONT, height=int(height), margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
+        xaxis=dict(tickmode="array", tickvals=[h * bw + (k - 1) / 2 for h in range(n_heads)],
+                   ticktext=[f"head {h + 1}" for h in range(n_heads)], side="top", showgrid=False, zeroline=False),
+        yaxis=dict(tickmode="array", tickvals=[layer * bh + (q - 1) / 2 for layer in range(n_layers)],
+                   ticktext=[f"layer {layer + 1}" for layer in range(n_layers)], autorange="reversed",
+                   showgrid=False, zeroline=False),
+        meta=dict(grid=list(attn.shape)),
     )
     return fig
 

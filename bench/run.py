@@ -44,12 +44,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="seconds-long smoke run (tiny sizes, few sentences)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--markdown", action="store_true", help="also print the table in Markdown (for the README)")
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT),
                    help="checkpoint directory (default: checkpoints/multi30k-en-de; with --quick a random "
                         "tiny model stands in when it is missing)")
     p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR),
-                   help="Multi30k directory; test_2016_flickr.en is the workload (synthetic sentences without it)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads for torch and CTranslate2 (default: all cores)")
+                   help="Multi30k directory; {split}.en is the workload (synthetic sentences without it)")
+    p.add_argument("--split", default="test_2016_flickr", help="workload file {data-dir}/{split}.en")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for torch and CTranslate2 (default: all cores; quick: 1)")
     p.add_argument("--sentences", type=int, default=None, help="batch workload size (default 1000; quick 16)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64; quick 8)")
     p.add_argument("--repeat", type=int, default=None, help="timed repeats for latency (default 20; quick 3)")
@@ -62,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown sections: {sorted(unknown)}")
     q = args.quick
-    args.threads = args.threads or cpu_count()
+    args.threads = args.threads or (1 if q else cpu_count())
     args.sentences = args.sentences or (16 if q else 1000)
     args.batch_size = args.batch_size or (8 if q else 64)
     args.repeat = args.repeat or (3 if q else 20)
@@ -86,12 +89,12 @@ def random_checkpoint(directory: Path, sentences: list[str]) -> Path:
 
 def workload(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     """The batch workload (``args.sentences`` of them), every available line, and where they come from."""
-    lines = read_sentences(args.data_dir)
+    lines = read_sentences(args.data_dir, args.split, "en")
     if lines:
-        source = f"{Path(args.data_dir) / 'test_2016_flickr.en'}"
+        source = f"{Path(args.data_dir) / (args.split + '.en')}"
     else:
         lines = synthetic_sentences(max(args.sentences, 1000))
-        source = "synthetic sentences (no test_2016_flickr.en found)"
+        source = f"synthetic sentences (no {args.split}.en in {args.data_dir})"
     reps = math.ceil(args.sentences / len(lines))
     return (lines * reps)[: args.sentences], lines, source
 
@@ -176,44 +179,68 @@ def _f(value: Any, fmt: str = "{:.1f}") -> str:
     return fmt.format(value)
 
 
-def table(r: dict[str, Any], title: str) -> str:
-    """Rows: what, ours, peer, ours/peer, goal."""
-    rows = [("", "ours", "peer", "ratio", "goal")]
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(what, ours, peer, ours/peer, goal) for every measured line of one device's results."""
+    out = []
     if "train_tok_s" in r:
-        rows.append(("training, target tok/s (vs nn.Transformer)", _f(r["train_tok_s"], "{:.0f}"),
-                     _f(r["train_tok_s_nn_transformer"], "{:.0f}"), _f(r["train_speed_ratio"], "{:.2f}x"), ">= 1.0x"))
+        out.append(("training, target tokens/s (peer: nn.Transformer)", _f(r["train_tok_s"], "{:.0f}"),
+                    _f(r["train_tok_s_nn_transformer"], "{:.0f}"), _f(r["train_speed_ratio"], "{:.2f}x"), ">= 1.0x"))
     if "greedy_ms_p50" in r:
         n = r.get("latency_source_tokens")
-        rows.append((f"greedy, 20 words ({n} tokens), attentions: ms p50 / p95",
-                     f"{_f(r['greedy_ms_p50'])} / {_f(r['greedy_ms_p95'])}", "", "", "< 50 ms"))
-        rows.append(("beam 4, same sentence, attentions: ms p50 / p95",
-                     f"{_f(r['beam4_ms_p50'])} / {_f(r['beam4_ms_p95'])}", "", "", ""))
-        rows.append(("capturing attentions: time with / without (beam 4; greedy)",
-                     f"{_f(r['capture_overhead'], '{:.2f}x')}; {_f(r.get('capture_overhead_greedy'), '{:.2f}x')}",
-                     "", "", ""))
-        rows.append(("key/value cache: speed-up over recomputing (beam 4; greedy)",
-                     f"{_f(r['kv_cache_speedup'], '{:.2f}x')}; {_f(r.get('kv_cache_speedup_greedy'), '{:.2f}x')}",
-                     "", "", ""))
+        out.append((f"one 20-word sentence ({n} tokens) with attentions, greedy: ms p50 / p95",
+                    f"{_f(r['greedy_ms_p50'])} / {_f(r['greedy_ms_p95'])}", "", "", "< 50 ms"))
+        out.append(("same sentence, beam 4: ms p50 / p95",
+                    f"{_f(r['beam4_ms_p50'])} / {_f(r['beam4_ms_p95'])}", "", "", ""))
+        out.append(("capturing attentions, time with / without: beam 4; greedy",
+                    f"{_f(r['capture_overhead'], '{:.2f}x')}; {_f(r.get('capture_overhead_greedy'), '{:.2f}x')}",
+                    "", "", ""))
+        out.append(("key/value cache, speed-up over recomputing: beam 4; greedy",
+                    f"{_f(r['kv_cache_speedup'], '{:.2f}x')}; {_f(r.get('kv_cache_speedup_greedy'), '{:.2f}x')}",
+                    "", "", ""))
     if "batch_sent_s" in r:
-        rows.append((f"batch, {r['batch_sentences']} sentences, beam 4: sent/s (vs CTranslate2)",
-                     _f(r["batch_sent_s"]), _f(r.get("batch_sent_s_ctranslate2")),
-                     _f(r.get("ctranslate2_ratio"), "{:.2f}x"), ">= 0.5x"))
+        out.append((f"batch, {r['batch_sentences']} sentences, beam 4: sentences/s (peer: CTranslate2)",
+                    _f(r["batch_sent_s"]), _f(r.get("batch_sent_s_ctranslate2")),
+                    _f(r.get("ctranslate2_ratio"), "{:.2f}x"), ">= 0.5x"))
         if r.get("ctranslate2_identical") is not None:
-            rows.append(("same output as CTranslate2: beam 4 / greedy",
-                         f"{r['ctranslate2_identical']}/{r['batch_sentences']} / "
-                         f"{r['ctranslate2_greedy_identical']}/{r['ctranslate2_greedy_compared']}",
-                         "", "", "greedy all"))
+            out.append(("outputs identical to CTranslate2's: beam 4; greedy",
+                        f"{r['ctranslate2_identical']}/{r['batch_sentences']}; "
+                        f"{r['ctranslate2_greedy_identical']}/{r['ctranslate2_greedy_compared']}",
+                        "", "", "greedy: all"))
     if "load_s" in r:
-        rows.append(("model load, s", _f(r["load_s"], "{:.3f}"), "", "", ""))
-        rows.append((f"peak RSS translating {r.get('peak_rss_input_tokens')} tokens, MB",
-                     _f(r["peak_rss_mb"], "{:.0f}"), "", "", ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        out.append(("model load, s", _f(r["load_s"], "{:.3f}"), "", "", ""))
+        out.append((f"peak RSS translating a {r.get('peak_rss_input_tokens')}-token input, MB",
+                    _f(r["peak_rss_mb"], "{:.0f}"), "", "", ""))
+    return out
+
+
+HEADER = ("", "ours", "peer", "ours / peer", "goal")
+
+
+def table(r: dict[str, Any], title: str) -> str:
+    body = [HEADER, *rows(r)]
+    widths = [max(len(row[i]) for row in body) for i in range(5)]
     lines = [title, "-" * len(title)]
-    for i, row in enumerate(rows):
+    for i, row in enumerate(body):
         lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The README's table: the machine, the command, one table per device."""
+    m = result["machine"]
+    parts = [f"`python -m bench` on {m['cpu']} ({m['cores']} cores), torch {m['torch']} with {m['torch_threads']} "
+             f"threads, CTranslate2 {m['ctranslate2'] or '(not installed)'} with as many; workload "
+             f"`{Path(str(result['workload'])).name}`."]
+    for title, r in (("CPU", result), ("CUDA", result.get("cuda"))):
+        if not r:
+            continue
+        parts.append(f"**{title}**" + (f" ({m.get('cuda_device')})" if title == "CUDA" else ""))
+        lines = ["| " + " | ".join(h or "measure" for h in HEADER) + " |", "|---|---:|---:|---:|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows(r)]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -234,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result = run(args)
     print(report(result), flush=True)
+    if args.markdown:
+        print("\n" + markdown(result), flush=True)
     if args.json:
         print(json.dumps(result, default=str))
     return 1 if result["errors"] else 0

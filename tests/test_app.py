@@ -21,7 +21,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import transformer  # noqa: E402
-from app import analysis, inference  # noqa: E402
+from app import analysis, inference, views  # noqa: E402
 
 torch.set_num_threads(1)
 APP = str(ROOT / "app" / "main.py")
@@ -140,10 +140,13 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     at = set_view(at, "All heads")
     assert_clean(at)
     grid = chart(at, "every head")
-    heats = [t for t in grid["data"] if t["type"] == "heatmap"]
-    assert len(heats) == n_layers * n_heads
-    np.testing.assert_allclose(arr(heats[n_heads + 1]["z"]), ref.cross_attentions[1][1].numpy(),
-                               atol=1e-5)
+    shape = tuple(grid["layout"]["meta"]["grid"])
+    assert shape == (n_layers, n_heads, len(ref.target_tokens), len(ref.source_tokens))
+    z = arr(grid["data"][0]["z"])
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            np.testing.assert_allclose(views.grid_block(z, shape, layer, head),
+                                       ref.cross_attentions[layer][head].numpy(), atol=1e-5)
     at.pills(key="grid_pick").set_value("L1 · H2")
     at.run()
     assert_clean(at)

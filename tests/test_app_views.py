@@ -72,14 +72,21 @@ def test_head_grid_has_every_head_on_one_colour_scale():
     rng = np.random.default_rng(1)
     attn = rng.random((2, 3, 4, 5))
     attn /= attn.sum(-1, keepdims=True)
-    fig = views.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", highlight=(1, 2))
-    heats = [t for t in fig.data if t.type == "heatmap"]
-    assert len(heats) == 6
-    for i, trace in enumerate(heats):
-        np.testing.assert_allclose(np.asarray(trace.z), attn[i // 3, i % 3])
-        assert trace.coloraxis == "coloraxis"
-    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == pytest.approx(attn.max())
+    fig = views.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
+    assert len(fig.data) == 1  # one tiled heatmap, one colour scale
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert tuple(fig.layout.meta["grid"]) == attn.shape
+    for layer in range(2):
+        for head in range(3):
+            np.testing.assert_allclose(views.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
+    assert np.isnan(z).sum() == z.size - attn[:, :, :, :].size  # gaps are empty, nothing else
+    assert fig.data[0].zmin == 0 and fig.data[0].zmax == pytest.approx(attn.max())
+    custom = np.asarray(fig.data[0].customdata)
+    gap, bh, bw = views.grid_blocks(attn.shape)
+    assert list(custom[bh + 2, 2 * bw + 1]) == [2, 3, "c", "&lt;w&gt;"]  # layer 2, head 3, query c, key <w>
     assert len(fig.layout.shapes) == 1  # the highlighted head
+    fixed = views.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
+    assert fixed.data[0].zmax == 1.0
 
 
 def test_lines_draw_only_weights_above_the_threshold():

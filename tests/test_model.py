@@ -319,18 +319,30 @@ def test_paper_sizes():
     assert custom.d_model == 512 and custom.dropout == 0.2 and custom.src_vocab_size == 100
 
 
-def test_paper_base_parameter_count():
-    """With the paper's 37000-token shared vocabulary the base model has ~65M parameters (Table 3)."""
-    cfg = TransformerConfig.base(src_vocab_size=37000, tgt_vocab_size=37000)
-    d, f, n = cfg.d_model, cfg.d_ff, cfg.n_encoder_layers
+def expected_parameters(cfg: TransformerConfig) -> int:
+    """The parameter count the paper's architecture implies (Q, K, V, output projections with biases, ...)."""
+    d, f = cfg.d_model, cfg.d_ff
     attn = 4 * (d * d + d)
     ffn = d * f + f + f * d + d
     norm = 2 * d
-    expected = 37000 * d + n * (attn + ffn + 2 * norm) + n * (2 * attn + ffn + 3 * norm)
-    with torch.device("meta"):
-        model = Transformer(cfg)
-    assert model.num_parameters() == expected
-    assert 60e6 < expected < 66e6
+    layers = cfg.n_encoder_layers * (attn + ffn + 2 * norm) + cfg.n_decoder_layers * (2 * attn + ffn + 3 * norm)
+    if cfg.share_embeddings:
+        embeddings = cfg.src_vocab_size * d
+    else:
+        embeddings = cfg.src_vocab_size * d + 2 * cfg.tgt_vocab_size * d
+    return embeddings + layers + (2 * norm if cfg.norm_first else 0)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_parameter_count(name):
+    model = make_model(**CONFIGS[name])
+    assert model.num_parameters() == expected_parameters(model.config)
+
+
+def test_paper_base_parameter_count():
+    """With the paper's 37000-token shared vocabulary the base model has ~65M parameters (Table 3)."""
+    assert 60e6 < expected_parameters(TransformerConfig.base(src_vocab_size=37000, tgt_vocab_size=37000)) < 66e6
+    assert 200e6 < expected_parameters(TransformerConfig.big(src_vocab_size=37000, tgt_vocab_size=37000)) < 215e6
 
 
 def test_invalid_configs_raise():

@@ -153,7 +153,8 @@ def test_translation_is_deterministic(translator):
 def test_head_mask_reaches_the_attentions(translator):
     cfg = translator.config
     n = cfg.n_encoder_layers
-    ones = {k: torch.ones(n, cfg.n_heads) for k in ("encoder", "decoder", "cross")}
+    layers = {"encoder": n, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
+    ones = {k: torch.ones(layers[k], cfg.n_heads) for k in layers}
     plain = translator.translate(TEXTS[0], beam_size=1)
     same = translator.translate(TEXTS[0], beam_size=1, head_mask=ones)
     assert same.target_ids == plain.target_ids

@@ -440,11 +440,6 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={cfg.max_len}")
         x = F.embedding(tokens, self.tgt_embed.weight) * math.sqrt(d_model)  # as ``embed``, without dropout
         x = x + self.pe[offset].to(x.dtype)
-        # one query per row: plain matmul-softmax-matmul beats the fused kernel at this shape
-        scale = 1.0 / math.sqrt(cfg.d_head)
-        cross_bias = None
-        if src_mask is not None:
-            cross_bias = torch.zeros(src_mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~src_mask, -math.inf)
         for layer, c in zip(self.decoder_layers, cache):
             if "weights" not in c:  # gathered once per cache: Q|K|V fused, then every other matrix
                 c["weights"] = layer.inference_weights()
@@ -459,14 +454,12 @@ class Transformer(nn.Module):
                 k = torch.cat([c["self_k"], k], dim=2)
                 v = torch.cat([c["self_v"], v], dim=2)
             c["self_k"], c["self_v"] = k, v
-            h = ((q @ k.transpose(-2, -1)) * scale).softmax(dim=-1) @ v  # (N, H, 1, d)
-            h = F.linear(h.transpose(1, 2).reshape(n, 1, d_model), so_w, so_b)
+            h = F.linear(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, d_model), so_w, so_b)
             x = x + h if pre else F.layer_norm(x + h, shape, n1_w, n1_b, eps)
             # cross-attention over the cached encoder keys/values
             h = F.layer_norm(x, shape, n2_w, n2_b, eps) if pre else x
             q = F.linear(h, cq_w, cq_b).view(n, 1, heads, -1).transpose(1, 2)
-            scores = (q @ c["cross_k"].transpose(-2, -1)) * scale
-            h = (scores if cross_bias is None else scores + cross_bias).softmax(dim=-1) @ c["cross_v"]
+            h = F.scaled_dot_product_attention(q, c["cross_k"], c["cross_v"], attn_mask=src_mask)
             h = F.linear(h.transpose(1, 2).reshape(n, 1, d_model), co_w, co_b)
             x = x + h if pre else F.layer_norm(x + h, shape, n2_w, n2_b, eps)
             # feed-forward
