@@ -162,6 +162,20 @@ def model_scores(tr: Translator) -> dict[str, float]:
     return scores
 
 
+def model_card(tr: Translator, limit: int = 20_000) -> str | None:
+    """The checkpoint's ``README.md`` (its model card) without YAML front matter, or None."""
+    if tr.path is None or not (Path(tr.path) / "README.md").is_file():
+        return None
+    try:
+        text = (Path(tr.path) / "README.md").read_text(encoding="utf-8", errors="replace")[:limit]
+    except OSError:
+        return None
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end != -1 else text
+    return text.strip() or None
+
+
 # ----------------------------------------------------------------------------------------------- translating
 
 

@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import os  # noqa: E402
+import re  # noqa: E402
 from urllib.parse import urlencode  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -52,7 +53,21 @@ VIEW_ICONS = {"Heatmap": ":material/grid_on:", "All heads": ":material/apps:", "
               "Export": ":material/download:"}
 SEARCHES = ["Beam search", "Greedy"]
 KIND_SHORT = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
+MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
+
+
+def md_escape(text: object) -> str:
+    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed."""
+    return MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def clean_text(text: str) -> str:
+    """Text that can be sent to the browser: lone surrogates (not valid UTF-8) become '?'."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def head_label(head: HeadKey) -> str:
+    """``("cross", 0, 1)`` -> ``"Cross · L1 · H2"``."""
     kind, layer, h = head
     return f"{KIND_SHORT[kind]} · L{layer + 1} · H{h + 1}"
 
@@ -61,6 +76,7 @@ def head_label(head: HeadKey) -> str:
 
 
 def _int(value: str | None, low: int, high: int) -> int | None:
+    """An int from a URL parameter within [low, high], else None."""
     try:
         v = int(str(value))
     except (TypeError, ValueError):
@@ -69,6 +85,7 @@ def _int(value: str | None, low: int, high: int) -> int | None:
 
 
 def _float(value: str | None, low: float, high: float) -> float | None:
+    """A finite float from a URL parameter within [low, high], else None."""
     try:
         v = float(str(value))
     except (TypeError, ValueError):
@@ -87,7 +104,7 @@ def init_state() -> None:
     qp = st.query_params
     text = qp.get("text")
     if text:
-        ss.source_text = text[: inference.MAX_INPUT_CHARS]
+        ss.source_text = clean_text(text[: inference.MAX_INPUT_CHARS])
     beam = _int(qp.get("beam"), 1, 16)
     if beam is not None:
         ss.search = "Greedy" if beam == 1 else "Beam search"
@@ -201,7 +218,7 @@ def show_model_facts(tr: transformer.Translator) -> None:
             for i, (name, value) in enumerate(list(scores.items())[:6]):
                 cols[i % 2].metric(name, f"{value:.2f}")
         meta = tr.metadata or {}
-        with st.expander("Model card"):
+        with st.expander("Training details"):
             if meta.get("training_command"):
                 st.caption("Trained with")
                 st.code(str(meta["training_command"]), language="bash", wrap_lines=True)
@@ -211,7 +228,7 @@ def show_model_facts(tr: transformer.Translator) -> None:
                            "view.")
             if not meta:
                 st.caption("No metadata.json in this checkpoint.")
-            st.caption(f"Loaded from {tr.path}")
+            st.caption(f"Loaded from {md_escape(tr.path)}")
 
 
 def load_model(checkpoint: str, device: str) -> transformer.Translator | None:
@@ -228,7 +245,7 @@ def load_model(checkpoint: str, device: str) -> transformer.Translator | None:
         except Exception as err:  # anything else from loading: still one clear message
             message = f"{type(err).__name__}: {err}"
         ss._load_failure = (checkpoint, device, message)
-    st.error(f"The model could not be loaded: {message}", icon=":material/error:")
+    st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == inference.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
@@ -280,7 +297,7 @@ def input_area(tr: transformer.Translator) -> None:
             st.session_state.submitted = None
             st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
         else:
-            st.session_state.submitted = {"text": text, "settings": current_settings()}
+            st.session_state.submitted = {"text": clean_text(text), "settings": current_settings()}
 
 
 def show_translation(tr: transformer.Translator, result: Analysis) -> None:
@@ -312,6 +329,7 @@ def show_translation(tr: transformer.Translator, result: Analysis) -> None:
 
 
 def n_layers(tr: transformer.Translator, kind: str) -> int:
+    """Layers of an attention type (encoder layers, or decoder layers for decoder self and cross)."""
     return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
 
 
@@ -366,6 +384,7 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
 
 
 def heatmap_title(kind: str, layer: int, head: str) -> str:
+    """Chart title naming the type, layer and head."""
     return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
 
 
@@ -405,6 +424,7 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str) -
 
 
 def view_heatmap(tr: transformer.Translator, result: Analysis) -> None:
+    """One attention matrix, large."""
     st.caption("One attention matrix: pick the attention type, the layer and a head (or the mean over heads). "
                "Hover a cell for its query token, key token and weight; the camera icon saves a PNG.")
     kind = kind_control()
@@ -414,6 +434,7 @@ def view_heatmap(tr: transformer.Translator, result: Analysis) -> None:
 
 
 def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
+    """Every layer x head of one type, and one opened large."""
     st.caption("Every head of one attention type at a glance, on one shared colour scale, so strong and diffuse "
                "heads compare fairly. Pick a head below the grid to open it large.")
     kind = kind_control()
@@ -436,6 +457,7 @@ def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
 
 
 def view_lines(tr: transformer.Translator, result: Analysis) -> None:
+    """BertViz-style token-to-token lines for one layer."""
     st.caption("Token-to-token lines for one layer, one colour per head (like BertViz's head view): queries on the "
                "left, keys on the right; stronger weights draw darker, thicker lines. Hover a token to see where "
                "each head sends it; click a head in the legend to hide it.")
@@ -453,10 +475,15 @@ def view_lines(tr: transformer.Translator, result: Analysis) -> None:
     fig = views.attention_lines(attn, queries, keys, heads=[h - 1 for h in heads],
                                 focus=None if focus == "all" else int(focus), threshold=threshold,
                                 title=f"{KIND_NAMES[kind]} · layer {layer}")
+    shown = attn[[h - 1 for h in heads]] if heads else attn[:0]
+    if shown.size and (shown if focus == "all" else shown[:, int(focus)]).max() < threshold:
+        st.info(f"No weight in this selection reaches {threshold:.2f}; lower 'Hide weights below' to see lines "
+                "(a head that spreads its attention evenly draws only faint ones).", icon=":material/tune:")
     st.plotly_chart(fig, config=views.plotly_config(f"{kind}-L{layer}-lines"), key="lines_chart")
 
 
 def view_step(tr: transformer.Translator, result: Analysis) -> None:
+    """Top-k candidates and cross-attention of one output step."""
     st.caption("Step-through decoding: at each output step, the model's top candidates for the next piece with "
                "their probabilities (given the pieces before it), and where that step's cross-attention looked.")
     steps = len(result.target_tokens)
@@ -497,6 +524,7 @@ def view_step(tr: transformer.Translator, result: Analysis) -> None:
 
 
 def view_table(tr: transformer.Translator, result: Analysis) -> None:
+    """Per-head diagnostics; a selected row opens its heatmap."""
     st.caption("Head diagnostics, one row per head; click a column header to sort, select a row to open its "
                "heatmap. Entropy (nats) is low for focused heads; 'on special token' is the share on </s> (source "
                "keys) or <s> (decoder keys), where idle heads park their attention; previous / same / next are "
@@ -504,7 +532,7 @@ def view_table(tr: transformer.Translator, result: Analysis) -> None:
                "the queries.")
     rows = head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys())
     frame = pd.DataFrame(rows)
-    shown = frame.drop(columns=["kind"])
+    shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_SHORT))  # short names: room for numbers
     number = st.column_config.NumberColumn(format="%.3f")
     share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.2f")
              for c in ("max weight", "on special token", "on previous", "on same", "on next")}
@@ -519,6 +547,7 @@ def view_table(tr: transformer.Translator, result: Analysis) -> None:
 
 
 def view_ablation(tr: transformer.Translator, checkpoint: str, device: str, result: Analysis) -> None:
+    """Switch heads off, translate again, compare."""
     st.caption("Head ablation: switch heads off (their output is multiplied by 0; their weights are still "
                "computed but no longer reach the rest of the network), translate again, and compare.")
     heads = inference.all_heads(tr)
@@ -540,7 +569,7 @@ def view_ablation(tr: transformer.Translator, checkpoint: str, device: str, resu
     try:
         ablated = cached.get_analysis(checkpoint, device, abl["text"], abl["settings"], abl["heads"])
     except Exception as err:
-        st.error(f"The ablated translation failed: {type(err).__name__}: {err}")
+        st.error(f"The ablated translation failed: {type(err).__name__}: {md_escape(err)}")
         return
     forced = cached.get_forced_logprob(checkpoint, device, tuple(result.source_ids), tuple(result.target_ids),
                                    abl["heads"])
@@ -575,6 +604,7 @@ def view_ablation(tr: transformer.Translator, checkpoint: str, device: str, resu
 
 
 def view_masks(tr: transformer.Translator, result: Analysis) -> None:
+    """Padding and causal masks of this sentence, and how they combine."""
     st.caption("The masks decide which keys a query may see: a blocked key's score is set to −∞ before the "
                "softmax, so its weight is exactly 0. Add padding to see the sentence as it sits in a batch next to "
                "longer ones.")
@@ -626,6 +656,7 @@ def wave_dims(d_model: int, length: int) -> list[int]:
 
 
 def view_positional(tr: transformer.Translator, checkpoint: str, device: str, result: Analysis | None) -> None:
+    """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
     st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
                "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
                "wavelengths grow geometrically from 2π to 10000·2π, so nearby positions get similar codes.")
@@ -665,6 +696,7 @@ def view_positional(tr: transformer.Translator, checkpoint: str, device: str, re
 
 
 def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, result: Analysis) -> None:
+    """The same sentence's attention in the training snapshots."""
     st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
                "teacher-forced on the final translation (so the axes match) and also translates on its own.")
     snaps = inference.list_snapshots(tr)
@@ -685,7 +717,7 @@ def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, res
             attn, text = cached.get_snapshot_attentions(checkpoint, device, str(path), tuple(result.source_ids),
                                                         tuple(result.target_ids))
         except Exception as err:
-            st.warning(f"Skipped {path.name}: {err}")
+            st.warning(f"Skipped {md_escape(path.name)}: {md_escape(err)}")
             continue
         step = inference.snapshot_step(path)
         panels.append((f"step {step}", pick_weights(attn[kind], layer, head)))
@@ -707,6 +739,7 @@ def view_evolution(tr: transformer.Translator, checkpoint: str, device: str, res
 
 
 def view_export(checkpoint: str, device: str, result: Analysis) -> None:
+    """JSON / NPZ downloads, PNG hint and the share link."""
     st.caption("Take the numbers with you, or share this exact view.")
     sub = st.session_state.submitted
     c1, c2 = st.columns(2)
@@ -738,6 +771,7 @@ def view_export(checkpoint: str, device: str, result: Analysis) -> None:
 
 
 def main() -> None:
+    """The page: sidebar, model, input, translation, the chosen view; then the URL is brought up to date."""
     init_state()
     checkpoint, device = sidebar()
     st.title("Inside a translation Transformer")
@@ -748,6 +782,10 @@ def main() -> None:
     if tr is None:
         return
     show_model_facts(tr)
+    card = inference.model_card(tr)
+    if card:
+        with st.expander("About this model (its model card)", icon=":material/description:"):
+            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     input_area(tr)
     result = None
     sub = st.session_state.get("submitted")
@@ -756,7 +794,7 @@ def main() -> None:
             with st.spinner("Translating…"):
                 result = cached.get_analysis(checkpoint, device, sub["text"], tuple(sub["settings"]), ())
         except Exception as err:  # never a stack trace
-            st.error(f"The translation failed: {type(err).__name__}: {err}", icon=":material/error:")
+            st.error(f"The translation failed: {type(err).__name__}: {md_escape(err)}", icon=":material/error:")
     if result is not None:
         show_translation(tr, result)
         if sub["text"] != st.session_state.source_text or tuple(sub["settings"]) != current_settings():
@@ -791,7 +829,7 @@ def main() -> None:
         elif view == "Export":
             view_export(checkpoint, device, result)
     except Exception as err:  # never a stack trace
-        st.error(f"This view could not be drawn: {type(err).__name__}: {err}", icon=":material/error:")
+        st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(err)}", icon=":material/error:")
     sync_url(url_params(view))
 
 

@@ -167,8 +167,9 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     head, line strength by weight (weights below ``threshold`` hidden). ``focus`` keeps one query's lines."""
     n_heads, q, k = attn.shape
     heads = list(range(n_heads)) if heads is None else list(heads)
-    y_q = -np.arange(q, dtype=float)
-    y_k = -np.arange(k, dtype=float)
+    n = max(q, k)  # both columns span the same height, so lines between sentences of unequal length stay level
+    y_q = -np.linspace(0, n - 1, q) if q > 1 else np.zeros(1)
+    y_k = -np.linspace(0, n - 1, k) if k > 1 else np.zeros(1)
     fig = go.Figure()
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
@@ -209,7 +210,6 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                              marker=dict(size=7, color="#444"),
                              hovertext=[f"key {j}: <b>{klabels[j]}</b>" for j in range(k)],
                              hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
-    n = max(q, k)
     fig.update_layout(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
         xaxis=dict(visible=False, range=[-0.6, 1.6], fixedrange=True),

@@ -18,6 +18,17 @@ from .common import REPO_ROOT
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory, MiB.
+
+    Linux: ``VmHWM`` of ``/proc/self/status`` (per address space, so it starts afresh at ``exec``;
+    ``ru_maxrss`` would carry over the parent's peak from ``fork``).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     try:
         import resource
 

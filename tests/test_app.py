@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -74,6 +75,11 @@ def arr(value) -> np.ndarray:
     return np.asarray(value, dtype=float)
 
 
+def plain(markdown: str) -> str:
+    """Markdown with backslash escapes removed: the text a visitor reads."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
 def assert_clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -107,6 +113,12 @@ def test_translate_and_heatmap_match_the_model(app_env, tr):
     np.testing.assert_allclose(z, ref.cross_attentions[-1].mean(0).numpy(), atol=1e-5)
     assert len(spec["layout"]["yaxis"]["ticktext"]) == len(ref.target_tokens)
     assert len(spec["layout"]["xaxis"]["ticktext"]) == len(ref.source_tokens)
+    assert (spec["data"][0]["zmin"], spec["data"][0]["zmax"]) == (0.0, 1.0)  # absolute colour scale by default
+    at.segmented_control(key="scale").set_value("stretched")
+    at.run()
+    spec = chart(at, "Cross-attention · layer 2 · mean over heads")
+    assert spec["data"][0]["zmin"] == pytest.approx(z.min(), abs=1e-6)
+    assert spec["data"][0]["zmax"] == pytest.approx(z.max(), abs=1e-6)
     # switching type, layer and head redraws from the cached result: the model does not run again
     runs = inference.MODEL_RUNS
     at.segmented_control(key="att").set_value("encoder")
@@ -173,7 +185,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     assert_clean(at)
     table = at.dataframe[0].value
     assert len(table) == (tr.config.n_encoder_layers + 2 * n_layers) * n_heads
-    row = table[(table["type"] == "Cross-attention") & (table["layer"] == 2) & (table["head"] == 1)].iloc[0]
+    row = table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 1)].iloc[0]
     w = ref.cross_attentions[1][0].numpy()
     assert row["entropy"] == pytest.approx(float(analysis.entropy(w).mean()), rel=1e-4)
     assert row["on special token"] == pytest.approx(float(w[:, -1].mean()), rel=1e-4)
@@ -298,7 +310,7 @@ def test_bad_checkpoint_gives_a_clear_message(app_env, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTN_CHECKPOINT", str(tmp_path / "missing"))
     at = new_app()
     assert not at.exception
-    assert len(at.error) == 1 and "could not be loaded" in at.error[0].value and "not found" in at.error[0].value
+    assert len(at.error) == 1 and "could not be loaded" in at.error[0].value and "not found" in plain(at.error[0].value)
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{}")
@@ -307,11 +319,32 @@ def test_bad_checkpoint_gives_a_clear_message(app_env, tmp_path, monkeypatch):
     at.sidebar.text_input(key="checkpoint").set_value(str(broken))
     at.run()
     assert not at.exception
-    assert len(at.error) == 1 and "tokenizer.model" in at.error[0].value
+    assert len(at.error) == 1 and "tokenizer.model" in plain(at.error[0].value)
+    # a name that looks like markup is escaped in the message, never rendered
+    at.sidebar.text_input(key="checkpoint").set_value("<b>no</b> *such* dir")
+    at.run()
+    assert not at.exception and len(at.error) == 1
+    assert "\\<b\\>no\\</b\\> \\*such\\* dir" in at.error[0].value
+    assert "<b>no</b> *such* dir" in plain(at.error[0].value)
     # back to a good checkpoint: the page works again
     at.sidebar.text_input(key="checkpoint").set_value(str(app_env))
     at.run()
     assert_clean(at)
+
+
+def test_unreachable_hub_repo_gives_a_clear_message(app_env, monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    at = new_app()
+    at.sidebar.text_input(key="checkpoint").set_value("nobody/no-such-model")
+    at.run()
+    assert not at.exception
+    message = plain(at.error[0].value)
+    assert "Hugging Face Hub" in message and "nobody/no-such-model" in message
 
 
 def test_missing_default_checkpoint_explains_what_to_do(monkeypatch, tmp_path):

@@ -288,6 +288,15 @@ def test_snapshots_load_into_a_copy(tr, tmp_path):
     assert inference.list_snapshots(tr) == []
 
 
+def test_model_card_without_front_matter(tr, tmp_path):
+    ckpt = tmp_path / "card"
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {})
+    local = inference.load_translator(str(ckpt), "cpu")
+    assert inference.model_card(local) is None
+    (ckpt / "README.md").write_text("---\nlicense: mit\n---\n# Card\n\nBLEU 12.3\n", encoding="utf-8")
+    assert inference.model_card(local) == "# Card\n\nBLEU 12.3"
+
+
 def test_load_errors_are_checkpoint_errors(tmp_path):
     with pytest.raises(transformer.CheckpointError, match="not found"):
         inference.load_translator(str(tmp_path / "nope"), "cpu")

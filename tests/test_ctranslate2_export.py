@@ -18,31 +18,45 @@ SENTENCES = ["A man rides a bike.", "Two people are walking on the beach.", "A g
              "The dog runs.", "A woman in a blue street with two children", "boy"]
 
 
+def limit_of(translator, src_ids):
+    """Our per-sentence output budget (a * source length + b, a=1.5, b=10)."""
+    return int(output_limits(translator.model, torch.tensor([src_ids]), 1.5, 10)[0])
+
+
 def ct2_greedy(ct2, translator, sentences):
-    """CTranslate2 greedy output ids and summed log-probabilities, with our per-sentence length budget."""
+    """CTranslate2 greedy output ids and scores (summed log-probabilities), with our length budget."""
     tok, cfg = translator.tokenizer, translator.config
     suppress = [[tok.pieces([cfg.pad_id])[0]], [tok.pieces([cfg.bos_id])[0]]]  # never outputs, as in ours
     ids, scores = [], []
     for s in sentences:
         src_ids = translator.encode_source(s)[0]
-        limit = int(output_limits(translator.model, torch.tensor([src_ids]), 1.5, 10)[0])
-        res = ct2.translate_batch([tok.pieces(src_ids[:-1])], beam_size=1, max_decoding_length=limit,
-                                  min_decoding_length=0, length_penalty=0.0, suppress_sequences=suppress,
-                                  return_scores=True)[0]
+        res = ct2.translate_batch([tok.pieces(src_ids[:-1])], beam_size=1,
+                                  max_decoding_length=limit_of(translator, src_ids), min_decoding_length=0,
+                                  length_penalty=0.0, suppress_sequences=suppress, return_scores=True)[0]
         ids.append([tok.sp.piece_to_id(p) for p in res.hypotheses[0]])
         scores.append(res.scores[0])
     return ids, scores
 
 
 def check_same_greedy(checkpoint, out_dir, sentences=SENTENCES):
+    """Export, then CTranslate2's greedy search must give our tokens, with our model's log-probabilities."""
     export_ctranslate2(checkpoint, out_dir)
     translator = transformer.load(checkpoint, device="cpu")
     ct2 = ctranslate2.Translator(str(out_dir), device="cpu", intra_threads=1)
-    ours_ids, ours_scores = translator.generate([translator.encode_source(s)[0] for s in sentences], beam_size=1)
+    ours_ids, _ = translator.generate([translator.encode_source(s)[0] for s in sentences], beam_size=1)
     theirs_ids, theirs_scores = ct2_greedy(ct2, translator, sentences)
     assert theirs_ids == ours_ids
-    print(ours_scores, theirs_scores)
-    torch.testing.assert_close(torch.tensor(theirs_scores), torch.tensor(ours_scores), atol=1e-3, rtol=1e-4)
+    # CTranslate2 takes the suppressed tokens out before its softmax: its score is our model's log-probability
+    # of the output (EOS included where produced) with PAD and BOS out of the distribution
+    cfg = translator.config
+    for s, ids, theirs in zip(sentences, ours_ids, theirs_scores):
+        src_ids = translator.encode_source(s)[0]
+        out = ids + [cfg.eos_id] if len(ids) < limit_of(translator, src_ids) else ids
+        with torch.no_grad():
+            logits = translator.model(torch.tensor([src_ids]), torch.tensor([[cfg.bos_id, *out[:-1]]])).logits[0]
+        logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")
+        expected = logits.log_softmax(-1)[torch.arange(len(out)), torch.tensor(out)].sum().item()
+        assert abs(expected - theirs) < 1e-3 * max(1.0, abs(expected))
     return translator, ct2
 
 

@@ -1,0 +1,68 @@
+"""``python -m bench``: the quick smoke run gives every key with sane values (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.common import percentile, sentence_of_words, synthetic_sentences
+from bench.run import REQUIRED_KEYS, markdown, report
+from bench.train_speed import NNTransformerSeq2Seq, OursSeq2Seq, random_batches
+from transformer import TransformerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_percentile_and_sentences():
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
+    assert percentile([0.0, 10.0], 95) == pytest.approx(9.5)
+    assert len(sentence_of_words(20, ["too short."]).split()) == 20
+    assert sentence_of_words(3, ["a b c", "d e f g"]) == "a b c"
+    assert len(synthetic_sentences(7)) == 7
+
+
+def test_training_peers_have_the_same_sizes_and_batches():
+    cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=16, n_heads=2, n_encoder_layers=1,
+                            n_decoder_layers=1, d_ff=32, max_len=32)
+    ours, theirs = OursSeq2Seq(cfg), NNTransformerSeq2Seq(cfg)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    for src, tgt_in, tgt_out in random_batches(cfg, 2, 5, 10):
+        assert (src == cfg.eos_id).sum(dim=1).eq(1).all()  # one EOS per source, then padding
+        assert (tgt_in[:, 0] == cfg.bos_id).all() and torch.equal(tgt_in[:, 1:], tgt_out[:, :-1])
+        assert ours(src, tgt_in).shape == theirs(src, tgt_in).shape == (*tgt_in.shape, cfg.tgt_vocab_size)
+
+
+@pytest.mark.slow
+def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
+    cmd = [sys.executable, "-m", "bench", "--quick", "--json", "--markdown", "--threads", "1",
+           "--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test", "--no-cuda"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["quick"] is True and result["machine"]["torch_threads"] == 1
+    try:
+        import ctranslate2  # noqa: F401
+
+        has_ct2 = True
+    except ImportError:
+        has_ct2 = False
+    for key in REQUIRED_KEYS:
+        assert key in result, key
+        value = result[key]
+        if value is None and not has_ct2 and "ctranslate2" in key:
+            continue
+        assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, (key, value)
+    assert result["greedy_ms_p95"] >= result["greedy_ms_p50"]
+    if has_ct2:  # greedy search gives the same tokens in both engines
+        assert result["ctranslate2_greedy_identical"] == result["ctranslate2_greedy_compared"] > 0
+        assert 0 <= result["ctranslate2_identical"] <= result["batch_sentences"]
+    assert "training" in proc.stdout and "CTranslate2" in proc.stdout  # the readable table came first
+    assert "| measure | ours |" in markdown(result) and "CPU" in report(result)
