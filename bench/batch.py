@@ -21,12 +21,13 @@ from transformer.decoding import max_output_length
 from .common import median, time_interleaved
 
 
-def ctranslate2_available() -> bool:
+def ctranslate2_available(device: str = "cpu") -> bool:
+    """The ``ctranslate2`` package is installed (and, for CUDA, built with it and sees a GPU)."""
     try:
-        import ctranslate2  # noqa: F401
+        import ctranslate2
     except ImportError:
         return False
-    return True
+    return device == "cpu" or ctranslate2.get_cuda_device_count() > 0
 
 
 class OursBatch:
@@ -127,7 +128,7 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
     result: dict[str, Any] = {"batch_sentences": len(sentences), "batch_size": batch_size, "batch_beam": 4}
     with tempfile.TemporaryDirectory(prefix="bench-ct2-") as tmp:
         ct2 = None
-        if ctranslate2_available() and translator.path is not None:
+        if ctranslate2_available(device) and translator.path is not None:
             ct2 = CT2Batch(translator, export_for_bench(translator, tmp), device, threads, batch_size)
             calls["ctranslate2"] = lambda: ct2(sentences)
         warm = sentences[: min(len(sentences), 2 * batch_size)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +19,19 @@ class Hypotheses:
 
     tokens: Tensor
     scores: Tensor
+
+
+def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
+    """Run a search under ``torch.inference_mode`` (like ``no_grad``, and it also skips view and
+    version-counter bookkeeping on every op: ~10% off a decoding step) and hand back ordinary tensors."""
+
+    @functools.wraps(search)
+    def run(*args, **kwargs) -> Hypotheses:
+        with torch.inference_mode():
+            hyp = search(*args, **kwargs)
+        return Hypotheses(hyp.tokens.clone(), hyp.scores.clone())
+
+    return run
 
 
 def length_penalty(length: Tensor, alpha: float) -> Tensor:
@@ -58,7 +73,7 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
     return _never(out.logits[:, -1].float().log_softmax(dim=-1), model)
 
 
-@torch.no_grad()
+@_inference
 def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   use_cache: bool = True, head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
     """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``."""
@@ -83,7 +98,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     return Hypotheses(tokens[:, 1:], scores)
 
 
-@torch.no_grad()
+@_inference
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
                 head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
@@ -122,7 +137,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     for step in range(1, max_steps + 1):
         logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
         vocab = logp.size(-1)
-        cand = (live.view(b * k, 1) + logp).view(b, k * vocab)  # (B*K, V) -> (B, K*V)
+        cand = logp.add_(live.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
         top_beam, top_tok = top_ids // vocab, top_ids % vocab
         is_eos = top_tok == cfg.eos_id
@@ -145,7 +160,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         live, order = live_scores.topk(k, dim=1)  # (B, K)
         src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
         new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
-        tokens = torch.cat([tokens[src_beam], new_tok], dim=1)
+        tokens = torch.cat([tokens.index_select(0, src_beam), new_tok], dim=1)
 
         # stop a sentence when it has K endings, or when its best live beam, even at the best
         # length, cannot beat its best ending
@@ -171,17 +186,18 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
-            tokens, memory, src_mask, src_beam = tokens[rows], memory[rows], src_mask[rows], src_beam[rows]
+            tokens, memory, src_mask, src_beam = (t.index_select(0, rows) for t in (tokens, memory, src_mask, src_beam))
             b = keep.numel()
             batch_offset = (torch.arange(b, device=dev) * k)[:, None]
             if cache is not None:
                 for layer_cache in cache:
-                    layer_cache["cross_k"] = layer_cache["cross_k"][rows]
-                    layer_cache["cross_v"] = layer_cache["cross_v"][rows]
+                    layer_cache["cross_k"] = layer_cache["cross_k"].index_select(0, rows)
+                    layer_cache["cross_v"] = layer_cache["cross_v"].index_select(0, rows)
         if cache is not None:  # the cached keys/values follow their beams
             for layer_cache in cache:
-                layer_cache["self_k"] = layer_cache["self_k"][src_beam]
-                layer_cache["self_v"] = layer_cache["self_v"][src_beam]
+                # (index_select: several times faster than advanced indexing on CPU)
+                layer_cache["self_k"] = layer_cache["self_k"].index_select(0, src_beam)
+                layer_cache["self_v"] = layer_cache["self_v"].index_select(0, src_beam)
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")
