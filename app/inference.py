@@ -64,7 +64,7 @@ class Analysis:
     translation: str
     score: float
     source_tokens: list[str]
-    target_tokens: list[str]  # output pieces, ending in </s>; decoder query t produced target_tokens[t]
+    target_tokens: list[str]  # output pieces, </s> last unless cut at the limit; query t produced target_tokens[t]
     decoder_input_tokens: list[str]  # <s> + outputs: the keys of decoder self-attention
     source_ids: list[int]
     target_ids: list[int]
@@ -215,7 +215,7 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
     pieces = tr.tokenizer.encode(text)
     result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
                           max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask)
-    out_ids = result.target_ids[:-1]  # without the EOS that translate appends
+    out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
     out = tr.attentions(result.source_ids, out_ids, head_mask)
     probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
     top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
@@ -237,7 +237,7 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
 @torch.no_grad()
 def forced_logprob(tr: Translator, source_ids: list[int], target_ids: list[int],
                    ablated: tuple[HeadKey, ...] = ()) -> float:
-    """Sum of log-probabilities of a fixed translation (``target_ids`` ending in EOS), teacher-forced,
+    """Sum of log-probabilities of a fixed translation (``target_ids``, EOS included if produced), teacher-forced,
     with the ``ablated`` heads switched off."""
     _count_run()
     out = tr.attentions(source_ids, target_ids[:-1], build_head_mask(tr, ablated))

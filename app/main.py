@@ -436,7 +436,7 @@ def view_heatmap(tr: transformer.Translator, result: Analysis) -> None:
 def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
     """Every layer x head of one type, and one opened large."""
     st.caption("Every head of one attention type at a glance, on one shared colour scale, so strong and diffuse "
-               "heads compare fairly. Pick a head below the grid to open it large.")
+               "heads compare fairly. Click a head in the grid (or pick it below) to open it large.")
     kind = kind_control()
     attn = result.attention(kind)
     queries, keys = result.axes(kind)
@@ -446,8 +446,14 @@ def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
     if pick in options:
         index = options.index(pick)
         highlight = (index // attn.shape[1], index % attn.shape[1])
+    def open_clicked_head() -> None:  # a click on a cell of the grid opens that head, as the pills below do
+        picked = views.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
+        if picked is not None and f"L{picked[0]} · H{picked[1]}" in options:
+            st.session_state["grid_pick"] = f"L{picked[0]} · H{picked[1]}"
+
     st.plotly_chart(views.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=colour_range(attn)),
-                    config=views.plotly_config(f"{kind}-all-heads"), key="grid_chart")
+                    config=views.plotly_config(f"{kind}-all-heads"), key="grid_chart", on_select=open_clicked_head,
+                    selection_mode="points")
     if st.session_state.get("grid_pick") not in options:
         st.session_state.pop("grid_pick", None)
     pick = st.pills("Open a head large", options, key="grid_pick")

@@ -88,6 +88,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
 
 
 GRID_HOVER_CELLS = 150_000  # above this many cells the grid's hover names positions, not tokens
+GRID_CLICK_CELLS = 25_000  # up to this many weights a click on the grid picks a head (one SVG marker each)
 
 
 def grid_blocks(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
@@ -109,7 +110,9 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     scale (``zrange``, default 0 to the largest weight).
 
     Drawn as one tiled heatmap (blocks separated by empty cells), which is many times cheaper to build and
-    draw than a subplot per head; :func:`grid_block` cuts one head back out.
+    draw than a subplot per head; :func:`grid_block` cuts one head back out. Up to ``GRID_CLICK_CELLS`` weights,
+    a second trace of invisible markers names the tokens on hover and lets a click pick a head
+    (:func:`grid_pick` reads the selection).
     """
     n_layers, n_heads, q, k = attn.shape
     gap, bh, bw = grid_blocks(attn.shape)
@@ -121,7 +124,10 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
     heat = dict(z=z, zmin=zmin, zmax=zmax, colorscale=ATTENTION_SCALE, hoverongaps=False,
                 colorbar=dict(title=dict(text="weight"), thickness=12))
-    if z.size <= GRID_HOVER_CELLS:
+    clickable = attn.size <= GRID_CLICK_CELLS
+    if clickable:  # the hover label and the click come from invisible markers on the cells
+        heat.update(hoverinfo="skip")
+    elif z.size <= GRID_HOVER_CELLS:
         row_layer = np.repeat(np.arange(rows) // bh, cols).reshape(rows, cols)
         col_head = np.tile(np.arange(cols) // bw, (rows, 1))
         qpos, kpos = np.arange(rows) % bh, np.arange(cols) % bw
@@ -137,6 +143,8 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     else:
         heat.update(hovertemplate="weight %{z:.3f}<extra></extra>")
     fig = go.Figure(go.Heatmap(**heat))
+    if clickable:
+        fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw))
     if highlight is not None:
         layer, head = highlight
         fig.add_shape(type="rect", x0=head * bw - 0.5 - gap / 2, x1=head * bw + k - 0.5 + gap / 2,
@@ -155,6 +163,34 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
         meta=dict(grid=list(attn.shape)),
     )
     return fig
+
+
+def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], bh: int,
+                bw: int) -> go.Scatter:
+    """Invisible markers on every cell of the tiled grid: they carry the hover label and make a click choose a
+    head (plotly heatmaps cannot be selected; scatter points can). ``customdata``: layer, head (1-based), query
+    token, key token, weight."""
+    layer, head, qi, ki = np.indices(attn.shape).reshape(4, -1)  # (4, L*H*Q*K)
+    qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
+    ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
+    custom = np.empty((layer.size, 5), dtype=object)
+    custom[:, 0], custom[:, 1], custom[:, 2], custom[:, 3] = layer + 1, head + 1, qtext[qi], ktext[ki]
+    custom[:, 4] = np.round(attn.reshape(-1).astype(float), 4)  # (L*H*Q*K,)
+    invisible = dict(marker=dict(opacity=0))
+    return go.Scatter(x=head * bw + ki, y=layer * bh + qi, mode="markers", customdata=custom,
+                      marker=dict(symbol="square", size=10, opacity=0), selected=invisible, unselected=invisible,
+                      hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query <b>%{customdata[2]}</b>"
+                                    "<br>key <b>%{customdata[3]}</b><br>weight %{customdata[4]:.3f}<extra></extra>",
+                      showlegend=False, name="cells")
+
+
+def grid_pick(selection: dict | None) -> tuple[int, int] | None:
+    """The (layer, head), 1-based, of the first point of a Streamlit plotly selection on :func:`head_grid`."""
+    for point in (selection or {}).get("points", []):
+        custom = point.get("customdata")
+        if isinstance(custom, (list, tuple)) and len(custom) >= 2:
+            return int(custom[0]), int(custom[1])
+    return None
 
 
 LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.55, 2.4), (0.6, 1.01, 0.85, 3.4))

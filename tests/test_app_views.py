@@ -73,7 +73,7 @@ def test_head_grid_has_every_head_on_one_colour_scale():
     attn = rng.random((2, 3, 4, 5))
     attn /= attn.sum(-1, keepdims=True)
     fig = views.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
-    assert len(fig.data) == 1  # one tiled heatmap, one colour scale
+    assert [t.type for t in fig.data] == ["heatmap", "scatter"]  # one tiled heatmap, one colour scale
     z = np.asarray(fig.data[0].z, dtype=float)
     assert tuple(fig.layout.meta["grid"]) == attn.shape
     for layer in range(2):
@@ -81,12 +81,40 @@ def test_head_grid_has_every_head_on_one_colour_scale():
             np.testing.assert_allclose(views.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
     assert np.isnan(z).sum() == z.size - attn[:, :, :, :].size  # gaps are empty, nothing else
     assert fig.data[0].zmin == 0 and fig.data[0].zmax == pytest.approx(attn.max())
-    custom = np.asarray(fig.data[0].customdata)
-    gap, bh, bw = views.grid_blocks(attn.shape)
-    assert list(custom[bh + 2, 2 * bw + 1]) == [2, 3, "c", "&lt;w&gt;"]  # layer 2, head 3, query c, key <w>
     assert len(fig.layout.shapes) == 1  # the highlighted head
     fixed = views.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
     assert fixed.data[0].zmax == 1.0
+
+
+def test_head_grid_cells_name_their_head_for_hover_and_click():
+    rng = np.random.default_rng(2)
+    attn = rng.random((2, 3, 4, 5))
+    fig = views.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder")
+    heat, cells = fig.data
+    assert heat.hoverinfo == "skip" and cells.marker.opacity == 0  # invisible, but hoverable and clickable
+    custom = np.asarray(cells.customdata, dtype=object)
+    x, y = np.asarray(cells.x), np.asarray(cells.y)
+    assert len(custom) == len(x) == attn.size  # one marker a weight, none on the gaps
+    z = np.asarray(heat.z, dtype=float)
+    gap, bh, bw = views.grid_blocks(attn.shape)
+    for i in rng.choice(attn.size, 12, replace=False):
+        layer, head = int(custom[i][0]) - 1, int(custom[i][1]) - 1
+        qi, ki = int(y[i]) - layer * bh, int(x[i]) - head * bw
+        assert 0 <= qi < 4 and 0 <= ki < 5  # inside its own block
+        assert z[y[i], x[i]] == pytest.approx(attn[layer, head, qi, ki], abs=1e-6)  # on its own cell
+        assert custom[i][4] == pytest.approx(attn[layer, head, qi, ki], abs=1e-4)
+        assert custom[i][2] == "abcd"[qi] and custom[i][3] == ["v", "&lt;w&gt;", "x", "y", "z"][ki]
+    # a Streamlit point selection on a cell picks its head; nothing picked without a point
+    point = {"curve_number": 1, "point_index": 7, "customdata": list(custom[7])}
+    assert views.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
+    assert views.grid_pick({"points": []}) is None and views.grid_pick(None) is None
+    # very large grids: no markers (too many for the browser); the heatmap names the tokens itself
+    big = rng.random((1, 2, 120, 120))
+    assert big.size > views.GRID_CLICK_CELLS
+    fig = views.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
+    assert len(fig.data) == 1
+    custom = np.asarray(fig.data[0].customdata, dtype=object)
+    assert list(custom[3, 5]) == [1, 1, "q3", "k5"]
 
 
 def test_lines_draw_only_weights_above_the_threshold():

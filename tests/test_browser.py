@@ -7,6 +7,7 @@ The screenshot lands in ``test-artifacts/browser.png``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -100,6 +101,22 @@ def test_translate_in_a_real_browser(server):
             # another view, no model run needed
             page.locator("[data-testid=stButtonGroup] button", has_text="All heads").first.click()
             page.get_by_text("every head (rows = layers").first.wait_for(timeout=60_000)
+            assert page.locator("[data-testid=stException]").count() == 0
+            # a click on a cell of the grid (layer 2, head 2) opens that head large
+            grid = page.locator(".js-plotly-plot", has_text="every head (rows = layers").first
+            grid.locator(".scatterlayer .point").first.wait_for(state="attached", timeout=30_000)
+            x, y = grid.evaluate("""gd => {
+                const cells = gd._fullData[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+                const i = cells.customdata.findIndex(c => c[0] === 2 && c[1] === 2);
+                const box = gd.getBoundingClientRect();
+                return [box.left + xa._offset + xa.l2p(cells.x[i]), box.top + ya._offset + ya.l2p(cells.y[i])];
+            }""")
+            page.mouse.move(x, y)
+            page.mouse.click(x, y)
+            page.mouse.move(5, 5)  # away from the grid: no hover label in the way
+            page.get_by_text(re.compile(r"attention · layer 2 · head 2$")).first.wait_for(timeout=60_000)
+            assert page.locator("[data-testid=stButtonGroup] button[aria-pressed=true]", has_text="L2 · H2").count() \
+                + page.locator("[data-testid=stButtonGroup] [aria-checked=true]", has_text="L2 · H2").count() >= 1
             assert page.locator("[data-testid=stException]").count() == 0
             assert "text=" in page.url  # the address carries the input
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -44,8 +46,8 @@ def test_translate_returns_consistent_result(translator, beam_size):
     assert not result.truncated
     assert result.source_ids == tok.encode(TEXTS[0]) + [cfg.eos_id]
     assert result.source_tokens == tok.pieces(result.source_ids)
-    assert result.target_ids[-1] == cfg.eos_id
-    assert cfg.eos_id not in result.target_ids[:-1] and cfg.pad_id not in result.target_ids
+    body = result.target_ids[:-1] if result.target_ids[-1] == cfg.eos_id else result.target_ids
+    assert cfg.eos_id not in body and cfg.pad_id not in result.target_ids
     assert result.target_tokens == tok.pieces(result.target_ids)
     assert result.decoder_input_tokens == tok.pieces([cfg.bos_id, *result.target_ids[:-1]])
     assert len(result.decoder_input_tokens) == len(result.target_tokens)
@@ -79,11 +81,11 @@ def test_greedy_output_is_the_argmax_of_the_teacher_forced_pass(translator):
         with torch.no_grad():
             logits = translator.model(src, tgt).logits[0]
         chosen = logits.argmax(-1).tolist()
-        generated = result.target_ids[:-1]
+        generated = [t for t in result.target_ids if t != cfg.eos_id]
         assert chosen[: len(generated)] == generated
         limit = max_output_length(translator.model, len(result.source_ids), 1.5, 10)
         if len(generated) < limit:  # it stopped because it chose EOS
-            assert chosen[-1] == cfg.eos_id
+            assert result.target_ids[-1] == chosen[-1] == cfg.eos_id
 
 
 def test_translator_uses_the_decoders(translator):
@@ -95,9 +97,40 @@ def test_translator_uses_the_decoders(translator):
         result = translator.translate(TEXTS[1], beam_size=beam_size, return_attention=False)
         row = hyp.tokens[0].tolist()
         out = row[: row.index(translator.config.eos_id)] if translator.config.eos_id in row else row
-        assert result.target_ids[:-1] == out
+        assert [t for t in result.target_ids if t != translator.config.eos_id] == out
         assert abs(result.score - hyp.scores[0].item()) < 1e-5
         assert result.encoder_attentions == result.decoder_attentions == result.cross_attentions == ()
+
+
+def eos_first_translator(translator) -> Translator:
+    """A copy of the model whose decoder always puts EOS first: its output ends at once."""
+    model = copy.deepcopy(translator.model)
+    with torch.no_grad():
+        eos = model.config.eos_id
+        model.generator.weight[eos] *= 10  # tied: the EOS row of every embedding
+        last = model.decoder_layers[-1].norm3  # post-norm: the decoder's last LayerNorm
+        last.weight.zero_()
+        last.bias.copy_(model.generator.weight[eos])  # every decoder state points at EOS
+    return Translator(model, translator.tokenizer)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_target_ends_in_eos_only_when_the_model_chose_it(translator, beam_size):
+    """A translation cut by the length limit does not claim an EOS the model never chose."""
+    cfg = translator.config
+    cut = translator.translate(TEXTS[0], beam_size=beam_size, max_len_a=0.0, max_len_b=3)
+    assert len(cut.target_ids) == 3 and cfg.eos_id not in cut.target_ids  # untrained model: never stops
+    assert cut.target_tokens == translator.tokenizer.pieces(cut.target_ids)
+    assert cut.decoder_input_tokens == translator.tokenizer.pieces([cfg.bos_id, *cut.target_ids[:2]])
+    check_attention_shapes(cut, cfg)
+    longer = translator.translate(TEXTS[0], beam_size=1, max_len_a=0.0, max_len_b=5)
+    if beam_size == 1:  # greedy: the cut output is a prefix of a longer one
+        assert cut.target_ids == longer.target_ids[:3]
+
+    stops = eos_first_translator(translator).translate(TEXTS[0], beam_size=beam_size)
+    assert stops.target_ids == [cfg.eos_id] and stops.text == ""
+    assert stops.target_tokens == ["</s>"] and stops.decoder_input_tokens == ["<s>"]
+    check_attention_shapes(stops, cfg)
 
 
 def test_long_text_is_truncated(translator):

@@ -21,7 +21,8 @@ class TranslationResult:
     """One translation. Attentions are per layer, ``(n_heads, query_len, key_len)`` each, on CPU,
     exactly as a teacher-forced forward pass over ``source_ids`` and ``[BOS] + target_ids`` gives them:
     ``encoder_attentions`` ``(H, S, S)``, ``decoder_attentions`` ``(H, T, T)``, ``cross_attentions`` ``(H, T, S)``.
-    Query ``t`` of the decoder is the step that predicted ``target_tokens[t]``.
+    Query ``t`` of the decoder is the step that predicted ``target_tokens[t]``. ``target_ids`` ends in EOS when the
+    model produced it; a translation cut at the length limit has none (decoder input: BOS + ``target_ids[:-1]``).
     """
 
     text: str
@@ -78,20 +79,29 @@ class Translator:
                  max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
                  ) -> tuple[list[list[int]], list[float]]:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores."""
+        outputs, _, scores = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        return outputs, scores
+
+    def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float, max_len_a: float,
+                max_len_b: int, head_mask: dict[str, Tensor] | None,
+                ) -> tuple[list[list[int]], list[bool], list[float]]:
+        """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit)."""
         src = self._pad(sources)
         if beam_size <= 1:
             hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask)
         else:
             hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask)
-        outputs = []
+        outputs, ended = [], []
         for row in hyp.tokens.tolist():
-            ids = []
+            ids, stop = [], False
             for t in row:
                 if t in (self.config.eos_id, self.config.pad_id):
+                    stop = t == self.config.eos_id
                     break
                 ids.append(t)
             outputs.append(ids)
-        return outputs, hyp.scores.tolist()
+            ended.append(stop)
+        return outputs, ended, hyp.scores.tolist()
 
     @torch.no_grad()
     def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
@@ -115,18 +125,18 @@ class Translator:
             return []
         encoded = [self.encode_source(t) for t in texts]
         sources = [ids for ids, _ in encoded]
-        outputs, scores = self.generate(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        outputs, ended, scores = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
         results = []
-        for (src_ids, truncated), out_ids, score in zip(encoded, outputs, scores):
+        for (src_ids, truncated), out_ids, eos, score in zip(encoded, outputs, ended, scores):
+            target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
             result = TranslationResult(
                 text=self.tokenizer.decode(out_ids), score=float(score),
-                source_tokens=self.tokenizer.pieces(src_ids),
-                target_tokens=self.tokenizer.pieces([*out_ids, self.config.eos_id]),
-                source_ids=list(src_ids), target_ids=[*out_ids, self.config.eos_id], truncated=truncated,
-                decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *out_ids]),
+                source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
+                source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
+                decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *target_ids[:-1]]),
             )
             if return_attention:
-                out = self.attentions(src_ids, out_ids, head_mask)
+                out = self.attentions(src_ids, target_ids[:-1], head_mask)
                 result.encoder_attentions = tuple(a[0].cpu() for a in out.encoder_attentions)
                 result.decoder_attentions = tuple(a[0].cpu() for a in out.decoder_attentions)
                 result.cross_attentions = tuple(a[0].cpu() for a in out.cross_attentions)
