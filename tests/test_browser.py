@@ -6,64 +6,22 @@ The screenshot lands in ``test-artifacts/browser.png``.
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, measure, streamlit_server, twenty_word_sentences
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = pytest.mark.browser
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("the streamlit server did not come up")
-
-
 @pytest.fixture()
 def server(tiny_checkpoint):
-    port = free_port()
-    env = {**os.environ, "ATTN_CHECKPOINT": str(tiny_checkpoint), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    with streamlit_server(tiny_checkpoint) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_translate_in_a_real_browser(server):
@@ -122,3 +80,17 @@ def test_translate_in_a_real_browser(server):
         finally:
             browser.close()
     assert not console_errors, console_errors
+
+
+def test_answer_time_benchmark_runs_in_a_real_browser(tiny_checkpoint):
+    """``python -m bench.app_browser`` on a tiny model: it times each new sentence until its heatmap shows."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    sentences = twenty_word_sentences(2, None)
+    assert len(sentences) == 2 and sentences[0] != sentences[1]
+    assert all(len(s.split()) == 20 for s in sentences)
+    result = measure(tiny_checkpoint, sentences)
+    assert result["app_sentences"] == 2 and result["app_page_errors"] == []
+    assert all(t > 0 for t in result["app_translate_s"])
+    assert result["app_translate_s_p50"] <= result["app_translate_s_max"]

@@ -1,0 +1,164 @@
+"""``python -m bench.app_browser``: the app's answer time in a real browser.
+
+Starts ``streamlit run app/main.py`` on a free local port with a checkpoint, opens it in Debian's
+``chromium`` driven by Playwright, and for each of ``--repeat`` different 20-word sentences types it,
+clicks Translate and times the wait until the heatmap of the new sentence is drawn (the translation is
+drawn above it, before it). Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and ``playwright``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile, read_sentences
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# the x tick labels of the first heatmap on the page
+HEATMAP_TICKS_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
+                    " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
+
+
+IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
+
+# true once the heatmap's labels are the new sentence's pieces (a long sentence is shown in a window from its
+# start, whose labels count repeats within the window: compare without the "·position" suffixes)
+SHOWS_JS = (f"expected => {{ const base = t => t.replace(/·\\d+$/, ''); const got = ({HEATMAP_TICKS_JS})();"
+            " return got.length >= Math.min(expected.length, 10) && got.every((t, i) => base(t) === base(expected[i]));"
+            " }")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait for the Streamlit server's health endpoint; raise if it exits or never answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("the streamlit server did not come up")
+
+
+@contextmanager
+def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``streamlit run app/main.py`` on a free local port with ``ATTN_CHECKPOINT=checkpoint``; yields its URL."""
+    port = free_port()
+    full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app" / "main.py"), "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def expected_ticks(checkpoint: str | Path, text: str) -> list[str]:
+    """The heatmap's x labels for ``text`` as the page shows them: the source pieces, EOS last."""
+    import transformer
+    from app.analysis import unique_labels
+
+    tr = transformer.load(checkpoint, device="cpu")
+    ids, _ = tr.encode_source(text)
+    return [html.unescape(label) for label in unique_labels(tr.tokenizer.pieces(ids))]
+
+
+def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
+    """``n`` different sentences of 20 words: from test_2016_flickr.en when present, else built."""
+    lines = [s for s in read_sentences(data_dir) or [] if len(s.split()) == 20]
+    words = "A man in a {} shirt and a woman with a {} hat walk their dog past the old church."
+    colours = ["red", "blue", "green", "white", "black", "yellow", "brown", "grey", "pink", "orange"]
+    built = [words.format(colours[i % 10], colours[(i // 10 + i + 1) % 10]) for i in range(100)]
+    return (lines + [s for s in built if s not in lines])[:n]
+
+
+def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0) -> dict[str, Any]:
+    """Seconds from the Translate click to the new sentence's heatmap, one per sentence (none cached)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
+    times: list[float] = []
+    errors: list[str] = []
+    with streamlit_server(checkpoint) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url, wait_until="domcontentloaded")
+            box = page.locator("[data-testid=stTextArea] textarea")
+            box.wait_for(timeout=timeout_s * 1000)
+            page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=timeout_s * 1000)
+            button = page.get_by_role("button", name="Translate")
+            for text in sentences:
+                ticks = expected_ticks(checkpoint, text)
+                box.fill(text)
+                box.press("Control+Enter")  # commit the text (Streamlit reruns; the model does not run yet)
+                page.wait_for_timeout(300)
+                page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)  # that rerun is over
+                t0 = time.perf_counter()
+                button.click()
+                page.wait_for_function(SHOWS_JS, arg=ticks, polling="raf", timeout=timeout_s * 1000)
+                times.append(time.perf_counter() - t0)
+            if page.locator("[data-testid=stException]").count():
+                errors.append("a stack trace is on the page")
+        finally:
+            browser.close()
+    return {"app_translate_s_p50": percentile(times, 50), "app_translate_s_p95": percentile(times, 95),
+            "app_translate_s_max": max(times), "app_translate_s": times, "app_sentences": len(times),
+            "app_source_words": [len(s.split()) for s in sentences], "app_page_errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.app_browser", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="20-word sentences from test_2016_flickr.en")
+    p.add_argument("--repeat", type=int, default=10, help="sentences to translate, each a new one")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = p.parse_args(argv)
+    result = measure(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir))
+    result["machine"] = machine_info()
+    print(f"Translate click -> translation and heatmap on screen, {result['app_sentences']} sentences of 20 words: "
+          f"p50 {result['app_translate_s_p50']:.2f} s, p95 {result['app_translate_s_p95']:.2f} s, "
+          f"max {result['app_translate_s_max']:.2f} s")
+    if result["app_page_errors"]:
+        print("page errors:", *result["app_page_errors"], sep="\n  ")
+    if args.json:
+        print(json.dumps(result))
+    return 1 if result["app_page_errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
