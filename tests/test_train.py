@@ -36,6 +36,8 @@ def run_module(args: list[str], **kwargs) -> subprocess.Popen:
 
 def test_train_end_to_end_exports_a_checkpoint(tiny_corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "export"
+    (out / "snapshots").mkdir(parents=True)  # an earlier export's snapshot in the same place must not survive
+    (out / "snapshots" / "step0009999.safetensors").write_bytes(b"another run")
     assert train.main(small_args(tiny_corpus, tmp_path / "run", 24, "--out", str(out))) == 0
     run = tmp_path / "run"
     history = json.loads((run / "metrics.json").read_text())
@@ -44,6 +46,8 @@ def test_train_end_to_end_exports_a_checkpoint(tiny_corpus: Path, tmp_path: Path
     assert (run / "train.log").read_text().count("val BLEU") >= 3
     assert "--max-steps 24" in (run / "command.txt").read_text()
     assert len(list((run / "snapshots").glob("*.safetensors"))) == 2
+    names = sorted(p.name for p in (run / "snapshots").iterdir())
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == names
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["training_command"].startswith("python -m transformer.train")
     final = meta["final_validation"]

@@ -410,6 +410,8 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         }
         save_checkpoint(out, final.cpu(), tokenizer, meta)
         snaps = sorted((run_dir / "snapshots").glob("step*.safetensors"))
+        for stale in (out / "snapshots").glob("step*.safetensors"):  # from an earlier export into the same directory
+            stale.unlink()
         if snaps:
             (out / "snapshots").mkdir(exist_ok=True)
             for s in snaps:
