@@ -448,8 +448,9 @@ def view_all_heads(tr: transformer.Translator, result: Analysis) -> None:
         highlight = (index // attn.shape[1], index % attn.shape[1])
     def open_clicked_head() -> None:  # a click on a cell of the grid opens that head, as the pills below do
         picked = views.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
-        if picked is not None and f"L{picked[0]} · H{picked[1]}" in options:
-            st.session_state["grid_pick"] = f"L{picked[0]} · H{picked[1]}"
+        label = picked and f"L{picked[0]} · H{picked[1]}"
+        if label in options:
+            st.session_state["grid_pick"] = label
 
     st.plotly_chart(views.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=colour_range(attn)),
                     config=views.plotly_config(f"{kind}-all-heads"), key="grid_chart", on_select=open_clicked_head,

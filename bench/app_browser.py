@@ -30,8 +30,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # the x tick labels of the first heatmap on the page
 HEATMAP_TICKS_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
-
-
+# no script run in progress
 IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
 
 # true once the heatmap's labels are the new sentence's pieces (a long sentence is shown in a window from its
@@ -84,14 +83,14 @@ def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None) 
             proc.kill()
 
 
-def expected_ticks(checkpoint: str | Path, text: str) -> list[str]:
-    """The heatmap's x labels for ``text`` as the page shows them: the source pieces, EOS last."""
+def expected_ticks(checkpoint: str | Path, texts: list[str]) -> list[list[str]]:
+    """The heatmap's x labels for each text as the page shows them: the source pieces, EOS last."""
     import transformer
     from app.analysis import unique_labels
 
     tr = transformer.load(checkpoint, device="cpu")
-    ids, _ = tr.encode_source(text)
-    return [html.unescape(label) for label in unique_labels(tr.tokenizer.pieces(ids))]
+    return [[html.unescape(label) for label in unique_labels(tr.tokenizer.pieces(tr.encode_source(text)[0]))]
+            for text in texts]
 
 
 def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
@@ -109,6 +108,7 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
 
     if not CHROMIUM.exists():
         raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
+    labels = expected_ticks(checkpoint, sentences)
     times: list[float] = []
     errors: list[str] = []
     with streamlit_server(checkpoint) as url, sync_playwright() as p:
@@ -121,8 +121,7 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             box.wait_for(timeout=timeout_s * 1000)
             page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=timeout_s * 1000)
             button = page.get_by_role("button", name="Translate")
-            for text in sentences:
-                ticks = expected_ticks(checkpoint, text)
+            for text, ticks in zip(sentences, labels):
                 box.fill(text)
                 box.press("Control+Enter")  # commit the text (Streamlit reruns; the model does not run yet)
                 page.wait_for_timeout(300)
