@@ -82,16 +82,6 @@ def cosine_similarity(table: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def sinusoid(length: int, d_model: int) -> np.ndarray:
-    """The paper's sinusoidal table in numpy, ``(length, d_model)`` (a check on ``transformer.positional_encoding``)."""
-    pos = np.arange(length, dtype=np.float64)[:, None]
-    div = np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
-    table = np.zeros((length, d_model))
-    table[:, 0::2] = np.sin(pos / div)
-    table[:, 1::2] = np.cos(pos / div[: d_model // 2])
-    return table
-
-
 def masked_weight(weights: np.ndarray, allowed: np.ndarray) -> float:
     """Largest attention weight that falls on a position the mask forbids (0 when the mask works)."""
     blocked = ~np.asarray(allowed, dtype=bool)

@@ -24,11 +24,17 @@ def get_translator(checkpoint: str, device: str) -> Translator:
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
-def get_analysis(checkpoint: str, device: str, text: str, settings: tuple[int, float, float, int],
+def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                  ablated: tuple[HeadKey, ...] = ()) -> Analysis:
     """Translation and every attention weight for these inputs."""
     tr = get_translator(checkpoint, device)
-    return inference.analyse(tr, text, DecodeSettings(*settings), ablated)
+    return inference.analyse(tr, text, settings, ablated)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
+    """Plain translations of the sentences of a longer text."""
+    return inference.translate_sentences(get_translator(checkpoint, device), list(sentences), settings)
 
 
 @st.cache_resource(show_spinner="Loading a training snapshot…", max_entries=16)
@@ -54,7 +60,7 @@ def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def get_export(checkpoint: str, device: str, text: str, settings: tuple[int, float, float, int],
+def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
     """JSON or NPZ bytes of an analysis (built once per result)."""
     analysis = get_analysis(checkpoint, device, text, settings, ablated)

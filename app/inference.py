@@ -7,12 +7,12 @@ Everything the page draws comes out of :func:`analyse` as plain numpy arrays and
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import math
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,16 +32,6 @@ MAX_INPUT_CHARS = 5000
 
 HeadKey = tuple[str, int, int]  # (kind, layer, head), 0-based
 
-_counter_lock = threading.Lock()
-MODEL_RUNS = 0  # how many times the model has run for the page (tests use it to prove caching)
-
-
-def _count_run() -> None:
-    global MODEL_RUNS
-    with _counter_lock:
-        MODEL_RUNS += 1
-
-
 @dataclass(frozen=True)
 class DecodeSettings:
     """Decoding settings; ``beam_size`` 1 is greedy search. Maximum output length = ``a * source + b``."""
@@ -50,9 +40,6 @@ class DecodeSettings:
     alpha: float = 0.6
     max_len_a: float = 1.5
     max_len_b: int = 10
-
-    def as_tuple(self) -> tuple[int, float, float, int]:
-        return (self.beam_size, self.alpha, self.max_len_a, self.max_len_b)
 
 
 @dataclass
@@ -113,11 +100,14 @@ def resolve_device_name(device: str) -> str:
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
-    """A relative directory is looked up from the working directory, then from the repository root."""
+    """A relative directory is looked up from the working directory, then from the repository root; a name
+    under one of the repository's folders (``checkpoints/...``) stays a path even when it does not exist."""
     checkpoint = checkpoint.strip()
     path = Path(checkpoint).expanduser()
-    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
-        return str(REPO_ROOT / path)
+    if path.is_absolute() or path.exists() or not path.parts:
+        return checkpoint
+    if (REPO_ROOT / path).exists() or path.parts[0] == "checkpoints" or (REPO_ROOT / path.parts[0]).is_dir():
+        return str(REPO_ROOT / path)  # a path of this repository (existing or mistyped), never a Hub id
     return checkpoint
 
 
@@ -209,7 +199,6 @@ def _stack(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
 def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings(),
             ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K) -> Analysis:
     """Translate ``text`` and collect every attention weight and the per-step candidates."""
-    _count_run()
     start = time.perf_counter()
     head_mask = build_head_mask(tr, ablated)
     pieces = tr.tokenizer.encode(text)
@@ -239,7 +228,6 @@ def forced_logprob(tr: Translator, source_ids: list[int], target_ids: list[int],
                    ablated: tuple[HeadKey, ...] = ()) -> float:
     """Sum of log-probabilities of a fixed translation (``target_ids``, EOS included if produced), teacher-forced,
     with the ``ablated`` heads switched off."""
-    _count_run()
     out = tr.attentions(source_ids, target_ids[:-1], build_head_mask(tr, ablated))
     logp = out.logits[0].float().log_softmax(dim=-1)
     ids = torch.tensor(target_ids, device=logp.device)[:, None]
@@ -338,7 +326,6 @@ def snapshot_attentions(tr: Translator, model: Transformer, source_ids: list[int
                         target_ids: list[int]) -> tuple[dict[str, np.ndarray], str]:
     """A snapshot's attentions on the final model's translation (teacher-forced, so the axes match),
     and the snapshot's own greedy translation."""
-    _count_run()
     snap = Translator(model, tr.tokenizer, tr.metadata, tr.path)
     out = snap.attentions(source_ids, target_ids[:-1])
     outputs, _ = snap.generate([source_ids], beam_size=1)
@@ -374,6 +361,39 @@ def export_npz(analysis: Analysis) -> bytes:
         source_ids=np.asarray(analysis.source_ids), target_ids=np.asarray(analysis.target_ids),
     )
     return buf.getvalue()
+
+
+def split_sentences(text: str, language: str = "en", limit: int = 100) -> list[str]:
+    """The sentences of ``text`` (sentencex, a maintained rule-based splitter), stripped, at most ``limit``."""
+    from sentencex import segment
+
+    try:
+        parts = [s.strip() for s in segment(language, text)]
+    except Exception:  # an unknown language code: the generic rules
+        parts = [s.strip() for s in segment("en", text)]
+    return [s for s in parts if s][:limit] or [text.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def _language_identifier():
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def detect_language(text: str, min_words: int = 4, min_probability: float = 0.9) -> tuple[str, float] | None:
+    """(language code, probability) of ``text`` when py3langid is confident, else None (short text is unreliable)."""
+    if len(text.split()) < min_words:
+        return None
+    language, probability = _language_identifier().classify(text)
+    return (str(language), float(probability)) if probability >= min_probability else None
+
+
+def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:
+    """Plain translations of several sentences (one batch)."""
+    results = tr.translate_batch(sentences, beam_size=settings.beam_size, alpha=settings.alpha,
+                                 max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
+    return [r.text for r in results]
 
 
 def default_checkpoint() -> str:

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import transformer  # noqa: E402
-from app import analysis, inference, views  # noqa: E402
-from app.inference import DecodeSettings  # noqa: E402
+import transformer
+from app import analysis, figures, inference
+from app.inference import DecodeSettings
 
 torch.set_num_threads(1)
 
@@ -44,7 +38,7 @@ def test_heatmap_z_axes_and_hover_match_the_matrix():
     w = _rows(4, 5)
     queries = ["▁Ein", "▁Hund", "<unk>", "▁Hund"]
     keys = ["▁A", "▁dog", "<b>", "▁dog", "</s>"]
-    fig = views.attention_heatmap(w, queries, keys, title="t")
+    fig = figures.attention_heatmap(w, queries, keys, title="t")
     heat = fig.data[0]
     np.testing.assert_allclose(np.asarray(heat.z), w)
     assert list(heat.x) == list(range(5)) and list(heat.y) == list(range(4))
@@ -63,7 +57,7 @@ def test_heatmap_z_axes_and_hover_match_the_matrix():
 
 def test_heatmap_window_offsets_show_true_positions():
     w = _rows(3, 3)
-    fig = views.attention_heatmap(w, ["a", "b", "c"], ["x", "y", "z"], query_offset=10, key_offset=20)
+    fig = figures.attention_heatmap(w, ["a", "b", "c"], ["x", "y", "z"], query_offset=10, key_offset=20)
     custom = np.asarray(fig.data[0].customdata)
     assert custom[0, 0, 2] == 10 and custom[2, 1, 3] == 21
 
@@ -72,31 +66,39 @@ def test_head_grid_has_every_head_on_one_colour_scale():
     rng = np.random.default_rng(1)
     attn = rng.random((2, 3, 4, 5))
     attn /= attn.sum(-1, keepdims=True)
-    fig = views.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
-    assert [t.type for t in fig.data] == ["heatmap", "scatter"]  # one tiled heatmap, one colour scale
+    fig = figures.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
+    assert [t.type for t in fig.data] == ["heatmap", "scatter"]  # one tiled heatmap, one colour scale, click cells
     z = np.asarray(fig.data[0].z, dtype=float)
     assert tuple(fig.layout.meta["grid"]) == attn.shape
     for layer in range(2):
         for head in range(3):
-            np.testing.assert_allclose(views.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
+            np.testing.assert_allclose(figures.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
     assert np.isnan(z).sum() == z.size - attn[:, :, :, :].size  # gaps are empty, nothing else
     assert fig.data[0].zmin == 0 and fig.data[0].zmax == pytest.approx(attn.max())
-    assert len(fig.layout.shapes) == 1  # the highlighted head
-    fixed = views.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
+    frames = [s for s in fig.layout.shapes if str(s.name).startswith("frame")]
+    assert len(frames) == 2 * 3  # one frame a head, drawn around exactly its block
+    gap, bh, bw = figures.grid_blocks(attn.shape)
+    for s in frames:
+        layer, head = (int(part[1:]) - 1 for part in s.name.split()[1:])
+        assert (s.x0, s.x1) == (head * bw - 0.5, head * bw + 5 - 0.5)
+        assert (s.y0, s.y1) == (layer * bh - 0.5, layer * bh + 4 - 0.5)
+    picked = [s for s in fig.layout.shapes if s.name == "picked"]
+    assert len(picked) == 1 and picked[0].x0 < 2 * bw - 0.5 < picked[0].x1 and picked[0].y0 < bh - 0.5 < picked[0].y1
+    fixed = figures.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
     assert fixed.data[0].zmax == 1.0
 
 
 def test_head_grid_cells_name_their_head_for_hover_and_click():
     rng = np.random.default_rng(2)
     attn = rng.random((2, 3, 4, 5))
-    fig = views.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder")
+    fig = figures.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder")
     heat, cells = fig.data
     assert heat.hoverinfo == "skip" and cells.marker.opacity == 0  # invisible, but hoverable and clickable
     custom = np.asarray(cells.customdata, dtype=object)
     x, y = np.asarray(cells.x), np.asarray(cells.y)
     assert len(custom) == len(x) == attn.size  # one marker a weight, none on the gaps
     z = np.asarray(heat.z, dtype=float)
-    gap, bh, bw = views.grid_blocks(attn.shape)
+    gap, bh, bw = figures.grid_blocks(attn.shape)
     for i in rng.choice(attn.size, 12, replace=False):
         layer, head = int(custom[i][0]) - 1, int(custom[i][1]) - 1
         qi, ki = int(y[i]) - layer * bh, int(x[i]) - head * bw
@@ -106,36 +108,46 @@ def test_head_grid_cells_name_their_head_for_hover_and_click():
         assert custom[i][2] == "abcd"[qi] and custom[i][3] == ["v", "&lt;w&gt;", "x", "y", "z"][ki]
     # a Streamlit point selection on a cell picks its head; nothing picked without a point
     point = {"curve_number": 1, "point_index": 7, "customdata": list(custom[7])}
-    assert views.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
-    assert views.grid_pick({"points": []}) is None and views.grid_pick(None) is None
-    # very large grids: no markers (too many for the browser); the heatmap names the tokens itself
-    big = rng.random((1, 2, 120, 120))
-    assert big.size > views.GRID_CLICK_CELLS
-    fig = views.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
-    assert len(fig.data) == 1
+    assert figures.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
+    assert figures.grid_pick({"points": []}) is None and figures.grid_pick(None) is None
+    # very large grids: no marker a cell (too many for the browser); the heatmap names the tokens itself, and a
+    # coarse lattice of click targets over every block still opens the head clicked
+    big = rng.random((2, 3, 120, 120))
+    assert big.size > figures.GRID_CLICK_CELLS
+    fig = figures.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
     custom = np.asarray(fig.data[0].customdata, dtype=object)
     assert list(custom[3, 5]) == [1, 1, "q3", "k5"]
+    targets = fig.data[1]
+    gap, bh, bw = figures.grid_blocks(big.shape)
+    tx, ty, tc = np.asarray(targets.x), np.asarray(targets.y), np.asarray(targets.customdata)
+    assert len(tx) <= 2 * 3 * 64
+    assert {(int(a), int(b)) for a, b in tc} == {(layer, head) for layer in (1, 2) for head in (1, 2, 3)}
+    for i in range(len(tx)):  # every target sits inside the block of the head it names
+        layer, head = int(tc[i][0]) - 1, int(tc[i][1]) - 1
+        assert 0 <= ty[i] - layer * bh < 120 and 0 <= tx[i] - head * bw < 120
+        point = {"curve_number": 1, "point_index": i, "customdata": list(tc[i])}
+        assert figures.grid_pick({"points": [point]}) == (layer + 1, head + 1)
 
 
 def test_lines_draw_only_weights_above_the_threshold():
     attn = np.zeros((2, 3, 3))
     attn[0] = np.eye(3)
     attn[1] = [[0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.3, 0.3, 0.4]]
-    fig = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], threshold=0.05)
+    fig = figures.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], threshold=0.05)
     segments = sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in fig.data
                    if t.mode == "lines" and t.x is not None and len(t.x) > 1)
     assert segments == int((attn >= 0.05).sum())  # 3 + 6 (the 0.02 weight is hidden)
-    focused = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], focus=1, threshold=0.05)
+    focused = figures.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], focus=1, threshold=0.05)
     segs = sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in focused.data
                if t.mode == "lines" and t.x is not None and len(t.x) > 1)
     assert segs == 2  # head 1: b->y, head 2: b->y
-    only_head_2 = views.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], heads=[1])
+    only_head_2 = figures.attention_lines(attn, ["a", "b", "c"], ["x", "y", "z"], heads=[1])
     assert {t.name for t in only_head_2.data if t.showlegend is not False and t.mode == "lines"} == {"head 2"}
 
 
 def test_mask_figure_and_masked_weight():
     mask = np.tril(np.ones((3, 3), dtype=bool))
-    fig = views.mask_figure(mask, ["<s>", "a", "b"], ["<s>", "a", "b"], "causal")
+    fig = figures.mask_figure(mask, ["<s>", "a", "b"], ["<s>", "a", "b"], "causal")
     np.testing.assert_array_equal(np.asarray(fig.data[0].z), mask.astype(float))
     assert fig.layout.yaxis.ticktext[0] == "&lt;s&gt;"
     weights = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
@@ -164,31 +176,43 @@ def test_head_diagnostics_on_known_patterns():
     assert prev["on previous"] == pytest.approx(1.0) and prev["on next"] == pytest.approx(0.0)
 
 
+def sinusoid(length: int, d_model: int) -> np.ndarray:
+    """The paper's formula written out by hand: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...)."""
+    table = np.zeros((length, d_model))
+    for pos in range(length):
+        for i in range(0, d_model, 2):
+            table[pos, i] = np.sin(pos / 10000 ** (i / d_model))
+            table[pos, i + 1] = np.cos(pos / 10000 ** (i / d_model))
+    return table
+
+
 def test_sinusoid_matches_the_package_and_similarity_depends_on_distance():
-    table = analysis.sinusoid(50, 16)
+    table = sinusoid(50, 16)
     np.testing.assert_allclose(table, transformer.positional_encoding(50, 16).numpy(), atol=1e-6)
     sim = analysis.cosine_similarity(table)
     np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-9)
     # cosine similarity of sinusoidal codes depends only on the distance (constant along diagonals)
     np.testing.assert_allclose(np.diag(sim, 3)[:-1], np.diag(sim, 3)[1:], atol=1e-9)
-    fig = views.pe_similarity(table)
+    fig = figures.pe_similarity(table)
     np.testing.assert_allclose(np.asarray(fig.data[0].z), sim)
-    waves = views.pe_waves(table, [0, 3])
+    waves = figures.pe_waves(table, [0, 3])
     np.testing.assert_allclose(np.asarray(waves.data[1].y), table[:, 3])
     assert "cos" in waves.data[1].name and "sin" in waves.data[0].name
 
 
 def test_small_figures_escape_tokens():
-    fig = views.topk_figure(["<x>", "▁b"], np.array([0.6, 0.3]), chosen=0)
+    fig = figures.topk_figure(["<x>", "▁b"], np.array([0.6, 0.3]), chosen=0)
     assert fig.data[0].customdata[0] == "&lt;x&gt;"
     assert fig.data[0].marker.color[0] == "#2e7d32"
-    norms = views.norms_figure(["<a>", "b"], np.array([3.0, 4.0]), np.array([2.0, 2.0]), np.array([3.5]))
+    norms = figures.norms_figure(["<a>", "b"], np.array([3.0, 4.0]), np.array([2.0, 2.0]), np.array([3.5]))
     np.testing.assert_allclose(np.asarray(norms.data[0].y), [3.0, 4.0])
-    evo = views.evolution_figure([("step 1", np.eye(2)), ("final", np.ones((2, 2)) / 2)], ["a", "b"], ["c", "d"], "t")
-    assert len(views.figure_arrays(evo)) == 2
-    hist = views.history_figure([{"step": 1, "val_bleu": 2.0, "val_loss": 3.0}], marks=[1])
+    evo = figures.evolution_figure([("step 1", np.eye(2)), ("final", np.ones((2, 2)) / 2)], ["a", "b"], ["c", "d"], "t")
+    heat = [t for t in evo.data if t.type == "heatmap"]
+    np.testing.assert_allclose(np.asarray(heat[0].z), np.eye(2))
+    np.testing.assert_allclose(np.asarray(heat[1].z), np.full((2, 2), 0.5))
+    hist = figures.history_figure([{"step": 1, "val_bleu": 2.0, "val_loss": 3.0}], marks=[1])
     assert hist is not None and list(hist.data[0].y) == [2.0]
-    assert views.history_figure([]) is None
+    assert figures.history_figure([]) is None
 
 
 # ------------------------------------------------------------------------------------------------ model helpers
@@ -312,7 +336,8 @@ def test_snapshots_load_into_a_copy(tr, tmp_path):
     result = inference.analyse(local, "A dog.", DecodeSettings(beam_size=1, max_len_b=5))
     attn, text = inference.snapshot_attentions(local, model, result.source_ids, result.target_ids)
     np.testing.assert_allclose(attn["cross"], result.cross, atol=2e-2)  # fp16 copy of the same weights
-    assert isinstance(text, str)
+    own = transformer.Translator(model, local.tokenizer).generate([result.source_ids], beam_size=1)[0][0]
+    assert text == local.tokenizer.decode(own)  # the snapshot's own greedy translation, not the final model's
     assert inference.list_snapshots(tr) == []
 
 
@@ -326,10 +351,54 @@ def test_model_card_without_front_matter(tr, tmp_path):
 
 
 def test_load_errors_are_checkpoint_errors(tmp_path):
-    with pytest.raises(transformer.CheckpointError, match="not found"):
+    with pytest.raises(transformer.CheckpointError, match="No such directory"):
         inference.load_translator(str(tmp_path / "nope"), "cpu")
     with pytest.raises(transformer.CheckpointError):
         inference.load_translator("  ", "cpu")
     (tmp_path / "bad").mkdir()
     with pytest.raises(transformer.CheckpointError, match="missing"):
         inference.load_translator(str(tmp_path / "bad"), "cpu")
+
+
+# ------------------------------------------------------------------------------------------------ rough edges (#9)
+
+
+def test_lines_have_query_and_key_headings_on_their_sides():
+    attn = np.full((1, 2, 3), 1 / 3)
+    fig = figures.attention_lines(attn, ["a", "b"], ["x", "y", "z"], query_title="source (query)",
+                                  key_title="<key>")
+    headings = {a.name: a for a in fig.layout.annotations}
+    assert "source (query)" in headings["query heading"].text and headings["query heading"].x == 0.0
+    assert "&lt;key&gt;" in headings["key heading"].text and headings["key heading"].x == 1.0
+
+
+def test_mask_figure_has_an_allowed_and_blocked_legend():
+    fig = figures.mask_figure(np.tril(np.ones((3, 3), dtype=bool)), list("abc"), list("abc"), "causal")
+    legend = {t.name: t.marker.color for t in fig.data if t.showlegend}
+    assert set(legend) == {"may attend", "blocked (weight 0)"}
+    # the legend colours are the colours the heatmap uses for 1 (allowed) and 0 (blocked)
+    assert legend["may attend"] == figures.MASK_SCALE[-1][1]
+    assert legend["blocked (weight 0)"] == figures.MASK_SCALE[0][1]
+
+
+def test_evolution_panels_label_their_keys_and_history_has_axis_titles():
+    evo = figures.evolution_figure([("step 1", np.eye(2)), ("final", np.eye(2))], ["a", "b"], ["<c>", "d"], "t")
+    xaxes = [evo.layout[name] for name in ("xaxis", "xaxis2")]
+    for axis in xaxes:
+        assert axis.showticklabels and list(axis.ticktext) == ["&lt;c&gt;", "d"]
+    hist = figures.history_figure([{"step": 1, "val_bleu": 2.0, "val_loss": 3.0}])
+    assert hist.layout.xaxis.title.text == "training step"
+    assert hist.layout.yaxis.title.text == "validation BLEU" and hist.layout.yaxis2.title.text == "validation loss"
+
+
+def test_ablation_mean_leaves_out_the_heads_switched_off():
+    from app.views.ablation import live_mean
+
+    rng = np.random.default_rng(3)
+    layer = rng.random((4, 3, 5))
+    mean, n_off = live_mean(layer, "cross", 1, (("cross", 1, 0), ("cross", 1, 2), ("cross", 0, 3), ("encoder", 1, 1)))
+    assert n_off == 2
+    np.testing.assert_allclose(mean, layer[[1, 3]].mean(axis=0))
+    every = tuple(("cross", 1, h) for h in range(4))
+    mean, n_off = live_mean(layer, "cross", 1, every)
+    assert n_off == 4 and not mean.any()

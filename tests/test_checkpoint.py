@@ -101,11 +101,22 @@ def test_missing_metadata_is_fine(ckpt):
     assert metadata == {}
 
 
-def test_missing_directory(tmp_path):
-    with pytest.raises(CheckpointError, match="not found"):
+def test_missing_directory(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a path must never be looked up on the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    with pytest.raises(CheckpointError, match="No such directory"):
         transformer.load(tmp_path / "nope")
-    with pytest.raises(CheckpointError, match="not found"):
+    with pytest.raises(CheckpointError, match="No such directory"):
         transformer.load("./nope/not/here")
+    # a mistyped path under an existing folder is a path, not a Hub id ("user/name" has the same shape)
+    (tmp_path / "checkpoints").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="No such directory"):
+        transformer.load("checkpoints/does-not-exist")
     with pytest.raises(CheckpointError, match="missing"):
         load_model_dir(tmp_path)  # exists, but empty
 

@@ -8,7 +8,7 @@
     result = translator.translate("A man rides a bike.", beam_size=4)
 """
 
-from .checkpoint import CheckpointError, load_model_dir, save_checkpoint
+from .checkpoint import CheckpointError, load_model_dir, resolve_device, save_checkpoint
 from .decoding import Hypotheses, beam_search, greedy_decode, length_penalty
 from .model import (
     DecoderOutput,
@@ -29,6 +29,6 @@ __all__ = [
     "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput", "Tokenizer",
     "TranslationResult", "Transformer", "TransformerConfig", "Translator", "beam_search", "causal_mask",
     "decoder_self_mask", "greedy_decode", "length_penalty", "load", "load_model_dir", "padding_mask",
-    "positional_encoding", "save_checkpoint", "scaled_dot_product_attention",
+    "positional_encoding", "resolve_device", "save_checkpoint", "scaled_dot_product_attention",
 ]
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,16 @@ class CheckpointError(Exception):
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` -> CUDA when present, else CPU."""
+    """``"auto"`` -> CUDA when present, else CPU; a CUDA device on a machine without one is a ``CheckpointError``."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise CheckpointError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError("CUDA was chosen but no GPU is available here; pick 'cpu' or 'auto'")
+    return resolved
 
 
 def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer,
@@ -50,6 +57,14 @@ def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer,
     return path
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """``user/name`` in the Hub's alphabet, and not a path: its first part is no local directory."""
+    return bool(HUB_ID.fullmatch(text)) and ".." not in text and not Path(text.split("/")[0]).is_dir()
+
+
 def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
     """A local directory as it is; otherwise download the Hugging Face Hub repo of that id."""
     path = Path(path_or_hub_id).expanduser()
@@ -57,10 +72,9 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
         if not path.is_dir():
             raise CheckpointError(f"{path} is a file; a checkpoint is a directory holding {', '.join(REQUIRED_FILES)}")
         return path
-    text = str(path_or_hub_id)
-    looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
-    if not looks_like_repo:
-        raise CheckpointError(f"checkpoint directory not found: {path}")
+    text = str(path_or_hub_id).strip()
+    if not looks_like_hub_id(text):
+        raise CheckpointError(f"No such directory: {path} (and it is not a Hugging Face Hub repo id either)")
     # read at call time: huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     try:

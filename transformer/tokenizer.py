@@ -54,7 +54,7 @@ class Tokenizer:
 
     @staticmethod
     def clean(text: str) -> str:
-        """Lone surrogates (not valid UTF-8) become U+FFFD: sentencepiece refuses them."""
+        """Text that is valid UTF-8: each lone surrogate (which sentencepiece and browsers refuse) becomes ``?``."""
         return text.encode("utf-8", "replace").decode("utf-8")
 
     def encode(self, text: str, add_eos: bool = False, add_bos: bool = False) -> list[int]:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from .checkpoint import save_checkpoint
+from .checkpoint import resolve_device, save_checkpoint
 from .data import DataError, read_parallel, token_batches
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
@@ -181,10 +181,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
+    device = resolve_device(args.device)
     rank, world = 0, 1
     if distributed:
         backend = "nccl" if device.type == "cuda" else "gloo"

@@ -111,8 +111,9 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
 
     Drawn as one tiled heatmap (blocks separated by empty cells), which is many times cheaper to build and
     draw than a subplot per head; :func:`grid_block` cuts one head back out. Up to ``GRID_CLICK_CELLS`` weights,
-    a second trace of invisible markers names the tokens on hover and lets a click pick a head
-    (:func:`grid_pick` reads the selection).
+    a second trace of invisible markers names the tokens on hover and lets a click pick a head; above that,
+    a coarser lattice of invisible markers over each block keeps clicks working (:func:`grid_pick` reads the
+    selection). Every head's block has a thin frame.
     """
     n_layers, n_heads, q, k = attn.shape
     gap, bh, bw = grid_blocks(attn.shape)
@@ -143,13 +144,18 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
     else:
         heat.update(hovertemplate="weight %{z:.3f}<extra></extra>")
     fig = go.Figure(go.Heatmap(**heat))
-    if clickable:
-        fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw))
+    fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw) if clickable else
+                  _grid_targets(attn.shape, bh, bw))
+    for layer in range(n_layers):  # a frame around every head, so one sees where each block ends
+        for head in range(n_heads):
+            fig.add_shape(type="rect", x0=head * bw - 0.5, x1=head * bw + k - 0.5, y0=layer * bh - 0.5,
+                          y1=layer * bh + q - 0.5, line=dict(color="#9aa5b1", width=1), layer="above",
+                          name=f"frame L{layer + 1} H{head + 1}")
     if highlight is not None:
         layer, head = highlight
         fig.add_shape(type="rect", x0=head * bw - 0.5 - gap / 2, x1=head * bw + k - 0.5 + gap / 2,
                       y0=layer * bh - 0.5 - gap / 2, y1=layer * bh + q - 0.5 + gap / 2,
-                      line=dict(color="#d62728", width=3))
+                      line=dict(color="#d62728", width=3), name="picked")
     block_px = max(90, min(260, 1000 // max(n_heads, 1)))
     height = 90 + n_layers * block_px * max(0.4, min(2.0, q / max(k, 1)))
     fig.update_layout(
@@ -184,6 +190,23 @@ def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Seque
                       showlegend=False, name="cells")
 
 
+def _grid_targets(shape: tuple[int, int, int, int], bh: int, bw: int, per_side: int = 8) -> go.Scatter:
+    """Click targets for grids too large for one marker per cell: an invisible lattice of at most
+    ``per_side`` x ``per_side`` markers over each head's block, ``customdata`` = layer, head (1-based)."""
+    n_layers, n_heads, q, k = shape
+    rows = np.unique(np.linspace(0, q - 1, min(q, per_side)).round().astype(int))
+    cols = np.unique(np.linspace(0, k - 1, min(k, per_side)).round().astype(int))
+    layer, head, r, c = (a.reshape(-1) for a in np.meshgrid(np.arange(n_layers), np.arange(n_heads), rows, cols,
+                                                              indexing="ij"))  # each (L*H*len(rows)*len(cols),)
+    custom = np.stack([layer + 1, head + 1], axis=1)  # (N, 2)
+    size = max(10, min(40, int(900 / max(n_heads * per_side, 1))))
+    invisible = dict(marker=dict(opacity=0))
+    return go.Scatter(x=head * bw + c, y=layer * bh + r, mode="markers", customdata=custom,
+                      marker=dict(symbol="square", size=size, opacity=0), selected=invisible, unselected=invisible,
+                      hovertemplate="layer %{customdata[0]} · head %{customdata[1]}: click to open<extra></extra>",
+                      showlegend=False, name="heads")
+
+
 def grid_pick(selection: dict | None) -> tuple[int, int] | None:
     """The (layer, head), 1-based, of the first point of a Streamlit plotly selection on :func:`head_grid`."""
     for point in (selection or {}).get("points", []):
@@ -198,9 +221,10 @@ LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.5
 
 def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str],
                     heads: Sequence[int] | None = None, focus: int | None = None, threshold: float = 0.05,
-                    title: str = "") -> go.Figure:
-    """Token-to-token lines for one layer ``(H, Q, K)``: queries on the left, keys on the right, one colour per
-    head, line strength by weight (weights below ``threshold`` hidden). ``focus`` keeps one query's lines."""
+                    title: str = "", query_title: str = "query", key_title: str = "key") -> go.Figure:
+    """Token-to-token lines for one layer ``(H, Q, K)``: queries on the left, keys on the right (headed by
+    ``query_title`` and ``key_title``), one colour per head, line strength by weight (weights below ``threshold``
+    hidden). ``focus`` keeps one query's lines."""
     n_heads, q, k = attn.shape
     heads = list(range(n_heads)) if heads is None else list(heads)
     n = max(q, k)  # both columns span the same height, so lines between sentences of unequal length stay level
@@ -249,8 +273,12 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     fig.update_layout(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
         xaxis=dict(visible=False, range=[-0.6, 1.6], fixedrange=True),
-        yaxis=dict(visible=False, range=[-n + 0.3, 1.0]), plot_bgcolor="white",
+        yaxis=dict(visible=False, range=[-n + 0.3, 1.6]), plot_bgcolor="white",
         margin=dict(l=10, r=10, t=80 if title else 40, b=10),
+        annotations=[dict(x=0.0, y=1.1, text=f"<b>{escape(query_title)}</b>", showarrow=False, xanchor="right",
+                          yanchor="bottom", name="query heading"),
+                     dict(x=1.0, y=1.1, text=f"<b>{escape(key_title)}</b>", showarrow=False, xanchor="left",
+                          yanchor="bottom", name="key heading")],
         legend=dict(orientation="h", y=1.0, x=0.0, yanchor="bottom", font=dict(size=12)),
     )
     return fig
@@ -273,10 +301,14 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
         hovertemplate=f"{query_title} <b>%{{customdata[0]}}</b><br>{key_title} <b>%{{customdata[1]}}</b><br>"
                       "%{customdata[2]}<extra></extra>",
     ))
+    for name, colour in (("may attend", MASK_SCALE[-1][1]), ("blocked (weight 0)", MASK_SCALE[0][1])):  # legend
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
+                                 marker=dict(symbol="square", size=12, color=colour, line=dict(color="#888", width=1))))
     cell = _cell_size(max(q, k))
     fig.update_layout(
-        title=dict(text=title, x=0.0), font=FONT, height=int(min(max(220, 140 + cell * q), 2200)),
-        margin=dict(l=10, r=10, t=45, b=10), plot_bgcolor="white",
+        title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
+        margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
+        legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
         xaxis=_axis(unique_labels(key_tokens), key_title, tickangle=-90 if k > 30 else -60 if k > 8 else 0),
         yaxis=_axis(unique_labels(query_tokens), query_title, autorange="reversed"),
     )
@@ -391,7 +423,9 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                                  hovertemplate=f"{escape(name)}<br>query <b>%{{customdata[0]}}</b><br>key "
                                                "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
                       row=1, col=i + 1)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_xaxes(showticklabels=True, showgrid=False, zeroline=False, tickmode="array", tickvals=list(range(k)),
+                     ticktext=unique_labels(key_tokens), tickfont=dict(size=max(7, _tick_font(k * n) - 1)),
+                     tickangle=-90)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
                      ticktext=unique_labels(query_tokens), tickfont=dict(size=_tick_font(q)), row=1, col=1)
@@ -399,7 +433,7 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
     width_share = 1100 / max(n, 1)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(thickness=12)),
                       title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),
-                      height=int(min(max(280, 120 + width_share * q / max(k, 1)), 900)), plot_bgcolor="white")
+                      height=int(min(max(320, 190 + width_share * q / max(k, 1)), 1000)), plot_bgcolor="white")
     return fig
 
 
@@ -416,11 +450,9 @@ def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Fig
                                      name=key.replace("_", " "), line=dict(color=colour)), secondary_y=secondary)
     for step in marks:
         fig.add_vline(x=step, line_dash="dot", line_color="#888")
-    fig.update_layout(height=280, margin=dict(l=10, r=10, t=30, b=10), font=FONT, legend=dict(orientation="h", y=1.15),
-                      xaxis=dict(title="training step"))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), font=FONT, legend=dict(orientation="h", y=1.15),
+                      xaxis=dict(title=dict(text="training step")))
+    fig.update_yaxes(title_text="validation BLEU", secondary_y=False)
+    fig.update_yaxes(title_text="validation loss", secondary_y=True)
     return fig
 
-
-def figure_arrays(fig: go.Figure) -> list[np.ndarray]:
-    """The ``z`` of every heatmap trace (handy in tests)."""
-    return [np.asarray(t.z, dtype=float) for t in fig.data if t.type == "heatmap"]

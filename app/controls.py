@@ -1,0 +1,135 @@
+"""Widgets and page pieces shared by several views: attention type, layer/head pickers, colour range, the big
+heatmap. Values live in session state under the keys of :mod:`app.state`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import streamlit as st
+
+from transformer import Translator
+
+from . import figures, state
+from .analysis import KIND_NAMES, KINDS
+from .inference import Analysis
+
+MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
+AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
+               "decoder": ("output token (query = the step producing it)", "decoder input (key)"),
+               "cross": ("output token (query = the step producing it)", "source token (key)")}
+READING = {
+    "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
+               "much it takes from each source piece (a row sums to 1).",
+    "decoder": "Row t is the step that produced output piece t; it may only look at the decoder inputs up to "
+               "and including its own position (<s> and the pieces already produced), never ahead.",
+    "cross": "Row t is the step that produced output piece t; the colours say which source pieces it read "
+             "from. Good heads often trace a soft word alignment.",
+}
+REPEATS = ("A piece that occurs more than once carries its position after a dot (▁a·3 is the piece ▁a at "
+           "position 3, counting from 0), so each keeps its own row and column.")
+
+
+def md_escape(text: object) -> str:
+    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed."""
+    return MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def choose(widget: Callable, label: str, options: list, key: str, default, **kwargs):
+    """A widget whose value lives in session state (kept while other views show) and is reset when it is not
+    among the options."""
+    if key in st.session_state and st.session_state[key] not in options:
+        del st.session_state[key]
+    if key not in st.session_state:
+        st.session_state[key] = default
+    return widget(label, options, key=key, persist_state="session", **kwargs)
+
+
+def n_layers(tr: Translator, kind: str) -> int:
+    """Layers of an attention type (encoder layers, or decoder layers for decoder self and cross)."""
+    return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
+
+
+def kind_control(key: str = state.ATT, with_scale: bool = True) -> str:
+    """Which attention type (encoder self / decoder self / cross), and the colour scale beside it."""
+    c1, c2 = st.columns([3, 1.3]) if with_scale else (st.container(), None)
+    kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
+                  required=True)
+    if c2 is not None:
+        choose(c2.segmented_control, "Colour scale", state.SCALES, state.SCALE, state.DEFAULTS[state.SCALE],
+               required=True, format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
+               help="0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
+                    "largest weight shown, to bring out faint patterns.")
+    return kind
+
+
+def colour_range(*arrays: np.ndarray) -> tuple[float, float]:
+    """(zmin, zmax) for attention charts: 0 to 1, or stretched over the weights shown."""
+    if st.session_state.get(state.SCALE, "absolute") != "stretched":
+        return (0.0, 1.0)
+    low = min(float(np.min(a)) for a in arrays)
+    high = max(float(np.max(a)) for a in arrays)
+    return (low, max(high, low + 1e-6))
+
+
+def range_caption(weights: np.ndarray, kind: str) -> None:
+    """How spread out the weights are, so a pale (or uniform) chart reads right."""
+    text = (f"Weights here run from {weights.min():.3f} to {weights.max():.3f}; the largest weight in a row is "
+            f"{weights.max(axis=-1).mean():.3f} on average")
+    if kind != "decoder":
+        text += f", and an even spread over the {weights.shape[-1]} keys would give {1 / weights.shape[-1]:.3f} each"
+    st.caption(text + ".")
+
+
+def layer_head_controls(tr: Translator, kind: str, with_head: bool = True) -> tuple[int, str]:
+    """Layer (1-based) and head ('mean' or '1'…)."""
+    c1, c2 = st.columns(2)
+    layers = list(range(1, n_layers(tr, kind) + 1))
+    layer = choose(c1.selectbox, "Layer", layers, state.LAYER, layers[-1])
+    head = "mean"
+    if with_head:
+        heads = ["mean"] + [str(h) for h in range(1, tr.config.n_heads + 1)]
+        head = choose(c2.selectbox, "Head", heads, state.HEAD, "mean",
+                      format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
+    return layer, head
+
+
+def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
+    """``(Q, K)`` of a 1-based layer and a head or the mean over heads."""
+    per_layer = attn[layer - 1]
+    return per_layer.mean(axis=0) if head == "mean" else per_layer[int(head) - 1]
+
+
+def heatmap_title(kind: str, layer: int, head: str) -> str:
+    """Chart title naming the type, layer and head."""
+    return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
+
+
+def has_repeats(*token_lists: list[str]) -> bool:
+    """Whether any list holds a token twice (its labels then carry positions)."""
+    return any(len(set(tokens)) < len(tokens) for tokens in token_lists)
+
+
+def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str) -> None:
+    """The big heatmap of one head (or the mean), with a window for long sentences."""
+    attn = result.attention(kind)
+    weights = pick_weights(attn, layer, head)
+    queries, keys = result.axes(kind)
+    q0, q1, k0, k1 = 0, len(queries), 0, len(keys)
+    if max(len(queries), len(keys)) > 60:
+        st.caption("Long sentence: choose a window to read the tokens, or drag on the chart to zoom.")
+        c1, c2 = st.columns(2)
+        q0, q1 = c1.slider("Query rows", 0, len(queries), (0, min(len(queries), 60)), key=f"{key}_qwin")
+        k0, k1 = c2.slider("Key columns", 0, len(keys), (0, min(len(keys), 60)), key=f"{key}_kwin")
+        q1, k1 = max(q1, q0 + 1), max(k1, k0 + 1)
+    qt, kt = AXIS_TITLES[kind]
+    zmin, zmax = colour_range(weights[q0:q1, k0:k1])
+    fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1],
+                                    title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt,
+                                    query_offset=q0, key_offset=k0, zmin=zmin, zmax=zmax)
+    name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
+    st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
+    range_caption(weights, kind)
+    if has_repeats(queries, keys):
+        st.caption(REPEATS)

@@ -1,0 +1,205 @@
+"""The frame around every view: sidebar (model, device, decoding), model loading, the input box and the
+translation panel."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+import torch
+
+import transformer
+from transformer import Translator
+
+from . import cached, inference, state
+from .controls import choose, md_escape
+from .inference import Analysis
+
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
+
+
+def sidebar() -> tuple[str, str]:
+    """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
+    ss = st.session_state
+    with st.sidebar:
+        st.header(":material/travel_explore: Attention explorer")
+        st.caption("A from-scratch encoder-decoder Transformer (Vaswani et al., 2017), every attention weight visible.")
+        st.subheader("Model")
+        st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
+                      help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
+        devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+                                     if torch.cuda.is_available() else [])
+        choose(st.selectbox, "Device", devices, state.DEVICE, "auto",
+               help="auto = CUDA when a GPU is present, else CPU.")
+        st.subheader("Decoding")
+        choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.DEFAULTS[state.SEARCH], horizontal=True)
+        for key in (state.BEAM, state.ALPHA, state.MAX_A, state.MAX_B):
+            ss.setdefault(key, state.DEFAULTS[key])
+        st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
+        st.slider("Length penalty α", 0.0, 2.0, step=0.1, key=state.ALPHA,
+                  help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only).")
+        c1, c2 = st.columns(2)
+        c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
+        c2.slider("Max length b", 0, 200, key=state.MAX_B)
+        st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
+    checkpoint = ss[state.CHECKPOINT].strip()
+    try:
+        device = str(transformer.resolve_device(ss[state.DEVICE]))
+    except transformer.CheckpointError:
+        device = "cpu"
+    return checkpoint, device
+
+
+def show_model_facts(tr: Translator) -> None:
+    """Sizes, parameters and the scores of the model card, in the sidebar."""
+    with st.sidebar:
+        facts = inference.model_facts(tr)
+        st.dataframe(pd.DataFrame({"": list(facts), "value": [str(v) for v in facts.values()]}), hide_index=True,
+                     width="stretch")
+        scores = inference.model_scores(tr)
+        if scores:
+            st.caption("Scores from the model card (beam search, sacreBLEU)")
+            st.dataframe(pd.DataFrame({"score": list(scores), "value": [f"{v:.2f}" for v in scores.values()]}),
+                         hide_index=True, width="stretch")
+        meta = tr.metadata or {}
+        with st.expander("Training details"):
+            if meta.get("training_command"):
+                st.caption("Trained with")
+                st.code(str(meta["training_command"]), language="bash", wrap_lines=True)
+            history = meta.get("history")
+            if isinstance(history, list) and history:
+                st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "
+                           "view.")
+            if not meta:
+                st.caption("No metadata.json in this checkpoint.")
+            st.caption(f"Loaded from {md_escape(tr.path)}")
+
+
+def load_model(checkpoint: str, device: str) -> Translator | None:
+    """The cached model, or None after showing a clear message (failures are remembered per session)."""
+    ss = st.session_state
+    failure = ss.get(state.LOAD_FAILURE)
+    if failure and failure[:2] == (checkpoint, device):
+        message = failure[2]
+    else:
+        try:
+            return cached.get_translator(checkpoint, device)
+        except transformer.CheckpointError as err:
+            message = str(err)
+        except Exception as err:  # anything else from loading: still one clear message
+            message = f"{type(err).__name__}: {err}"
+        ss[state.LOAD_FAILURE] = (checkpoint, device, message)
+    st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
+    if checkpoint == inference.DEFAULT_CHECKPOINT:
+        st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
+                "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
+                "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")
+    if st.button("Try again", key="retry_load"):
+        ss.pop(state.LOAD_FAILURE, None)
+        st.rerun()
+    return None
+
+
+def use_example() -> None:
+    """Callback: copy the picked example into the text area."""
+    pick = st.session_state.get(state.EXAMPLE)
+    if pick and pick in state.EXAMPLES:
+        st.session_state[state.SOURCE_TEXT] = pick
+
+
+def language_pair(tr: Translator) -> tuple[str, str] | None:
+    """(source, target) language codes from the model card's ``language_pair``, or None."""
+    pair = str((tr.metadata or {}).get("language_pair", ""))
+    if "-" not in pair:
+        return None
+    src, tgt = pair.split("-", 1)
+    return src, tgt
+
+
+def capability(tr: Translator) -> str:
+    """What the model is for, from its model card: language pair, domain and one-sentence-at-a-time."""
+    pair = language_pair(tr)
+    langs = f"{LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])}" if pair else "its language pair"
+    domain = (tr.metadata or {}).get("domain")
+    text = f"This model translates {langs}, one sentence at a time"
+    if domain:
+        text += f"; it was trained on {md_escape(domain)} and does best on text like that"
+    return text + ". Longer text is split into sentences, each translated on its own."
+
+
+def submit() -> None:
+    """Callback of the Translate button: store the input (an empty box clears it)."""
+    ss = st.session_state
+    text = state.clean_text(ss.get(state.SOURCE_TEXT, ""))
+    ss[state.SUBMITTED] = state.Submitted(text, state.settings_from_state()) if text.strip() else None
+    ss.pop(state.SENTENCE, None)
+    if not text.strip():
+        ss[state.EMPTY_SUBMIT] = True
+
+
+def input_area(tr: Translator) -> None:
+    """Text area, examples and the Translate button, with a line on what the model can do."""
+    c1, c2 = st.columns([4, 1.3], vertical_alignment="bottom")
+    pair = language_pair(tr)
+    with c1:
+        label = "Text to translate"
+        if pair:
+            label += f" ({LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])})"
+        st.text_area(label, key=state.SOURCE_TEXT, height=96, max_chars=inference.MAX_INPUT_CHARS,
+                     placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
+    with c2:
+        st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
+                     placeholder="Pick an example…")
+        st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
+                  on_click=submit)
+    st.caption(capability(tr))
+    if st.session_state.pop(state.EMPTY_SUBMIT, False):
+        st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
+
+
+def language_notice(tr: Translator, text: str) -> None:
+    """A notice when the input looks like another language than the model's source language."""
+    pair = language_pair(tr)
+    found = inference.detect_language(text) if pair else None
+    if found and found[0] != pair[0]:
+        name = LANGUAGES.get(found[0], found[0])
+        st.info(f"This looks like {name} ({found[1]:.0%} sure), but the model translates from "
+                f"{LANGUAGES.get(pair[0], pair[0])}: expect a poor translation.", icon=":material/translate:")
+
+
+def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submitted) -> str:
+    """Split the input into sentences; with more than one, show every translation and let one be explored."""
+    sentences = inference.split_sentences(sub.text, language_pair(tr)[0] if language_pair(tr) else "en")
+    if len(sentences) <= 1:
+        st.session_state.pop(state.SENTENCE, None)
+        return sub.text
+    translations = cached.get_translations(checkpoint, device, tuple(sentences), sub.settings)
+    st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
+    with st.container(border=True):
+        for i, (src, out) in enumerate(zip(sentences, translations), 1):
+            st.text(f"{i}. {src}\n   → {out}")
+    numbers = list(range(1, len(sentences) + 1))
+    number = choose(st.selectbox, "Sentence to explore", numbers, state.SENTENCE, 1,
+                    format_func=lambda n: f"{n}. {sentences[n - 1][:80]}")
+    return sentences[number - 1]
+
+
+def show_translation(tr: Translator, result: Analysis) -> None:
+    """The translation, its score and the subword pieces, with notices for truncation and unknown characters."""
+    if result.truncated:
+        st.warning(f"The text is {result.source_pieces} subword pieces long; this model takes at most "
+                   f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
+                   icon=":material/content_cut:")
+    if result.unknown_pieces:
+        st.info(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear as "
+                "<unk> (emoji and rare scripts, for example).", icon=":material/help:")
+    with st.container(border=True):
+        beam = result.settings.beam_size
+        st.caption(f"Translation · score {result.score:.3f} (log-probability / length penalty) · "
+                   f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
+        st.text(result.translation if result.translation.strip() else
+                "(empty output: the model ended the sentence at once)")
+        with st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
+            st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")
+            st.code("  ".join(result.source_tokens), language=None, wrap_lines=True)
+            st.caption("Output pieces")
+            st.code("  ".join(result.target_tokens), language=None, wrap_lines=True)

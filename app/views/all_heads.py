@@ -1,0 +1,43 @@
+"""All heads: every layer x head of one type on one colour scale; a click opens one large."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from .. import controls, figures, state
+from ..state import ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    """The grid, the pills that open a head, and the opened head."""
+    result = ctx.result
+    st.caption("Every head of one attention type at a glance, on one shared colour scale, so strong and diffuse "
+               "heads compare fairly. Click a head in the grid (or pick it below) to open it large.")
+    kind = controls.kind_control()
+    attn = result.attention(kind)
+    queries, keys = result.axes(kind)
+    options = [f"L{layer} · H{h}" for layer in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
+    if st.session_state.get(state.GRID_PICK) not in options:
+        st.session_state.pop(state.GRID_PICK, None)
+    pick = st.session_state.get(state.GRID_PICK)
+    highlight = None
+    if pick in options:
+        index = options.index(pick)
+        highlight = (index // attn.shape[1], index % attn.shape[1])
+
+    def open_clicked_head() -> None:  # a click on the grid opens that head, as the pills below do
+        picked = figures.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
+        label = picked and f"L{picked[0]} · H{picked[1]}"
+        if label in options:
+            st.session_state[state.GRID_PICK] = label
+
+    st.plotly_chart(figures.head_grid(attn, queries, keys, kind, highlight=highlight,
+                                      zrange=controls.colour_range(attn)),
+                    config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart", on_select=open_clicked_head,
+                    selection_mode="points")
+    if controls.has_repeats(queries, keys):
+        st.caption(controls.REPEATS)
+    pick = st.pills("Open a head large", options, key=state.GRID_PICK, persist_state="session")
+    if pick:
+        layer, head = (int(x[1:]) for x in pick.split(" · "))
+        controls.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart")

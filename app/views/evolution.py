@@ -1,0 +1,53 @@
+"""Training evolution: the same sentence's attention in the training snapshots shipped with the checkpoint."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from .. import cached, controls, figures, inference
+from ..state import ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
+    """The same sentence's attention in the training snapshots."""
+    st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
+               "teacher-forced on the final translation (so the axes match) and also translates on its own.")
+    snaps = inference.list_snapshots(tr)
+    history = (tr.metadata or {}).get("history")
+    if not snaps:
+        st.info("This checkpoint has no training snapshots (a snapshots/ folder of stepNNNNNNN.safetensors files "
+                "written by `python -m transformer.train --snapshots ...`).", icon=":material/history:")
+        fig = figures.history_figure(history) if isinstance(history, list) and history else None
+        if fig is not None:
+            st.caption("Validation scores during training, from the model card.")
+            st.plotly_chart(fig, config=figures.plotly_config("training-history"), key="evolution_history")
+        return
+    kind = controls.kind_control()
+    layer, head = controls.layer_head_controls(tr, kind)
+    panels, rows = [], []
+    for path in snaps:
+        try:
+            attn, text = cached.get_snapshot_attentions(checkpoint, device, str(path), tuple(result.source_ids),
+                                                        tuple(result.target_ids))
+        except Exception as err:
+            st.warning(f"Skipped {controls.md_escape(path.name)}: {controls.md_escape(err)}")
+            continue
+        step = inference.snapshot_step(path)
+        panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
+        rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
+    steps = (tr.metadata or {}).get("steps")
+    final_name = f"final (step {steps})" if steps else "final"
+    panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
+    rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
+    queries, keys = result.axes(kind)
+    st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
+                                           zrange=controls.colour_range(*[w for _, w in panels])),
+                    config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if isinstance(history, list) and history:
+        fig = figures.history_figure(history, marks=[inference.snapshot_step(p) for p in snaps])
+        if fig is not None:
+            st.caption("Validation scores during training; dotted lines mark the snapshots.")
+            st.plotly_chart(fig, config=figures.plotly_config("training-history"), key="evolution_history")

@@ -1,0 +1,37 @@
+"""Export: the attention weights as JSON or NPZ, figures as PNG, and a link to the view the user came from."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from .. import cached, state
+from ..state import ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    """Two download buttons and the share link."""
+    st.caption("Take the numbers with you, or share what you were looking at.")
+    text, settings = ctx.result.text, ctx.submitted.settings
+    c1, c2 = st.columns(2)
+    with c1.container(border=True):
+        st.markdown("**Attention weights**")
+        st.caption("Every layer and head of the three attention types, shaped (layers, heads, queries, keys), "
+                   "with the tokens.")
+        st.download_button("Download JSON", cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "json"),
+                           file_name="attention.json", mime="application/json", key="download_json",
+                           icon=":material/data_object:", on_click="ignore")
+        st.download_button("Download NPZ (numpy)",
+                           cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
+                           file_name="attention.npz", mime="application/octet-stream", key="download_npz",
+                           icon=":material/download:", on_click="ignore")
+    with c2.container(border=True):
+        previous = st.session_state.get(state.PREVIOUS_VIEW, "Heatmap")
+        st.markdown("**Figures and links**")
+        st.caption("Every chart has a camera icon in its toolbar (top right, on hover) that saves it as a PNG. "
+                   f"This link opens the {previous} view exactly as you left it (sentence, decoding settings and "
+                   "the view's choices):")
+        try:
+            base = (st.context.url or "").split("?")[0]
+        except Exception:  # no browser context (tests, bare mode)
+            base = ""
+        st.code(f"{base}?{state.share_query(previous)}", language=None, wrap_lines=True)

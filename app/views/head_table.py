@@ -1,0 +1,34 @@
+"""Head table: per-head diagnostics; a selected row opens its heatmap."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from .. import controls
+from ..analysis import KINDS, head_diagnostics
+from ..state import KIND_LABELS, ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    """The sortable table and the heatmap of the selected head."""
+    result = ctx.result
+    st.caption("Head diagnostics, one row per head; click a column header to sort, select a row to open its "
+               "heatmap. Entropy (nats) is low for focused heads; 'on special token' is the share on </s> (source "
+               "keys) or <s> (decoder keys), where idle heads park their attention; previous / same / next are "
+               "the shares on the key one position before, at, or after the query (by index). All are means over "
+               "the queries.")
+    rows = head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys())
+    frame = pd.DataFrame(rows)
+    shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_LABELS))  # short names: room for numbers
+    number = st.column_config.NumberColumn(format="%.3f")
+    share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.2f")
+             for c in ("max weight", "on special token", "on previous", "on same", "on next")}
+    event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                         key="diag_table", column_config={"entropy": number, **share}, height=360)
+    selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    if selected:
+        row = frame.iloc[selected[0]]
+        controls.draw_heatmap(result, str(row["kind"]), int(row["layer"]), str(int(row["head"])), key="table_chart")
+    else:
+        st.info("Select a row (the box at its left) to open that head's heatmap.", icon=":material/touch_app:")

@@ -1,0 +1,60 @@
+"""Positional encoding: the sinusoidal table, its waves, similarity between positions, the model's own table."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from .. import cached, figures, inference
+from ..state import ViewContext
+
+
+def wave_dims(d_model: int, length: int) -> list[int]:
+    """Even (sine) dimensions whose wavelengths are about 2π, length/4, length/2 and 2·length, plus one cosine."""
+    dims = {0}
+    for target in (length / 4, length / 2, 2 * length):
+        i = np.log(max(target, 2 * np.pi) / (2 * np.pi)) / np.log(10000.0) * d_model  # wavelength = 2π·10000^(i/d)
+        dims.add(int(min(max(0, 2 * round(i / 2)), d_model - 2)))
+    dims.add(min(sorted(dims)[1] + 1 if len(dims) > 1 else 1, d_model - 1))
+    return sorted(dims)
+
+
+def render(ctx: ViewContext) -> None:
+    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
+    """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
+    st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
+               "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
+               "wavelengths grow geometrically from 2π to 10000·2π, so nearby positions get similar codes.")
+    c1, c2 = st.columns(2)
+    d_model = c1.slider("d_model", 8, 1024, int(tr.config.d_model), 8, key="pe_d")
+    length = c2.slider("Positions", 8, 512, int(min(100, max(tr.config.max_len, 8))), 1, key="pe_len")
+    table = inference.positional_table(length, d_model)
+    a, b = st.columns(2)
+    a.plotly_chart(figures.pe_heatmap(table), config=figures.plotly_config("positional-encoding"), key="pe_heat")
+    with b:
+        dims = st.multiselect("Dimensions to draw", list(range(d_model)), default=wave_dims(d_model, length),
+                              key=f"pe_dims_{d_model}_{length}")
+        st.plotly_chart(figures.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
+    a, b = st.columns(2)
+    with a:
+        st.plotly_chart(figures.pe_similarity(table), config=figures.plotly_config("pe-similarity"), key="pe_sim")
+        st.caption("Cosine similarity between the codes of two positions: it depends only on their distance "
+                   "(the bands run parallel to the diagonal), which lets attention use relative positions.")
+    with b:
+        own = inference.model_pe(tr)
+        diff = float(np.abs(own - inference.positional_table(*own.shape)).max())
+        st.plotly_chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
+                        config=figures.plotly_config("model-pe"), key="pe_model")
+        st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
+    if result is not None:
+        norms = inference.embedding_norms(tr, result.source_ids)
+        own = inference.model_pe(tr)
+        pe_norms = np.linalg.norm(own[: len(result.source_ids)], axis=1)
+        vocab = cached.get_vocab_norms(checkpoint, device)
+        st.plotly_chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab),
+                        config=figures.plotly_config("pe-vs-embeddings"), key="pe_norms")
+        st.caption(f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "
+                   "embeddings are multiplied by √d_model before the code is added, so a token's identity is not "
+                   "drowned by its position.")
+    else:
+        st.info("Translate a sentence to compare its token embeddings with the positional codes.")
