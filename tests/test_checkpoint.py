@@ -207,3 +207,13 @@ def test_unknown_hub_repo_offline_fails_fast_and_clearly(monkeypatch, tmp_path):
     assert "Hugging Face Hub" in message
     assert "offline" in message.lower()
     assert not attempts, "HF_HUB_OFFLINE=1 must mean no network access at all"
+
+
+def test_device_resolver_names_the_problem():
+    assert transformer.resolve_device("cpu") == torch.device("cpu")
+    assert transformer.resolve_device("auto").type in ("cpu", "cuda")
+    with pytest.raises(CheckpointError, match="unknown device"):
+        transformer.resolve_device("gpu please")
+    if not torch.cuda.is_available():
+        with pytest.raises(CheckpointError, match="no GPU"):
+            transformer.resolve_device("cuda")

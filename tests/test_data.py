@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from transformer.data import DataError, download_multi30k, read_parallel, token_batches
 
@@ -89,3 +90,14 @@ def test_download_reports_missing_file(local_server, tmp_path: Path) -> None:
     with pytest.raises(DataError, match="could not download"):
         download_multi30k(tmp_path / "data", base_url=url, splits=("train",), langs=("en",))
     assert not (tmp_path / "data" / "train.en").exists()
+
+
+def test_pad_sequences_matches_a_hand_written_loop():
+    from transformer.data import pad_sequences
+
+    seqs = [[5, 6, 7], [8], [], [9, 10]]
+    out = pad_sequences(seqs, pad_id=0)
+    assert out.dtype == torch.long and out.shape == (4, 3)
+    for i, s in enumerate(seqs):
+        for j in range(3):
+            assert int(out[i, j]) == (s[j] if j < len(s) else 0)

@@ -259,3 +259,16 @@ def test_fast_decode_step_equals_decode(name):
     for f, s in zip(fast, slow):
         for key in ("self_k", "self_v", "cross_k", "cross_v"):
             torch.testing.assert_close(f[key], s[key], atol=1e-5, rtol=1e-5)
+
+
+def test_one_output_length_formula_for_ints_and_batches():
+    from transformer.decoding import output_limits
+
+    model = Transformer(TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2,
+                                          n_encoder_layers=1, n_decoder_layers=1, d_ff=32, max_len=30))
+    src = torch.tensor([[5, 6, 7, 3, 0, 0], [5, 6, 7, 8, 9, 3], [3, 0, 0, 0, 0, 0]])
+    limits = output_limits(model, src, 1.5, 4)
+    for row, limit in zip(src, limits):
+        n = int((row != 0).sum())
+        assert int(limit) == max_output_length(model, n, 1.5, 4) == min(max(int(1.5 * n + 4), 1), 29)
+    assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1

@@ -66,9 +66,20 @@ def test_any_unicode_never_raises(tiny_tokenizer, text):
 
 
 def test_unknown_characters_become_unk(tiny_tokenizer):
-    ids = tiny_tokenizer.encode("中")
-    assert UNK_ID in ids
-    assert isinstance(tiny_tokenizer.decode(ids), str)
+    ids = tiny_tokenizer.encode("a 中 dog")
+    known = tiny_tokenizer.encode("a dog")
+    assert ids.count(UNK_ID) == 1  # only the unseen character
+    rest = iter(i for i in ids if i != UNK_ID)
+    assert all(i in rest for i in known)  # the known words keep their own pieces, in order
+    assert tiny_tokenizer.pieces([UNK_ID]) == ["<unk>"]
+    assert tiny_tokenizer.decode(ids).split() == ["a", "⁇", "dog"]  # sentencepiece marks an unknown piece ⁇
+
+
+def test_clean_makes_any_text_valid_utf8():
+    text = "ok \ud800 fine \U0001F415 é"
+    cleaned = Tokenizer.clean(text)
+    assert cleaned == "ok ? fine \U0001F415 é"  # a lone surrogate becomes "?", everything else stays
+    cleaned.encode("utf-8")  # would raise on a lone surrogate
 
 
 def test_save_and_reload(tiny_tokenizer, tmp_path):

@@ -10,6 +10,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 MULTI30K_LANGS = ("en", "de", "fr", "cs")
@@ -17,6 +19,14 @@ MULTI30K_LANGS = ("en", "de", "fr", "cs")
 
 class DataError(Exception):
     """A corpus that is missing or malformed; the message says what to do."""
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """Id sequences of different lengths as one ``(len(seqs), longest)`` long tensor, padded with ``pad_id``."""
+    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
 
 
 def read_lines(path: str | Path) -> list[str]:

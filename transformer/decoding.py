@@ -39,16 +39,18 @@ def length_penalty(length: Tensor, alpha: float) -> Tensor:
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
-def max_output_length(model: Transformer, src_len: int, max_len_a: float, max_len_b: int) -> int:
-    """Maximum number of generated tokens: ``a * src_len + b``, within the model's ``max_len``."""
-    return max(1, min(int(max_len_a * src_len + max_len_b), model.config.max_len - 1))
+def max_output_length(model: Transformer, src_len: int | Tensor, max_len_a: float, max_len_b: int) -> int | Tensor:
+    """The one output-length formula: at most ``floor(a * src_len + b)`` generated tokens, within
+    ``[1, max_len - 1]``. ``src_len`` an int (returns an int) or a tensor of lengths (returns a long tensor)."""
+    lengths = torch.as_tensor(src_len, dtype=torch.float64)
+    limit = (max_len_a * lengths + max_len_b).floor().long().clamp(1, model.config.max_len - 1)
+    return int(limit) if not isinstance(src_len, Tensor) else limit
 
 
 def output_limits(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
     """Each sentence's own maximum output length ``(B,)``, from its unpadded length, so a sentence
     decodes the same alone as in a padded batch."""
-    lengths = (src != model.config.pad_id).sum(dim=1).double()
-    return (max_len_a * lengths + max_len_b).floor().long().clamp(1, model.config.max_len - 1)
+    return max_output_length(model, (src != model.config.pad_id).sum(dim=1), max_len_a, max_len_b)
 
 
 def _never(logp: Tensor, model: Transformer) -> Tensor:

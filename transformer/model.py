@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -192,9 +193,35 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(F.relu(self.linear1(x))))
 
+    def step(self, x: Tensor) -> Tensor:
+        """``forward`` at inference as plain functional calls (no dropout)."""
+        return F.linear(F.relu(F.linear(x, self.linear1.weight, self.linear1.bias)), self.linear2.weight,
+                        self.linear2.bias)
 
-class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each wrapped in residual + LayerNorm."""
+
+def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """``norm(x)`` as a plain function call (the one-step decoder avoids module calls)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+class SublayerStack(nn.Module):
+    """Base of the encoder and decoder layers: the residual connection and LayerNorm around every sub-layer."""
+
+    norm_first: bool
+    dropout: nn.Dropout
+
+    def residual(self, x: Tensor, norm: nn.LayerNorm,
+                 sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor | None]:
+        """Post-norm (the paper): ``norm(x + dropout(f(x)))``; pre-norm: ``x + dropout(f(norm(x)))``.
+
+        ``sublayer`` returns its output and, for attention, its weights (passed through)."""
+        h, weights = sublayer(norm(x) if self.norm_first else x)
+        x = x + self.dropout(h)
+        return (x if self.norm_first else norm(x)), weights
+
+
+class EncoderLayer(SublayerStack):
+    """Self-attention then feed-forward, each wrapped by :meth:`SublayerStack.residual`."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
@@ -208,18 +235,12 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False,
                 head_mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        if self.norm_first:
-            h, w = self.self_attn(self.norm1(x), self.norm1(x), mask, need_weights, head_mask=head_mask)
-            x = x + self.dropout(h)
-            x = x + self.dropout(self.ffn(self.norm2(x)))
-        else:
-            h, w = self.self_attn(x, x, mask, need_weights, head_mask=head_mask)
-            x = self.norm1(x + self.dropout(h))
-            x = self.norm2(x + self.dropout(self.ffn(x)))
+        x, w = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
+        x, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
         return x, w
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(SublayerStack):
     """Masked self-attention, cross-attention over the encoder output, feed-forward."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -234,49 +255,71 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def inference_weights(self) -> tuple[Tensor, ...]:
-        """This layer's weights for ``Transformer.decode_step``, self-attention's Q|K|V stacked into one matrix."""
-        sa, ca, ffn = self.self_attn, self.cross_attn, self.ffn
-        return (torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight]),
-                torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias]),
-                sa.out_proj.weight, sa.out_proj.bias, ca.q_proj.weight, ca.q_proj.bias, ca.out_proj.weight,
-                ca.out_proj.bias, ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight, ffn.linear2.bias,
-                self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
-                self.norm3.weight, self.norm3.bias)
-
     def forward(self, x: Tensor, memory: Tensor | None, self_mask: Tensor | None, cross_mask: Tensor | None,
                 need_weights: bool = False, cache: dict[str, Tensor] | None = None,
                 self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None,
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``cache`` (incremental decoding) holds this layer's ``self_k``/``self_v`` ``(B, H, t, d)``,
         grown here by the new positions, and ``cross_k``/``cross_v`` of the encoder output."""
-        # masked self-attention
-        h_in = self.norm1(x) if self.norm_first else x
-        kv = None
-        if cache is not None:
-            k, v = self.self_attn.project_kv(h_in)  # (B, H, T_new, d)
+
+        def self_attention(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            kv = None
+            if cache is not None:
+                k, v = self.self_attn.project_kv(h)  # (B, H, T_new, d)
+                if "self_k" in cache:
+                    k = torch.cat([cache["self_k"], k], dim=2)
+                    v = torch.cat([cache["self_v"], v], dim=2)
+                cache["self_k"], cache["self_v"] = kv = (k, v)
+            return self.self_attn(h, h, self_mask, need_weights, kv=kv, head_mask=self_head_mask)
+
+        def cross_attention(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            kv = None
+            if cache is not None:
+                if "cross_k" not in cache:
+                    cache["cross_k"], cache["cross_v"] = self.cross_attn.project_kv(memory)
+                kv = (cache["cross_k"], cache["cross_v"])
+            return self.cross_attn(h, memory, cross_mask, need_weights, kv=kv, head_mask=cross_head_mask)
+
+        x, self_w = self.residual(x, self.norm1, self_attention)
+        x, cross_w = self.residual(x, self.norm2, cross_attention)
+        x, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
+        return x, self_w, cross_w
+
+    def step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: dict[str, Any]) -> Tensor:
+        """One new position ``x (N, 1, D)`` at inference (no dropout, no head mask, no weights returned): the
+        same numbers as :meth:`forward` with a cache, as plain functional calls on this layer's own weights.
+        Self-attention projects Q, K and V with one matmul (the fused matrix is built once per cache)."""
+        sa, ca = self.self_attn, self.cross_attn
+        n, d_model = x.size(0), x.size(-1)
+        if "qkv_weight" not in cache:
+            cache["qkv_weight"] = torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight])  # (3D, D)
+            cache["qkv_bias"] = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])  # (3D,)
+        if "cross_k" not in cache:
+            cache["cross_k"], cache["cross_v"] = ca.project_kv(memory)
+
+        def residual(x: Tensor, norm: nn.LayerNorm, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+            h = sublayer(layer_norm(norm, x) if self.norm_first else x)
+            return x + h if self.norm_first else layer_norm(norm, x + h)
+
+        def self_attention(h: Tensor) -> Tensor:  # the new position sees every cached one: no mask needed
+            qkv = F.linear(h, cache["qkv_weight"], cache["qkv_bias"])  # (N, 1, 3D)
+            q, k, v = qkv.view(n, 1, 3, sa.n_heads, sa.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, 1, d)
             if "self_k" in cache:
                 k = torch.cat([cache["self_k"], k], dim=2)
                 v = torch.cat([cache["self_v"], v], dim=2)
             cache["self_k"], cache["self_v"] = k, v
-            kv = (k, v)
-        h, self_w = self.self_attn(h_in, h_in, self_mask, need_weights, kv=kv, head_mask=self_head_mask)
-        x = x + self.dropout(h) if self.norm_first else self.norm1(x + self.dropout(h))
-        # cross-attention
-        h_in = self.norm2(x) if self.norm_first else x
-        kv = None
-        if cache is not None:
-            if "cross_k" not in cache:
-                cache["cross_k"], cache["cross_v"] = self.cross_attn.project_kv(memory)
-            kv = (cache["cross_k"], cache["cross_v"])
-        h, cross_w = self.cross_attn(h_in, memory, cross_mask, need_weights, kv=kv, head_mask=cross_head_mask)
-        x = x + self.dropout(h) if self.norm_first else self.norm2(x + self.dropout(h))
-        # feed-forward
-        if self.norm_first:
-            x = x + self.dropout(self.ffn(self.norm3(x)))
-        else:
-            x = self.norm3(x + self.dropout(self.ffn(x)))
-        return x, self_w, cross_w
+            out = F.scaled_dot_product_attention(q, k, v)  # (N, H, 1, d)
+            return F.linear(out.transpose(1, 2).reshape(n, 1, d_model), sa.out_proj.weight, sa.out_proj.bias)
+
+        def cross_attention(h: Tensor) -> Tensor:
+            q = F.linear(h, ca.q_proj.weight, ca.q_proj.bias).view(n, 1, ca.n_heads, ca.d_head)  # (N, 1, H, d)
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), cache["cross_k"], cache["cross_v"],
+                                                 attn_mask=src_mask)  # (N, H, 1, d)
+            return F.linear(out.transpose(1, 2).reshape(n, 1, d_model), ca.out_proj.weight, ca.out_proj.bias)
+
+        x = residual(x, self.norm1, self_attention)
+        x = residual(x, self.norm2, cross_attention)
+        return residual(x, self.norm3, self.ffn.step)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -415,7 +458,7 @@ class Transformer(nn.Module):
 
         ``self_k``/``self_v`` ``(N, H, t, d)`` grow by one position a step (reorder their rows to
         follow beams); ``cross_k``/``cross_v`` ``(N, H, S, d)`` are the encoder output's, computed
-        once; ``decode_step`` also keeps each layer's weights there (``weights``, Q|K|V fused).
+        once; ``DecoderLayer.step`` also keeps its fused Q|K|V matrix there (``qkv_weight``, ``qkv_bias``).
         """
         return [{} for _ in self.decoder_layers]
 
@@ -424,50 +467,21 @@ class Transformer(nn.Module):
         """Inference fast path: logits ``(N, V)`` of the next token after one new position ``tokens (N, 1)``.
 
         The same numbers as ``decode(tokens, memory, src_mask, cache=cache).logits[:, -1]`` (up to float
-        rounding) and the same cache, with a fraction of the Python-level work per step: self-attention
-        projects queries, keys and values with one matmul, every layer runs as plain functional calls on
-        weights gathered once per cache (no module calls, no dropout, no attention-weight bookkeeping), and
-        the one new query needs no mask over the cached prefix. In training mode, or for several new
-        positions, it simply calls ``decode``; head masks and attention weights are ``decode``'s job.
+        rounding) and the same cache, with a fraction of the Python-level work per step (see
+        :meth:`DecoderLayer.step`). In training mode, or for several new positions, it simply calls
+        ``decode``; head masks and attention weights are ``decode``'s job.
         """
         if self.training or tokens.size(1) != 1:
             return self.decode(tokens, memory, src_mask, cache=cache).logits[:, -1]
-        cfg = self.config
-        n, heads, d_model = tokens.size(0), cfg.n_heads, cfg.d_model
-        shape, eps, pre = (d_model,), cfg.layer_norm_eps, cfg.norm_first
         offset = cache[0]["self_k"].size(2) if "self_k" in cache[0] else 0
-        if offset + 1 > cfg.max_len:
-            raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={cfg.max_len}")
-        x = F.embedding(tokens, self.tgt_embed.weight) * math.sqrt(d_model)  # as ``embed``, without dropout
+        if offset + 1 > self.config.max_len:
+            raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={self.config.max_len}")
+        x = F.embedding(tokens, self.tgt_embed.weight) * math.sqrt(self.config.d_model)  # as ``embed``, no dropout
         x = x + self.pe[offset].to(x.dtype)
         for layer, c in zip(self.decoder_layers, cache):
-            if "weights" not in c:  # gathered once per cache: Q|K|V fused, then every other matrix
-                c["weights"] = layer.inference_weights()
-            if "cross_k" not in c:
-                c["cross_k"], c["cross_v"] = layer.cross_attn.project_kv(memory)
-            (qkv_w, qkv_b, so_w, so_b, cq_w, cq_b, co_w, co_b, f1_w, f1_b, f2_w, f2_b,
-             n1_w, n1_b, n2_w, n2_b, n3_w, n3_b) = c["weights"]
-            # masked self-attention: the new position sees every cached one
-            h = F.layer_norm(x, shape, n1_w, n1_b, eps) if pre else x
-            q, k, v = F.linear(h, qkv_w, qkv_b).view(n, 1, 3, heads, -1).permute(2, 0, 3, 1, 4)
-            if "self_k" in c:
-                k = torch.cat([c["self_k"], k], dim=2)
-                v = torch.cat([c["self_v"], v], dim=2)
-            c["self_k"], c["self_v"] = k, v
-            h = F.linear(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, d_model), so_w, so_b)
-            x = x + h if pre else F.layer_norm(x + h, shape, n1_w, n1_b, eps)
-            # cross-attention over the cached encoder keys/values
-            h = F.layer_norm(x, shape, n2_w, n2_b, eps) if pre else x
-            q = F.linear(h, cq_w, cq_b).view(n, 1, heads, -1).transpose(1, 2)
-            h = F.scaled_dot_product_attention(q, c["cross_k"], c["cross_v"], attn_mask=src_mask)
-            h = F.linear(h.transpose(1, 2).reshape(n, 1, d_model), co_w, co_b)
-            x = x + h if pre else F.layer_norm(x + h, shape, n2_w, n2_b, eps)
-            # feed-forward
-            h = F.layer_norm(x, shape, n3_w, n3_b, eps) if pre else x
-            h = F.linear(F.relu(F.linear(h, f1_w, f1_b)), f2_w, f2_b)
-            x = x + h if pre else F.layer_norm(x + h, shape, n3_w, n3_b, eps)
+            x = layer.step(x, memory, src_mask, c)
         if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
+            x = layer_norm(self.decoder_norm, x)
         return self.generator(x[:, -1])
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,

@@ -27,7 +27,8 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from .checkpoint import resolve_device, save_checkpoint
-from .data import DataError, read_parallel, token_batches
+from .data import DataError, pad_sequences, read_parallel, token_batches
+from .evaluate import translate_all
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
 from .translator import Translator
@@ -120,11 +121,8 @@ def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
 
 
 def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:
-    width = max(len(ids[i]) for i in rows)
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for r, i in enumerate(rows):
-        out[r, : len(ids[i])] = torch.tensor(ids[i])
-    return out
+    """The sequences ``ids[i]`` for ``i`` in ``rows`` as one padded ``(len(rows), width)`` batch."""
+    return pad_sequences([ids[i] for i in rows], pad_id)
 
 
 def corpus_bleu(hyps: list[str], refs: list[str]) -> float:
@@ -135,9 +133,9 @@ def corpus_bleu(hyps: list[str], refs: list[str]) -> float:
 
 @torch.no_grad()
 def validate(model: Transformer, tokenizer: Tokenizer, val_pairs: tuple[list[list[int]], list[list[int]]],
-             val_refs: list[str], val_batches: list[list[int]], bleu_sentences: int, device: torch.device,
-             label_smoothing: float) -> dict[str, float]:
-    """Validation loss (per target token, no smoothing) and greedy BLEU."""
+             val_sources: list[str], val_refs: list[str], val_batches: list[list[int]], bleu_sentences: int,
+             device: torch.device) -> dict[str, float]:
+    """Validation loss (per target token, no smoothing) and greedy BLEU on the first ``bleu_sentences``."""
     model.eval()
     cfg = model.config
     src_ids, tgt_ids = val_pairs
@@ -151,17 +149,8 @@ def validate(model: Transformer, tokenizer: Tokenizer, val_pairs: tuple[list[lis
         total_loss += loss.item()
         total_tokens += int((tgt[:, 1:] != cfg.pad_id).sum())
     n = len(val_refs) if bleu_sentences <= 0 else min(bleu_sentences, len(val_refs))
-    translator = Translator(model, tokenizer)
-    hyps: list[str] = []
-    sources = [src_ids[i] for i in range(n)]
-    order = sorted(range(n), key=lambda i: len(sources[i]))
-    out_by_index: dict[int, str] = {}
-    for start in range(0, n, 128):
-        chunk = order[start:start + 128]
-        outs, _ = translator.generate([sources[i] for i in chunk], beam_size=1)
-        for i, o in zip(chunk, outs):
-            out_by_index[i] = tokenizer.decode(o)
-    hyps = [out_by_index[i] for i in range(n)]
+    hyps = translate_all(Translator(model, tokenizer), val_sources[:n], beam=1, batch_size=128, alpha=0.6,
+                         progress=False)
     model.train()
     val_loss = total_loss / max(total_tokens, 1)
     return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50)), "val_bleu": corpus_bleu(hyps, val_refs[:n])}
@@ -334,8 +323,8 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 atomic_save_file(half, run_dir / "snapshots" / f"step{step:07d}.safetensors")
             if step % eval_every == 0 or step >= total_steps:
                 if main_process:
-                    metrics = validate(model, tokenizer, val_pairs, val_tgt, val_batches, args.bleu_sentences,
-                                       device, args.label_smoothing)
+                    metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches,
+                                       args.bleu_sentences, device)
                     metrics.update(step=step, epoch=epoch + 1, train_loss=loss.item(), lr=lr)
                     history.append(metrics)
                     improved = metrics["val_bleu"] > best_bleu
@@ -384,13 +373,13 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     else:
         final.load_state_dict(model.state_dict())
     final.to(device)
-    final_metrics = validate(final, tokenizer, val_pairs, val_tgt, val_batches, args.bleu_sentences, device,
-                             args.label_smoothing)
+    final_metrics = validate(final, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences,
+                             device)
     final_metrics["averaged_checkpoints"] = [p.name for p in kept]
     log(f"average of {len(kept)}: val loss {final_metrics['val_loss']:.3f}, val BLEU {final_metrics['val_bleu']:.2f}")
     if len(kept) > 1:  # averaging early, far-apart checkpoints can hurt: keep the last one if it is better
-        last_metrics = validate(model, tokenizer, val_pairs, val_tgt, val_batches, args.bleu_sentences, device,
-                                args.label_smoothing)
+        last_metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences,
+                                device)
         log(f"last checkpoint: val loss {last_metrics['val_loss']:.3f}, val BLEU {last_metrics['val_bleu']:.2f}")
         if last_metrics["val_bleu"] > final_metrics["val_bleu"]:
             final.load_state_dict(model.state_dict())

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_model_dir, resolve_checkpoint_dir, resolve_device
+from .data import pad_sequences
 from .decoding import beam_search, greedy_decode
 from .model import Transformer
 from .tokenizer import Tokenizer
@@ -68,11 +69,7 @@ class Translator:
         return ids[: self.max_source_tokens] + [self.tokenizer.eos_id], truncated
 
     def _pad(self, seqs: Sequence[Sequence[int]]) -> Tensor:
-        width = max(len(s) for s in seqs)
-        out = torch.full((len(seqs), width), self.config.pad_id, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        return out.to(self.device)
+        return pad_sequences(seqs, self.config.pad_id).to(self.device)
 
     @torch.no_grad()
     def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
