@@ -1,0 +1,223 @@
+"""The page's state and address (app/state.py) and the frame's rough edges, through AppTest on the tiny checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from test_app import assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+
+import transformer  # noqa: E402
+from app import inference  # noqa: E402
+from app.views import VIEWS  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture()
+def app_env(tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
+    return tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tr(tiny_checkpoint):
+    return transformer.load(tiny_checkpoint, device="cpu")
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_every_registered_view_renders_from_a_link(app_env, view):
+    at = new_app({"text": "A dog runs in the park.", "view": view})
+    assert_clean(at)
+    assert at.segmented_control(key="view").value == view
+    assert at.query_params["view"] == view
+
+
+def test_back_returns_to_the_previous_sentence_and_forward_again(app_env, tr):
+    first, second = "A man rides a bike.", "Two dogs play in the snow."
+    at = translate(new_app(), first)
+    url_first = dict(at.query_params)
+    at = translate(at, second)
+    url_second = dict(at.query_params)
+    assert url_first["text"] == first and url_second["text"] == second
+    # the browser's Back: the page reruns with the older address, which the app must adopt, not overwrite
+    at.query_params.clear()
+    at.query_params.update(url_first)
+    at.run()
+    assert_clean(at)
+    assert tr.translate(first).text in shown_texts(at)
+    assert at.query_params["text"] == first and at.text_area(key="source_text").value == first
+    # Forward
+    at.query_params.clear()
+    at.query_params.update(url_second)
+    at.run()
+    assert tr.translate(second).text in shown_texts(at)
+    assert at.query_params["text"] == second
+    # Back across a view change returns to the view too
+    at = set_view(at, "Lines")
+    at.query_params.clear()
+    at.query_params.update(url_second)
+    at.run()
+    assert at.segmented_control(key="view").value == "Heatmap"
+
+
+def test_a_shared_link_carries_every_choice(app_env, tr):
+    text = "A woman with a red ball walks on the beach."
+    at = translate(new_app(), text)
+    at.segmented_control(key="scale").set_value("stretched")
+    at = set_view(at, "All heads")
+    at.pills(key="grid_pick").set_value("L2 · H3")
+    at.run()
+    at = set_view(at, "Step through")
+    at.slider(key="step").set_value(3)
+    at.run()
+    at = set_view(at, "Lines")
+    at.multiselect(key="lines_heads").set_value([1, 3])
+    at.selectbox(key="lines_focus").set_value(2)
+    at.slider(key="lines_threshold").set_value(0.1)
+    at.run()
+    at = set_view(at, "Ablation")
+    at.multiselect(key="ablate").set_value(["Cross · L1 · H2", "Encoder · L2 · H1"])
+    at.run()
+    at = set_view(at, "Lines")
+    assert_clean(at)
+    link = dict(at.query_params)
+    assert link["scale"] == "stretch" and link["pick"] == "2.3" and link["step"] == "3"
+    assert link["lh"] == "1,3" and link["lf"] == "2" and link["lt"] == "0.1"
+    assert set(link["off"].split(",")) == {"cross.1.2", "encoder.2.1"}
+    # a new visitor opening the link sees the same choices
+    other = new_app(link)
+    assert_clean(other)
+    assert other.multiselect(key="lines_heads").value == [1, 3]
+    assert other.selectbox(key="lines_focus").value == 2
+    assert other.slider(key="lines_threshold").value == pytest.approx(0.1)
+    other = set_view(other, "All heads")
+    assert other.pills(key="grid_pick").value == "L2 · H3"
+    assert chart(other, "layer 2 · head 3")
+    other = set_view(other, "Step through")
+    assert other.slider(key="step").value == 3
+    other = set_view(other, "Ablation")
+    assert set(other.multiselect(key="ablate").value) == {"Cross · L1 · H2", "Encoder · L2 · H1"}
+    assert any(m.label == "Score" for m in other.metric)  # the comparison opens at once
+
+
+def test_export_link_opens_the_view_the_user_came_from(app_env):
+    at = translate(new_app(), "A girl climbs a tree.")
+    at = set_view(at, "Masks")
+    at = set_view(at, "Export")
+    assert_clean(at)
+    link = [c.value for c in at.code if "text=" in c.value]
+    assert link and "view=Masks" in link[0] and "view=Export" not in link[0]
+
+
+def test_hostile_links_fall_back_to_defaults_and_say_what_was_ignored(app_env, tr):
+    at = new_app({"text": "A dog.", "beam": "99999999999999999999", "layer": "-4", "alpha": "nan", "view": "<x>",
+                  "head": "1e9", "step": "NaN", "pick": "9.9.9", "off": "cross.0.1", "lt": "inf", "zzz": "1"})
+    assert_clean(at)
+    notice = " ".join(i.value for i in at.info)
+    for name in ("beam", "layer", "alpha", "view", "head", "step", "pick", "off", "lt", "zzz"):
+        assert name in plain(notice)
+    assert at.segmented_control(key="view").value == "Heatmap"
+    assert tr.translate("A dog.").text in shown_texts(at)
+    huge = new_app({"text": "a " * 60_000, "s": "-1"})
+    assert_clean(huge)
+    assert len(huge.text_area(key="source_text").value) <= inference.MAX_INPUT_CHARS
+
+
+def test_sidebar_scores_have_full_distinct_names(tiny_checkpoint, tmp_path, monkeypatch, tr):
+    ckpt = tmp_path / "scored"
+    meta = {"language_pair": "en-de", "final_validation": {"val_bleu": 40.1, "val_loss": 1.6},
+            "val_beam5": {"bleu": 38.78, "chrf": 61.68}, "test_2016_flickr": {"bleu": 38.56, "chrf": 62.23,
+                                                                              "bleu_lc_tok": 38.94}}
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, meta)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app()
+    assert_clean(at)
+    tables = [t.value for t in at.sidebar.dataframe]
+    names = [str(n) for t in tables if "score" in t.columns for n in t["score"]]
+    assert len(names) == len(set(names)) >= 5  # distinct
+    assert not at.sidebar.metric  # no cut-off metric labels
+    assert any("test 2016 flickr" in n and "lc tok" in n for n in names)
+
+
+def test_paragraph_is_split_and_each_sentence_translated(app_env, tr):
+    text = "A man rides a bike. Two dogs play in the snow! A girl climbs a tree."
+    at = translate(new_app(), text)
+    assert_clean(at)
+    sentences = inference.split_sentences(text)
+    assert len(sentences) == 3
+    listing = "\n".join(shown_texts(at))
+    for sentence in sentences:
+        assert sentence in listing and tr.translate(sentence).text in listing
+    # the first sentence is explored; picking another re-draws the views for it
+    spec = chart(at, "Cross-attention")
+    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(tr.translate(sentences[0]).source_tokens)
+    at.selectbox(key="sentence").set_value(2)
+    at.run()
+    assert_clean(at)
+    spec = chart(at, "Cross-attention")
+    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(tr.translate(sentences[1]).source_tokens)
+    assert at.query_params["s"] == "2"
+
+
+def test_input_in_another_language_gets_a_notice(app_env, tiny_checkpoint, tmp_path, monkeypatch, tr):
+    ckpt = tmp_path / "en-de"
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {"language_pair": "en-de", "domain": "image captions"})
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = translate(new_app(), "Ein Mann fährt mit dem Fahrrad die Straße entlang.")
+    assert_clean(at)
+    assert any("looks like German" in i.value for i in at.info)
+    assert any("English → German" in c.value and "image captions" in plain(c.value) for c in at.caption)
+    at = translate(at, "A man rides his bike down the street in the city.")
+    assert not any("looks like" in i.value for i in at.info)
+
+
+def test_mistyped_local_path_says_no_such_directory(app_env, monkeypatch):
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a path must never be looked up on the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    at = new_app()
+    at.sidebar.text_input(key="checkpoint").set_value("checkpoints/does-not-exist")
+    at.run()
+    assert not at.exception
+    assert "No such directory" in plain(at.error[0].value) and "does-not-exist" in plain(at.error[0].value)
+
+
+def test_pieces_box_starts_collapsed_and_the_view_selector_comes_before_the_translation(app_env):
+    at = new_app()
+    assert_clean(at)
+    pieces = [e for e in at.expander if "Subword pieces" in e.label]
+    assert pieces and not pieces[0].proto.expanded
+    order = []
+
+    def walk(node) -> None:  # the page's elements top to bottom
+        order.append((node.type, getattr(node, "key", None), str(getattr(node, "value", ""))))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    selector = next(i for i, (t, key, _) in enumerate(order) if key == "view")
+    translation = next(i for i, (t, _, value) in enumerate(order) if value.startswith("Translation · score"))
+    assert selector < translation
+
+
+def test_lines_focus_follows_the_attention_type(app_env, tr):
+    text = "A man rides a red bike."
+    at = translate(new_app({"view": "Lines"}), text)
+    ref = tr.translate(text)
+    at.selectbox(key="lines_focus").set_value(1)
+    at.run()
+    focus = at.selectbox(key="lines_focus")
+    assert focus.value == 1 and f"1: {ref.target_tokens[1]}" in focus.options  # cross: the output pieces
+    at.segmented_control(key="att").set_value("encoder")
+    at.run()
+    assert_clean(at)
+    focus = at.selectbox(key="lines_focus")
+    assert focus.value == "all"  # the old index is not carried over to the other type's tokens
+    assert list(focus.options[1:]) == [f"{i}: {t}" for i, t in enumerate(ref.source_tokens)]
+    assert "source (query)" in focus.label
