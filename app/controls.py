@@ -51,9 +51,10 @@ def n_layers(tr: Translator, kind: str) -> int:
     return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
 
 
-def kind_control(key: str = state.ATT, with_scale: bool = True) -> str:
-    """Which attention type (encoder self / decoder self / cross), and the colour scale beside it."""
-    c1, c2 = st.columns([3, 1.3]) if with_scale else (st.container(), None)
+def kind_control(key: str = state.ATT, with_scale: bool = True, columns: tuple | None = None) -> str:
+    """Which attention type (encoder self / decoder self / cross), and the colour scale beside it (in the two
+    ``columns`` given, else in a new row)."""
+    c1, c2 = columns or (st.columns([3, 1.3]) if with_scale else (st.container(), None))
     kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
                   required=True)
     if c2 is not None:
@@ -82,9 +83,18 @@ def range_caption(weights: np.ndarray, kind: str) -> None:
     st.caption(text + ".")
 
 
-def layer_head_controls(tr: Translator, kind: str, with_head: bool = True) -> tuple[int, str]:
-    """Layer (1-based) and head ('mean' or '1'…)."""
-    c1, c2 = st.columns(2)
+def heatmap_controls(tr: Translator) -> tuple[str, int, str]:
+    """Type, colour scale, layer and head in one row: (kind, layer, head)."""
+    cols = st.columns([3.3, 1.2, 0.9, 1.3])
+    kind = kind_control(columns=(cols[0], cols[1]))
+    layer, head = layer_head_controls(tr, kind, columns=(cols[2], cols[3]))
+    return kind, layer, head
+
+
+def layer_head_controls(tr: Translator, kind: str, with_head: bool = True,
+                        columns: tuple | None = None) -> tuple[int, str]:
+    """Layer (1-based) and head ('mean' or '1'…), in the two ``columns`` given, else in a new row."""
+    c1, c2 = columns or st.columns(2)
     layers = list(range(1, n_layers(tr, kind) + 1))
     layer = choose(c1.selectbox, "Layer", layers, state.LAYER, layers[-1])
     head = "mean"

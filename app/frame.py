@@ -3,7 +3,6 @@ translation panel."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 import torch
 
@@ -21,8 +20,9 @@ def sidebar() -> tuple[str, str]:
     """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
     ss = st.session_state
     with st.sidebar:
-        st.header(":material/travel_explore: Attention explorer")
-        st.caption("A from-scratch encoder-decoder Transformer (Vaswani et al., 2017), every attention weight visible.")
+        st.header(":material/travel_explore: Attention explorer", anchor=False)
+        st.caption("Inside a translation Transformer: the encoder-decoder of Vaswani et al. (2017), written from "
+                   "scratch, every attention weight visible.")
         st.subheader("Model")
         st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
                       help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
@@ -49,22 +49,27 @@ def sidebar() -> tuple[str, str]:
     return checkpoint, device
 
 
+def markdown_table(header: tuple[str, str], rows: list[tuple[object, object]]) -> str:
+    """A two-column Markdown table, every cell escaped (a light element: no data-grid code for the browser)."""
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| {md_escape(a)} | {md_escape(b)} |" for a, b in rows]
+    return "\n".join(lines)
+
+
 def show_model_facts(tr: Translator) -> None:
     """Sizes, parameters and the scores of the model card, in the sidebar."""
     with st.sidebar:
         facts = inference.model_facts(tr)
-        st.dataframe(pd.DataFrame({"": list(facts), "value": [str(v) for v in facts.values()]}), hide_index=True,
-                     width="stretch")
+        st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
         scores = inference.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
-            st.dataframe(pd.DataFrame({"score": list(scores), "value": [f"{v:.2f}" for v in scores.values()]}),
-                         hide_index=True, width="stretch")
+            st.markdown(markdown_table(("score", "value"), [(k, f"{v:.2f}") for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
             if meta.get("training_command"):
                 st.caption("Trained with")
-                st.code(str(meta["training_command"]), language="bash", wrap_lines=True)
+                st.text(str(meta["training_command"]))
             history = meta.get("history")
             if isinstance(history, list) and history:
                 st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "
@@ -200,6 +205,6 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                 "(empty output: the model ended the sentence at once)")
         with st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
             st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")
-            st.code("  ".join(result.source_tokens), language=None, wrap_lines=True)
+            st.text("  ".join(result.source_tokens))
             st.caption("Output pieces")
-            st.code("  ".join(result.target_tokens), language=None, wrap_lines=True)
+            st.text("  ".join(result.target_tokens))

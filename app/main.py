@@ -42,7 +42,6 @@ def main() -> None:
                        initial_sidebar_state="expanded")
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
-    st.title("Inside a translation Transformer", anchor=False)
     ignored = st.session_state.get(state.IGNORED)
     if ignored:
         st.info("Parts of the link were not understood and were left at their defaults: "
@@ -52,8 +51,8 @@ def main() -> None:
         return
     frame.show_model_facts(tr)
     card = inference.model_card(tr)
-    if card:
-        with st.expander("About this model (its model card)", icon=":material/description:"):
+    if card and st.toggle("Show the model card (how it was trained, its scores and limits)", key=state.SHOW_CARD):
+        with st.container(border=True, height=420):
             st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     frame.input_area(tr)
     sub: state.Submitted | None = st.session_state.get(state.SUBMITTED)

@@ -43,6 +43,7 @@ LINES_HEADS = "lines_heads"
 LINES_FOCUS = "lines_focus"
 LINES_THRESHOLD = "lines_threshold"
 SENTENCE = "sentence"
+SHOW_CARD = "show_card"
 # Plain state (no widget)
 SUBMITTED = "submitted"  # Submitted | None: the input the page shows
 ABLATION = "ablation"  # (Submitted, heads) of the last ablation run

@@ -94,3 +94,68 @@ def test_answer_time_benchmark_runs_in_a_real_browser(tiny_checkpoint):
     assert result["app_sentences"] == 2 and result["app_page_errors"] == []
     assert all(t > 0 for t in result["app_translate_s"])
     assert result["app_translate_s_p50"] <= result["app_translate_s_max"]
+
+
+def _open(p, server: str, width: int = 1600, height: int = 1000, query: str = ""):
+    browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(server + query, wait_until="domcontentloaded")
+    page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=90_000)
+    return browser, page
+
+
+def _translate(page, text: str) -> None:
+    box = page.locator("[data-testid=stTextArea] textarea")
+    box.fill(text)
+    box.press("Control+Enter")
+    page.wait_for_timeout(300)
+    page.get_by_role("button", name="Translate").click()
+    page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=text, timeout=60_000)
+
+
+def test_back_and_forward_move_between_sentences(server, tiny_checkpoint):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    import transformer
+
+    tr = transformer.load(tiny_checkpoint, device="cpu")
+    first, second = "A man rides a red bike.", "Two dogs play in the park."
+    with sync_api.sync_playwright() as p:
+        browser, page = _open(p, server)
+        try:
+            _translate(page, first)
+            _translate(page, second)
+            page.get_by_text(tr.translate(second).text, exact=True).first.wait_for(timeout=60_000)
+            page.go_back()
+            page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=first,
+                                   timeout=60_000)
+            page.get_by_text(tr.translate(first).text, exact=True).first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)  # the app must not write the newer state back over the address
+            assert "Two+dogs" not in page.url and "Two%20dogs" not in page.url
+            assert page.locator("[data-testid=stTextArea] textarea").input_value() == first
+            page.go_forward()
+            page.get_by_text(tr.translate(second).text, exact=True).first.wait_for(timeout=60_000)
+            assert page.locator("[data-testid=stException]").count() == 0
+        finally:
+            browser.close()
+
+
+def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = ROOT / "test-artifacts"
+    out.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        # a caption-length output, as the shipped model gives (the tiny random model would ramble to the limit)
+        browser, page = _open(p, server, query="/?text=A+dog+runs+on+the+beach.&a=0&b=14")
+        try:
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(out / "first-screen.png"))
+            heatmap = page.locator("[data-testid=stPlotlyChart]").first.bounding_box()
+            selector = page.locator("[data-testid=stButtonGroup]", has_text="All heads").first.bounding_box()
+            assert selector is not None and 0 <= selector["y"] < 1000 - selector["height"]
+            assert heatmap is not None and heatmap["y"] < 1000 - 150  # the chart starts above the fold
+        finally:
+            browser.close()
