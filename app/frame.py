@@ -161,19 +161,31 @@ def input_area(tr: Translator) -> None:
         st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
 
 
-def language_notice(tr: Translator, text: str) -> None:
-    """A notice when the input looks like another language than the model's source language."""
+def language_notice(tr: Translator, sentences: list[str]) -> None:
+    """A notice when the input (or some of its sentences) looks like another language than the model's source."""
     pair = language_pair(tr)
-    found = inference.detect_language(text) if pair else None
-    if found and found[0] != pair[0]:
-        name = LANGUAGES.get(found[0], found[0])
-        st.info(f"This looks like {name} ({found[1]:.0%} sure), but the model translates from "
-                f"{LANGUAGES.get(pair[0], pair[0])}: expect a poor translation.", icon=":material/translate:")
+    if not pair:
+        return
+    source = LANGUAGES.get(pair[0], pair[0])
+    found = [(i, inference.detect_language(s)) for i, s in enumerate(sentences, 1)]
+    other = [(i, f) for i, f in found if f and f[0] != pair[0]]
+    if not other:
+        return
+    if len(sentences) == 1:
+        lang, probability = other[0][1]
+        st.info(f"This looks like {LANGUAGES.get(lang, lang)} ({probability:.0%} sure), but the model translates "
+                f"from {source}: expect a poor translation.", icon=":material/translate:")
+    else:
+        listed = ", ".join(f"{i} ({LANGUAGES.get(f[0], f[0])})" for i, f in other)
+        st.info(f"Sentence(s) {listed} do not look like {source}, the language this model translates from: expect "
+                "poor translations there.", icon=":material/translate:")
 
 
 def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submitted) -> str:
-    """Split the input into sentences; with more than one, show every translation and let one be explored."""
+    """Split the input into sentences; with more than one, show every translation and let one be explored.
+    Sentences that look like another language than the model's get a notice."""
     sentences = inference.split_sentences(sub.text, language_pair(tr)[0] if language_pair(tr) else "en")
+    language_notice(tr, sentences)
     if len(sentences) <= 1:
         st.session_state.pop(state.SENTENCE, None)
         return sub.text

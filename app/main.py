@@ -26,7 +26,6 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
     """The analysis of the submitted sentence (the picked one of a longer text), or None with a message."""
     if sub is None:
         return None
-    frame.language_notice(tr, sub.text)
     text = frame.pick_sentence(tr, checkpoint, device, sub)
     try:
         with st.spinner("Translating…"):

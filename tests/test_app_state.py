@@ -173,6 +173,8 @@ def test_input_in_another_language_gets_a_notice(app_env, tiny_checkpoint, tmp_p
     assert any("English → German" in c.value and "image captions" in plain(c.value) for c in at.caption)
     at = translate(at, "A man rides his bike down the street in the city.")
     assert not any("looks like" in i.value for i in at.info)
+    at = translate(at, "A man rides his bike down the street in the city. Ein Hund läuft über die grüne Wiese.")
+    assert any("Sentence(s) 2 (German)" in i.value for i in at.info)
 
 
 def test_mistyped_local_path_says_no_such_directory(app_env, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -29,7 +30,8 @@ def batch(seqs: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor, torc
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def test_tiny_model_learns_to_copy():
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm (the paper)", "pre-norm"])
+def test_tiny_model_learns_to_copy(norm_first: bool):
     rng = random.Random(0)
     torch.manual_seed(0)
 
@@ -41,7 +43,7 @@ def test_tiny_model_learns_to_copy():
         held_out.add(sample())
 
     cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=32, n_heads=4, n_encoder_layers=1,
-                            n_decoder_layers=1, d_ff=64, dropout=0.0, max_len=16)
+                            n_decoder_layers=1, d_ff=64, dropout=0.0, max_len=16, norm_first=norm_first)
     model = Transformer(cfg).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / STEPS)))
@@ -71,3 +73,23 @@ def test_tiny_model_learns_to_copy():
         got = [row[: len(e)] for row, e in zip(hyp.tokens.tolist(), expected)]
         wrong = [(s, g) for s, g, e in zip(tests, got, expected) if g != e]
         assert not wrong, f"{name}: {len(wrong)}/{len(tests)} held-out sequences wrong, e.g. {wrong[:3]}"
+
+
+def test_branch_init_scale_touches_exactly_the_residual_branches():
+    from transformer.model import scale_residual_branches
+
+    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=2,
+                            n_decoder_layers=2, d_ff=32)
+    torch.manual_seed(3)
+    plain = Transformer(cfg).state_dict()
+    torch.manual_seed(3)
+    scaled = scale_residual_branches(Transformer(cfg), 0.5).state_dict()
+    branch = ("v_proj.weight", "out_proj.weight", "linear1.weight", "linear2.weight")
+    touched = 0
+    for name, value in plain.items():
+        if name.endswith(branch):
+            torch.testing.assert_close(scaled[name], value * 0.5)
+            touched += 1
+        else:
+            assert torch.equal(scaled[name], value), name
+    assert touched == 2 * 4 + 2 * 6  # encoder: self v/out + ffn 2; decoder: self + cross v/out + ffn 2

@@ -498,3 +498,23 @@ class Transformer(nn.Module):
                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
         return Seq2SeqOutput(dec.logits, enc.last_hidden_state, dec.last_hidden_state,
                              enc.attentions, dec.self_attentions, dec.cross_attentions)
+
+
+@torch.no_grad()
+def scale_residual_branches(model: Transformer, beta: float) -> Transformer:
+    """Multiply the initial weights that write into the residual stream's branches (value and output
+    projections of every attention, both feed-forward matrices) by ``beta``, in place.
+
+    An initialisation choice, not a change of architecture: with the paper's post-norm layout and the
+    stock Xavier scale, the encoder of a small model collapses early in training (its positions become
+    alike, so cross-attention stays uniform); ``beta`` about 0.5 avoids it, as DeepNet's beta does
+    (Wang et al., 2022: 0.87 (N^4 M)^(-1/16), 0.56 for 4 + 4 layers).
+    """
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
+            if attn is not None:
+                attn.v_proj.weight.mul_(beta)
+                attn.out_proj.weight.mul_(beta)
+        layer.ffn.linear1.weight.mul_(beta)
+        layer.ffn.linear2.weight.mul_(beta)
+    return model

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from .checkpoint import resolve_device, save_checkpoint
 from .data import DataError, pad_sequences, read_parallel, token_batches
 from .evaluate import translate_all
-from .model import Transformer, TransformerConfig
+from .model import Transformer, TransformerConfig, scale_residual_branches
 from .tokenizer import Tokenizer
 from .translator import Translator
 
@@ -59,6 +59,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-len", type=int, default=256)
     g.add_argument("--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm")
     g.add_argument("--no-share-embeddings", action="store_true")
+    g.add_argument("--branch-init-scale", type=float, default=1.0,
+                   help="multiply the initial value/output projections and feed-forward weights by this (0.5 keeps "
+                        "a small post-norm model's encoder from collapsing early; see scale_residual_branches)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch (per process)")
     g.add_argument("--epochs", type=int, default=30)
@@ -235,7 +238,10 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
-    model = Transformer(config).to(device)
+    model = Transformer(config)
+    if args.branch_init_scale != 1.0:
+        scale_residual_branches(model, args.branch_init_scale)
+    model = model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1, args.d_model, args.warmup, args.lr_scale),
                                  betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay)
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16" and device.type == "cuda")
