@@ -74,3 +74,9 @@ def get_forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...]
                        ablated: tuple[HeadKey, ...]) -> float:
     """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
     return inference.forced_logprob(get_translator(checkpoint, device), list(source_ids), list(target_ids), ablated)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def get_checkpoint_list() -> list[inference.CheckpointInfo]:
+    """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
+    return inference.list_checkpoints()

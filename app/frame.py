@@ -24,8 +24,7 @@ def sidebar() -> tuple[str, str]:
         st.caption("Inside a translation Transformer: the encoder-decoder of Vaswani et al. (2017), written from "
                    "scratch, every attention weight visible.")
         st.subheader("Model")
-        st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
-                      help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
+        model_picker()
         devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
                                      if torch.cuda.is_available() else [])
         choose(st.selectbox, "Device", devices, state.DEVICE, "auto",
@@ -54,6 +53,30 @@ def markdown_table(header: tuple[str, str], rows: list[tuple[object, object]]) -
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
     lines += [f"| {md_escape(a)} | {md_escape(b)} |" for a, b in rows]
     return "\n".join(lines)
+
+
+def model_picker() -> None:
+    """The checkpoints under ``checkpoints/`` (language pair, layout, test BLEU), and a free field for any
+    directory or Hub repo id. Broken directories are named, not offered."""
+    ss = st.session_state
+    infos = cached.get_checkpoint_list()
+    usable = {i.path: i for i in infos if i.problem is None}
+    options = [*usable, state.OTHER_MODEL]
+    wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in usable else state.OTHER_MODEL
+    if ss.get(state.MODEL_CHOICE) != wanted:
+        ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
+
+    def picked() -> None:
+        if ss[state.MODEL_CHOICE] != state.OTHER_MODEL:
+            ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+
+    st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
+                 format_func=lambda p: usable[p].label() if p in usable else p)
+    st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
+                  help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
+    for info in infos:
+        if info.problem:
+            st.caption(f":material/block: {md_escape(info.path)} is unavailable: {md_escape(info.problem)}")
 
 
 def show_model_facts(tr: Translator) -> None:

@@ -6,6 +6,7 @@ Everything the page draws comes out of :func:`analyse` as plain numpy arrays and
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
@@ -394,6 +395,45 @@ def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSe
     results = tr.translate_batch(sentences, beam_size=settings.beam_size, alpha=settings.alpha,
                                  max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
     return [r.text for r in results]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint directory under ``checkpoints/`` as the model picker lists it."""
+
+    path: str  # as typed in the picker, e.g. "checkpoints/multi30k-en-de"
+    language_pair: str
+    layout: str  # "post-norm" (the paper) or "pre-norm"
+    test_bleu: float | None
+    problem: str | None  # why it cannot be opened, or None
+
+    def label(self) -> str:
+        """``"multi30k-en-de · en-de · post-norm · test BLEU 38.6"``."""
+        bleu = f" · test BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
+        return f"{Path(self.path).name} · {self.language_pair or '?'} · {self.layout}{bleu}"
+
+
+def list_checkpoints() -> list[CheckpointInfo]:
+    """Every directory under the repository's ``checkpoints/``, checked without loading the weights."""
+    from transformer.checkpoint import check_checkpoint_dir
+
+    root = REPO_ROOT / "checkpoints"
+    found: list[CheckpointInfo] = []
+    for folder in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
+        meta: dict = {}
+        with contextlib.suppress(OSError, ValueError):  # no or unreadable metadata: listed without scores
+            meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+        meta = meta if isinstance(meta, dict) else {}
+        test = meta.get("test_2016_flickr")
+        bleu = test.get("bleu") if isinstance(test, dict) and isinstance(test.get("bleu"), (int, float)) else None
+        try:
+            config = check_checkpoint_dir(folder)
+            layout, problem = ("pre-norm" if config.norm_first else "post-norm"), None
+        except transformer.CheckpointError as err:
+            layout, problem = "?", str(err)
+        found.append(CheckpointInfo(f"checkpoints/{folder.name}", str(meta.get("language_pair", "")), layout,
+                                    float(bleu) if bleu is not None else None, problem))
+    return found
 
 
 def default_checkpoint() -> str:

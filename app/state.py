@@ -23,6 +23,8 @@ from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey, defau
 # ------------------------------------------------------------------------------------------------ keys
 # Widget keys (the widget's value lives in session state under this name)
 CHECKPOINT = "checkpoint"
+MODEL_CHOICE = "model_choice"
+COMPARE_WITH = "compare_with"
 DEVICE = "device"
 SEARCH = "search"
 BEAM = "beam_size"
@@ -62,6 +64,7 @@ EXAMPLES = [
     "The boy kicks the ball to his father in the park.",
     "A group of people stand in front of an igloo.",
 ]
+OTHER_MODEL = "Another directory or Hub id (type it below)"
 SEARCHES = ["Beam search", "Greedy"]
 SCALES = ["absolute", "stretched"]
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: 4, ALPHA: 0.6, MAX_A: 1.5, MAX_B: 10, DEVICE: "auto",

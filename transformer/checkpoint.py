@@ -88,6 +88,44 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
                               f"directory either): {type(err).__name__}: {err}") from err
 
 
+def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
+    """A quick look at a checkpoint directory without loading the weights: the files are there, ``config.json``
+    is valid, and the safetensors header names every weight of that config with its shape, its data complete
+    (a truncated file fails). Returns the config; raises ``CheckpointError`` saying what is wrong."""
+    path = Path(path)
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(f"missing {', '.join(missing)}")
+    try:
+        config = TransformerConfig.load(path / CONFIG_FILE)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"config.json is not a valid TransformerConfig: {err}") from err
+    weights = path / WEIGHTS_FILE
+    try:
+        with open(weights, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{WEIGHTS_FILE} is not a safetensors file: {err}") from err
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{WEIGHTS_FILE} is not a safetensors file")
+    header.pop("__metadata__", None)
+    end = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
+    if 8 + size + end > weights.stat().st_size:
+        raise CheckpointError(f"{WEIGHTS_FILE} is truncated ({weights.stat().st_size:,} of {8 + size + end:,} bytes)")
+    with torch.device("meta"):
+        expected = {k: list(v.shape) for k, v in Transformer(config).state_dict().items()}
+    stored = {k: list(v["shape"]) for k, v in header.items()}
+    # tied weights are stored once, under any one of their names
+    tied = {"src_embed.weight", "tgt_embed.weight", "generator.weight"} if config.share_embeddings else set()
+    wrong = [k for k, shape in expected.items() if k not in tied and stored.get(k) != shape]
+    if tied and not any(stored.get(k) == expected[k] for k in tied):
+        wrong.append("src_embed.weight")
+    if wrong or set(stored) - set(expected):
+        raise CheckpointError(f"{WEIGHTS_FILE} does not match config.json (e.g. {(wrong or sorted(stored))[0]})")
+    return config
+
+
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
     """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
     path = Path(path)

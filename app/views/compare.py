@@ -1,0 +1,78 @@
+"""Compare models: the same sentence through two checkpoints side by side (translations, scores, one attention
+map of each on one colour scale, and each model's head statistics)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import transformer
+
+from .. import cached, controls, figures, state
+from ..analysis import KIND_NAMES, KINDS, head_diagnostics
+from ..inference import Analysis
+from ..state import ViewContext
+
+
+def head_summary(result: Analysis) -> pd.DataFrame:
+    """Per attention type and layer, the head table's numbers averaged over the heads."""
+    rows = pd.DataFrame(head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys()))
+    summary = rows.groupby(["kind", "layer"], sort=False)[["entropy", "max weight", "on special token"]].mean()
+    summary = summary.reset_index()
+    summary["kind"] = summary["kind"].map(state.KIND_LABELS)
+    return summary.rename(columns={"kind": "type"})
+
+
+def partner(ctx: ViewContext, infos: list) -> str:
+    """The default model to compare with: another listed checkpoint, of the other layout when there is one."""
+    mine = next((i for i in infos if i.path == ctx.checkpoint), None)
+    others = [i for i in infos if i.problem is None and i.path != ctx.checkpoint]
+    other_layout = [i for i in others if mine is None or i.layout != mine.layout]
+    return (other_layout or others)[0].path if others else ctx.checkpoint
+
+
+def render(ctx: ViewContext) -> None:
+    """Model picker, both translations, both heatmaps and both head summaries."""
+    infos = cached.get_checkpoint_list()
+    labels = {i.path: i.label() for i in infos if i.problem is None}
+    options = list(dict.fromkeys([ctx.checkpoint, *labels]))
+    st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
+               "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
+               "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
+    other = controls.choose(st.selectbox, "Compare with", options, state.COMPARE_WITH, partner(ctx, infos),
+                            format_func=lambda p: labels.get(p, p))
+    try:
+        cached.get_translator(other, ctx.device)
+        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, ctx.submitted.settings, ())
+    except transformer.CheckpointError as err:
+        st.error(f"{controls.md_escape(other)} could not be loaded: {controls.md_escape(err)}")
+        return
+    pair = ((ctx.checkpoint, ctx.result), (other, result_b))
+    columns = st.columns(2)
+    for col, (name, res) in zip(columns, pair):
+        with col.container(border=True):
+            st.caption(labels.get(name, name))
+            st.text(res.translation or "(empty)")
+            st.caption(f"score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
+                       f"{res.seconds * 1000:.0f} ms")
+    c1, c2, c3, c4 = st.columns([3.3, 1.2, 0.9, 1.3])
+    kind = controls.kind_control(key="compare_att", columns=(c1, c2))
+    depth = min(res.attention(kind).shape[0] for _, res in pair)
+    heads = min(res.attention(kind).shape[1] for _, res in pair)
+    layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), "compare_layer", depth)
+    head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], "compare_head",
+                           "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
+    weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
+    zmin, zmax = controls.colour_range(*weights)  # one colour scale for both
+    qt, kt = controls.AXIS_TITLES[kind]
+    for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
+        queries, keys = res.axes(kind)
+        fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
+                                        title=f"{controls.heatmap_title(kind, layer, head)} · {labels.get(name, name)}")
+        col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
+    st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
+               "over the heads; entropy in nats, lower = more focused):")
+    for col, (_, res) in zip(st.columns(2), pair):
+        col.dataframe(head_summary(res), hide_index=True, width="stretch",
+                      column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                     for c in ("entropy", "max weight", "on special token")})
