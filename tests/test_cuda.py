@@ -48,9 +48,9 @@ def test_cuda_translations_equal_cpu(tiny_checkpoint):
 def test_checkpoint_trained_on_cuda_loads_on_cpu(tiny_corpus, tmp_path):
     out = tmp_path / "ckpt"
     cmd = [sys.executable, "-m", "transformer.train", "--data-dir", str(tiny_corpus),
-           "--run-dir", str(tmp_path / "run"), "--out", str(out), "--vocab-size", "80", "--d-model", "32", "--n-heads", "4", "--n-encoder-layers", "1",
-           "--n-decoder-layers", "1", "--d-ff", "64", "--batch-tokens", "512", "--epochs", "1", "--device", "cuda",
-           "--no-progress", "--snapshots", ""]
+           "--run-dir", str(tmp_path / "run"), "--out", str(out), "--vocab-size", "80", "--d-model", "32",
+           "--n-heads", "4", "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--d-ff", "64",
+           "--batch-tokens", "512", "--epochs", "1", "--device", "cuda", "--no-progress", "--snapshots", ""]
     subprocess.run(cmd, check=True, capture_output=True)
     tr = transformer.load(out, device="cpu")
     assert tr.device.type == "cpu" and isinstance(tr.translate("A dog runs.").text, str)
