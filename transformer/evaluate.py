@@ -42,14 +42,16 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, 
 
 
 def translate_all(translator: Translator, sources: Sequence[str], beam: int, batch_size: int, alpha: float,
-                  progress: bool = True) -> list[str]:
-    """Translate in length-sorted batches (less padding), returning outputs in input order."""
+                  progress: bool = True, head_mask: dict | None = None) -> list[str]:
+    """Translate in length-sorted batches (less padding), returning outputs in input order (``head_mask``:
+    heads switched off, as ``Translator.translate_batch`` takes it)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list[str] = [""] * len(sources)
     with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr) as bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            results = translator.translate_batch([sources[i] for i in chunk], beam_size=beam, alpha=alpha)
+            results = translator.translate_batch([sources[i] for i in chunk], beam_size=beam, alpha=alpha,
+                                                 head_mask=head_mask)
             for i, r in zip(chunk, results):
                 outputs[i] = r.text
             bar.update(len(chunk))
