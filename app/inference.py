@@ -436,6 +436,17 @@ def list_checkpoints() -> list[CheckpointInfo]:
     return found
 
 
+def load_heads(path: str | Path | None) -> dict | None:
+    """The checkpoint's ``heads.json``, or None."""
+    if path is None or not (Path(path) / "heads.json").is_file():
+        return None
+    try:
+        data = json.loads((Path(path) / "heads.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "importance" in data else None
+
+
 def default_checkpoint() -> str:
     """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
     return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT

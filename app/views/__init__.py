@@ -6,7 +6,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..state import ViewContext
-from . import ablation, all_heads, compare, evolution, export, head_table, heatmap, lines, masks, positional, step
+from . import (
+    ablation,
+    all_heads,
+    compare,
+    evolution,
+    export,
+    head_table,
+    heads,
+    heatmap,
+    lines,
+    masks,
+    positional,
+    step,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,7 @@ VIEWS: dict[str, View] = {v.name: v for v in [
     View("Masks", ":material/visibility_off:", masks.render),
     View("Positional encoding", ":material/waves:", positional.render, needs_translation=False),
     View("Training evolution", ":material/history:", evolution.render),
+    View("Heads across the test set", ":material/query_stats:", heads.render),
     View("Compare models", ":material/compare:", compare.render),
     View("Export", ":material/download:", export.render),
 ]}

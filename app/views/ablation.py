@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from transformer.heads import KINDS, ranked_heads
+
 from .. import cached, controls, figures, inference, state
 from ..analysis import KIND_NAMES
-from ..inference import HeadKey
+from ..inference import HeadKey, load_heads
 from ..state import ViewContext
 
 
@@ -29,6 +31,17 @@ def render(ctx: ViewContext) -> None:
     labels = {state.head_label(h): h for h in inference.all_heads(tr)}
     if not set(st.session_state.get(state.ABLATE) or []) <= set(labels):
         st.session_state.pop(state.ABLATE)
+    data = load_heads(tr.path)
+    if data is not None:  # the importance of python -m transformer.heads picks the heads to switch off
+        order = [state.head_label(tuple(h)) for h in ranked_heads(data["importance"], KINDS)]
+
+        def least_important() -> None:
+            st.session_state[state.ABLATE] = [h for h in order[: st.session_state["ablate_n"]] if h in labels]
+
+        a, b = st.columns([1, 3], vertical_alignment="bottom")
+        a.number_input("N", 1, len(order), min(4, len(order)), key="ablate_n")
+        b.button("Switch off the N least important heads (heads.json)", key="ablate_least",
+                 on_click=least_important)
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     chosen = c1.multiselect("Heads to switch off", list(labels), key=state.ABLATE, placeholder="e.g. Cross · L1 · H2",
                             persist_state="session")

@@ -1,0 +1,117 @@
+"""Heads across the test set: importance, pruning curve, roles and statistics from the checkpoint's heads.json
+(made by ``python -m transformer.heads``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import controls, figures, state
+from ..analysis import KIND_NAMES, KINDS
+from ..inference import load_heads
+from ..state import ViewContext
+
+DATA_DIRS = ("../shared/data/multi30k", "data/multi30k")
+
+
+def split_sentences(split: str) -> list[str] | None:
+    """The source side of the split the statistics were made on, when a copy of the data is here."""
+    for root in [os.environ.get("ATTN_DATA_DIR", ""), *DATA_DIRS]:
+        file = Path(root) / f"{split}.en" if root else None
+        if file is not None and file.is_file():
+            return file.read_text(encoding="utf-8").splitlines()
+    return None
+
+
+def importance_figure(importance: dict[str, list]) -> go.Figure:
+    """One layers x heads grid per type, side by side."""
+    fig = figures.make_subplots(rows=1, cols=3, subplot_titles=[KIND_NAMES[k] for k in KINDS],
+                                horizontal_spacing=0.06)
+    for i, kind in enumerate(KINDS):
+        z = np.asarray(importance[kind], dtype=float)  # (L, H)
+        fig.add_trace(go.Heatmap(z=z, x=[f"H{h + 1}" for h in range(z.shape[1])],
+                                 y=[f"L{layer + 1}" for layer in range(z.shape[0])], coloraxis="coloraxis",
+                                 hovertemplate=f"{KIND_NAMES[kind]} %{{y}} %{{x}}: importance %{{z:.3f}}"
+                                               "<extra></extra>"), row=1, col=i + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=dict(title="importance")),
+                      height=300, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+                      title=dict(text="Head importance (Michel et al., normalised per layer)", x=0.0))
+    return fig
+
+
+def pruning_figure(data: dict) -> go.Figure:
+    """BLEU against the share of heads switched off, least important first: pooled and per type."""
+    fig = go.Figure()
+    curves = [("all types pooled", data["pruning"])] + [(KIND_NAMES[k], data["pruning_by_type"][k]) for k in KINDS]
+    for name, points in curves:
+        fig.add_trace(go.Scatter(x=[100 * p["fraction"] for p in points], y=[p["bleu"] for p in points],
+                                 mode="lines+markers", name=name,
+                                 customdata=[p["heads_off"] for p in points],
+                                 hovertemplate=f"{name}: %{{customdata}} heads off (%{{x:.0f}}%), BLEU %{{y:.2f}}"
+                                               "<extra></extra>"))
+    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+                      xaxis=dict(title=dict(text="heads switched off (% of the type, or of all)")),
+                      yaxis=dict(title=dict(text="BLEU")), legend=dict(orientation="h", y=1.12),
+                      title=dict(text="Pruning curve", x=0.0))
+    return fig
+
+
+def head_rows(data: dict) -> pd.DataFrame:
+    """One row per head: role, importance and the corpus statistics."""
+    rows = []
+    for kind in KINDS:
+        stats = data["stats"][kind]
+        for layer, row in enumerate(data["importance"][kind]):
+            for head, imp in enumerate(row):
+                entry = {"type": state.KIND_LABELS[kind], "layer": layer + 1, "head": head + 1,
+                         "role": data["roles"][kind][layer][head], "importance": imp}
+                entry.update({name.replace("_", " "): values[layer][head] for name, values in stats.items()})
+                rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def render(ctx: ViewContext) -> None:
+    """The importance grids, the pruning curve and the sortable table; a selected head opens on this sentence."""
+    data = load_heads(ctx.tr.path)
+    if data is None:
+        st.info("This checkpoint has no heads.json yet. Make it with\n\n"
+                f"`python -m transformer.heads --checkpoint {ctx.checkpoint} --split test_2016_flickr --out "
+                f"{ctx.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
+                icon=":material/query_stats:")
+        return
+    st.caption(f"{data.get('sentences', '?')} sentences of {data.get('split', '?')}, beam {data.get('beam', '?')}. "
+               f"{data.get('importance_note', '')}")
+    st.plotly_chart(importance_figure(data["importance"]), config=figures.plotly_config("head-importance"),
+                    key="heads_importance")
+    st.plotly_chart(pruning_figure(data), config=figures.plotly_config("pruning-curve"), key="heads_pruning")
+    st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
+               "; ".join(f"{name}: {rule}" for name, rule in data.get("role_rules", {}).items()))
+    frame = head_rows(data)
+    event = st.dataframe(frame, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                         key="heads_table", height=320,
+                         column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                        for c in frame.columns if c not in ("type", "layer", "head", "role")})
+    selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    if not selected:
+        st.info("Select a head (the box at a row's left) to open it on this sentence and to see the test sentences "
+                "where it is most confident.", icon=":material/touch_app:")
+        return
+    row = frame.iloc[selected[0]]
+    kind = {v: k for k, v in state.KIND_LABELS.items()}[row["type"]]
+    layer, head = int(row["layer"]), int(row["head"])
+    if ctx.result is not None:
+        controls.draw_heatmap(ctx.result, kind, layer, str(head), key="heads_chart")
+    indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]
+    sentences = split_sentences(str(data.get("split", "")))
+    st.caption(f"Sentences of {data.get('split')} where this head's attention is most concentrated (highest mean "
+               "peak weight):")
+    if sentences is None:
+        st.text("\n".join(f"line {i + 1}" for i in indices) + "\n(the data set is not on this machine)")
+    else:
+        st.text("\n".join(f"{i + 1}. {sentences[i]}" for i in indices if 0 <= i < len(sentences)))
