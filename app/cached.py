@@ -1,9 +1,9 @@
-"""Streamlit caches around ``app.inference``.
+"""Caches around ``app.inference``.
 
 The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
-session); results live in ``st.cache_data`` keyed by text, settings, checkpoint and ablated heads,
-so changing layer, head or view never runs the model again, and each visitor gets the results of
-their own inputs.
+session); analyses and exports live in one byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the
+loaded models counted too) keyed by text, settings, checkpoint and ablated heads, so changing layer,
+head or view never runs the model again; small results live in ``st.cache_data``.
 """
 
 from __future__ import annotations
@@ -14,21 +14,32 @@ import streamlit as st
 from transformer import Transformer, Translator
 
 from . import inference
+from .budget import ByteLRU
 from .inference import Analysis, DecodeSettings, HeadKey
 
+MODEL_BYTES: dict[int, int] = {}  # id of each loaded model -> its weights' bytes, counted against the budget
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+
+def _released(tr: Translator) -> None:
+    MODEL_BYTES.pop(id(tr), None)
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4, on_release=_released)
 def get_translator(checkpoint: str, device: str) -> Translator:
     """The loaded model (raises ``CheckpointError``; failures are not cached)."""
-    return inference.load_translator(checkpoint, device)
+    tr = inference.load_translator(checkpoint, device)
+    MODEL_BYTES[id(tr)] = sum(p.numel() * p.element_size() for p in tr.model.parameters())
+    return tr
 
 
-@st.cache_data(show_spinner=False, max_entries=512)
+RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
+
+
 def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                  ablated: tuple[HeadKey, ...] = ()) -> Analysis:
-    """Translation and every attention weight for these inputs."""
-    tr = get_translator(checkpoint, device)
-    return inference.analyse(tr, text, settings, ablated)
+    """Translation and every attention weight for these inputs (kept within the byte budget)."""
+    return RESULTS.get(("analysis", checkpoint, device, text, settings, tuple(ablated)),
+                       lambda: inference.analyse(get_translator(checkpoint, device), text, settings, ablated))
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -59,14 +70,16 @@ def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
     return inference.vocab_embedding_norms(get_translator(checkpoint, device))
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
 def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
-    """JSON or NPZ bytes of an analysis (built once per result)."""
-    analysis = get_analysis(checkpoint, device, text, settings, ablated)
-    if fmt == "json":
-        return inference.export_json(analysis, checkpoint).encode("utf-8")
-    return inference.export_npz(analysis)
+    """JSON or NPZ bytes of an analysis (built once per result, kept within the byte budget)."""
+    def make() -> bytes:
+        analysis = get_analysis(checkpoint, device, text, settings, ablated)
+        if fmt == "json":
+            return inference.export_json(analysis, checkpoint).encode("utf-8")
+        return inference.export_npz(analysis)
+
+    return RESULTS.get(("export", checkpoint, device, text, settings, tuple(ablated), fmt), make)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

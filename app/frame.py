@@ -61,6 +61,18 @@ def model_picker() -> None:
     ss = st.session_state
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
+    if inference.public_mode():  # the hosted demo: the allow-list only, no free-form field
+        allowed = [m for m in inference.allowed_models() if m in usable or not m.startswith("checkpoints/")]
+        if ss.get(state.MODEL_CHOICE) not in allowed:
+            ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
+
+        def chosen() -> None:
+            ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+
+        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
+                     format_func=lambda p: usable[p].label() if p in usable else p)
+        ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+        return
     options = [*usable, state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in usable else state.OTHER_MODEL
     if ss.get(state.MODEL_CHOICE) != wanted:

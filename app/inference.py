@@ -447,6 +447,27 @@ def load_heads(path: str | Path | None) -> dict | None:
     return data if isinstance(data, dict) and "importance" in data else None
 
 
+def public_mode() -> bool:
+    """``ATTN_PUBLIC=1``: the hosted demo (only the allow-listed models, no free-form field)."""
+    return os.environ.get("ATTN_PUBLIC", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def allowed_models() -> list[str]:
+    """The models a public server offers: ``$ATTN_MODELS`` (comma-separated directories and Hub ids), else the
+    default checkpoint and every checkpoint directory shipped under ``checkpoints/``."""
+    listed = [m.strip() for m in os.environ.get("ATTN_MODELS", "").split(",") if m.strip()]
+    if listed:
+        return list(dict.fromkeys(listed))
+    root = REPO_ROOT / "checkpoints"
+    shipped = [f"checkpoints/{p.name}" for p in sorted(root.glob("*")) if p.is_dir()] if root.is_dir() else []
+    return list(dict.fromkeys([default_checkpoint(), *shipped]))
+
+
+def model_allowed(checkpoint: str) -> bool:
+    """Whether this server may open ``checkpoint`` (always, unless in public mode)."""
+    return not public_mode() or checkpoint.strip() in allowed_models()
+
+
 def default_checkpoint() -> str:
     """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
     return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT

@@ -18,7 +18,7 @@ import streamlit as st
 from transformer import Tokenizer, Translator
 
 from .analysis import KINDS
-from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey, default_checkpoint
+from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey, default_checkpoint, model_allowed
 
 # ------------------------------------------------------------------------------------------------ keys
 # Widget keys (the widget's value lives in session state under this name)
@@ -225,7 +225,11 @@ def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:
         ss[SENTENCE] = sentence
     if "model" in params:
         model = clean_text(params["model"]).strip()
-        if take("model", model if 0 < len(model) <= 300 else None):
+        if not (0 < len(model) <= 300):
+            ignored.append("model")
+        elif not model_allowed(model):
+            ignored.append("model (not offered on this server; the default opens instead)")
+        else:
             ss[CHECKPOINT] = model
     text = ss.get(SOURCE_TEXT, "")
     ss[SUBMITTED] = Submitted(text, settings_from_state()) if text.strip() else None
@@ -291,6 +295,8 @@ def start_run(views: list[str]) -> None:
     ss = st.session_state
     ss.setdefault(CHECKPOINT, default_checkpoint())
     ss.setdefault(SOURCE_TEXT, "")
+    if not model_allowed(ss[CHECKPOINT]):
+        ss[CHECKPOINT] = default_checkpoint()
     current = st.query_params.to_dict()
     if ss.get(LAST_URL) is None or current != ss[LAST_URL]:
         first = ss.get(LAST_URL) is None

@@ -352,6 +352,7 @@ def test_unreachable_hub_repo_gives_a_clear_message(app_env, monkeypatch):
         raise ConnectionError("offline")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", offline)
     at = new_app()
     at.sidebar.text_input(key="checkpoint").set_value("nobody/no-such-model")
     at.run()

@@ -108,3 +108,70 @@ def test_compare_view_shows_each_models_own_numbers(repo):
     np.testing.assert_allclose(b, ref_pre.encoder_attentions[1][1].numpy(), atol=1e-5)
     set_view(at, "Heatmap")
     assert_clean(at)
+
+
+def test_public_mode_offers_only_the_allow_list(repo, monkeypatch):
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    monkeypatch.setenv("ATTN_MODELS", "checkpoints/post,checkpoints/pre")
+    at = new_app()
+    assert_clean(at)
+    picker = at.sidebar.selectbox(key="model_choice")
+    assert [o.split(" · ")[0] for o in picker.options] == ["post", "pre"]
+    assert not at.sidebar.text_input  # no free-form field
+    # a link naming another model opens the default, and says so
+    for other in (str(repo / "checkpoints" / "truncated"), "someone/huge-model", "/etc"):
+        link = new_app({"model": other, "text": "A dog runs."})
+        assert_clean(link)
+        assert link.sidebar.selectbox(key="model_choice").value == "checkpoints/post"
+        assert any("not offered on this server" in plain(i.value) for i in link.info)
+    ok = new_app({"model": "checkpoints/pre"})
+    assert ok.sidebar.selectbox(key="model_choice").value == "checkpoints/pre"
+    # without ATTN_PUBLIC the app stays free
+    monkeypatch.delenv("ATTN_PUBLIC")
+    free = new_app({"model": "checkpoints/pre"})
+    assert free.sidebar.text_input(key="checkpoint").value == "checkpoints/pre"
+
+
+def hostile_links(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """Generated query strings: huge and negative numbers, NaN, unknown views, 100,000-character text, control
+    characters, unicode, models outside the allow-list, junk keys."""
+    import random
+
+    rng = random.Random(seed)
+    numbers = ["-1", "0", "1e309", "NaN", "nan", "inf", "-inf", "99999999999999999999999", "3.5", "", " ", "0x10",
+               "1,2", "٣", "½", "-0", "7"]
+    texts = ["A dog.", "x" * 100_000, "\x00\x01\x1b[31m", "😀" * 50, "<script>alert(1)</script>", "",
+             "Ein Hund läuft.", "a\u202eb", "%00", "\n\n\n", "%ED%A0%80", "\ufffd"]
+    keys = ["beam", "alpha", "a", "b", "layer", "head", "step", "lf", "lt", "s", "pick", "off", "lh", "scale", "att",
+            "view", "model", "zzz", "text"]
+    values = {"view": ["Heatmap", "<x>", "Export", "../../etc", "All heads"], "att": ["cross", "encoder", "x", ""],
+              "model": ["/etc/passwd", "someone/huge", "checkpoints/pre", "../../..", "checkpoints/truncated"],
+              "off": ["cross.1.1", "cross.0.0", "x.1.1", "encoder.99.99", ",,,", "cross.1.1," * 300],
+              "pick": ["1.1", "99.99", "a.b", "1.1.1"], "lh": ["1,2", "0", "999", "a", ""],
+              "scale": ["stretch", "abs", "weird"], "text": texts}
+    links = []
+    for _ in range(n):
+        link = {}
+        for key in rng.sample(keys, rng.randint(1, 6)):
+            link[key] = rng.choice(values.get(key, numbers))
+        links.append(link)
+    return links
+
+
+def test_hostile_links_never_break_the_page(repo, monkeypatch):
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    links = hostile_links(300)
+    assert len({json.dumps(link, sort_keys=True) for link in links}) > 250
+    at = new_app()
+    for link in links:
+        at.query_params.clear()
+        at.query_params.update(link)
+        at.run()
+        assert not at.exception, (link, [e.value for e in at.exception])
+        assert not at.error, (link, [e.value for e in at.error])
+        assert at.sidebar.selectbox(key="model_choice").value in ("checkpoints/post", "checkpoints/pre")
+        text = at.text_area(key="source_text").value
+        assert len(text) <= 5000 and "\x00" not in text and "\x1b" not in text
+        junk = [k for k in link if k == "zzz"]
+        if junk:
+            assert any("zzz" in plain(i.value) for i in at.info)

@@ -402,3 +402,45 @@ def test_ablation_mean_leaves_out_the_heads_switched_off():
     every = tuple(("cross", 1, h) for h in range(4))
     mean, n_off = live_mean(layer, "cross", 1, every)
     assert n_off == 4 and not mean.any()
+
+
+# ------------------------------------------------------------------------------------------------ byte budget
+
+
+def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
+    from app.budget import ByteLRU, budget_bytes, size_of
+
+    reserved = [0]
+    cache = ByteLRU(budget=lambda: 12_000, reserved=lambda: reserved[0])
+    made = []
+
+    def make(n: int):
+        made.append(n)
+        return {"weights": np.zeros(n, dtype=np.float32)}  # 4n bytes
+
+    for key, n in (("a", 1000), ("b", 1000), ("c", 500)):
+        cache.get(key, lambda n=n: make(n))
+    assert cache.nbytes == sum(size_of({"weights": np.zeros(n, np.float32)}) for n in (1000, 1000, 500))
+    cache.get("a", lambda: make(-1))  # a hit: nothing made, "a" becomes the most recent
+    assert made == [1000, 1000, 500]
+    cache.get("d", lambda: make(1000))  # over 12,000 bytes: "b", the least recently used, goes
+    cache.get("b", lambda: make(1000))
+    assert made[-1] == 1000 and len(made) == 5  # "b" had to be made again
+    assert cache.nbytes <= 12_000
+    reserved[0] = 9_000  # the loaded models take most of the budget: only the newest result stays
+    cache.get("e", lambda: make(10))
+    assert len(cache) == 1 and cache.get("e", lambda: make(-1)) is not None
+    monkeypatch.setenv("ATTN_CACHE_MB", "2")
+    assert budget_bytes() == 2_000_000
+    monkeypatch.setenv("ATTN_CACHE_MB", "-1")
+    assert budget_bytes() == 1_024_000_000
+
+
+def test_analysis_size_counts_its_arrays(tiny_checkpoint):
+    from app.budget import size_of
+
+    tr = inference.load_translator(str(tiny_checkpoint), "cpu")
+    result = inference.analyse(tr, "A dog runs in the park.", DecodeSettings(beam_size=1))
+    arrays = sum(a.nbytes for a in (result.encoder, result.decoder, result.cross, result.topk_ids, result.topk_probs,
+                                    result.chosen_probs))
+    assert arrays <= size_of(result) < arrays + 200_000

@@ -77,6 +77,17 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
         raise CheckpointError(f"No such directory: {path} (and it is not a Hugging Face Hub repo id either)")
     # read at call time: huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    if not offline:
+        from .hub import check_repo_size
+
+        try:
+            check_repo_size(text)  # before any download: a repo too large is refused
+        except CheckpointError:
+            raise
+        except Exception as err:  # unknown repo, private repo, no network: one clear message
+            raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub (unknown repo, private repo, or "
+                                  f"no network; it is not a local directory either): {type(err).__name__}: {err}") \
+                from err
     try:
         from huggingface_hub import snapshot_download
 

@@ -1,0 +1,83 @@
+"""A byte-budgeted, least-recently-used cache for the page's results (no Streamlit here).
+
+``st.cache_data`` bounds entries by count, and one long input's analysis is megabytes, so the results of
+many visitors are kept here instead, under ``$ATTN_CACHE_MB`` (default 1024) counted in bytes of the cached
+arrays, with the loaded models' weights counted against the same budget.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+DEFAULT_CACHE_MB = 1024.0
+
+
+def budget_bytes() -> int:
+    """``$ATTN_CACHE_MB`` in bytes (a positive number), else 1024 MB."""
+    try:
+        mb = float(os.environ.get("ATTN_CACHE_MB", DEFAULT_CACHE_MB))
+    except ValueError:
+        mb = DEFAULT_CACHE_MB
+    return int((mb if mb > 0 else DEFAULT_CACHE_MB) * 1e6)
+
+
+def size_of(value: Any) -> int:
+    """Bytes held by a result: numpy arrays by ``nbytes``, containers and dataclasses summed, the rest shallow."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (bytes, str)):
+        return sys.getsizeof(value)
+    if isinstance(value, dict):
+        return sum(size_of(k) + size_of(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sys.getsizeof(value) + sum(size_of(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return sum(size_of(getattr(value, name)) for name in value.__dataclass_fields__)
+    return sys.getsizeof(value)
+
+
+class ByteLRU:
+    """Values by key, least recently used out first once their bytes plus ``reserved()`` pass the budget."""
+
+    def __init__(self, budget: Callable[[], int] = budget_bytes, reserved: Callable[[], int] = lambda: 0) -> None:
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._budget, self._reserved = budget, reserved
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The cached value of ``key``, or ``make()`` stored (the newest entry always stays)."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        value = make()  # outside the lock: other visitors are not held up
+        size = size_of(value)
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = (value, size)
+                self._bytes += size
+            limit = self._budget() - self._reserved()
+            while self._bytes > limit and len(self._items) > 1:
+                _, (_, old) = self._items.popitem(last=False)
+                self._bytes -= old
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
