@@ -62,7 +62,8 @@ def model_picker() -> None:
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
     if inference.public_mode():  # the hosted demo: the allow-list only, no free-form field
-        allowed = [m for m in inference.allowed_models() if m in usable or not m.startswith("checkpoints/")]
+        allowed = [m for m in inference.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
+            [inference.default_checkpoint()]
         if ss.get(state.MODEL_CHOICE) not in allowed:
             ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
 

@@ -26,7 +26,15 @@ from transformer import Transformer, Translator
 
 from .analysis import KINDS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+
+def _repo_root() -> Path:
+    """Where ``checkpoints/`` lives: the source tree this package sits in (a checkout, ``pip install -e``), else
+    the working directory (an installed package, as in the Space image, started from the app's folder)."""
+    source = Path(__file__).resolve().parents[1]
+    return source if (source / "checkpoints").is_dir() or not (Path.cwd() / "checkpoints").is_dir() else Path.cwd()
+
+
+REPO_ROOT = _repo_root()
 DEFAULT_CHECKPOINT = "checkpoints/multi30k-en-de"
 TOP_K = 10
 MAX_INPUT_CHARS = 5000

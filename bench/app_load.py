@@ -1,0 +1,165 @@
+"""``python -m bench.app_load``: the hosted demo under load.
+
+1. Visitors at once: N Chromium pages (one server) each type a different sentence and press Translate at the
+   same moment; each must see its own translation and heatmap, none another's, no error element. Reported:
+   click-to-heatmap p50 / p95 at 1, 4 and 8 visitors; also a round where one visitor runs an ablation meanwhile
+   (head masks must never change the shared model for the others).
+2. Soak: 500 distinct inputs of mixed length through the cached analysis path (``app.cached``) under a small
+   ``ATTN_CACHE_MB``: resident memory after each, its peak, and the cache's bytes.
+
+Needs ``/usr/bin/chromium`` and ``playwright`` for part 1, ``psutil`` for part 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .app_browser import CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, streamlit_server
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
+
+
+def sentences_for(n: int, data_dir: str | Path | None, offset: int = 0) -> list[str]:
+    """``n`` different caption sentences (from test_2016_flickr.en when present, else built)."""
+    lines = read_sentences(data_dir) or []
+    built = [f"A man in a {c} shirt walks {n_} dogs past the old church." for n_ in ("two", "three", "four")
+             for c in ("red", "blue", "green", "white", "black", "yellow")]
+    pool = list(dict.fromkeys(lines + built))
+    return pool[offset:offset + n]
+
+
+async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bool = False,
+                         timeout_s: float = 180.0) -> dict[str, Any]:
+    """All pages press Translate at once; returns each page's seconds to its own heatmap and what it showed."""
+    from playwright.async_api import async_playwright
+
+    import transformer
+
+    tr = transformer.load(checkpoint, device="cpu")
+    expected = [tr.translate(t).text for t in texts]
+    ticks = expected_ticks(checkpoint, texts)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        pages, errors = [], []
+        for i in range(len(texts)):
+            context = await browser.new_context(viewport={"width": 1400, "height": 1200})
+            page = await context.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            query = ""
+            if ablate and i == 0:  # this visitor switches every cross head of layer 1 off meanwhile
+                heads = ",".join(f"cross.1.{h}" for h in range(1, tr.config.n_heads + 1))
+                query = f"?text={quote(texts[0])}&view=Ablation&off={heads}"
+            await page.goto(url + query, wait_until="domcontentloaded")
+            await page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").first.wait_for(timeout=timeout_s * 1000)
+            pages.append(page)
+        for page, text in zip(pages, texts):
+            box = page.locator("[data-testid=stTextArea] textarea")
+            await box.fill(text)
+            await box.press("Control+Enter")
+        await asyncio.sleep(1.0)
+
+        async def click_and_wait(i: int, page) -> float:
+            start = time.perf_counter()
+            if ablate and i == 0:
+                await page.get_by_role("button", name="Translate without them").click()
+                await page.get_by_text(re.compile(r"^With \d+ head\(s\) off$")).first.wait_for(timeout=timeout_s * 1000)
+            else:
+                await page.get_by_role("button", name="Translate").click()
+                await page.wait_for_function(SHOWS_JS, arg=ticks[i], polling="raf", timeout=timeout_s * 1000)
+            return time.perf_counter() - start
+
+        times = await asyncio.gather(*(click_and_wait(i, page) for i, page in enumerate(pages)))
+        own, others = [], []
+        for i, page in enumerate(pages):
+            shown = " ".join(await page.locator("[data-testid=stText]").all_inner_texts())
+            if ablate and i == 0:
+                continue
+            own.append(expected[i] in shown)
+            others.append(any(e in shown for j, e in enumerate(expected) if j != i and e != expected[i]))
+            if await page.locator("[data-testid=stException], [data-testid=stAlertContentError]").count():
+                errors.append(f"visitor {i}: an error element is on the page")
+        await browser.close()
+    measured = [t for i, t in enumerate(times) if not (ablate and i == 0)]
+    return {"visitors": len(texts), "ablation": ablate, "seconds": measured, "p50": percentile(measured, 50),
+            "p95": percentile(measured, 95), "all_saw_their_own": all(own), "any_saw_another": any(others),
+            "errors": errors}
+
+
+def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str | Path | None = None) -> dict:
+    """``n`` distinct inputs of mixed length through ``app.cached.get_analysis`` with ``ATTN_CACHE_MB=cache_mb``."""
+    import psutil
+
+    os.environ["ATTN_CACHE_MB"] = str(cache_mb)
+    from app import cached
+    from app.inference import DecodeSettings
+
+    process = psutil.Process()
+    base = [s for s in (read_sentences(data_dir) or []) if s] or ["A man rides a bike down the street."]
+    tr = cached.get_translator(checkpoint, "cpu")
+    limit = tr.max_source_tokens
+    rss, cache_bytes = [], []
+    start_rss = process.memory_info().rss
+    for i in range(n):
+        words = " ".join(base[(i * 7 + k) % len(base)] for k in range(1 + i % 12))  # 1 to 12 sentences long
+        text = f"{i}. {words}"[: 5000]
+        cached.get_analysis(checkpoint, "cpu", text, DecodeSettings(beam_size=1, max_len_a=1.0, max_len_b=10), ())
+        rss.append(process.memory_info().rss / 1e6)
+        cache_bytes.append(cached.RESULTS.nbytes / 1e6)
+    models_mb = sum(cached.MODEL_BYTES.values()) / 1e6
+    return {"soak_inputs": n, "soak_cache_mb": cache_mb, "soak_models_mb": round(models_mb, 1),
+            "soak_start_rss_mb": round(start_rss / 1e6, 1), "soak_peak_rss_mb": round(max(rss), 1),
+            "soak_final_rss_mb": round(rss[-1], 1), "soak_peak_cache_mb": round(max(cache_bytes), 1),
+            "soak_cache_entries": len(cached.RESULTS), "soak_longest_source_pieces": limit,
+            "soak_rss_curve_mb": [round(r, 1) for r in rss[:: max(1, n // 50)]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.app_load", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    p.add_argument("--visitors", default="1,4,8", help="concurrent visitor counts")
+    p.add_argument("--soak", type=int, default=500, help="inputs for the soak (0: skip)")
+    p.add_argument("--cache-mb", type=float, default=150.0, help="ATTN_CACHE_MB during the soak")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    result: dict[str, Any] = {"machine": machine_info(), "rounds": []}
+    failed = False
+    if args.visitors:
+        with streamlit_server(args.checkpoint, env={"ATTN_PUBLIC": "1"}) as url:
+            counts = [int(c) for c in args.visitors.split(",") if c.strip()]
+            for k, n in enumerate(counts):
+                texts = sentences_for(n, args.data_dir, offset=10 * k)
+                r = asyncio.run(visitors_round(url, args.checkpoint, texts))
+                result["rounds"].append(r)
+                print(f"{n} visitors at once: click -> own heatmap p50 {r['p50']:.2f} s, p95 {r['p95']:.2f} s; "
+                      f"each saw its own: {r['all_saw_their_own']}, any saw another's: {r['any_saw_another']}, "
+                      f"errors: {len(r['errors'])}")
+                failed |= not r["all_saw_their_own"] or r["any_saw_another"] or bool(r["errors"])
+            n = counts[-1]
+            r = asyncio.run(visitors_round(url, args.checkpoint, sentences_for(n, args.data_dir, offset=100), True))
+            result["rounds"].append(r)
+            print(f"{n} visitors, one of them ablating: others p50 {r['p50']:.2f} s, p95 {r['p95']:.2f} s; each saw "
+                  f"its own (unablated) translation: {r['all_saw_their_own']}, errors: {len(r['errors'])}")
+            failed |= not r["all_saw_their_own"] or bool(r["errors"])
+    if args.soak:
+        s = soak(args.checkpoint, args.soak, args.cache_mb, args.data_dir)
+        result.update(s)
+        print(f"soak, {s['soak_inputs']} inputs, ATTN_CACHE_MB={s['soak_cache_mb']:g}: RSS {s['soak_start_rss_mb']} "
+              f"-> peak {s['soak_peak_rss_mb']} MB (cache peak {s['soak_peak_cache_mb']} MB, models "
+              f"{s['soak_models_mb']} MB, {s['soak_cache_entries']} entries kept)")
+    if args.json:
+        print(json.dumps(result))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
