@@ -159,3 +159,24 @@ def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
             assert heatmap is not None and heatmap["y"] < 1000 - 150  # the chart starts above the fold
         finally:
             browser.close()
+
+
+def test_four_visitors_at_once_each_see_their_own(tiny_checkpoint):
+    """``bench.app_load`` with 4 pages on one server: each sees its own translation and heatmap, none another's,
+    also while one of them runs an ablation."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.async_api")
+    import asyncio
+
+    from bench.app_load import visitors_round
+
+    texts = ["A man rides a red bike.", "Two dogs play in the park.", "A girl walks on the beach.",
+             "The boy kicks a blue ball."]
+    with streamlit_server(tiny_checkpoint, env={"ATTN_PUBLIC": "1", "ATTN_MODELS": str(tiny_checkpoint)}) as url:
+        plain = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts))
+        ablating = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts, ablate=True))
+    for r in (plain, ablating):
+        assert r["all_saw_their_own"] and not r["errors"], r
+    assert not plain["any_saw_another"]
+    assert len(plain["seconds"]) == 4 and len(ablating["seconds"]) == 3
