@@ -43,6 +43,17 @@ def size_of(value: Any) -> int:
     return sys.getsizeof(value)
 
 
+def _release_freed_memory() -> None:
+    """Hand freed heap memory back to the system (glibc keeps it otherwise, so resident memory would never drop
+    after an eviction); a no-op where there is no ``malloc_trim``."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class ByteLRU:
     """Values by key, least recently used out first once their bytes plus ``reserved()`` pass the budget."""
 
@@ -72,9 +83,13 @@ class ByteLRU:
                 self._items[key] = (value, size)
                 self._bytes += size
             limit = self._budget() - self._reserved()
+            evicted = 0
             while self._bytes > limit and len(self._items) > 1:
                 _, (_, old) = self._items.popitem(last=False)
                 self._bytes -= old
+                evicted += old
+        if evicted > 8_000_000:
+            _release_freed_memory()
         return value
 
     def clear(self) -> None:
