@@ -1,0 +1,156 @@
+"""``transformer.interpret`` against independent computations on tiny random models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer import Transformer, TransformerConfig
+from transformer.interpret import (
+    KINDS,
+    attention_attribution_agreement,
+    attribute,
+    forward_from_embeddings,
+    head_computation,
+    logit_lens,
+    value_norms,
+)
+
+torch.set_num_threads(1)
+
+
+def tiny(norm_first: bool, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=4, n_encoder_layers=2,
+                            n_decoder_layers=2, d_ff=32, dropout=0.1, max_len=32, norm_first=norm_first)
+    return Transformer(cfg).eval()
+
+
+SRC = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0]])
+TGT = torch.tensor([[2, 12, 13, 14, 15], [2, 16, 17, 0, 0]])
+LABELS = torch.tensor([[12, 13, 14, 15, 3], [16, 17, 3, 0, 0]])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_head_computation_is_the_models_own_attention(norm_first):
+    model = tiny(norm_first)
+    out = model(SRC, TGT, return_attention=True)
+    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    for kind in KINDS:
+        for batch, query in ((0, 2), (1, 1)):
+            hc = head_computation(model, SRC, TGT, kind, 1, 2, query, batch=batch)
+            assert torch.equal(hc.weights, own[kind][1][batch, 2, query])  # exactly the model's row
+            # by hand, from the weight matrices
+            module = (model.encoder_layers[1].self_attn if kind == "encoder" else
+                      model.decoder_layers[1].self_attn if kind == "decoder" else model.decoder_layers[1].cross_attn)
+            d = module.d_head
+            rows = slice(2 * d, 3 * d)
+            q = (module.q_proj.weight[rows] @ hc.x_query + module.q_proj.bias[rows]).detach()
+            torch.testing.assert_close(hc.q, q)
+            for j in range(hc.k.size(0)):
+                assert hc.scores[j].item() == pytest.approx(float(q @ hc.k[j]), abs=1e-5)
+            torch.testing.assert_close(hc.scaled, hc.scores / math.sqrt(d))
+            masked = hc.scaled.masked_fill(~hc.mask, float("-inf"))
+            torch.testing.assert_close(hc.weights, torch.softmax(masked, -1))
+            assert (hc.weights[~hc.mask] == 0).all()
+            torch.testing.assert_close(hc.output, sum(hc.weights[j] * hc.v[j] for j in range(len(hc.v))))
+            if kind == "decoder":
+                assert not hc.mask[query + 1:].any()  # never a later position
+
+
+def test_projected_heads_add_up_to_the_attention_output():
+    model = tiny(False)
+    module = model.decoder_layers[0].cross_attn
+    query = 1
+    parts = [head_computation(model, SRC, TGT, "cross", 0, h, query).projected for h in range(4)]
+    from transformer.interpret import capture_inputs
+
+    with capture_inputs({"m": module}) as seen, torch.no_grad():
+        model(SRC, TGT)  # the cross-attention sub-layer's own call, recorded
+        args, kwargs = seen["m"][0]
+        full, _ = module(*args, **kwargs)  # (B, T, D): what the sub-layer hands to the residual connection
+    torch.testing.assert_close(sum(parts) + module.out_proj.bias, full[0, query], atol=1e-5, rtol=1e-5)
+
+
+def test_value_norms_match_a_hand_written_loop():
+    model = tiny(True)
+    norms = value_norms(model, SRC, TGT)
+    out = model(SRC, TGT, return_attention=True)
+    hc = head_computation(model, SRC, TGT, "cross", 1, 3, 2, batch=0)
+    module = model.decoder_layers[1].cross_attn
+    d = module.d_head
+    w_o = module.out_proj.weight[:, 3 * d:4 * d]
+    for j in range(SRC.size(1)):
+        expected = (hc.weights[j] * (w_o @ hc.v[j])).norm()
+        assert norms.cross_attentions[1][0, 3, 2, j].item() == pytest.approx(expected.item(), abs=1e-5)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for a, b in zip(getattr(norms, name), getattr(out, name)):
+            assert a.shape == b.shape and ((a == 0) == (b == 0)).all()  # zero exactly where the weight is
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_logit_lens_last_layer_is_the_models_own_top_k(norm_first):
+    model = tiny(norm_first)
+    lens = logit_lens(model, SRC, TGT, k=5)
+    assert len(lens) == 2
+    probs = model(SRC, TGT).logits.softmax(-1)
+    top_p, top_i = probs.topk(5, dim=-1)
+    torch.testing.assert_close(lens[-1][0], top_p)
+    assert torch.equal(lens[-1][1], top_i)
+
+
+def test_forward_from_embeddings_is_the_model():
+    model = tiny(False)
+    logp = forward_from_embeddings(model, SRC, TGT, model.src_embed(SRC), model.tgt_embed(TGT))
+    torch.testing.assert_close(logp, model(SRC, TGT).logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_input_x_gradient_equals_autograd_and_finite_differences():
+    model = tiny(True).double()
+    src, tgt, labels = SRC[:1, :5], TGT[:1, :4], LABELS[:1, :4]
+    source, target = attribute(model, src, tgt, labels, method="input_x_gradient")
+    t = 2
+    e_src = model.src_embed(src).detach().requires_grad_(True)
+    e_tgt = model.tgt_embed(tgt).detach().requires_grad_(True)
+    value = forward_from_embeddings(model, src, tgt, e_src, e_tgt)[0, t, labels[0, t]]
+    g_src, g_tgt = torch.autograd.grad(value, (e_src, e_tgt))
+    torch.testing.assert_close(source[0, t], (g_src * e_src).sum(-1)[0])
+    torch.testing.assert_close(target[0, t], (g_tgt * e_tgt).sum(-1)[0])
+    eps, j, dim = 1e-5, 1, 3  # one gradient entry by finite differences
+
+    def f(delta: float) -> float:
+        bumped = e_src.detach().clone()
+        bumped[0, j, dim] += delta
+        with torch.no_grad():
+            return float(forward_from_embeddings(model, src, tgt, bumped, e_tgt.detach())[0, t, labels[0, t]])
+
+    assert g_src[0, j, dim].item() == pytest.approx((f(eps) - f(-eps)) / (2 * eps), rel=1e-4, abs=1e-7)
+    assert (target[0, t, t + 1:] == 0).all()  # later decoder inputs cannot matter (causal mask)
+
+
+def test_integrated_gradients_are_complete():
+    model = tiny(False)
+    source, target = attribute(model, SRC, TGT, LABELS, steps=32)
+    assert source.shape == (2, 5, 6) and target.shape == (2, 5, 5)
+    for b in range(2):
+        with torch.no_grad():
+            full = forward_from_embeddings(model, SRC[b:b + 1], TGT[b:b + 1], model.src_embed(SRC[b:b + 1]),
+                                           model.tgt_embed(TGT[b:b + 1]))[0]
+            base = forward_from_embeddings(model, SRC[b:b + 1], TGT[b:b + 1],
+                                           torch.zeros(1, 6, 16), torch.zeros(1, 5, 16))[0]
+        for t in range(5):
+            gap = float(full[t, LABELS[b, t]] - base[t, LABELS[b, t]])
+            total = float(source[b, t].sum() + target[b, t].sum())
+            assert total == pytest.approx(gap, abs=0.02 * max(1.0, abs(gap)))  # integration error at 32 steps
+    assert (source[1, :, 3:] == 0).all()  # padding gets nothing
+
+
+def test_agreement_is_one_for_a_head_that_ranks_like_the_attribution():
+    attribution = torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.0, 0.9]])
+    same = attribution.softmax(-1)[None]  # (H=1, T, S): the same order
+    reverse = (-attribution).softmax(-1)[None]
+    agreement = attention_attribution_agreement([torch.cat([same, reverse])], attribution)
+    assert agreement.shape == (1, 2)
+    assert agreement[0, 0].item() == pytest.approx(1.0) and agreement[0, 1].item() == pytest.approx(-1.0)
