@@ -214,7 +214,7 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
             else:
                 a_src, a_tgt = IntegratedGradients(forward).attribute(
                     (src_e, tgt_e), baselines=(torch.zeros_like(src_e), torch.zeros_like(tgt_e)), n_steps=steps,
-                    method="gausslegendre", internal_batch_size=t * steps)
+                    method="gausslegendre", internal_batch_size=t * 8)
             src_pad = (s_ids == model.config.pad_id)[..., None]
             tgt_pad = (t_ids == model.config.pad_id)[..., None]
             sources.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (T, S)
