@@ -9,7 +9,7 @@
 """
 
 from .checkpoint import CheckpointError, load_model_dir, resolve_device, save_checkpoint
-from .decoding import Hypotheses, beam_search, greedy_decode, length_penalty
+from .decoding import BeamNode, BeamTree, Hypotheses, beam_search, greedy_decode, length_penalty
 from .model import (
     DecoderOutput,
     EncoderOutput,
@@ -26,7 +26,8 @@ from .tokenizer import Tokenizer
 from .translator import TranslationResult, Translator, load
 
 __all__ = [
-    "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput", "Tokenizer",
+    "BeamNode", "BeamTree", "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput",
+    "Tokenizer",
     "TranslationResult", "Transformer", "TransformerConfig", "Translator", "beam_search", "causal_mask",
     "decoder_self_mask", "greedy_decode", "length_penalty", "load", "load_model_dir", "padding_mask",
     "positional_encoding", "resolve_device", "save_checkpoint", "scaled_dot_product_attention",

@@ -13,12 +13,47 @@ from .model import Transformer, padding_mask
 
 
 @dataclass
+class BeamNode:
+    """One expanded hypothesis: ``token`` appended to ``parent`` (node ids; the root, BOS, is node 0 with parent
+    -1). ``logprob``: cumulative log-probability; ``score``: ``logprob / lp(length)`` for finished ones, else
+    None. ``status``: ``"kept"`` (a live beam of the next step), ``"pruned"``, ``"finished"`` (ended in EOS and
+    entered the finished list) or ``"finished at the length limit"``."""
+
+    id: int
+    parent: int
+    step: int
+    token: int
+    logprob: float
+    status: str
+    score: float | None = None
+
+
+@dataclass
+class BeamTree:
+    """Every hypothesis a beam search expanded for one sentence (the top 2K candidates of each step), and the
+    id of the node it returned (a leaf whose ``score`` is the returned score)."""
+
+    nodes: list[BeamNode]
+    best: int
+
+    def path(self, node: int) -> list[int]:
+        """Token ids from the root to ``node`` (BOS excluded)."""
+        out = []
+        while node > 0:
+            out.append(self.nodes[node].token)
+            node = self.nodes[node].parent
+        return out[::-1]
+
+
+@dataclass
 class Hypotheses:
     """Decoded output ids ``(B, L)`` (no BOS; EOS kept where produced; padded with ``pad_id``)
-    and their scores ``(B,)`` (sum of log-probabilities, divided by the length penalty)."""
+    and their scores ``(B,)`` (sum of log-probabilities, divided by the length penalty); ``trees``: one
+    :class:`BeamTree` per sentence when beam search was asked to record it."""
 
     tokens: Tensor
     scores: Tensor
+    trees: list[BeamTree] | None = None
 
 
 def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
@@ -29,7 +64,7 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
     def run(*args, **kwargs) -> Hypotheses:
         with torch.inference_mode():
             hyp = search(*args, **kwargs)
-        return Hypotheses(hyp.tokens.clone(), hyp.scores.clone())
+        return Hypotheses(hyp.tokens.clone(), hyp.scores.clone(), hyp.trees)
 
     return run
 
@@ -103,12 +138,13 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
 @_inference
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
-                head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
+                head_mask: dict[str, Tensor] | None = None, record_tree: bool = False) -> Hypotheses:
     """Batched beam search with the GNMT length penalty. ``src (B, S)`` -> best ``Hypotheses``.
 
     Finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``; a sentence stops when
     it has K of them or no live beam can beat its best one (live scores only fall; lp grows to
-    lp(max)).
+    lp(max)). ``record_tree``: also return, per sentence, every expanded hypothesis (``Hypotheses.trees``),
+    recorded during this one search.
     """
     cfg = model.config
     dev = src.device
@@ -135,6 +171,10 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     active = torch.arange(b, device=dev)  # original position of each sentence still in the batch
     best_tokens = torch.full((b, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
     best_scores = torch.full((b,), float("-inf"), device=dev)
+    trees: list[list[BeamNode]] = [[BeamNode(0, -1, 0, cfg.bos_id, 0.0, "kept")] for _ in range(b)]
+    beam_node = [[0] * k for _ in range(b)]  # node id of each live beam, by current batch row
+    fin_nodes = [[-1] * k for _ in range(b)]  # node id of each finished entry
+    best_nodes = [-1] * b
 
     for step in range(1, max_steps + 1):
         logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
@@ -160,6 +200,9 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         # live beams: the K best candidates that did not end
         live_scores = top_scores.masked_fill(is_eos, float("-inf"))
         live, order = live_scores.topk(k, dim=1)  # (B, K)
+        if record_tree:
+            beam_node, fin_nodes = _record_step(trees, active.tolist(), beam_node, fin_nodes, step, top_beam, top_tok,
+                                                top_scores, accept, eos_scores, keep, order, live, done, k)
         src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
         new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
         tokens = torch.cat([tokens.index_select(0, src_beam), new_tok], dim=1)
@@ -176,6 +219,8 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             seqs = tokens.view(b, k, -1)[rows, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
             fin_tokens[at_limit, 0, : seqs.size(1)] = seqs[at_limit]
             fin_scores[at_limit, 0] = live_norm[rows, best][at_limit]
+            if record_tree:
+                _record_limit(trees, active.tolist(), beam_node, fin_nodes, at_limit, best, live_norm)
         done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound) | (step >= limits)
         if done.all():
             break
@@ -185,6 +230,11 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             best_tokens[active[drop]] = fin_tokens[drop, 0]
             best_scores[active[drop]] = fin_scores[drop, 0]
             keep = (~drop).nonzero().squeeze(1)  # (B',) sentences that stay
+            if record_tree:
+                for row in drop.nonzero().squeeze(1).tolist():
+                    best_nodes[int(active[row])] = fin_nodes[row][0]
+                beam_node = [beam_node[r] for r in keep.tolist()]
+                fin_nodes = [fin_nodes[r] for r in keep.tolist()]
             rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
@@ -209,7 +259,57 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         seqs = tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
         fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
         fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
+        if record_tree:
+            _record_limit(trees, active.tolist(), beam_node, fin_nodes, no_fin, best, live_norm)
     best_tokens[active] = fin_tokens[:, 0]
     best_scores[active] = fin_scores[:, 0]
+    if record_tree:
+        for row, original in enumerate(active.tolist()):
+            best_nodes[original] = fin_nodes[row][0]
     lengths = (best_tokens != cfg.pad_id).sum(dim=1)
-    return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores)
+    return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores,
+                      [BeamTree(nodes, best) for nodes, best in zip(trees, best_nodes)] if record_tree else None)
+
+
+def _record_step(trees: list[list[BeamNode]], active: list[int], beam_node: list[list[int]],
+                 fin_nodes: list[list[int]], step: int, top_beam: Tensor, top_tok: Tensor, top_scores: Tensor,
+                 accept: Tensor, eos_scores: Tensor, keep: Tensor, order: Tensor, live: Tensor, done: Tensor,
+                 k: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Add this step's 2K candidates of every unfinished sentence to its tree; returns the node ids of the new
+    live beams and of the finished list (which ``keep`` reordered)."""
+    beams, toks, scores = top_beam.tolist(), top_tok.tolist(), top_scores.tolist()
+    accepted, eos, kept_rows, order_l = accept.tolist(), eos_scores.tolist(), keep.tolist(), order.tolist()
+    live_l, done_l = live.tolist(), done.tolist()
+    new_beams, new_fin = [], []
+    for row, original in enumerate(active):
+        nodes = trees[original]
+        ids = []
+        for c in range(2 * k):
+            if done_l[row] or scores[row][c] == float("-inf"):
+                ids.append(-1)
+                continue
+            status = "finished" if accepted[row][c] else "pruned"
+            nodes.append(BeamNode(len(nodes), beam_node[row][beams[row][c]], step, toks[row][c], scores[row][c],
+                                  status, eos[row][c] if accepted[row][c] else None))
+            ids.append(len(nodes) - 1)
+        candidates = fin_nodes[row] + ids  # the order of torch.cat([fin_scores, eos_scores])
+        new_fin.append([candidates[i] for i in kept_rows[row]])
+        next_beams = []
+        for j in range(k):
+            node = ids[order_l[row][j]]
+            if node >= 0 and live_l[row][j] > float("-inf"):
+                nodes[node].status = "kept"
+            next_beams.append(node)
+        new_beams.append(next_beams)
+    return new_beams, new_fin
+
+
+def _record_limit(trees: list[list[BeamNode]], active: list[int], beam_node: list[list[int]],
+                  fin_nodes: list[list[int]], rows: Tensor, best: Tensor, live_norm: Tensor) -> None:
+    """Sentences at their length limit without an ending return their best live beam: mark it."""
+    for row in rows.nonzero().squeeze(1).tolist():
+        node = beam_node[row][int(best[row])]
+        if node >= 0:
+            entry = trees[active[row]][node]
+            entry.status, entry.score = "finished at the length limit", float(live_norm[row, best[row]])
+            fin_nodes[row][0] = node

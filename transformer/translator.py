@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .checkpoint import load_model_dir, resolve_checkpoint_dir, resolve_device
 from .data import pad_sequences
-from .decoding import beam_search, greedy_decode
+from .decoding import BeamTree, beam_search, greedy_decode
 from .model import Transformer
 from .tokenizer import Tokenizer
 
@@ -37,6 +37,7 @@ class TranslationResult:
     cross_attentions: tuple[Tensor, ...] = ()
     truncated: bool = False
     decoder_input_tokens: list[str] = field(default_factory=list)
+    tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
 
 
 class Translator:
@@ -76,18 +77,20 @@ class Translator:
                  max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
                  ) -> tuple[list[list[int]], list[float]]:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores."""
-        outputs, _, scores = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
         return outputs, scores
 
     def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float, max_len_a: float,
-                max_len_b: int, head_mask: dict[str, Tensor] | None,
-                ) -> tuple[list[list[int]], list[bool], list[float]]:
-        """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit)."""
+                max_len_b: int, head_mask: dict[str, Tensor] | None, record_tree: bool = False,
+                ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
+        """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
+        with ``record_tree`` (beam search only) each sentence's search tree."""
         src = self._pad(sources)
         if beam_size <= 1:
             hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask)
         else:
-            hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask)
+            hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
+                              record_tree=record_tree)
         outputs, ended = [], []
         for row in hyp.tokens.tolist():
             ids, stop = [], False
@@ -98,7 +101,7 @@ class Translator:
                 ids.append(t)
             outputs.append(ids)
             ended.append(stop)
-        return outputs, ended, hyp.scores.tolist()
+        return outputs, ended, hyp.scores.tolist(), hyp.trees
 
     @torch.no_grad()
     def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
@@ -110,27 +113,32 @@ class Translator:
 
     def translate(self, text: str, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
                   max_len_b: int = 10, return_attention: bool = True,
-                  head_mask: dict[str, Tensor] | None = None) -> TranslationResult:
-        """Translate one sentence; with its attentions unless ``return_attention=False``."""
-        return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask)[0]
+                  head_mask: dict[str, Tensor] | None = None, return_tree: bool = False) -> TranslationResult:
+        """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
+        tree of hypotheses when ``return_tree=True``."""
+        return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask,
+                                    return_tree)[0]
 
     def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
                         max_len_b: int = 10, return_attention: bool = False,
-                        head_mask: dict[str, Tensor] | None = None) -> list[TranslationResult]:
+                        head_mask: dict[str, Tensor] | None = None,
+                        return_tree: bool = False) -> list[TranslationResult]:
         """Translate many sentences in one batch."""
         if not texts:
             return []
         encoded = [self.encode_source(t) for t in texts]
         sources = [ids for ids, _ in encoded]
-        outputs, ended, scores = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        outputs, ended, scores, trees = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
+                                                     record_tree=return_tree)
         results = []
-        for (src_ids, truncated), out_ids, eos, score in zip(encoded, outputs, ended, scores):
+        for i, ((src_ids, truncated), out_ids, eos, score) in enumerate(zip(encoded, outputs, ended, scores)):
             target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
             result = TranslationResult(
                 text=self.tokenizer.decode(out_ids), score=float(score),
                 source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
                 source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
                 decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *target_ids[:-1]]),
+                tree=trees[i] if trees else None,
             )
             if return_attention:
                 out = self.attentions(src_ids, target_ids[:-1], head_mask)
