@@ -8,6 +8,8 @@ head or view never runs the model again; small results live in ``st.cache_data``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import streamlit as st
 
@@ -93,3 +95,12 @@ def get_forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...]
 def get_checkpoint_list() -> list[inference.CheckpointInfo]:
     """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
     return inference.list_checkpoints()
+
+
+def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any) -> Any:
+    """``inference.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
+    analysed sentence, kept within the byte budget like the analyses."""
+    make = {"inside_head": inference.inside_head, "norms": inference.norm_attentions,
+            "attributions": inference.attributions, "lens": inference.lens, "beam_tree": inference.beam_tree}[kind]
+    key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
+    return RESULTS.get(key, lambda: make(get_translator(checkpoint, device), analysis, *args))

@@ -121,9 +121,23 @@ def has_repeats(*token_lists: list[str]) -> bool:
     return any(len(set(tokens)) < len(tokens) for tokens in token_lists)
 
 
-def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str) -> None:
-    """The big heatmap of one head (or the mean), with a window for long sentences."""
-    attn = result.attention(kind)
+MEASURES = {"weights": "attention weights α", "norms": "weighted norms ‖α v W_O‖"}
+NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖, how much of key j head h actually "
+              "passes on, not just how much it looks at it. A head parked on </s> or <s> with a tiny value vector "
+              "shows a big weight but a small norm there.")
+
+
+def measure_control(key: str = "measure") -> str:
+    """Attention weights, or the weighted norms of what each head passes on."""
+    return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
+                  required=True)
+
+
+def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,
+                 value_name: str = "weight") -> None:
+    """The big heatmap of one head (or the mean), with a window for long sentences (``attn``: other numbers of the
+    same shape to draw instead of the weights, e.g. the weighted norms)."""
+    attn = result.attention(kind) if attn is None else attn
     weights = pick_weights(attn, layer, head)
     queries, keys = result.axes(kind)
     q0, q1, k0, k1 = 0, len(queries), 0, len(keys)
@@ -134,12 +148,14 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str) -
         k0, k1 = c2.slider("Key columns", 0, len(keys), (0, min(len(keys), 60)), key=f"{key}_kwin")
         q1, k1 = max(q1, q0 + 1), max(k1, k0 + 1)
     qt, kt = AXIS_TITLES[kind]
-    zmin, zmax = colour_range(weights[q0:q1, k0:k1])
+    zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
+        (0.0, max(float(weights.max()), 1e-9))
     fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1],
                                     title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt,
-                                    query_offset=q0, key_offset=k0, zmin=zmin, zmax=zmax)
+                                    query_offset=q0, key_offset=k0, zmin=zmin, zmax=zmax, value_name=value_name)
     name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
     st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
-    range_caption(weights, kind)
+    if value_name == "weight":
+        range_caption(weights, kind)
     if has_repeats(queries, keys):
         st.caption(REPEATS)

@@ -17,6 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -474,6 +475,71 @@ def allowed_models() -> list[str]:
 def model_allowed(checkpoint: str) -> bool:
     """Whether this server may open ``checkpoint`` (always, unless in public mode)."""
     return not public_mode() or checkpoint.strip() in allowed_models()
+
+
+# ----------------------------------------------------------------------------------------------- beyond weights
+
+
+def _pair(tr: Translator, analysis: Analysis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(src (1, S), tgt (1, T), labels (1, T))`` of an analysed sentence on the model's device."""
+    src = torch.tensor([analysis.source_ids], device=tr.device)
+    tgt = torch.tensor([[tr.config.bos_id, *analysis.target_ids[:-1]]], device=tr.device)
+    return src, tgt, torch.tensor([analysis.target_ids], device=tr.device)
+
+
+def inside_head(tr: Translator, analysis: Analysis, kind: str, layer: int, head: int, query: int) -> dict:
+    """``transformer.interpret.head_computation`` for one query of the analysed sentence, as numpy (0-based)."""
+    from transformer.interpret import head_computation
+
+    src, tgt, _ = _pair(tr, analysis)
+    hc = head_computation(tr.model, src, tgt, kind, layer, head, query)
+    return {name: (value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else value)
+            for name, value in hc.__dict__.items()}
+
+
+def norm_attentions(tr: Translator, analysis: Analysis) -> dict[str, np.ndarray]:
+    """Kobayashi et al.'s ``||alpha v W_O||`` per type, ``(layers, heads, Q, K)`` like the weights."""
+    from transformer.interpret import value_norms
+
+    src, tgt, _ = _pair(tr, analysis)
+    norms = value_norms(tr.model, src, tgt)
+    return {"encoder": _stack(norms.encoder_attentions), "decoder": _stack(norms.decoder_attentions),
+            "cross": _stack(norms.cross_attentions)}
+
+
+def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 32) -> dict[str, np.ndarray]:
+    """Attribution of each output piece's log-probability: ``source (T, S)``, ``target (T, T)``, and each cross
+    head's agreement with it ``(layers, heads)``."""
+    from transformer.interpret import attention_attribution_agreement, attribute
+
+    src, tgt, labels = _pair(tr, analysis)
+    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps)
+    agreement = attention_attribution_agreement([torch.from_numpy(a) for a in analysis.cross], source[0].cpu())
+    return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy()}
+
+
+def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
+    """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
+    rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""
+    from transformer.interpret import logit_lens
+
+    src, tgt, labels = _pair(tr, analysis)
+    full = logit_lens(tr.model, src, tgt, k=tr.config.tgt_vocab_size)  # every piece, to read the chosen one's rank
+    probs = np.stack([p[0].cpu().numpy() for p, _ in full])  # (L, T, V) sorted
+    ids = np.stack([i[0].cpu().numpy() for _, i in full])  # (L, T, V)
+    target = labels[0].cpu().numpy()  # (T,)
+    rank = (ids == target[None, :, None]).argmax(-1)  # (L, T): 0 = the top prediction
+    chosen = np.take_along_axis(probs, rank[..., None], -1)[..., 0]  # (L, T)
+    return {"probs": probs[..., :k], "ids": ids[..., :k], "labels": target, "rank": rank, "chosen": chosen}
+
+
+def beam_tree(tr: Translator, analysis: Analysis) -> Any:
+    """The analysed sentence's beam search tree (None for greedy search)."""
+    s = analysis.settings
+    if s.beam_size <= 1:
+        return None
+    return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
+                        max_len_b=s.max_len_b, return_attention=False, return_tree=True).tree
 
 
 def default_checkpoint() -> str:

@@ -1,0 +1,75 @@
+"""Beam tree: every hypothesis beam search expanded for this sentence, the chosen path highlighted."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import cached, figures
+from ..state import ViewContext
+
+COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
+
+
+def tree_figure(tree, pieces) -> go.Figure:
+    """Nodes by step (x) and by cumulative log-probability order within the step (y); edges to parents; the
+    returned hypothesis in red."""
+    nodes = tree.nodes
+    best_path = set()
+    node = tree.best
+    while node >= 0:
+        best_path.add(node)
+        node = nodes[node].parent
+    by_step: dict[int, list] = {}
+    for n in nodes:
+        by_step.setdefault(n.step, []).append(n)
+    y = {}
+    for group in by_step.values():
+        for rank, n in enumerate(sorted(group, key=lambda n: -n.logprob)):
+            y[n.id] = rank
+    fig = go.Figure()
+    ex, ey, bx, by = [], [], [], []
+    for n in nodes[1:]:
+        xs, ys = (ex, ey) if not (n.id in best_path and n.parent in best_path) else (bx, by)
+        xs += [nodes[n.parent].step, n.step, None]
+        ys += [y[n.parent], y[n.id], None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#cccccc", width=1), hoverinfo="skip",
+                             showlegend=False))
+    fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", line=dict(color="#d62728", width=3), hoverinfo="skip",
+                             name="returned translation"))
+    for status, colour in COLOURS.items():
+        group = [n for n in nodes if n.status == status]
+        if not group:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[n.step for n in group], y=[y[n.id] for n in group], mode="markers+text", name=status,
+            text=[figures.escape(pieces[n.id]) for n in group], textposition="top center", textfont=dict(size=10),
+            marker=dict(color=colour, size=9, line=dict(color="#d62728", width=[2 if n.id in best_path else 0
+                                                                                  for n in group])),
+            customdata=[[figures.escape(pieces[n.id]), n.logprob, "" if n.score is None else f"{n.score:.3f}"]
+                        for n in group],
+            hovertemplate="%{customdata[0]}<br>log-prob %{customdata[1]:.3f}<br>score %{customdata[2]}"
+                          "<extra>" + status + "</extra>"))
+    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
+                      xaxis=dict(title=dict(text="output step"), dtick=1), title=dict(text="Beam search tree", x=0),
+                      yaxis=dict(title=dict(text="rank within the step (by log-probability)"), autorange="reversed"),
+                      legend=dict(orientation="h", y=1.08))
+    return fig
+
+
+def render(ctx: ViewContext) -> None:
+    """The tree of the sentence's beam search."""
+    result = ctx.result
+    if result.settings.beam_size <= 1:
+        st.info("Greedy search keeps one hypothesis: choose Beam search in the sidebar to see a tree.",
+                icon=":material/account_tree:")
+        return
+    st.caption(f"Every hypothesis beam search (beam {result.settings.beam_size}) looked at: at each step the "
+               f"{2 * result.settings.beam_size} best extensions of the live beams; blue = kept as a live beam, grey "
+               "= pruned, green = ended with </s> and entered the finished list; the red path is the translation "
+               "returned (best score = log-probability / length penalty). Hover a node for its numbers.")
+    tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
+    pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
+    st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
+    st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
+               f"{tree.nodes[tree.best].score:.3f} (the translation's score above).")

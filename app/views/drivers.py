@@ -1,0 +1,53 @@
+"""What drives each word: attribution of each output piece to the source and to the earlier output."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import cached, controls, figures
+from ..state import ViewContext
+
+METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
+
+
+def render(ctx: ViewContext) -> None:
+    """Method picker, the two attribution maps, the source/target share per step and the head agreement."""
+    result = ctx.result
+    st.caption("For each output piece, how much each source piece and each earlier output piece drove its "
+               "log-probability (captum attributions over the token embeddings; integrated gradients start from an "
+               "all-zero embedding). Unlike attention weights, these follow the whole network.")
+    method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
+                             "integrated_gradients", format_func=METHODS.get, required=True)
+    with st.spinner("Attributing every output piece…"):
+        data = cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result, method)
+    src, tgt = data["source"], data["target"]  # (T, S), (T, T)
+    bound = float(max(abs(src).max(), abs(tgt).max(), 1e-9))
+    c1, c2 = st.columns([3, 2])
+    c1.plotly_chart(figures.attention_heatmap(src, result.target_tokens, result.source_tokens,
+                                              title="Attribution to the source", query_title="output piece",
+                                              key_title="source piece", zmin=-bound, zmax=bound,
+                                              colorscale=figures.DIVERGING, value_name="attribution"),
+                    config=figures.plotly_config("attribution-source"), key="drivers_src")
+    c2.plotly_chart(figures.attention_heatmap(tgt, result.target_tokens, result.decoder_input_tokens,
+                                              title="Attribution to the decoder input", query_title="output piece",
+                                              key_title="decoder input", zmin=-bound, zmax=bound,
+                                              colorscale=figures.DIVERGING, value_name="attribution"),
+                    config=figures.plotly_config("attribution-target"), key="drivers_tgt")
+    s_share = abs(src).sum(1) / (abs(src).sum(1) + abs(tgt).sum(1) + 1e-12)  # (T,)
+    fig = go.Figure([go.Bar(x=list(range(len(s_share))), y=s_share, name="source", marker_color="#3182bd"),
+                     go.Bar(x=list(range(len(s_share))), y=1 - s_share, name="earlier output", marker_color="#ff7f0e")])
+    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+                      title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
+                      xaxis=dict(tickmode="array", tickvals=list(range(len(s_share))),
+                                 ticktext=[figures.escape(t) for t in result.target_tokens], title=dict(text="output")),
+                      yaxis=dict(range=[0, 1], title=dict(text="share")))
+    st.plotly_chart(fig, config=figures.plotly_config("attribution-share"), key="drivers_share")
+    agreement = data["agreement"]  # (L, H)
+    frame = pd.DataFrame([{"layer": i + 1, "head": h + 1, "rank correlation with the attribution": agreement[i, h]}
+                          for i in range(agreement.shape[0]) for h in range(agreement.shape[1])])
+    st.caption("How well each cross-attention head's weights agree with the attribution to the source (Spearman "
+               "rank correlation over the source pieces, mean over the output steps):")
+    st.dataframe(frame, hide_index=True, width="stretch",
+                 column_config={"rank correlation with the attribution": st.column_config.NumberColumn(format="%.3f")})

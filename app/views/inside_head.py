@@ -1,0 +1,58 @@
+"""Inside a head: how one head turns one query into its output, with the real numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import cached, controls, figures
+from ..analysis import KIND_NAMES
+from ..state import ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    """Pickers, the formula with numbers, the per-key table and the weights."""
+    result, tr = ctx.result, ctx.tr
+    st.caption("Scaled dot-product attention for one head and one query, step by step: the query vector q, each "
+               "key's score q·k, the scaling by √d_head, the mask, the softmax, and the weighted sum of the values "
+               "— every number is the model's own.")
+    kind, layer, head = controls.heatmap_controls(tr)
+    if head == "mean":
+        st.info("Pick one head (not the mean) to look inside it.", icon=":material/touch_app:")
+        return
+    queries, keys = result.axes(kind)
+    query = controls.choose(st.selectbox, "Query", list(range(len(queries))), "inside_query", 0,
+                            format_func=lambda i: f"{i}: {queries[i]}")
+    hc = cached.get_beyond("inside_head", ctx.checkpoint, ctx.device, result, kind, layer - 1, int(head) - 1, query)
+    d = len(hc["q"])
+    best = int(np.argmax(hc["weights"]))
+    st.markdown(f"**{KIND_NAMES[kind]}, layer {layer}, head {head}, query {query} "
+                f"({controls.md_escape(queries[query])})**, d_head = {d}")
+    st.latex(r"\alpha_j = \mathrm{softmax}_j\Big(\frac{q \cdot k_j}{\sqrt{d_{head}}}\Big),\quad "
+             r"o = \sum_j \alpha_j v_j,\quad \text{out}_h = o\,W_O^{h\top}")
+    scaled_best = float(hc["scaled"][best])
+    st.latex(rf"q\cdot k_{{{best}}} = {float(hc['scores'][best]):.3f},\quad "
+             rf"\frac{{{float(hc['scores'][best]):.3f}}}{{\sqrt{{{d}}}}} = {scaled_best:.3f},\quad "
+             rf"\alpha_{{{best}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
+             rf"{float(hc['weights'][best]):.3f}")
+    table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys)], "q·k": hc["scores"],
+                          f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": hc["mask"],
+                          "softmax weight": hc["weights"], "‖v_j‖": np.linalg.norm(hc["v"], axis=1)})
+    c1, c2 = st.columns([3, 2])
+    c1.dataframe(table, hide_index=True, width="stretch", height=min(420, 40 + 35 * len(keys)),
+                 column_config={"softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                                  format="%.3f")})
+    fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys)],
+                           orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=figures.FONT,
+                      yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),
+                      title=dict(text="Softmax weights", x=0.0))
+    c2.plotly_chart(fig, config=figures.plotly_config("inside-head"), key="inside_head_chart")
+    st.caption(f"Blocked keys get −∞ before the softmax, so exactly 0 weight. The weighted sum o has length "
+               f"{np.linalg.norm(hc['output']):.3f}; through this head's slice of W_O it adds a vector of length "
+               f"{np.linalg.norm(hc['projected']):.3f} to the sub-layer's output (before the other heads, the bias "
+               "and the residual connection).")

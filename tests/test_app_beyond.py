@@ -1,0 +1,109 @@
+"""The views beyond attention weights (AppTest, tiny checkpoint): every number from transformer.interpret."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from test_app import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+
+import transformer  # noqa: E402
+from transformer.interpret import attribute, head_computation, value_norms  # noqa: E402
+
+torch.set_num_threads(1)
+TEXT = "A man rides a red bike."
+
+
+@pytest.fixture()
+def app_env(tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
+    return transformer.load(tiny_checkpoint, device="cpu")
+
+
+def tensors(tr, ref):
+    src = torch.tensor([ref.source_ids])
+    tgt = torch.tensor([[tr.config.bos_id, *ref.target_ids[:-1]]])
+    return src, tgt, torch.tensor([ref.target_ids])
+
+
+def test_inside_a_head_shows_the_models_numbers(app_env):
+    tr = app_env
+    at = set_view(translate(new_app(), TEXT), "Inside a head")
+    assert any("Pick one head" in i.value for i in at.info)
+    at.selectbox(key="head").set_value("2")
+    at.selectbox(key="layer").set_value(1)
+    at.run()
+    at.selectbox(key="inside_query").set_value(1)
+    at.run()
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    src, tgt, _ = tensors(tr, ref)
+    hc = head_computation(tr.model, src, tgt, "cross", 0, 1, 1)
+    table = at.dataframe[0].value
+    np.testing.assert_allclose(table["softmax weight"].to_numpy(), hc.weights.numpy(), atol=1e-6)
+    np.testing.assert_allclose(table["q·k"].to_numpy(), hc.scores.numpy(), atol=1e-5)
+    np.testing.assert_allclose(hc.weights.numpy(), ref.cross_attentions[0][1, 1].numpy(), atol=1e-6)
+
+
+def test_weighted_norms_toggle(app_env):
+    tr = app_env
+    at = translate(new_app(), TEXT)
+    at.segmented_control(key="measure").set_value("norms")
+    at.run()
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    src, tgt, _ = tensors(tr, ref)
+    norms = value_norms(tr.model, src, tgt).cross_attentions[-1][0].mean(0).numpy()
+    np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2 · mean over heads")["data"][0]["z"]), norms,
+                               atol=1e-5)
+    assert any("Kobayashi" in c.value for c in at.caption)
+    at = set_view(at, "All heads")
+    assert_clean(at)
+
+
+def test_what_drives_each_word_shows_the_attributions(app_env):
+    tr = app_env
+    at = set_view(translate(new_app(), TEXT), "What drives each word")
+    at.segmented_control(key="drivers_method").set_value("input_x_gradient")
+    at.run()
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    src, tgt, labels = tensors(tr, ref)
+    source, target = attribute(tr.model, src, tgt, labels, method="input_x_gradient")
+    np.testing.assert_allclose(arr(chart(at, "Attribution to the source")["data"][0]["z"]), source[0].numpy(),
+                               atol=1e-5)
+    np.testing.assert_allclose(arr(chart(at, "Attribution to the decoder input")["data"][0]["z"]),
+                               target[0].numpy(), atol=1e-5)
+    assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
+
+
+def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env):
+    tr = app_env
+    at = set_view(translate(new_app(), TEXT), "Layer by layer")
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    out = tr.attentions(ref.source_ids, ref.target_ids[:-1])
+    probs = out.logits[0].softmax(-1)
+    chosen = probs.gather(1, torch.tensor(ref.target_ids)[:, None])[:, 0].numpy()
+    z = arr(chart(at, "Probability of the piece the model produced")["data"][0]["z"])
+    np.testing.assert_allclose(z[-1], chosen, atol=1e-5)
+    assert z.shape == (tr.config.n_decoder_layers, len(ref.target_ids))
+
+
+def test_beam_tree_view(app_env):
+    tr = app_env
+    at = set_view(translate(new_app(), TEXT), "Beam tree")
+    assert_clean(at)
+    ref = tr.translate(TEXT, return_tree=True)
+    spec = chart(at, "Beam search tree")
+    shown = sum(len(t.get("x", [])) for t in spec["data"] if t.get("mode") == "markers+text")
+    assert shown == len(ref.tree.nodes)
+    assert any(f"{ref.score:.3f}" in c.value for c in at.caption)
+    at.sidebar.radio(key="search").set_value("Greedy")
+    at.run()
+    at.button(key="translate").click()
+    at.run()
+    assert any("Greedy search keeps one hypothesis" in i.value for i in at.info)
