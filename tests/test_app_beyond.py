@@ -107,3 +107,21 @@ def test_beam_tree_view(app_env):
     at.button(key="translate").click()
     at.run()
     assert any("Greedy search keeps one hypothesis" in i.value for i in at.info)
+
+
+def test_head_table_gains_the_agreement_column(app_env):
+    tr = app_env
+    at = set_view(translate(new_app(), TEXT), "Head table")
+    at.toggle(key="table_agreement").set_value(True)
+    at.run()
+    assert_clean(at)
+    table = at.dataframe[0].value
+    ref = tr.translate(TEXT)
+    src, tgt, labels = tensors(tr, ref)
+    from transformer.interpret import attention_attribution_agreement
+
+    source, _ = attribute(tr.model, src, tgt, labels, method="integrated_gradients", steps=32)
+    expected = attention_attribution_agreement(ref.cross_attentions, source[0])
+    row = table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 3)].iloc[0]
+    assert row["agrees with attribution"] == pytest.approx(float(expected[1, 2]), abs=1e-4)
+    assert table[table["type"] == "Encoder"]["agrees with attribution"].isna().all()

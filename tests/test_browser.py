@@ -180,3 +180,28 @@ def test_four_visitors_at_once_each_see_their_own(tiny_checkpoint):
         assert r["all_saw_their_own"] and not r["errors"], r
     assert not plain["any_saw_another"]
     assert len(plain["seconds"]) == 4 and len(ablating["seconds"]) == 3
+
+
+def test_views_beyond_weights_in_a_real_browser(server):
+    """Inside a head, What drives each word, Layer by layer and Beam tree open from links and draw their charts."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for view, title in (("Inside+a+head&head=2", "Softmax weights"),
+                                ("What+drives+each+word", "Attribution to the source"),
+                                ("Layer+by+layer", "Probability of the piece"), ("Beam+tree", "Beam search tree")):
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+                page.goto(f"{server}/?text=A+dog+runs+on+the+beach.&a=0&b=8&view={view}", wait_until="domcontentloaded")
+                page.get_by_text(title).first.wait_for(timeout=90_000)
+                assert page.locator("[data-testid=stException]").count() == 0
+                assert page.locator("[data-testid=stAlertContentError]").count() == 0
+                page.close()
+        finally:
+            browser.close()
+    assert not errors, errors

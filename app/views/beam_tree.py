@@ -53,7 +53,7 @@ def tree_figure(tree, pieces) -> go.Figure:
     fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
                       xaxis=dict(title=dict(text="output step"), dtick=1), title=dict(text="Beam search tree", x=0),
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"), autorange="reversed"),
-                      legend=dict(orientation="h", y=1.08))
+                      legend=dict(orientation="h", y=1.08, x=0.3))
     return fig
 
 

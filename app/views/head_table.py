@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls
+from .. import cached, controls
 from ..analysis import KINDS, head_diagnostics
 from ..state import KIND_LABELS, ViewContext
 
@@ -17,15 +17,24 @@ def render(ctx: ViewContext) -> None:
                "heatmap. Entropy (nats) is low for focused heads; 'on special token' is the share on </s> (source "
                "keys) or <s> (decoder keys), where idle heads park their attention; previous / same / next are "
                "the shares on the key one position before, at, or after the query (by index). All are means over "
-               "the queries.")
+               "the queries. 'agrees with attribution' (cross heads): Spearman rank correlation between the head's "
+               "weights and the integrated-gradients attribution to the source, mean over the output steps.")
     rows = head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys())
     frame = pd.DataFrame(rows)
+    if st.toggle("Add each cross-attention head's agreement with the attribution (integrated gradients, a second "
+                 "or two)", key="table_agreement"):
+        with st.spinner("Attributing every output piece…"):
+            agreement = cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result,
+                                          "integrated_gradients")["agreement"]  # (L, H)
+        frame["agrees with attribution"] = [float(agreement[r["layer"] - 1, r["head"] - 1]) if r["kind"] == "cross"
+                                            else float("nan") for r in rows]
     shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_LABELS))  # short names: room for numbers
     number = st.column_config.NumberColumn(format="%.3f")
     share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.2f")
              for c in ("max weight", "on special token", "on previous", "on same", "on next")}
     event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
-                         key="diag_table", column_config={"entropy": number, **share}, height=360)
+                         key="diag_table", height=360,
+                         column_config={"entropy": number, "agrees with attribution": number, **share})
     selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
     if selected:
         row = frame.iloc[selected[0]]
