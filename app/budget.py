@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 DEFAULT_CACHE_MB = 1024.0
+LOW_WATERMARK = 0.8  # once over budget, evict down to this share of it
 
 
 def budget_bytes() -> int:
@@ -84,6 +85,8 @@ class ByteLRU:
                 self._bytes += size
             limit = self._budget() - self._reserved()
             evicted = 0
+            if self._bytes > limit:  # over the budget: evict down to 80% of it, so memory is handed back in bulk
+                limit = int(limit * LOW_WATERMARK)
             while self._bytes > limit and len(self._items) > 1:
                 _, (_, old) = self._items.popitem(last=False)
                 self._bytes -= old

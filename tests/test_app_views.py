@@ -423,7 +423,8 @@ def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
     assert cache.nbytes == sum(size_of({"weights": np.zeros(n, np.float32)}) for n in (1000, 1000, 500))
     cache.get("a", lambda: make(-1))  # a hit: nothing made, "a" becomes the most recent
     assert made == [1000, 1000, 500]
-    cache.get("d", lambda: make(1000))  # over 12,000 bytes: "b", the least recently used, goes
+    cache.get("d", lambda: make(1000))  # over 12,000 bytes: the least recently used go, down to 80% of the budget
+    assert cache.nbytes <= 0.8 * 12_000 and len(cache) == 2  # "b" and "c" went, "a" (just used) and "d" stay
     cache.get("b", lambda: make(1000))
     assert made[-1] == 1000 and len(made) == 5  # "b" had to be made again
     assert cache.nbytes <= 12_000
