@@ -16,13 +16,23 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from .model import Transformer, TransformerConfig
-from .tokenizer import Tokenizer
+from .tokenizer import SplitTokenizer, Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.model"
 METADATA_FILE = "metadata.json"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+SPLIT_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # Marian's tokenizer, instead of tokenizer.model
+
+
+def missing_files(path: Path) -> list[str]:
+    """Required files absent from a checkpoint directory (a Marian split tokenizer may stand in for
+    ``tokenizer.model``)."""
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    if TOKENIZER_FILE in missing and all((path / name).is_file() for name in SPLIT_TOKENIZER_FILES):
+        missing.remove(TOKENIZER_FILE)
+    return missing
 
 
 class CheckpointError(Exception):
@@ -104,7 +114,7 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     is valid, and the safetensors header names every weight of that config with its shape, its data complete
     (a truncated file fails). Returns the config; raises ``CheckpointError`` saying what is wrong."""
     path = Path(path)
-    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    missing = missing_files(path)
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     try:
@@ -140,17 +150,19 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
     """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
     path = Path(path)
-    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    missing = missing_files(path)
     if missing:
         raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
     try:
         config = TransformerConfig.load(path / CONFIG_FILE)
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {err}") from err
+    joint = (path / TOKENIZER_FILE).is_file()
     try:
-        tokenizer = Tokenizer(path / TOKENIZER_FILE)
+        tokenizer = Tokenizer(path / TOKENIZER_FILE) if joint else SplitTokenizer.from_dir(path)
     except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
-        raise CheckpointError(f"{path / TOKENIZER_FILE} is not a sentencepiece model: {err}") from err
+        names = TOKENIZER_FILE if joint else ", ".join(SPLIT_TOKENIZER_FILES)
+        raise CheckpointError(f"{path}: {names} is not a usable sentencepiece tokenizer: {err}") from err
     if tokenizer.vocab_size != config.tgt_vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
                               f"tgt_vocab_size={config.tgt_vocab_size}")

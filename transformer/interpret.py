@@ -160,7 +160,7 @@ def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_em
                             tgt_embeds: Tensor) -> Tensor:
     """Log-probabilities ``(N, T, V)`` with the token embeddings given (``(N, S, D)``, ``(N, T, D)``, the rows of
     the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``."""
-    scale = math.sqrt(model.config.d_model)
+    scale = math.sqrt(model.config.d_model) if model.config.scale_embedding else 1.0
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
     x = src_embeds * scale + model.pe[: src.size(1)].to(src_embeds.dtype)
     for layer in model.encoder_layers:

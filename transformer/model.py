@@ -42,12 +42,21 @@ class TransformerConfig:
     eos_id: int = 3
     attention_dropout: float | None = None  # None: same as ``dropout``
     layer_norm_eps: float = 1e-5
+    # What real models of this architecture do differently (OPUS-MT / Marian); the defaults are the paper's.
+    activation: str = "relu"  # feed-forward activation: "relu" (the paper), "swish" (= SiLU, Marian) or "gelu"
+    positional_layout: str = "interleaved"  # "interleaved" sin/cos (the paper) or "halves": sin | cos (Marian)
+    final_logits_bias: bool = False  # a learned bias on the output logits (Marian's ``final_logits_bias``)
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+        if self.positional_layout not in ("interleaved", "halves"):
+            raise ValueError(f"positional_layout must be 'interleaved' or 'halves', not {self.positional_layout!r}")
 
     @property
     def d_head(self) -> int:
@@ -88,14 +97,23 @@ class TransformerConfig:
 # Positional encoding and masks
 
 
-def positional_encoding(max_len: int, d_model: int) -> Tensor:
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}
+
+
+def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """The sinusoidal table, ``(max_len, d_model)``.
 
-    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
+    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)); with
+    ``layout="halves"`` (Marian) the same waves as all sines first, then all cosines.
     """
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    if layout == "halves":
+        half = (d_model + 1) // 2
+        table[:, :half] = torch.sin(position / div)
+        table[:, half:] = torch.cos(position / div[: d_model // 2])
+        return table.float()
     table[:, 0::2] = torch.sin(position / div)
     table[:, 1::2] = torch.cos(position / div[: d_model // 2])
     return table.float()
@@ -112,8 +130,11 @@ def causal_mask(length: int, device: torch.device | str | None = None) -> Tensor
 
 
 def decoder_self_mask(tgt: Tensor, pad_id: int) -> Tensor:
-    """Padding and causal mask combined, ``(B, 1, T, T)``."""
-    return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1), tgt.device)
+    """Padding and causal mask combined, ``(B, 1, T, T)``. Position 0 holds the start token and is never hidden,
+    even when the start token is the padding id (Marian starts decoding with ``<pad>``)."""
+    keys = padding_mask(tgt, pad_id).clone()  # (B, 1, 1, T)
+    keys[..., 0] = True
+    return keys & causal_mask(tgt.size(1), tgt.device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,20 +203,22 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward: Linear(d_model, d_ff) -> ReLU -> dropout -> Linear(d_ff, d_model)."""
+    """Position-wise feed-forward: Linear(d_model, d_ff) -> activation (ReLU in the paper) -> dropout ->
+    Linear(d_ff, d_model)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
     def step(self, x: Tensor) -> Tensor:
         """``forward`` at inference as plain functional calls (no dropout)."""
-        return F.linear(F.relu(F.linear(x, self.linear1.weight, self.linear1.bias)), self.linear2.weight,
+        return F.linear(self.activation(F.linear(x, self.linear1.weight, self.linear1.bias)), self.linear2.weight,
                         self.linear2.bias)
 
 
@@ -227,7 +250,7 @@ class EncoderLayer(SublayerStack):
         super().__init__()
         attn_dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -248,7 +271,7 @@ class DecoderLayer(SublayerStack):
         attn_dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
@@ -369,13 +392,14 @@ class Transformer(nn.Module):
         self.config = cfg = config
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", positional_encoding(cfg.max_len, cfg.d_model), persistent=False)
+        self.register_buffer("pe", positional_encoding(cfg.max_len, cfg.d_model, cfg.positional_layout),
+                             persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)
         self.reset_parameters()
         if cfg.share_embeddings:
             self.tgt_embed.weight = self.src_embed.weight
@@ -402,7 +426,7 @@ class Transformer(nn.Module):
         length = tokens.size(1)
         if offset + length > self.config.max_len:
             raise ValueError(f"sequence of {offset + length} tokens is longer than max_len={self.config.max_len}")
-        x = embedding(tokens) * math.sqrt(self.config.d_model)
+        x = embedding(tokens) * (math.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0)
         return self.dropout(x + self.pe[offset:offset + length].to(x.dtype))
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False,
@@ -476,7 +500,9 @@ class Transformer(nn.Module):
         offset = cache[0]["self_k"].size(2) if "self_k" in cache[0] else 0
         if offset + 1 > self.config.max_len:
             raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={self.config.max_len}")
-        x = F.embedding(tokens, self.tgt_embed.weight) * math.sqrt(self.config.d_model)  # as ``embed``, no dropout
+        x = F.embedding(tokens, self.tgt_embed.weight)  # as ``embed``, no dropout
+        if self.config.scale_embedding:
+            x = x * math.sqrt(self.config.d_model)
         x = x + self.pe[offset].to(x.dtype)
         for layer, c in zip(self.decoder_layers, cache):
             x = layer.step(x, memory, src_mask, c)

@@ -70,3 +70,68 @@ class Tokenizer:
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """Subword pieces for display: the ``▁`` word-start marker kept, specials as ``<s>``/``</s>``."""
         return [self.sp.id_to_piece(int(i)) for i in ids]
+
+
+class SplitTokenizer:
+    """Marian's tokenization (OPUS-MT): a source and a target sentencepiece model over one shared vocabulary
+    (``source.spm``, ``target.spm``, ``vocab.json``), with the same interface as :class:`Tokenizer`. As
+    transformers' ``MarianTokenizer``: Moses punctuation normalisation, a leading ``>>xx<<`` language code kept
+    as one piece, pieces outside the vocabulary -> ``<unk>``."""
+
+    def __init__(self, source_model: str | Path, target_model: str | Path, vocab: dict[str, int],
+                 source_lang: str = "en", pad: str = "<pad>", eos: str = "</s>", unk: str = "<unk>") -> None:
+        self.source = spm.SentencePieceProcessor(model_file=str(source_model))
+        self.target = spm.SentencePieceProcessor(model_file=str(target_model))
+        self.vocab = dict(vocab)
+        self.inverse = {i: p for p, i in self.vocab.items()}
+        self.pad_id, self.eos_id, self.unk_id = self.vocab[pad], self.vocab[eos], self.vocab[unk]
+        self.bos_id = self.pad_id  # Marian starts decoding with <pad>
+        self.special = {self.pad_id, self.eos_id}
+        try:
+            from sacremoses import MosesPunctNormalizer
+
+            self.normalize = MosesPunctNormalizer(source_lang).normalize
+        except (ImportError, FileNotFoundError):  # as MarianTokenizer: no normaliser without sacremoses
+            self.normalize = lambda text: text
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> SplitTokenizer:
+        """From a ``MarianMTModel.save_pretrained`` directory."""
+        path = Path(path)
+        import json
+
+        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        lang = "en"
+        config = path / "tokenizer_config.json"
+        if config.is_file():
+            lang = json.loads(config.read_text(encoding="utf-8")).get("source_lang") or lang
+        return cls(path / "source.spm", path / "target.spm", vocab, source_lang=lang)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    clean = staticmethod(Tokenizer.clean)
+
+    def encode(self, text: str, add_eos: bool = False, add_bos: bool = False) -> list[int]:
+        text = self.clean(text)
+        text = self.normalize(text) if text else ""
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2:]
+        pieces = code + self.source.encode(text, out_type=str)
+        ids = [self.vocab.get(p, self.unk_id) for p in pieces]
+        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        pieces = [self.inverse.get(int(i), "<unk>") for i in ids if int(i) not in self.special]
+        return self.source.decode_pieces(pieces).replace("▁", " ").strip()  # shared vocabulary: source spm
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.inverse.get(int(i), "<unk>") for i in ids]

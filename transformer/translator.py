@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import load_model_dir, resolve_checkpoint_dir, resolve_device
+from .checkpoint import CheckpointError, load_model_dir, resolve_checkpoint_dir, resolve_device
 from .data import pad_sequences
 from .decoding import BeamTree, beam_search, greedy_decode
 from .model import Transformer
-from .tokenizer import Tokenizer
+from .tokenizer import SplitTokenizer, Tokenizer
 
 
 @dataclass
@@ -152,8 +152,22 @@ class Translator:
 def load(path_or_hub_id: str | Path, device: str | torch.device = "auto") -> Translator:
     """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
 
-    ``device="auto"`` takes CUDA when present. Raises ``CheckpointError`` with a clear message.
+    ``device="auto"`` takes CUDA when present. A Marian / OPUS-MT checkpoint (a ``MarianMTModel.save_pretrained``
+    directory or its Hub id) is recognised and converted on load. Raises ``CheckpointError`` with a clear message.
     """
     path = resolve_checkpoint_dir(path_or_hub_id)
+    from .marian import is_marian_dir, load_marian_model
+
+    if is_marian_dir(path):
+        try:
+            tokenizer = SplitTokenizer.from_dir(path)
+        except (OSError, ValueError, KeyError) as err:
+            raise CheckpointError(f"{path} has no usable Marian tokenizer files (source.spm, target.spm, "
+                                  f"vocab.json): {err}") from err
+        model = load_marian_model(path).to(resolve_device(device))
+        name = str(path_or_hub_id)
+        pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
+        metadata = {"source": "marian", "converted_from": name, "language_pair": pair}
+        return Translator(model, tokenizer, metadata, path)
     model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
     return Translator(model, tokenizer, metadata, path)

@@ -1,0 +1,158 @@
+"""Marian / OPUS-MT checkpoints run by our Transformer, proven equal to transformers (tiny random models, no
+network)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import sentencepiece as spm  # noqa: E402
+
+import transformer  # noqa: E402
+from transformer import TransformerConfig  # noqa: E402
+from transformer.marian import load_marian_model  # noqa: E402
+
+torch.set_num_threads(1)
+SENTENCES = ["A man rides a red bike.", "Two dogs play in the park!", "A girl, a boy and a dog walk home.",
+             "The woman's ball is blue ... really?", "Ein Hund läuft 🐕 über die Straße."]
+
+
+@pytest.fixture(scope="module")
+def marian_files(tmp_path_factory, tiny_corpus):
+    """A tiny sentencepiece model (source = target) and a Marian vocab.json: </s> 0, <unk> 1, pieces, <pad> last."""
+    d = tmp_path_factory.mktemp("marian-spm")
+    spm.SentencePieceTrainer.train(input=",".join(str(tiny_corpus / f) for f in ("train.en", "train.de")),
+                                   model_prefix=str(d / "sp"), vocab_size=90, character_coverage=1.0,
+                                   model_type="unigram", bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0)
+    sp = spm.SentencePieceProcessor(model_file=str(d / "sp.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.id_to_piece(i) != "<unk>"]
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    (d / "vocab.json").write_text(json.dumps(vocab))
+    return d, vocab
+
+
+def save_marian(tmp_path, vocab: dict, activation: str = "swish", tied: bool = True, safetensors: bool = True,
+                files=None) -> tuple:
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    torch.manual_seed(len(vocab) + (activation == "relu") + 2 * tied)
+    v, pad = len(vocab), vocab["<pad>"]
+    cfg = MarianConfig(vocab_size=v, decoder_vocab_size=v, d_model=32, encoder_layers=2, decoder_layers=2,
+                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                       max_position_embeddings=64, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+                       activation_function=activation, share_encoder_decoder_embeddings=tied,
+                       tie_word_embeddings=tied, attn_implementation="eager")
+    model = MarianMTModel(cfg).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.5)
+    out = tmp_path / f"marian-{activation}-{tied}"
+    model.save_pretrained(out, safe_serialization=safetensors)
+    if files is not None:
+        d, _ = files
+        tok = MarianTokenizer(source_spm=str(d / "sp.model"), target_spm=str(d / "sp.model"),
+                              vocab=str(d / "vocab.json"), source_lang="en", target_lang="de")
+        tok.save_pretrained(out)
+    return model, out
+
+
+@pytest.mark.parametrize("activation,tied", [("swish", True), ("relu", True), ("gelu", False)])
+def test_logits_and_every_attention_equal_transformers(tmp_path, marian_files, activation, tied):
+    _, vocab = marian_files
+    hf, path = save_marian(tmp_path, vocab, activation, tied)
+    ours = load_marian_model(path)
+    pad = vocab["<pad>"]
+    src = torch.tensor([[5, 6, 7, 8, 0], [9, 10, 0, pad, pad]])
+    tgt = torch.tensor([[pad, 11, 12, 13], [pad, 14, 15, 16]])  # decoding starts from <pad>
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=(src != pad).long(), decoder_input_ids=tgt, output_attentions=True)
+        out = ours(src, tgt, return_attention=True)
+    torch.testing.assert_close(out.logits, ref.logits, atol=1e-4, rtol=1e-4)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        theirs, mine = getattr(ref, name), getattr(out, name)
+        assert len(theirs) == len(mine) == 2
+        for a, b in zip(theirs, mine):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_tokenization_and_greedy_translation_equal_transformers(tmp_path, marian_files):
+    from transformers import MarianTokenizer
+
+    _, vocab = marian_files
+    hf, path = save_marian(tmp_path, vocab, files=marian_files)
+    ref_tok = MarianTokenizer.from_pretrained(path)
+    tr = transformer.load(path, device="cpu")
+    assert isinstance(tr.tokenizer, transformer.tokenizer.SplitTokenizer) and tr.config.activation == "swish"
+    for text in SENTENCES:
+        assert tr.encode_source(text)[0] == ref_tok(text)["input_ids"]
+    pad = vocab["<pad>"]
+    for text in SENTENCES:
+        ids = ref_tok(text, return_tensors="pt")
+        # Marian forces </s> as the last token at the length limit; ours stops without one (target_ids says so)
+        theirs = hf.generate(**ids, num_beams=1, do_sample=False, max_new_tokens=12, bad_words_ids=[[pad]],
+                             forced_eos_token_id=None)
+        ours = tr.translate(text, beam_size=1, max_len_a=0.0, max_len_b=12, return_attention=False)
+        assert [pad, *ours.target_ids] == theirs[0].tolist()[: len(ours.target_ids) + 1]
+        assert ours.text == ref_tok.decode(theirs[0], skip_special_tokens=True)
+
+
+def test_pytorch_bin_weights_load_without_unpickling_code(tmp_path, marian_files):
+    _, vocab = marian_files
+    hf, path = save_marian(tmp_path, vocab)
+    if not (path / "pytorch_model.bin").is_file():  # recent transformers write safetensors only: make the old format
+        torch.save(hf.state_dict(), path / "pytorch_model.bin")
+        (path / "model.safetensors").unlink()
+    ours = load_marian_model(path)  # torch.load(weights_only=True): tensors, never code
+    src = torch.tensor([[5, 6, 7, 0]])
+    tgt = torch.tensor([[vocab["<pad>"], 11]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(src, tgt).logits, hf(input_ids=src, decoder_input_ids=tgt).logits,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_old_config_files_load_with_the_papers_defaults():
+    old = {"src_vocab_size": 100, "tgt_vocab_size": 100, "d_model": 32, "n_heads": 4, "n_encoder_layers": 1,
+           "n_decoder_layers": 1, "d_ff": 64, "dropout": 0.1, "max_len": 64, "norm_first": False,
+           "share_embeddings": True, "pad_id": 0, "bos_id": 2, "eos_id": 3}
+    cfg = TransformerConfig.from_dict(old)
+    assert (cfg.activation, cfg.positional_layout, cfg.final_logits_bias, cfg.scale_embedding) == \
+        ("relu", "interleaved", False, True)
+    model = transformer.Transformer(cfg)
+    assert model.generator.bias is None
+    torch.testing.assert_close(model.pe, transformer.positional_encoding(64, 32))
+
+
+def test_convert_writes_one_of_our_checkpoints(tmp_path, marian_files, capsys):
+    from transformer.checkpoint import check_checkpoint_dir
+    from transformer.convert import main
+
+    hf, path = save_marian(tmp_path, marian_files[1], files=marian_files)
+    out = tmp_path / "converted"
+    assert main(["--from-hf", str(path), "--out", str(out)]) == 0
+    assert "parameters" in capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "source.spm", "target.spm",
+                                                 "vocab.json", "metadata.json"}
+    assert json.loads((out / "metadata.json").read_text())["converted_from"] == str(path)
+    assert check_checkpoint_dir(out).positional_layout == "halves"
+    direct, converted = transformer.load(path, device="cpu"), transformer.load(out, device="cpu")
+    for text in SENTENCES[:3]:
+        a, b = direct.translate(text, beam_size=3), converted.translate(text, beam_size=3)
+        assert a.target_ids == b.target_ids and a.text == b.text
+    assert main(["--from-hf", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 1
+
+
+def test_unknown_hub_id_gives_one_clear_message(monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", offline)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(transformer.CheckpointError, match="Hugging Face Hub"):
+        transformer.load("Helsinki-NLP/opus-mt-xx-yy")

@@ -1,0 +1,65 @@
+"""``python -m transformer.convert --from-hf ID_OR_DIR --out DIR``: a Marian / OPUS-MT checkpoint as one of ours.
+
+Reads a ``MarianMTModel.save_pretrained`` directory or a Hugging Face Hub id (downloaded with huggingface_hub
+after a size check), converts the weights and writes a checkpoint directory: ``config.json`` (with the Marian
+fields: swish, sin|cos positions, logits bias, decoding from ``<pad>``), ``model.safetensors``, the tokenizer
+files (``source.spm``, ``target.spm``, ``vocab.json``) and ``metadata.json`` naming the source. Our runtime
+never imports transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .checkpoint import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE, CheckpointError, resolve_checkpoint_dir
+from .marian import is_marian_dir
+from .translator import Translator, load
+
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
+
+
+def convert(source: str, out: str | Path) -> Translator:
+    """Convert ``source`` (a directory or Hub id of a Marian checkpoint) into the checkpoint directory ``out``."""
+    path = resolve_checkpoint_dir(source)
+    if not is_marian_dir(path):
+        raise CheckpointError(f"{source} is not a Marian checkpoint (its config.json has no model_type 'marian')")
+    tr = load(path, device="cpu")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_model
+
+    tr.config.save(out / CONFIG_FILE)
+    save_model(tr.model, str(out / WEIGHTS_FILE))
+    for name in TOKENIZER_FILES:
+        if (path / name).is_file():
+            shutil.copyfile(path / name, out / name)
+    metadata = {**tr.metadata, "converted_from": str(source), "converted_by": "python -m transformer.convert",
+                "parameters": tr.model.num_parameters()}
+    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return load(out, device="cpu")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m transformer.convert", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from-hf", required=True, help="Hub id (e.g. Helsinki-NLP/opus-mt-en-de) or a local directory")
+    p.add_argument("--out", required=True, help="the checkpoint directory to write")
+    args = p.parse_args(argv)
+    try:
+        tr = convert(args.from_hf, args.out)
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    cfg = tr.config
+    print(f"wrote {args.out}: {tr.model.num_parameters():,} parameters, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
+          f"layers, d_model {cfg.d_model}, {cfg.n_heads} heads, vocabulary {cfg.tgt_vocab_size:,}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
