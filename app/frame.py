@@ -74,8 +74,8 @@ def model_picker() -> None:
                      format_func=lambda p: usable[p].label() if p in usable else p)
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         return
-    options = [*usable, state.OTHER_MODEL]
-    wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in usable else state.OTHER_MODEL
+    options = [*usable, *inference.OPUS_MT, state.OTHER_MODEL]
+    wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
     if ss.get(state.MODEL_CHOICE) != wanted:
         ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
 
@@ -84,7 +84,8 @@ def model_picker() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
 
     st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
-                 format_func=lambda p: usable[p].label() if p in usable else p)
+                 format_func=lambda p: usable[p].label() if p in usable else
+                 f"{p} (OPUS-MT, from the Hub)" if p in inference.OPUS_MT else p)
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
     for info in infos:

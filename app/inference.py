@@ -456,6 +456,9 @@ def load_heads(path: str | Path | None) -> dict | None:
     return data if isinstance(data, dict) and "importance" in data else None
 
 
+OPUS_MT = [f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")]
+
+
 def public_mode() -> bool:
     """``ATTN_PUBLIC=1``: the hosted demo (only the allow-listed models, no free-form field)."""
     return os.environ.get("ATTN_PUBLIC", "").strip().lower() in ("1", "true", "yes", "on")
@@ -463,13 +466,13 @@ def public_mode() -> bool:
 
 def allowed_models() -> list[str]:
     """The models a public server offers: ``$ATTN_MODELS`` (comma-separated directories and Hub ids), else the
-    default checkpoint and every checkpoint directory shipped under ``checkpoints/``."""
+    default checkpoint, every checkpoint directory shipped under ``checkpoints/`` and the suggested OPUS-MT ids."""
     listed = [m.strip() for m in os.environ.get("ATTN_MODELS", "").split(",") if m.strip()]
     if listed:
         return list(dict.fromkeys(listed))
     root = REPO_ROOT / "checkpoints"
     shipped = [f"checkpoints/{p.name}" for p in sorted(root.glob("*")) if p.is_dir()] if root.is_dir() else []
-    return list(dict.fromkeys([default_checkpoint(), *shipped]))
+    return list(dict.fromkeys([default_checkpoint(), *shipped, *OPUS_MT]))
 
 
 def model_allowed(checkpoint: str) -> bool:

@@ -156,3 +156,20 @@ def test_unknown_hub_id_gives_one_clear_message(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(transformer.CheckpointError, match="Hugging Face Hub"):
         transformer.load("Helsinki-NLP/opus-mt-xx-yy")
+
+
+def test_a_marian_checkpoint_opens_in_the_app(tmp_path, marian_files, monkeypatch):
+    pytest.importorskip("streamlit")
+    from test_app import assert_clean, new_app, set_view, shown_texts, translate
+
+    from app.views import VIEWS
+
+    _, path = save_marian(tmp_path, marian_files[1], files=marian_files)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(path))  # the save_pretrained directory itself, converted on load
+    tr = transformer.load(path, device="cpu")
+    at = translate(new_app(), "A man rides a red bike.")
+    assert_clean(at)
+    assert tr.translate("A man rides a red bike.").text in shown_texts(at)
+    for view in VIEWS:
+        at = set_view(at, view)
+        assert_clean(at)
