@@ -33,7 +33,7 @@ from .common import (
     synthetic_sentences,
 )
 
-SECTIONS = ("train", "latency", "batch", "app")
+SECTIONS = ("train", "latency", "batch", "app", "marian")
 REQUIRED_KEYS = ("train_tok_s", "train_tok_s_nn_transformer", "train_speed_ratio", "greedy_ms_p50", "beam4_ms_p50",
                  "capture_overhead", "kv_cache_speedup", "batch_sent_s", "batch_sent_s_ctranslate2",
                  "ctranslate2_ratio", "load_s", "peak_rss_mb")
@@ -161,6 +161,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             result["checkpoint"] = str(checkpoint)
         result.update(run_device("cpu", args, checkpoint, sentences, lines, errors))
+        if "marian" in args.sections:  # an OPUS-MT-sized model: ours against transformers and CTranslate2
+            try:
+                from . import marian
+
+                result.update(marian.run(sentences, args.quick, args.threads or torch.get_num_threads(),
+                                         corpus=lines))
+            except Exception as err:  # report and go on
+                errors["marian"] = f"{type(err).__name__}: {err}"
         if torch.cuda.is_available() and not args.no_cuda:
             result["cuda"] = run_device("cuda", args, checkpoint, sentences, lines, errors)
     result["errors"] = errors

@@ -61,6 +61,13 @@ def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
             continue
         assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, (key, value)
     assert result["greedy_ms_p95"] >= result["greedy_ms_p50"]
+    marian = ["marian_batch_sent_s", "marian_batch_sent_s_hf", "marian_hf_ratio", "marian_greedy_ms_p50",
+              "marian_greedy_ms_p50_hf", "marian_latency_hf_ratio"] + \
+        (["marian_batch_sent_s_ctranslate2", "marian_ctranslate2_ratio"] if has_ct2 else [])
+    for key in marian:  # the OPUS-MT-sized section (tiny in --quick)
+        assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result.get(key))
+    assert result["marian_hf_ratio"] == pytest.approx(result["marian_batch_sent_s"] / result["marian_batch_sent_s_hf"],
+                                                      abs=0.01)
     if has_ct2:  # greedy search gives the same tokens in both engines
         assert result["ctranslate2_greedy_identical"] == result["ctranslate2_greedy_compared"] > 0
         assert 0 <= result["ctranslate2_identical"] <= result["batch_sentences"]

@@ -1,0 +1,158 @@
+"""The OPUS-MT-sized section of ``python -m bench`` (also ``python -m bench.marian``).
+
+An OPUS-MT-sized Marian model (512 / 6+6 / 8 heads / 2048, 58,101 pieces; random weights, no download) is
+saved with transformers and run three ways on the same weights, threads and sentences, beam 4: ours (opened by
+``transformer.load`` from that directory), transformers' ``generate``, and CTranslate2 (converted with its own
+``TransformersConverter``). Random weights ramble, so every engine stops at the same output length. Also one
+20-word sentence, greedy, with every attention returned: ours against transformers with
+``output_attentions=True``. ``--quick`` shrinks the model and the workload to seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .common import DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
+
+
+def marian_dir(directory: Path, sentences: list[str], quick: bool) -> Path:
+    """A random Marian model with a sentencepiece tokenizer trained on ``sentences``, saved with transformers."""
+    import sentencepiece as spm
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    text = directory / "corpus.txt"
+    text.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "sp"), vocab_size=2000 if quick
+                                   else 8000, model_type="unigram", bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
+                                   minloglevel=2, hard_vocab_limit=False)
+    sp = spm.SentencePieceProcessor(model_file=str(directory / "sp.model"))
+    size = 3001 if quick else 58101
+    vocab = {"</s>": 0, "<unk>": 1}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    while len(vocab) < size - 1:  # OPUS-MT's vocabulary size: pieces the workload never uses
+        vocab[f"▁extra{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    d, layers, heads, ff = (64, 2, 4, 128) if quick else (512, 6, 8, 2048)
+    cfg = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=d, encoder_layers=layers,
+                       decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                       encoder_ffn_dim=ff, decoder_ffn_dim=ff, max_position_embeddings=512, pad_token_id=vocab["<pad>"],
+                       eos_token_id=0, decoder_start_token_id=vocab["<pad>"], attn_implementation="eager")
+    torch.manual_seed(0)
+    model = MarianMTModel(cfg).eval()
+    out = directory / "marian"
+    model.save_pretrained(out)
+    MarianTokenizer(source_spm=str(directory / "sp.model"), target_spm=str(directory / "sp.model"),
+                    vocab=str(directory / "vocab.json"), source_lang="en", target_lang="de").save_pretrained(out)
+    return out
+
+
+def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: int = 20,
+        corpus: list[str] | None = None) -> dict[str, Any]:
+    """The section's keys (see the module docstring); the tokenizer is trained on ``corpus`` (default: the
+    sentences)."""
+    import transformer
+
+    torch.set_num_threads(threads)
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-marian-") as tmp:
+        path = marian_dir(Path(tmp), corpus or sentences, quick)
+        from transformers import MarianMTModel, MarianTokenizer
+
+        hf = MarianMTModel.from_pretrained(path, attn_implementation="eager").eval()
+        tok = MarianTokenizer.from_pretrained(path)
+        ours = transformer.load(path, device="cpu")
+        pad = hf.config.pad_token_id
+        batch = 64 if not quick else 8
+
+        def ours_batch() -> None:
+            order = sorted(sentences, key=len)
+            for i in range(0, len(order), batch):
+                ours.translate_batch(order[i:i + batch], beam_size=4, max_len_a=0.0, max_len_b=max_new)
+
+        def hf_batch() -> None:
+            order = sorted(sentences, key=len)
+            with torch.inference_mode():
+                for i in range(0, len(order), batch):
+                    enc = tok(order[i:i + batch], return_tensors="pt", padding=True)
+                    hf.generate(**enc, num_beams=4, max_new_tokens=max_new, bad_words_ids=[[pad]],
+                                forced_eos_token_id=None)
+
+        for name, fn in (("", ours_batch), ("_hf", hf_batch)):
+            start = time.perf_counter()
+            fn()
+            result[f"marian_batch_sent_s{name}"] = round(len(sentences) / (time.perf_counter() - start), 2)
+        try:
+            import ctranslate2
+            from ctranslate2.converters import TransformersConverter
+
+            ct2_dir = Path(tmp) / "ct2"
+            TransformersConverter(str(path)).convert(str(ct2_dir), force=True)
+            ct = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=1, intra_threads=threads)
+            start = time.perf_counter()
+            pieces = [tok.convert_ids_to_tokens(tok(s)["input_ids"]) for s in sentences]
+            ct.translate_batch(pieces, beam_size=4, max_batch_size=batch, max_decoding_length=max_new,
+                               length_penalty=0.6)
+            result["marian_batch_sent_s_ctranslate2"] = round(len(sentences) / (time.perf_counter() - start), 2)
+        except Exception as err:  # not installed, or the converter refused: say so, keep the rest
+            result["marian_ctranslate2_error"] = f"{type(err).__name__}: {err}"
+        result["marian_hf_ratio"] = round(result["marian_batch_sent_s"] / result["marian_batch_sent_s_hf"], 2)
+        if "marian_batch_sent_s_ctranslate2" in result:
+            result["marian_ctranslate2_ratio"] = round(result["marian_batch_sent_s"] /
+                                                       result["marian_batch_sent_s_ctranslate2"], 2)
+        sentence = next((s for s in sentences if len(s.split()) == 20), sentences[0])
+        repeat = 3 if quick else 10
+        ours_ms, hf_ms = [], []
+        enc = tok(sentence, return_tensors="pt")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            ours.translate(sentence, beam_size=1, max_len_a=0.0, max_len_b=max_new, return_attention=True)
+            ours_ms.append(1000 * (time.perf_counter() - start))
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = hf.generate(**enc, num_beams=1, max_new_tokens=max_new, bad_words_ids=[[pad]],
+                                  forced_eos_token_id=None)
+                hf(**enc, decoder_input_ids=out, output_attentions=True)  # every attention, as ours returns
+            hf_ms.append(1000 * (time.perf_counter() - start))
+        result["marian_greedy_ms_p50"] = round(percentile(ours_ms, 50), 1)
+        result["marian_greedy_ms_p50_hf"] = round(percentile(hf_ms, 50), 1)
+        result["marian_latency_hf_ratio"] = round(result["marian_greedy_ms_p50_hf"] / result["marian_greedy_ms_p50"], 2)
+        result["marian_model"] = f"{hf.config.d_model}/{hf.config.encoder_layers}+{hf.config.decoder_layers}/" \
+                                 f"{hf.config.encoder_attention_heads}/{hf.config.encoder_ffn_dim}, " \
+                                 f"vocabulary {hf.config.vocab_size:,}"
+        result["marian_sentences"] = len(sentences)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.marian", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    lines = read_sentences(args.data_dir) or [f"A man in a red shirt walks {i} dogs past the old church."
+                                             for i in range(200)]
+    n = 16 if args.quick else args.sentences
+    result = run((lines * (n // len(lines) + 1))[:n], args.quick, args.threads, corpus=lines)
+    result["machine"] = machine_info()
+    for key, value in result.items():
+        if key.startswith("marian_"):
+            print(f"{key}: {value}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
