@@ -100,15 +100,6 @@ class Analysis:
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def resolve_device_name(device: str) -> str:
-    """``"auto"`` -> ``"cuda"`` when present, else ``"cpu"``."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise transformer.CheckpointError("CUDA was chosen but no GPU is available here; pick 'cpu' or 'auto'")
-    return device
-
-
 def resolve_checkpoint(checkpoint: str) -> str:
     """A relative directory is looked up from the working directory, then from the repository root; a name
     under one of the repository's folders (``checkpoints/...``) stays a path even when it does not exist."""
@@ -122,10 +113,11 @@ def resolve_checkpoint(checkpoint: str) -> str:
 
 
 def load_translator(checkpoint: str, device: str) -> Translator:
-    """Load a checkpoint directory or Hub repo id; raises ``transformer.CheckpointError`` with a clear message."""
+    """Load a checkpoint directory or Hub repo id on ``device`` (resolved by ``transformer.load``: ``"auto"`` takes
+    CUDA when present); raises ``transformer.CheckpointError`` with a clear message."""
     if not checkpoint.strip():
         raise transformer.CheckpointError("no checkpoint named: give a directory or a Hugging Face Hub repo id")
-    tr = transformer.load(resolve_checkpoint(checkpoint), device=resolve_device_name(device))
+    tr = transformer.load(resolve_checkpoint(checkpoint), device=device)  # "auto" resolved there
     tr.model.eval()
     return tr
 
