@@ -1,104 +1,176 @@
 """``python -m transformer.publish``: upload a checkpoint directory with its model card to a Hub model repo.
 
     python -m transformer.publish --checkpoint checkpoints/multi30k-en-de --repo-id USER/multi30k-en-de --dry-run
+    HF_TOKEN=hf_... python -m transformer.publish --checkpoint checkpoints/multi30k-en-de --repo-id USER/multi30k-en-de
 
-The card (the checkpoint's ``README.md``) gets the Hub's metadata header (language, license, datasets, metrics,
-tags), so the repo shows as a translation model; ``ATTN_CHECKPOINT=USER/NAME`` then opens it in the app.
-``--dry-run`` checks the checkpoint and the card and lists what would go up, without any network use. The upload
-uses ``huggingface_hub`` with the token in ``HF_TOKEN`` (or a ``huggingface-cli login``).
+The checkpoint is loaded first (``transformer.load``), so a broken one never goes up. The card (the checkpoint's
+``README.md``) gets the Hub's metadata header (language, license, datasets, metrics, tags, and the test scores
+of ``metadata.json`` as model-index results), merged into any header it already has; the app then opens the repo
+with ``ATTN_CHECKPOINT=USER/NAME``. Training state (``state.pt``, ``averaging/``) never goes up. ``--dry-run``
+checks the checkpoint and the card and lists what would go up, without any network use. The upload is one
+commit through ``huggingface_hub``, with the token in ``HF_TOKEN`` (or a ``hf auth login``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from .checkpoint import CheckpointError, check_checkpoint_dir
+from .checkpoint import HUB_ID, CheckpointError
+from .hub import max_download_mb
 
-SKIP = ("state.pt", "averaging", "__pycache__", ".tmp")
-LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
+CARD_FILE = "README.md"
+SKIP_FILES = {"state.pt"}  # training state: resuming needs it, loading does not
+SKIP_DIRS = {"averaging", "__pycache__", ".cache"}
+SKIP_SUFFIXES = (".tmp", ".pyc", ".lock")
+LICENSE = "mit"
+DATASETS = ["multi30k"]
+METRICS = ["bleu", "chrf"]
+TAGS = ["translation", "transformer", "attention"]
+REQUIRED_KEYS = ("language", "license", "datasets", "metrics", "tags")
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")
+TEST_SET = "test_2016_flickr"
 
 
 def files_to_upload(checkpoint: Path) -> list[Path]:
-    """Every file of the checkpoint directory except training state (``state.pt``, ``averaging/``)."""
-    return sorted(p for p in checkpoint.rglob("*") if p.is_file() and not any(s in p.parts or p.name.endswith(s)
-                                                                            for s in SKIP))
+    """The checkpoint's files, relative to it, that go up: all but training state (``state.pt``,
+    ``averaging/``) and temporary files. ``README.md`` is always listed: the card replaces or creates it."""
+    files = {p.relative_to(checkpoint) for p in checkpoint.rglob("*") if p.is_file()}
+    kept = {f for f in files if f.name not in SKIP_FILES and not SKIP_DIRS & set(f.parts[:-1])
+            and not f.name.endswith(SKIP_SUFFIXES)}
+    return sorted(kept | {Path(CARD_FILE)})
 
 
-def model_card(checkpoint: Path, repo_id: str):
-    """The checkpoint's README.md with the Hub's metadata header (an existing header is replaced)."""
+def _eval_results(metadata: dict, languages: list[str]) -> list[Any]:
+    """The test scores of ``metadata.json`` (``test_2016_flickr``: bleu, chrf) as the Hub's model-index results."""
+    from huggingface_hub import EvalResult
+
+    scores = metadata.get(TEST_SET)
+    if not isinstance(scores, dict):
+        return []
+    results = []
+    for metric, name in (("bleu", "sacreBLEU (cased, detokenized)"), ("chrf", "chrF")):
+        value = scores.get(metric)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            results.append(EvalResult(task_type="translation", task_name="Translation", dataset_type="multi30k",
+                                      dataset_name=f"Multi30k {TEST_SET} ({'-'.join(languages)})",
+                                      dataset_config="-".join(languages) or None, dataset_split="test",
+                                      metric_type=metric, metric_name=name, metric_value=float(value),
+                                      metric_config=str(scores["signature"]) if metric == "bleu" and
+                                      scores.get("signature") else None))
+    return results
+
+
+def model_card(checkpoint: Path, repo_id: str, metadata: dict) -> Any:
+    """The checkpoint's README.md (or a short one) under the Hub's metadata header; an existing header is merged
+    into it (its other keys kept, the ones set here replaced), never repeated."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    meta = json.loads((checkpoint / "metadata.json").read_text(encoding="utf-8")) \
-        if (checkpoint / "metadata.json").is_file() else {}
-    pair = str(meta.get("language_pair", "")).split("-")
-    body = (checkpoint / "README.md").read_text(encoding="utf-8") if (checkpoint / "README.md").is_file() else \
-        f"# {repo_id}\n\nA Transformer checkpoint of the attention explorer.\n"
-    if body.startswith("---"):
-        end = body.find("\n---", 3)
-        body = body[end + 4:].lstrip("\n") if end != -1 else body
-    test = meta.get("test_2016_flickr") if isinstance(meta.get("test_2016_flickr"), dict) else {}
-    data = ModelCardData(language=[p for p in pair if p] or None, license="mit", datasets=["multi30k"],
-                         metrics=["bleu", "chrf"], tags=["translation", "transformer", "attention", "safetensors"],
-                         pipeline_tag="translation", library_name="attention-explorer")
-    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
-    if test:
-        card.text += (f"\n\nScores on Multi30k test_2016_flickr (beam {test.get('beam', '?')}): BLEU "
-                      f"{test.get('bleu')}, chrF {test.get('chrf')}.\n")
-    return card
+    readme = checkpoint / CARD_FILE
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else None
+    if text is not None and text.startswith("---"):
+        existing = ModelCard(text, ignore_metadata_errors=True)
+        header, body = existing.data.to_dict(), existing.text.lstrip("\n")
+    elif text is not None:
+        header, body = {}, text
+    else:
+        header, body = {}, (f"# {repo_id.split('/')[-1]}\n\nA Transformer translation checkpoint of the attention "
+                            "explorer (`transformer.load` opens it).\n")
+    languages = [p for p in str(metadata.get("language_pair", "")).split("-") if p]
+    tags = list(dict.fromkeys([*TAGS, *(header.get("tags") or [])]))
+    header.pop("model-index", None)  # rebuilt from eval_results below
+    ours = dict(language=languages or None, license=LICENSE, datasets=DATASETS, metrics=METRICS, tags=tags,
+                pipeline_tag="translation")
+    results = _eval_results(metadata, languages)
+    if results:
+        ours.update(model_name=repo_id.split("/")[-1], eval_results=results)
+    data = ModelCardData(**{**header, **ours})
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
 
-def validate_card(card) -> list[str]:
-    """Problems with the card's metadata header (empty when it is fine)."""
+def validate_card(card: Any) -> list[str]:
+    """Problems with the card's metadata header once written out and parsed back (empty when it is fine)."""
     from huggingface_hub import ModelCard
 
-    parsed = ModelCard(str(card)).data.to_dict()
-    problems = [f"metadata header lacks '{key}'" for key in ("language", "license", "datasets", "metrics", "tags")
-                if not parsed.get(key)]
+    try:
+        parsed = ModelCard(str(card)).data.to_dict()
+    except Exception as err:  # a header that does not parse back
+        return [f"the card's metadata header does not parse: {err}"]
+    problems = [f"metadata header lacks '{key}'" + (" (metadata.json has no language_pair such as 'en-de')"
+                                                    if key == "language" else "")
+                for key in REQUIRED_KEYS if not parsed.get(key)]
+    problems += [f"'{code}' is not an ISO 639 language code" for code in parsed.get("language") or []
+                 if not LANGUAGE_CODE.fullmatch(str(code))]
+    if ModelCard(str(card)).text.lstrip().startswith("---\n"):
+        problems.append("the card has a second metadata header")
     return problems
+
+
+def upload(checkpoint: Path, repo_id: str, card: Any, files: list[Path], private: bool = False) -> str:
+    """Create the model repo if needed and upload ``files`` with ``card`` as README.md in one commit; the URL."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    operations = [CommitOperationAdd(path_in_repo=f.as_posix(), path_or_fileobj=str(checkpoint / f))
+                  for f in files if f.as_posix() != CARD_FILE]
+    operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=str(card).encode("utf-8")))
+    api.create_commit(repo_id, operations=operations, repo_type="model",
+                      commit_message=f"Upload {checkpoint.name} from the attention explorer")
+    return f"https://huggingface.co/{repo_id}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m transformer.publish", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory")
-    p.add_argument("--repo-id", required=True, help="USER/NAME of the Hub model repo")
-    p.add_argument("--dry-run", action="store_true", help="check and list, upload nothing")
-    p.add_argument("--private", action="store_true")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory (config.json, model.safetensors, ...)")
+    p.add_argument("--repo-id", required=True, help="USER/NAME of the Hub model repo (created when missing)")
+    p.add_argument("--dry-run", action="store_true", help="check the checkpoint and the card, list, upload nothing")
+    p.add_argument("--private", action="store_true", help="create the repo private")
     args = p.parse_args(argv)
-    checkpoint = Path(args.checkpoint)
-    try:
-        check_checkpoint_dir(checkpoint)
-    except CheckpointError as err:
-        print(f"error: {checkpoint}: {err}", file=sys.stderr)
+    checkpoint = Path(args.checkpoint).expanduser()
+    if not HUB_ID.fullmatch(args.repo_id) or ".." in args.repo_id:
+        print(f"error: --repo-id {args.repo_id!r} is not a Hub repo id of the form USER/NAME", file=sys.stderr)
+        return 2
+    if not checkpoint.is_dir():
+        print(f"error: {checkpoint} is not a checkpoint directory", file=sys.stderr)
         return 1
-    card = model_card(checkpoint, args.repo_id)
+    import transformer
+
+    try:
+        translator = transformer.load(checkpoint, device="cpu")  # a checkpoint that does not load never goes up
+    except CheckpointError as err:
+        print(f"error: {checkpoint} does not load: {err}", file=sys.stderr)
+        return 1
+    card = model_card(checkpoint, args.repo_id, dict(translator.metadata or {}))
     problems = validate_card(card)
     if problems:
-        print("error: " + "; ".join(problems), file=sys.stderr)
+        print(f"error: the model card of {checkpoint}: " + "; ".join(problems), file=sys.stderr)
         return 1
     files = files_to_upload(checkpoint)
-    print(f"{args.repo_id}: {len(files) + (0 if (checkpoint / 'README.md').is_file() else 1)} files, "
-          f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB")
+    total_mb = sum((checkpoint / f).stat().st_size for f in files if (checkpoint / f).is_file()) / 1e6
+    print(f"{args.repo_id}: {len(files)} files, {total_mb:.1f} MB")
     for f in files:
-        print(f"  {f.relative_to(checkpoint)}{'  (card with the Hub header)' if f.name == 'README.md' else ''}")
+        print(f"  {f.as_posix()}{'  (the model card, with the Hub header)' if f.as_posix() == CARD_FILE else ''}")
+    if total_mb > max_download_mb():
+        print(f"warning: {total_mb:,.0f} MB is over the app's download limit of {max_download_mb():,.0f} MB "
+              "(ATTN_MAX_DOWNLOAD_MB): a server would refuse this repo", file=sys.stderr)
     if args.dry_run:
-        print("dry run: nothing uploaded; the card's header:")
-        print(str(card).split("\n---", 1)[0] + "\n---")
+        print("dry run: nothing uploaded. The card's header:")
+        print("---\n" + card.data.to_yaml() + "\n---")
         return 0
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    api.create_repo(args.repo_id, repo_type="model", private=args.private, exist_ok=True)
-    api.upload_folder(repo_id=args.repo_id, folder_path=str(checkpoint), repo_type="model",
-                      ignore_patterns=["state.pt", "averaging/*", "*.tmp", "README.md"],
-                      commit_message="Upload checkpoint from the attention explorer")
-    api.upload_file(path_or_fileobj=str(card).encode("utf-8"), path_in_repo="README.md", repo_id=args.repo_id,
-                    repo_type="model", commit_message="Model card")
-    print(f"uploaded: https://huggingface.co/{args.repo_id}")
+    try:
+        url = upload(checkpoint, args.repo_id, card, files, args.private)
+    except Exception as err:  # no token, no network, no rights: one clear line, no stack trace
+        print(f"error: upload to the Hugging Face Hub failed ({type(err).__name__}: {err}); set HF_TOKEN to a "
+              "token with write access", file=sys.stderr)
+        return 1
+    print(f"uploaded: {url} (ATTN_CHECKPOINT={args.repo_id} opens it in the app)")
     return 0
 
 
