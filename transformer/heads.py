@@ -1,14 +1,15 @@
 """``python -m transformer.heads``: which heads matter, over a whole test set.
 
-- importance: Michel et al. (2019, "Are Sixteen Heads Really Better than One?"), the expected absolute
-  gradient of the teacher-forced loss on the reference translations with respect to each head's gate
-  (the model's head mask, all ones), accumulated per batch and normalised per layer (l2 over the layer's heads);
-- stats: corpus means per head of entropy, maximum weight, share on the end / start token, share on the
-  previous / same / next position, and for cross-attention how often the head's strongest source piece is the
-  one most other heads of the layer pick (a rough alignment agreement);
-- pruning: BLEU with the least important heads switched off, from none to all in steps of at most 10%
-  (Michel et al.'s Figure 2), all types pooled and per type;
-- roles: Voita et al. (2019, "Analyzing Multi-Head Self-Attention") rules: positional, end-token sink, mixed.
+- importance: Michel et al. (2019, "Are Sixteen Heads Really Better than One?"), I_h = E_x |dL(x)/d xi_h|, the
+  expected absolute gradient of each sentence's teacher-forced loss on its reference translation with respect to the
+  head's gate xi_h (the model's head mask, all ones), normalised per layer by the l2 norm over the layer's heads;
+- stats: corpus means per head of entropy, maximum weight, share on the end / start token, share on the previous /
+  same / next position, and for cross-attention how often the head's strongest source piece is the one most of the
+  layer's other heads pick (a rough alignment agreement);
+- pruning: sacreBLEU of beam search with the least important heads switched off, from none to all in steps of at
+  most 10% (Michel et al.'s Figure 2), all types pooled and per type;
+- roles: Voita et al. (2019, "Analyzing Multi-Head Self-Attention") rules: positional, end-token sink, mixed;
+- most_confident: per head, the test sentences where its attention is most concentrated.
 
 ``--json`` prints one JSON object as the last line; ``--out`` writes the same object to a file.
 """
@@ -19,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,24 +30,55 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .checkpoint import CheckpointError
-from .data import DataError, pad_sequences, read_parallel
+from .data import DataError, read_parallel
 from .evaluate import score, translate_all
+from .tokenizer import SplitTokenizer
 from .translator import Translator, load
 
 KINDS = ("encoder", "decoder", "cross")
-IMPORTANCE_NOTE = ("Michel et al. (2019): mean over batches of |d loss / d gate| for each head's gate (the head "
-                   "mask), teacher-forced on the reference translations, then normalised per layer by the l2 norm "
-                   "over that layer's heads.")
-ROLE_RULES = {
-    "positional": "the same relative position (key index - query index, e.g. -1 = previous piece; for "
-                  "cross-attention, source index - output index) is the head's strongest key for >= 90% of queries "
-                  "(Voita et al., 2019)",
-    "end-token sink": "not positional, and on average >= 50% of the weight goes to the end token (</s> for source "
-                      "keys, <s> for decoder-input keys)",
-    "mixed": "neither rule holds",
-}
 POSITIONAL_SHARE = 0.9
 SINK_SHARE = 0.5
+TOP_SENTENCES = 5
+DROP = 1.0  # BLEU points: "heads_off_within_1_bleu"
+IMPORTANCE_NOTE = ("Michel et al. (2019): I_h = mean over the sentences x of |dL(x)/d gate_h|, where gate_h is "
+                   "head h's entry of the head mask (all ones) and L(x) the teacher-forced cross-entropy of x's "
+                   "reference translation (summed over its target pieces, no label smoothing); then normalised per "
+                   "layer by the l2 norm over that layer's heads (their section 4.1), so each layer's row has norm 1. "
+                   "importance_raw holds the means before that normalisation.")
+ROLE_RULES = {
+    "positional": f"the same relative position (key index - query index, e.g. -1 = the previous piece; for "
+                  f"cross-attention, source index - output index) is the head's strongest key for >= "
+                  f"{POSITIONAL_SHARE:.0%} of its queries over the split (Voita et al., 2019); labelled "
+                  f"'positional (+k)' with that offset",
+    "end-token sink": f"not positional, and on average >= {SINK_SHARE:.0%} of the head's weight goes to the end "
+                      f"token: </s> (the last source piece) for encoder self-attention and cross-attention; for "
+                      f"decoder self-attention, whose input holds no </s>, the start token <s> (key 0)",
+    "mixed": "neither rule holds",
+}
+STATS_NOTES = {
+    "entropy": "entropy of the query's weights over its keys, in nats",
+    "max_weight": "the query's largest weight",
+    "on_end_token": "weight on </s> (the last source piece); null for decoder self-attention (no </s> in its input)",
+    "on_start_token": "weight on <s> (decoder key 0); null for encoder self-attention and cross-attention (no <s> "
+                      "among the source pieces)",
+    "on_previous": "weight on key index = query index - 1 (0 where there is none)",
+    "on_same": "weight on key index = query index (cross-attention: source index = output index)",
+    "on_next": "weight on key index = query index + 1 (0 where there is none; always 0 for causal decoder "
+               "self-attention)",
+    "top_offset": "the relative position (key index - query index) that is most often the strongest key",
+    "top_offset_share": "the share of queries whose strongest key is at top_offset (the positional rule's measure)",
+    "alignment_agreement": "cross-attention only: share of output pieces for which the head's strongest source piece "
+                           "is also the one picked by most of the layer's other heads (ties count as agreement)",
+    "averaging": "every value is a mean over all queries (pieces) of the split, teacher-forced on the references",
+}
+MOST_CONFIDENT_NOTE = (f"per type, layer and head: 0-based line numbers in the split (of the first `sentences` lines) "
+                       f"of the {TOP_SENTENCES} sentences where the head's mean maximum weight over the sentence's "
+                       f"queries is highest, highest first; most_confident_weight holds those means")
+PRUNING_NOTE = ("Michel et al.'s Figure 2: heads switched off (head mask 0) from the least important up, by the "
+                "normalised importance; `pruning` pools all three types, `pruning_by_type` ranks within one type. "
+                "Each point: fraction and number of heads off, the split's sacreBLEU with beam search (same settings "
+                "as python -m transformer.evaluate), and `off`, the heads switched off as [type, layer, head], "
+                "0-based.")
 
 
 def layer_counts(tr: Translator) -> dict[str, int]:
@@ -61,110 +94,119 @@ def head_mask_off(tr: Translator, off: Sequence[tuple[str, int, int]]) -> dict[s
     return mask
 
 
-def batches(n: int, lengths: Sequence[int], size: int) -> list[list[int]]:
-    """Length-sorted batches of sentence indices."""
-    order = sorted(range(n), key=lambda i: lengths[i])
-    return [order[i:i + size] for i in range(0, n, size)]
+def reference_ids(tr: Translator, text: str) -> list[int]:
+    """A reference translation's target ids (no BOS/EOS), cut so that ``[BOS] + ids`` fits the model.
+
+    A Marian tokenizer has a separate target sentencepiece model (as ``MarianTokenizer(text_target=...)``)."""
+    tok = tr.tokenizer
+    if isinstance(tok, SplitTokenizer):
+        text = tok.clean(text)
+        pieces = tok.target.encode(tok.normalize(text) if text else "", out_type=str)
+        ids = [tok.vocab.get(p, tok.unk_id) for p in pieces]
+    else:
+        ids = tok.encode(text)
+    return ids[: tr.config.max_len - 1]
 
 
-def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[str], batch_size: int = 32,
+def offset_weight(w: torch.Tensor, offset: int) -> torch.Tensor:
+    """``w (H, Q, K)`` -> the weight each query ``q`` puts on key ``q + offset``, ``(H, Q)`` (0 where there is no
+    such key)."""
+    _, q, k = w.shape
+    rows = torch.arange(q)
+    cols = rows + offset
+    ok = (cols >= 0) & (cols < k)  # (Q,)
+    out = torch.zeros(w.shape[:2], dtype=w.dtype)
+    out[:, ok] = w[:, rows[ok], cols[ok]]
+    return out
+
+
+def agreement(best: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """``best (H, Q)`` strongest key per head and query -> ``(H, Q)`` bool: the head's key is the one most of the
+    other heads pick (ties included; never with no other head picking it)."""
+    picks = F.one_hot(best, n_keys)  # (H, Q, K)
+    others = picks.sum(0, keepdim=True) - picks  # (H, Q, K): how many other heads pick each key
+    mine = others.gather(-1, best[..., None])[..., 0]  # (H, Q)
+    return (mine > 0) & (mine == others.max(-1).values)
+
+
+def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[str],
                   progress: bool = False) -> dict[str, Any]:
-    """Importance, corpus statistics and per-sentence confidence of every head, teacher-forced on the references."""
-    model, cfg, tok = tr.model, tr.config, tr.tokenizer
-    src_ids = [tr.encode_source(s)[0] for s in sources]
-    tgt_ids = [[cfg.bos_id] + tok.encode(r)[: cfg.max_len - 2] + [cfg.eos_id] for r in references]
-    counts, h = layer_counts(tr), cfg.n_heads
-    gates = {k: torch.ones(n, h, device=tr.device, requires_grad=True) for k, n in counts.items()}
-    importance = {k: torch.zeros(n, h) for k, n in counts.items()}
+    """Importance, corpus statistics, roles and most confident sentences of every head, teacher-forced on the
+    references one sentence at a time (a batch of one: Michel et al.'s expectation is over sentences)."""
+    model, cfg = tr.model, tr.config
+    counts, h, n = layer_counts(tr), cfg.n_heads, len(sources)
+    gates = {k: torch.ones(layers, h, device=tr.device, requires_grad=True) for k, layers in counts.items()}
+    importance = {k: torch.zeros(layers, h, dtype=torch.float64) for k, layers in counts.items()}
     names = ("entropy", "max_weight", "on_end_token", "on_start_token", "on_previous", "on_same", "on_next")
-    sums = {k: {s: torch.zeros(n, h, dtype=torch.float64) for s in names} for k, n in counts.items()}
+    sums = {k: {s: torch.zeros(layers, h, dtype=torch.float64) for s in names} for k, layers in counts.items()}
     agree = torch.zeros(counts["cross"], h, dtype=torch.float64)
-    offsets = {k: [[dict() for _ in range(h)] for _ in range(n)] for k, n in counts.items()}  # best-key offsets
-    queries = {k: 0 for k in KINDS}
-    confidence = {k: torch.zeros(n, h, len(sources)) for k, n in counts.items()}
+    offsets = {k: [[Counter() for _ in range(h)] for _ in range(layers)] for k, layers in counts.items()}
+    queries = dict.fromkeys(KINDS, 0)
+    confidence = {k: torch.zeros(layers, h, n) for k, layers in counts.items()}
     was_training = model.training
     model.eval()
-    todo = batches(len(sources), [len(s) for s in src_ids], batch_size)
-    for rows in tqdm(todo, desc="heads", unit="batch", disable=not progress, file=sys.stderr):
-        src = pad_sequences([src_ids[i] for i in rows], cfg.pad_id).to(tr.device)  # (B, S)
-        tgt = pad_sequences([tgt_ids[i] for i in rows], cfg.pad_id).to(tr.device)  # (B, T+1)
-        out = model(src, tgt[:, :-1], return_attention=True, head_mask=gates)
-        logits = out.logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), ignore_index=cfg.pad_id)
-        for g in gates.values():
-            g.grad = None
-        loss.backward()
-        for k in KINDS:
-            importance[k] += gates[k].grad.detach().abs().cpu()
+    for i in tqdm(range(n), desc="importance", unit="sent", disable=not progress, file=sys.stderr):
+        ref = reference_ids(tr, references[i])
+        src = torch.tensor([tr.encode_source(sources[i])[0]], device=tr.device)  # (1, S), ends in </s>
+        tgt = torch.tensor([[cfg.bos_id, *ref]], device=tr.device)  # (1, T) decoder input, starts with <s>
+        gold = torch.tensor([*ref, cfg.eos_id], device=tr.device)  # (T,)
+        out = model(src, tgt, return_attention=True, head_mask=gates)
+        loss = F.cross_entropy(out.logits[0].float(), gold, reduction="sum")
+        grads = torch.autograd.grad(loss, [gates[k] for k in KINDS])
+        for k, g in zip(KINDS, grads):
+            importance[k] += g.detach().abs().double().cpu()
+        attn = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
         with torch.no_grad():
-            src_real = (src != cfg.pad_id).cpu()  # (B, S)
-            dec_real = (tgt[:, :-1] != cfg.pad_id).cpu()  # (B, T)
-            attn = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions,
-                    "cross": out.cross_attentions}
-            masks = {"encoder": (src_real, src_real), "decoder": (dec_real, dec_real), "cross": (dec_real, src_real)}
             for kind in KINDS:
-                q_real, k_real = masks[kind]
-                valid = q_real[:, None, :].expand(-1, h, -1)  # (B, H, Q)
-                n_q = q_real.sum(1)  # (B,)
-                queries[kind] += int(n_q.sum())
-                key_len = k_real.sum(1)  # (B,)
-                end = key_len - 1  # </s> is the last real source piece; <s> is key 0 of the decoder input
                 for layer, a in enumerate(attn[kind]):
-                    w = a.detach().float().cpu()  # (B, H, Q, K)
-                    ent = -(w * torch.where(w > 0, w.log(), torch.zeros_like(w))).sum(-1)  # (B, H, Q)
-                    peak, best = w.max(-1)  # (B, H, Q)
-                    qpos = torch.arange(w.size(2))[None, None, :]  # (1, 1, Q)
-                    special = end[:, None, None] if kind != "decoder" else torch.zeros_like(end)[:, None, None]
-                    idx = special.expand(-1, h, w.size(2))[..., None]  # (B, H, Q, 1)
-                    on_special = w.gather(-1, idx)[..., 0]  # (B, H, Q)
-
-                    none = torch.zeros_like(peak)
-                    values = {"entropy": ent, "max_weight": peak, "on_previous": diagonal(w, -1, key_len),
-                              "on_same": diagonal(w, 0, key_len), "on_next": diagonal(w, 1, key_len),
-                              "on_end_token": on_special if kind != "decoder" else none,
-                              "on_start_token": on_special if kind == "decoder" else none}
+                    w = a[0].detach().float().cpu()  # (H, Q, K)
+                    q, k = w.shape[1:]
+                    if layer == 0:
+                        queries[kind] += q
+                    peak, best = w.max(-1)  # (H, Q)
+                    special = w[:, :, k - 1] if kind != "decoder" else w[:, :, 0]  # (H, Q): </s> or <s>
+                    values = {"entropy": torch.special.entr(w).sum(-1), "max_weight": peak,
+                              "on_end_token": special if kind != "decoder" else None,
+                              "on_start_token": special if kind == "decoder" else None,
+                              "on_previous": offset_weight(w, -1), "on_same": offset_weight(w, 0),
+                              "on_next": offset_weight(w, 1)}
                     for name, v in values.items():
-                        sums[kind][name][layer] += (v * valid).sum((0, 2)).double()
-                    per_sentence = (peak * valid).sum(2) / n_q[:, None].clamp(min=1)  # (B, H)
-                    confidence[kind][layer][:, rows] = per_sentence.T
-                    rel = (best - qpos) * valid + (~valid) * 10**6  # (B, H, Q) offsets, padding marked
+                        if v is not None:
+                            sums[kind][name][layer] += v.sum(-1).double()
+                    confidence[kind][layer, :, i] = peak.mean(-1)
+                    rel = best - torch.arange(q)[None, :]  # (H, Q): strongest key's offset from the query
                     for head in range(h):
-                        for r, c in zip(*torch.unique(rel[:, head][valid[:, head]], return_counts=True)):
-                            offsets[kind][layer][head][int(r)] = offsets[kind][layer][head].get(int(r), 0) + int(c)
+                        offsets[kind][layer][head].update(rel[head].tolist())
                     if kind == "cross":
-                        majority = torch.mode(best, dim=1).values  # (B, Q): the key most heads pick
-                        agree[layer] += ((best == majority[:, None, :]) & valid).sum((0, 2)).double()
+                        agree[layer] += agreement(best, k).sum(-1).double()
     model.train(was_training)
-    for k in KINDS:
-        imp = importance[k]
-        importance[k] = imp / imp.norm(dim=-1, keepdim=True).clamp(min=1e-20)  # per layer, l2 over the heads
-    stats = {k: {name: (v / max(queries[k], 1)).tolist() for name, v in sums[k].items()} for k in KINDS}
+    raw = {k: importance[k] / max(n, 1) for k in KINDS}
+    normalised = {k: v / v.norm(dim=-1, keepdim=True).clamp(min=1e-30) for k, v in raw.items()}  # l2 per layer
+    stats: dict[str, dict[str, list]] = {}
+    for kind in KINDS:
+        stats[kind] = {}
+        for name in names:
+            unused = (name, kind == "decoder") in (("on_end_token", True), ("on_start_token", False))
+            stats[kind][name] = ([[None] * h for _ in range(counts[kind])] if unused
+                                 else (sums[kind][name] / max(queries[kind], 1)).tolist())
+        tops = [[c.most_common(1)[0] if c else (0, 0) for c in row] for row in offsets[kind]]
+        stats[kind]["top_offset"] = [[off for off, _ in row] for row in tops]
+        stats[kind]["top_offset_share"] = [[m / max(queries[kind], 1) for _, m in row] for row in tops]
     stats["cross"]["alignment_agreement"] = (agree / max(queries["cross"], 1)).tolist()
-    roles = {k: [[role(offsets[k][layer][head], stats[k], layer, head, k) for head in range(h)]
-                 for layer in range(counts[k])] for k in KINDS}
-    top = {k: [[torch.argsort(confidence[k][layer][head], descending=True)[:5].tolist() for head in range(h)]
-                for layer in range(counts[k])] for k in KINDS}
-    return {"importance": {k: v.tolist() for k, v in importance.items()}, "importance_note": IMPORTANCE_NOTE,
-            "stats": stats, "roles": roles, "role_rules": ROLE_RULES, "most_confident": top}
+    roles = {k: [[role(stats[k], k, layer, head) for head in range(h)] for layer in range(counts[k])] for k in KINDS}
+    ranked = {k: torch.sort(confidence[k], dim=-1, descending=True, stable=True) for k in KINDS}
+    return {"importance": {k: v.tolist() for k, v in normalised.items()}, "importance_note": IMPORTANCE_NOTE,
+            "importance_raw": {k: v.tolist() for k, v in raw.items()},
+            "stats": stats, "stats_notes": STATS_NOTES, "roles": roles, "role_rules": ROLE_RULES,
+            "most_confident": {k: v.indices[..., :TOP_SENTENCES].tolist() for k, v in ranked.items()},
+            "most_confident_weight": {k: v.values[..., :TOP_SENTENCES].tolist() for k, v in ranked.items()},
+            "most_confident_note": MOST_CONFIDENT_NOTE}
 
 
-def diagonal(w: torch.Tensor, offset: int, key_len: torch.Tensor) -> torch.Tensor:
-    """``w (B, H, Q, K)`` -> the weight each query puts on key ``query + offset`` ``(B, H, Q)`` (0 where there is
-    no such real key)."""
-    b, h, q, k = w.shape
-    qpos = torch.arange(q)[None, None, :]  # (1, 1, Q)
-    cols = (qpos + offset).clamp(0, k - 1).expand(b, h, -1)[..., None]  # (B, H, Q, 1)
-    ok = ((qpos + offset >= 0) & (qpos + offset < key_len[:, None, None])).expand(b, h, q)
-    return w.gather(-1, cols)[..., 0] * ok
-
-
-def role(offsets: dict[int, int], stats: dict[str, list], layer: int, head: int, kind: str) -> str:
-    """A head's role by Voita et al.'s rules (see ``ROLE_RULES``)."""
-    total = sum(offsets.values())
-    if total:
-        offset, n = max(offsets.items(), key=lambda item: item[1])
-        if n / total >= POSITIONAL_SHARE:
-            return f"positional ({offset:+d})"
+def role(stats: dict[str, list], kind: str, layer: int, head: int) -> str:
+    """A head's role by the rules in ``ROLE_RULES`` (Voita et al., 2019), from its corpus statistics."""
+    if stats["top_offset_share"][layer][head] >= POSITIONAL_SHARE:
+        return f"positional ({stats['top_offset'][layer][head]:+d})"
     sink = stats["on_start_token" if kind == "decoder" else "on_end_token"][layer][head]
     return "end-token sink" if sink >= SINK_SHARE else "mixed"
 
@@ -175,48 +217,84 @@ def ranked_heads(importance: dict[str, list], kinds: Sequence[str]) -> list[tupl
     return sorted(heads, key=lambda x: (importance[x[0]][x[1]][x[2]], KINDS.index(x[0]), x[1], x[2]))
 
 
-def pruning_curve(tr: Translator, sources: Sequence[str], references: Sequence[str], order: list[tuple[str, int, int]],
-                  tgt_lang: str, beam: int, alpha: float, batch_size: int, progress: bool = False) -> list[dict]:
-    """BLEU with the first ``n`` heads of ``order`` switched off, for n from 0 to all in steps of at most 10%."""
-    total = len(order)
-    step = max(1, total // 10)  # whole heads, never more than 10% at a time
-    counts = sorted(set(range(0, total, step)) | {total})
-    points = []
-    for n in tqdm(counts, desc="pruning", disable=not progress, file=sys.stderr):
-        mask = head_mask_off(tr, order[:n]) if n else None
+def curve_counts(total: int) -> list[int]:
+    """Numbers of heads off, 0 to ``total``, never more than 10% of ``total`` apart."""
+    step = max(1, total // 10)
+    return sorted(set(range(0, total, step)) | {total})
+
+
+def pruning_curves(tr: Translator, sources: Sequence[str], references: Sequence[str],
+                   orders: dict[str, list[tuple[str, int, int]]], tgt_lang: str, beam: int, alpha: float,
+                   batch_size: int, progress: bool = False) -> dict[str, list[dict]]:
+    """One curve per named order: BLEU with its first ``n`` heads switched off, ``n`` from 0 to all (see
+    ``curve_counts``). The same set of heads is decoded once (every curve starts at the baseline)."""
+    plans = {name: [(n, order[:n]) for n in curve_counts(len(order))] for name, order in orders.items()}
+    todo = list(dict.fromkeys(frozenset(off) for plan in plans.values() for _, off in plan))
+    bleu: dict[frozenset, float] = {}
+    for off in tqdm(todo, desc="pruning", unit="decode", disable=not progress, file=sys.stderr):
+        mask = head_mask_off(tr, sorted(off)) if off else None
         hyps = translate_all(tr, sources, beam, batch_size, alpha, progress=False, head_mask=mask)
-        bleu = score(hyps, references, tgt_lang)["bleu"]
-        points.append({"fraction": round(n / total, 4), "heads_off": n, "bleu": bleu,
-                       "off": [list(h) for h in order[:n]]})
-    return points
+        bleu[off] = score(hyps, references, tgt_lang)["bleu"]
+    return {name: [{"fraction": round(n / len(orders[name]), 4), "heads_off": n, "bleu": bleu[frozenset(off)],
+                    "off": [list(x) for x in off]} for n, off in plan] for name, plan in plans.items()}
+
+
+def within(curve: Sequence[dict], drop: float = DROP) -> int:
+    """Most heads switched off (on the curve) before BLEU first falls more than ``drop`` below the first point."""
+    best = 0
+    for point in curve:
+        if point["bleu"] < curve[0]["bleu"] - drop:
+            break
+        best = point["heads_off"]
+    return best
 
 
 def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_lang: str, beam: int = 5,
         alpha: float = 0.6, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
     """Everything ``python -m transformer.heads`` reports, for one model on one split."""
+    start = time.perf_counter()
     result = analyse_heads(tr, sources, references, progress=progress)
-    pooled = pruning_curve(tr, sources, references, ranked_heads(result["importance"], KINDS), tgt_lang, beam, alpha,
-                           batch_size, progress)
-    by_type = {k: pruning_curve(tr, sources, references, ranked_heads(result["importance"], [k]), tgt_lang, beam,
-                                alpha, batch_size, progress) for k in KINDS}
-    result.update(baseline_bleu=pooled[0]["bleu"], pruning=pooled, pruning_by_type=by_type, beam=beam, alpha=alpha,
-                  sentences=len(sources))
+    analysed = time.perf_counter()
+    orders = {"pooled": ranked_heads(result["importance"], KINDS),
+              **{k: ranked_heads(result["importance"], [k]) for k in KINDS}}
+    curves = pruning_curves(tr, sources, references, orders, tgt_lang, beam, alpha, batch_size, progress)
+    pooled = curves.pop("pooled")
+    result.update(baseline_bleu=pooled[0]["bleu"], pruning=pooled, pruning_by_type=curves, pruning_note=PRUNING_NOTE,
+                  heads_off_within_1_bleu={"pooled": within(pooled), **{k: within(v) for k, v in curves.items()}},
+                  beam=beam, alpha=alpha, batch_size=batch_size, sentences=len(sources),
+                  seconds_importance=round(analysed - start, 1),
+                  seconds_pruning=round(time.perf_counter() - analysed, 1))
     return result
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.heads", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de")
+    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
     p.add_argument("--data-dir", default="../shared/data/multi30k")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
-    p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0: all)")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences (0: all)")
+    p.add_argument("--beam", type=positive, default=5, help="beam size for the pruning curve (1: greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    p.add_argument("--batch-size", type=positive, default=64, help="sentences per decoding batch")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
+    p.add_argument("--threads", type=non_negative, default=0, help="torch.set_num_threads (0: leave as is)")
     p.add_argument("--out", help="write the JSON object to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--no-progress", action="store_true")
@@ -229,20 +307,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
+        if args.limit:
+            sources, refs = sources[: args.limit], refs[: args.limit]
+        if not sources:
+            raise DataError(f"{args.data_dir}/{args.split}.{args.src} has no sentences")
         tr = load(args.checkpoint, device=args.device)
     except (DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    if args.limit > 0:
-        sources, refs = sources[: args.limit], refs[: args.limit]
+    if args.out and not Path(args.out).parent.is_dir():
+        print(f"error: cannot write {args.out}: no such directory {Path(args.out).parent}", file=sys.stderr)
+        return 1
     start = time.perf_counter()
-    result = run(tr, sources, refs, args.tgt, args.beam, args.alpha, progress=not args.no_progress)
-    result.update(split=args.split, checkpoint=str(args.checkpoint), seconds=round(time.perf_counter() - start, 1))
+    result = run(tr, sources, refs, args.tgt, args.beam, args.alpha, args.batch_size, progress=not args.no_progress)
+    result.update(split=args.split, src=args.src, tgt=args.tgt, checkpoint=str(args.checkpoint),
+                  seconds=round(time.perf_counter() - start, 1), torch_threads=torch.get_num_threads(),
+                  command="python -m transformer.heads " + " ".join(sys.argv[1:] if argv is None else argv))
     print(f"{args.split}: {len(sources)} sentences, baseline BLEU {result['baseline_bleu']:.2f} (beam {args.beam}), "
-          f"{result['seconds']} s")
+          f"{result['seconds']} s (importance {result['seconds_importance']} s, pruning {result['seconds_pruning']} s)")
     print(IMPORTANCE_NOTE)
     for point in result["pruning"]:
         print(f"  {point['heads_off']:3d} heads off ({point['fraction']:.0%}): BLEU {point['bleu']:.2f}")
+    print("heads off before BLEU drops by more than 1 point: " +
+          ", ".join(f"{k} {v}" for k, v in result["heads_off_within_1_bleu"].items()))
     text = json.dumps(result, ensure_ascii=False)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
