@@ -109,18 +109,23 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
                               f"directory either): {type(err).__name__}: {err}") from err
 
 
+def read_config(path: Path) -> TransformerConfig:
+    """The config of a checkpoint directory whose required files are all there; ``CheckpointError`` otherwise."""
+    missing = missing_files(path)
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
+    try:
+        return TransformerConfig.load(path / CONFIG_FILE)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {err}") from err
+
+
 def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     """A quick look at a checkpoint directory without loading the weights: the files are there, ``config.json``
     is valid, and the safetensors header names every weight of that config with its shape, its data complete
     (a truncated file fails). Returns the config; raises ``CheckpointError`` saying what is wrong."""
     path = Path(path)
-    missing = missing_files(path)
-    if missing:
-        raise CheckpointError(f"missing {', '.join(missing)}")
-    try:
-        config = TransformerConfig.load(path / CONFIG_FILE)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"config.json is not a valid TransformerConfig: {err}") from err
+    config = read_config(path)
     weights = path / WEIGHTS_FILE
     try:
         with open(weights, "rb") as f:
@@ -150,13 +155,7 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
     """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
     path = Path(path)
-    missing = missing_files(path)
-    if missing:
-        raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
-    try:
-        config = TransformerConfig.load(path / CONFIG_FILE)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {err}") from err
+    config = read_config(path)
     joint = (path / TOKENIZER_FILE).is_file()
     try:
         tokenizer = Tokenizer(path / TOKENIZER_FILE) if joint else SplitTokenizer.from_dir(path)
