@@ -44,6 +44,16 @@ def size_of(value: Any) -> int:
     return sys.getsizeof(value)
 
 
+def analysis_working_bytes(config: Any) -> int:
+    """Memory one analysis of the longest input works in, counted against the budget beside each loaded model:
+    its attentions twice (the model's tensors and their numpy copy coexist) and three target-length x vocabulary
+    float arrays (logits, log-probabilities, probabilities of the top-k candidates). ``config``: a
+    ``TransformerConfig``."""
+    n = config.max_len
+    heads = config.n_heads * (config.n_encoder_layers + 2 * config.n_decoder_layers)
+    return 4 * (2 * heads * n * n + 3 * n * config.tgt_vocab_size)
+
+
 def _release_freed_memory() -> None:
     """Hand freed heap memory back to the system (glibc keeps it otherwise, so resident memory would never drop
     after an eviction); a no-op where there is no ``malloc_trim``."""

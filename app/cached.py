@@ -16,10 +16,12 @@ import streamlit as st
 from transformer import Transformer, Translator
 
 from . import inference
-from .budget import ByteLRU
+from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
 
-MODEL_BYTES: dict[int, int] = {}  # id of each loaded model -> its weights' bytes, counted against the budget
+# id of each loaded model -> its weights' bytes plus the working memory of one analysis on it, counted against the
+# budget (results kept = budget - these)
+MODEL_BYTES: dict[int, int] = {}
 
 
 def _released(tr: Translator) -> None:
@@ -30,7 +32,8 @@ def _released(tr: Translator) -> None:
 def get_translator(checkpoint: str, device: str) -> Translator:
     """The loaded model (raises ``CheckpointError``; failures are not cached)."""
     tr = inference.load_translator(checkpoint, device)
-    MODEL_BYTES[id(tr)] = sum(p.numel() * p.element_size() for p in tr.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in tr.model.parameters())
+    MODEL_BYTES[id(tr)] = weights + analysis_working_bytes(tr.config)
     return tr
 
 

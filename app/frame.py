@@ -116,6 +116,24 @@ def show_model_facts(tr: Translator) -> None:
             st.caption(f"Loaded from {md_escape(tr.path)}")
 
 
+class DownloadProgress:
+    """A Hub download's progress as a bar with the file and the megabytes, then one line saying what came."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint, self.bar = checkpoint, None
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        if self.bar is None:
+            self.bar = st.progress(0.0)
+        if name:
+            self.bar.progress(min(done / total, 1.0) if total else 0.0,
+                              text=f"Downloading {md_escape(self.checkpoint)} from the Hugging Face Hub: "
+                                   f"{md_escape(name)} ({done / 1e6:,.1f} of {total / 1e6:,.1f} MB)")
+        else:
+            self.bar.empty()
+            st.caption(f"Downloaded {md_escape(self.checkpoint)} from the Hugging Face Hub ({total / 1e6:,.1f} MB).")
+
+
 def load_model(checkpoint: str, device: str) -> Translator | None:
     """The cached model, or None after showing a clear message (failures are remembered per session)."""
     ss = st.session_state
@@ -124,6 +142,8 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
         message = failure[2]
     else:
         try:
+            if inference.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
+                inference.download(checkpoint, DownloadProgress(checkpoint))
             return cached.get_translator(checkpoint, device)
         except transformer.CheckpointError as err:
             message = str(err)

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,33 @@ def resolve_checkpoint(checkpoint: str) -> str:
     if (REPO_ROOT / path).exists() or path.parts[0] == "checkpoints" or (REPO_ROOT / path.parts[0]).is_dir():
         return str(REPO_ROOT / path)  # a path of this repository (existing or mistyped), never a Hub id
     return checkpoint
+
+
+def needs_download(checkpoint: str) -> bool:
+    """Whether loading ``checkpoint`` would download it: a Hub id (not a local directory) whose files are not in the
+    local Hugging Face cache yet (looked up on disk only)."""
+    from transformer.checkpoint import looks_like_hub_id
+
+    name = resolve_checkpoint(checkpoint)
+    if not name or Path(name).expanduser().exists() or not looks_like_hub_id(name):
+        return False
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(repo_id=name, local_files_only=True)
+        return False
+    except Exception:  # not cached (or any other lookup failure): the download will say what is wrong
+        return True
+
+
+def download(checkpoint: str, progress: Callable[[int, int, str], None]) -> None:
+    """Fetch a Hub checkpoint into the local cache, telling ``progress(done_bytes, total_bytes, file)``; raises
+    ``transformer.CheckpointError`` (too large, unknown, offline) with a clear message."""
+    from transformer.checkpoint import resolve_checkpoint_dir
+
+    resolve_checkpoint_dir(resolve_checkpoint(checkpoint), progress)
 
 
 def load_translator(checkpoint: str, device: str) -> Translator:

@@ -113,8 +113,11 @@ def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str |
         cached.get_analysis(checkpoint, "cpu", text, DecodeSettings(beam_size=1, max_len_a=1.0, max_len_b=10), ())
         rss.append(process.memory_info().rss / 1e6)
         cache_bytes.append(cached.RESULTS.nbytes / 1e6)
-    models_mb = sum(cached.MODEL_BYTES.values()) / 1e6
+    models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6
+    growth = max(rss) - start_rss / 1e6
     return {"soak_inputs": n, "soak_cache_mb": cache_mb, "soak_models_mb": round(models_mb, 1),
+            "soak_reserved_mb": round(sum(cached.MODEL_BYTES.values()) / 1e6, 1),
+            "soak_peak_growth_mb": round(growth, 1), "soak_within_budget": growth <= cache_mb + models_mb,
             "soak_start_rss_mb": round(start_rss / 1e6, 1), "soak_peak_rss_mb": round(max(rss), 1),
             "soak_final_rss_mb": round(rss[-1], 1), "soak_peak_cache_mb": round(max(cache_bytes), 1),
             "soak_cache_entries": len(cached.RESULTS), "soak_longest_source_pieces": limit,
@@ -154,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         s = soak(args.checkpoint, args.soak, args.cache_mb, args.data_dir)
         result.update(s)
         print(f"soak, {s['soak_inputs']} inputs, ATTN_CACHE_MB={s['soak_cache_mb']:g}: RSS {s['soak_start_rss_mb']} "
-              f"-> peak {s['soak_peak_rss_mb']} MB (cache peak {s['soak_peak_cache_mb']} MB, models "
-              f"{s['soak_models_mb']} MB, {s['soak_cache_entries']} entries kept)")
+              f"-> peak {s['soak_peak_rss_mb']} MB, growth {s['soak_peak_growth_mb']} MB "
+              f"({'within' if s['soak_within_budget'] else 'OVER'} the budget plus the model's "
+              f"{s['soak_models_mb']} MB; "
+              f"cache peak {s['soak_peak_cache_mb']} MB, reserved for the model and one analysis in flight "
+              f"{s['soak_reserved_mb']} MB, {s['soak_cache_entries']} entries kept)")
     if args.json:
         print(json.dumps(result))
     return 1 if failed else 0

@@ -445,3 +445,25 @@ def test_analysis_size_counts_its_arrays(tiny_checkpoint):
     arrays = sum(a.nbytes for a in (result.encoder, result.decoder, result.cross, result.topk_ids, result.topk_probs,
                                     result.chosen_probs))
     assert arrays <= size_of(result) < arrays + 200_000
+
+
+def test_the_budget_reserves_room_for_one_analysis_of_the_longest_input(tiny_checkpoint):
+    """Beside each loaded model the budget keeps back the working memory of one analysis of the longest input, so
+    the results kept plus the analysis in flight stay within ``ATTN_CACHE_MB``: the reserve is at least twice
+    that analysis' attention arrays (model tensors and numpy copies coexist) plus its logits."""
+    from app.budget import analysis_working_bytes
+
+    tr = inference.load_translator(str(tiny_checkpoint), "cpu")
+    cfg = tr.config
+    longest = " ".join(["dog"] * (cfg.max_len * 2))  # cut to the model's maximum source length
+    result = inference.analyse(tr, longest, DecodeSettings(beam_size=1, max_len_a=2.0, max_len_b=50))
+    assert result.truncated and len(result.source_tokens) == cfg.max_len
+    attention = sum(a.nbytes for a in (result.encoder, result.decoder, result.cross))
+    logits = 4 * len(result.target_tokens) * cfg.tgt_vocab_size
+    assert analysis_working_bytes(cfg) >= 2 * attention + logits
+    # and the app counts it with the weights against the budget
+    from app import cached
+
+    loaded = cached.get_translator(str(tiny_checkpoint), "cpu")
+    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    assert cached.MODEL_BYTES[id(loaded)] == weights + analysis_working_bytes(loaded.config)

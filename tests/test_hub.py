@@ -8,17 +8,26 @@ import pytest
 
 import transformer
 from transformer import CheckpointError
-from transformer.hub import check_repo_size, max_download_mb, repo_size_mb
+from transformer.hub import check_repo_size, download_repo, files_to_fetch, max_download_mb, repo_size_mb
 
 
 class FakeApi:
-    def __init__(self, sizes: list[int | None]) -> None:
+    def __init__(self, sizes: list[int | None], names: list[str] | None = None) -> None:
         self.sizes = sizes
+        self.names = names or [f"f{i}" for i in range(len(sizes))]
         self.calls: list[tuple] = []
 
     def model_info(self, repo_id: str, files_metadata: bool = False):
         self.calls.append((repo_id, files_metadata))
-        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=f"f{i}", size=s) for i, s in enumerate(self.sizes)])
+        return SimpleNamespace(sha="abc123", siblings=[SimpleNamespace(rfilename=n, size=s)
+                                                       for n, s in zip(self.names, self.sizes)])
+
+
+# an OPUS-MT repo as the Hub lists it: the same weights for four frameworks
+OPUS_FILES = {".gitattributes": 1_000, "README.md": 3_000, "config.json": 1_300, "generation_config.json": 300,
+              "source.spm": 800_000, "target.spm": 800_000, "vocab.json": 1_300_000, "tokenizer_config.json": 200,
+              "pytorch_model.bin": 298_000_000, "model.safetensors": 297_000_000, "tf_model.h5": 298_000_000,
+              "rust_model.ot": 300_000_000, "flax_model.msgpack": 297_000_000, "snapshots/step0001.safetensors": 4_000}
 
 
 def test_repo_size_adds_the_file_sizes():
@@ -37,6 +46,49 @@ def test_a_repo_over_the_limit_is_refused(monkeypatch):
     assert max_download_mb() == 1500
 
 
+def test_only_the_files_a_load_reads_are_counted_and_fetched():
+    def listing(files: dict) -> list:
+        return FakeApi(list(files.values()), list(files)).model_info("x").siblings
+
+    fetched = dict(files_to_fetch(listing(OPUS_FILES)))
+    assert set(fetched) == {"README.md", "config.json", "generation_config.json", "source.spm", "target.spm",
+                            "vocab.json", "tokenizer_config.json", "model.safetensors",
+                            "snapshots/step0001.safetensors"}
+    # without safetensors the PyTorch weights are the ones
+    no_st = {k: v for k, v in OPUS_FILES.items() if k != "model.safetensors"}
+    assert "pytorch_model.bin" in dict(files_to_fetch(listing(no_st)))
+    # 1.5 GB listed, 300 MB needed: not refused
+    api = FakeApi(list(OPUS_FILES.values()), list(OPUS_FILES))
+    assert check_repo_size("Helsinki-NLP/opus-mt-en-de", api=api) == pytest.approx(sum(fetched.values()) / 1e6)
+
+
+def test_download_fetches_file_by_file_with_progress(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    snapshot = tmp_path / "snapshots" / "abc123"
+    calls = []
+
+    def fake_download(repo_id, filename, **kwargs):
+        calls.append((repo_id, filename))
+        target = snapshot / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(filename)
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    seen = []
+    api = FakeApi(list(OPUS_FILES.values()), list(OPUS_FILES))
+    root = download_repo("Helsinki-NLP/opus-mt-en-de", lambda done, total, name: seen.append((done, total, name)),
+                         api=api)
+    assert root == snapshot and (root / "config.json").read_text() == "config.json"
+    names = [c[1] for c in calls]
+    assert "tf_model.h5" not in names and "pytorch_model.bin" not in names and "model.safetensors" in names
+    total = sum(dict(files_to_fetch(api.model_info("x").siblings)).values())
+    assert [s[2] for s in seen[:-1]] == names and seen[-1] == (total, total, "")
+    dones = [s[0] for s in seen]
+    assert dones == sorted(dones) and dones[0] == 0 and {s[1] for s in seen} == {total}
+
+
 def test_load_checks_the_size_before_downloading(monkeypatch):
     import huggingface_hub
 
@@ -45,6 +97,7 @@ def test_load_checks_the_size_before_downloading(monkeypatch):
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info",
                         lambda self, repo_id, files_metadata=False: FakeApi([10_000_000_000]).model_info(repo_id))
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kw: downloads.append(kw))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: downloads.append(kw))
     with pytest.raises(CheckpointError, match="download limit"):
         transformer.load("someone/ten-gigabytes")
     assert downloads == []  # refused before any download

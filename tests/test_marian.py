@@ -100,6 +100,54 @@ def test_tokenization_and_greedy_translation_equal_transformers(tmp_path, marian
         assert ours.text == ref_tok.decode(theirs[0], skip_special_tokens=True)
 
 
+@pytest.mark.parametrize("eos_bias", [0.0, 2.5, 4.0])
+def test_beam_search_equals_transformers_generate(tmp_path, marian_files, eos_bias):
+    """Beam outputs and scores identical to ``generate(num_beams=K, length_penalty=alpha)``: transformers divides by
+    |Y| ** alpha (ours by default: GNMT's ((5 + |Y|) / 6) ** alpha), so a Marian checkpoint runs with
+    ``scoring="transformers"``. The bias on </s> mixes outputs that end early, late and at the length limit."""
+    from transformers import MarianTokenizer
+
+    _, vocab = marian_files
+    hf, path = save_marian(tmp_path, vocab, files=marian_files)
+    with torch.no_grad():
+        hf.final_logits_bias[0, 0] += eos_bias
+    hf.save_pretrained(path)
+    ref_tok = MarianTokenizer.from_pretrained(path)
+    tr = transformer.load(path, device="cpu")
+    assert tr.scoring == "transformers"
+    pad = vocab["<pad>"]
+    ended = set()
+    for beams in (2, 4, 5):
+        for alpha in (0.0, 0.6, 1.0, 2.0):
+            ours_batch = tr.translate_batch(SENTENCES, beam_size=beams, alpha=alpha, max_len_a=0.0, max_len_b=12)
+            for text, ours in zip(SENTENCES, ours_batch):
+                ids = ref_tok(text, return_tensors="pt")
+                out = hf.generate(**ids, num_beams=beams, length_penalty=alpha, early_stopping=False,
+                                  do_sample=False, max_new_tokens=12, bad_words_ids=[[pad]], forced_eos_token_id=None,
+                                  output_scores=True, return_dict_in_generate=True)
+                theirs = [t for t in out.sequences[0].tolist()[1:] if t != pad]
+                assert ours.target_ids == theirs, (beams, alpha, text)
+                assert ours.score == pytest.approx(float(out.sequences_scores[0]), abs=1e-4)
+                ended.add(ours.target_ids[-1] == 0 and len(ours.target_ids) < 12)
+            alone = tr.translate(SENTENCES[2], beam_size=beams, alpha=alpha, max_len_a=0.0, max_len_b=12,
+                                 return_attention=False)
+            assert alone.target_ids == ours_batch[2].target_ids  # a padded batch decodes as each sentence alone
+    if eos_bias >= 2.5:
+        assert True in ended  # some outputs really end before the limit
+
+
+def test_scoring_rules_differ_only_in_the_length_penalty(tmp_path, marian_files):
+    """At alpha 0 both rules rank by log-probability; their scores then agree on a sentence both end alike."""
+    _, vocab = marian_files
+    _, path = save_marian(tmp_path, vocab, files=marian_files)
+    tr = transformer.load(path, device="cpu")
+    with pytest.raises(ValueError, match="scoring"):
+        tr.translate("A dog.", beam_size=2, scoring="bleu")
+    ours = tr.translate(SENTENCES[0], beam_size=1, scoring="gnmt", return_attention=False)
+    theirs = tr.translate(SENTENCES[0], beam_size=1, scoring="transformers", return_attention=False)
+    assert ours.target_ids == theirs.target_ids  # beam size 1 is greedy under both
+
+
 def test_pytorch_bin_weights_load_without_unpickling_code(tmp_path, marian_files):
     _, vocab = marian_files
     hf, path = save_marian(tmp_path, vocab)
@@ -173,3 +221,52 @@ def test_a_marian_checkpoint_opens_in_the_app(tmp_path, marian_files, monkeypatc
     for view in VIEWS:
         at = set_view(at, view)
         assert_clean(at)
+
+
+def test_a_hub_model_downloads_with_its_size_and_progress_in_the_app(tmp_path, marian_files, monkeypatch):
+    """A Hub id typed in the sidebar: the files' sizes are read first, only the files a load reads are fetched
+    (no TensorFlow copy), a bar shows the file and megabytes, and a line says what came (fake Hub: no network)."""
+    pytest.importorskip("streamlit")
+    import shutil
+    from types import SimpleNamespace
+
+    import huggingface_hub
+    from test_app import assert_clean, new_app, plain, shown_texts, translate
+
+    _, path = save_marian(tmp_path, marian_files[1], files=marian_files)
+    listed = {p.name: p.stat().st_size for p in path.iterdir() if p.is_file()}
+    listed["tf_model.h5"] = 900_000_000
+    fetched = []
+
+    def model_info(self, repo_id, files_metadata=False):
+        return SimpleNamespace(sha="c0ffee", siblings=[SimpleNamespace(rfilename=n, size=s) for n, s in listed.items()])
+
+    def hf_hub_download(repo_id, filename, **kwargs):
+        assert repo_id == "someone/tiny-marian"
+        fetched.append(filename)
+        target = tmp_path / "hub" / "snapshots" / "c0ffee" / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path / filename, target)
+        return str(target)
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    def snapshot_download(repo_id, local_files_only=False, **kwargs):  # the local cache: what was fetched
+        if not (local_files_only and fetched):
+            raise FileNotFoundError("not in the local cache")
+        return str(tmp_path / "hub" / "snapshots" / "c0ffee")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setenv("ATTN_CHECKPOINT", "someone/tiny-marian")
+    at = new_app()  # the first run downloads
+    assert_clean(at)
+    assert "tf_model.h5" not in fetched and "model.safetensors" in fetched
+    mb = sum(size for name, size in listed.items() if name != "tf_model.h5") / 1e6
+    said = [plain(c.value) for c in at.caption if "Downloaded" in c.value]
+    assert said == [f"Downloaded someone/tiny-marian from the Hugging Face Hub ({mb:,.1f} MB)."]
+    at = translate(at, "A man rides a red bike.")
+    assert_clean(at)
+    assert not [c for c in at.caption if "Downloaded" in c.value]  # said once, not on every run
+    tr = transformer.load(path, device="cpu")
+    assert tr.translate("A man rides a red bike.").text in shown_texts(at)

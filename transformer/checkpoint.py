@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,10 @@ def looks_like_hub_id(text: str) -> bool:
     return bool(HUB_ID.fullmatch(text)) and ".." not in text and not Path(text.split("/")[0]).is_dir()
 
 
-def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
-    """A local directory as it is; otherwise download the Hugging Face Hub repo of that id."""
+def resolve_checkpoint_dir(path_or_hub_id: str | Path, progress: Callable[[int, int, str], None] | None = None) -> Path:
+    """A local directory as it is; otherwise download the files a load needs from the Hugging Face Hub repo of that
+    id (sizes checked against ``$ATTN_MAX_DOWNLOAD_MB`` first; ``progress(done_bytes, total_bytes, file)`` told as
+    it goes, see ``transformer.hub.download_repo``)."""
     path = Path(path_or_hub_id).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -87,21 +90,16 @@ def resolve_checkpoint_dir(path_or_hub_id: str | Path) -> Path:
         raise CheckpointError(f"No such directory: {path} (and it is not a Hugging Face Hub repo id either)")
     # read at call time: huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    if not offline:
-        from .hub import check_repo_size
-
-        try:
-            check_repo_size(text)  # before any download: a repo too large is refused
-        except CheckpointError:
-            raise
-        except Exception as err:  # unknown repo, private repo, no network: one clear message
-            raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub (unknown repo, private repo, or "
-                                  f"no network; it is not a local directory either): {type(err).__name__}: {err}") \
-                from err
     try:
-        from huggingface_hub import snapshot_download
+        if offline:
+            from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id=text, local_files_only=offline))
+            return Path(snapshot_download(repo_id=text, local_files_only=True))
+        from .hub import download_repo
+
+        return download_repo(text, progress)
+    except CheckpointError:
+        raise
     except Exception as err:  # offline, unknown repo, private repo, bad id: one clear message
         why = "offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline else \
             "unknown repo, private repo, or no network"

@@ -1,13 +1,21 @@
-"""Hugging Face Hub helpers: how large a repo is, and refusing one too large to download."""
+"""Hugging Face Hub helpers: which files of a repo a load needs, how large they are, refusing a download too
+large, and downloading file by file with progress (nothing here imports Streamlit)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointError
 
 DEFAULT_MAX_DOWNLOAD_MB = 1500.0
+# other frameworks' weights and exports that a load never reads (OPUS-MT repos carry TensorFlow, Rust and Flax
+# copies of the same weights: three times the download)
+SKIPPED_SUFFIXES = (".h5", ".ot", ".msgpack", ".onnx", ".tflite", ".pb", ".gguf", ".ckpt", ".mlmodel")
+
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes in all, file now downloading: "" when finished)
 
 
 def max_download_mb() -> float:
@@ -19,21 +27,67 @@ def max_download_mb() -> float:
     return value if value > 0 else DEFAULT_MAX_DOWNLOAD_MB
 
 
-def repo_size_mb(repo_id: str, api: Any = None) -> float:
-    """Total size in MB (10^6 bytes) of the files of a Hub model repo, read from its metadata (nothing downloaded)."""
+def files_to_fetch(siblings: list[Any]) -> list[tuple[str, int]]:
+    """``(path, bytes)`` of the repo files a load reads: everything but other frameworks' weights, hidden files,
+    and ``pytorch_model.bin`` where ``model.safetensors`` is there too."""
+    sizes = {s.rfilename: int(getattr(s, "size", 0) or 0) for s in siblings}
+    has_safetensors = "model.safetensors" in sizes
+    return sorted((name, size) for name, size in sizes.items()
+                  if not Path(name).name.startswith(".") and not name.lower().endswith(SKIPPED_SUFFIXES)
+                  and not (has_safetensors and name.endswith(".bin")))
+
+
+def repo_files(repo_id: str, api: Any = None) -> tuple[str | None, list[tuple[str, int]]]:
+    """The repo's revision and the files a load would fetch, read from its metadata (nothing downloaded)."""
     if api is None:
         from huggingface_hub import HfApi
 
         api = HfApi()
     info = api.model_info(repo_id, files_metadata=True)
-    return sum(int(getattr(f, "size", 0) or 0) for f in (info.siblings or [])) / 1e6
+    return getattr(info, "sha", None), files_to_fetch(list(info.siblings or []))
+
+
+def repo_size_mb(repo_id: str, api: Any = None) -> float:
+    """Size in MB (10^6 bytes) of the files of a Hub model repo that a load would fetch."""
+    return sum(size for _, size in repo_files(repo_id, api)[1]) / 1e6
+
+
+def _refuse_if_too_large(repo_id: str, size_mb: float, max_mb: float | None) -> None:
+    limit = max_download_mb() if max_mb is None else max_mb
+    if size_mb > limit:
+        raise CheckpointError(f"'{repo_id}' is {size_mb:,.0f} MB on the Hugging Face Hub, over this server's download "
+                              f"limit of {limit:,.0f} MB (ATTN_MAX_DOWNLOAD_MB); it was not downloaded")
 
 
 def check_repo_size(repo_id: str, max_mb: float | None = None, api: Any = None) -> float:
-    """The repo's size in MB; ``CheckpointError`` when it is over ``max_mb`` (default ``$ATTN_MAX_DOWNLOAD_MB``)."""
-    limit = max_download_mb() if max_mb is None else max_mb
+    """The size in MB of what a load would fetch; ``CheckpointError`` when it is over ``max_mb`` (default
+    ``$ATTN_MAX_DOWNLOAD_MB``)."""
     size = repo_size_mb(repo_id, api)
-    if size > limit:
-        raise CheckpointError(f"'{repo_id}' is {size:,.0f} MB on the Hugging Face Hub, over this server's download "
-                              f"limit of {limit:,.0f} MB (ATTN_MAX_DOWNLOAD_MB); it was not downloaded")
+    _refuse_if_too_large(repo_id, size, max_mb)
     return size
+
+
+def download_repo(repo_id: str, progress: Progress | None = None, api: Any = None,
+                  max_mb: float | None = None) -> Path:
+    """Fetch the files a load needs (sizes read and checked against the limit first), one by one, calling
+    ``progress(done_bytes, total_bytes, file)`` before each and ``progress(total, total, "")`` at the end; files
+    already in the local cache are not fetched again. Returns the local snapshot directory."""
+    import huggingface_hub
+
+    _, files = repo_files(repo_id, api)
+    if not files:
+        raise CheckpointError(f"'{repo_id}' on the Hugging Face Hub has no files a checkpoint needs")
+    total = sum(size for _, size in files)
+    _refuse_if_too_large(repo_id, total / 1e6, max_mb)
+    done, local = 0, ""
+    for name, size in files:
+        if progress is not None:
+            progress(done, total, name)
+        local = huggingface_hub.hf_hub_download(repo_id=repo_id, filename=name)  # "main", so the cache knows it
+        done += size
+    if progress is not None:
+        progress(total, total, "")
+    root = Path(local)
+    for _ in Path(files[-1][0]).parts:  # the last file's path inside the snapshot -> the snapshot directory
+        root = root.parent
+    return root

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .beam_transformers import beam_search_transformers
 from .checkpoint import CheckpointError, load_model_dir, resolve_checkpoint_dir, resolve_device
 from .data import pad_sequences
 from .decoding import BeamTree, beam_search, greedy_decode
@@ -40,8 +41,14 @@ class TranslationResult:
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
 
 
+SCORINGS = ("gnmt", "transformers")
+
+
 class Translator:
-    """A model, its tokenizer and decoding settings."""
+    """A model, its tokenizer and decoding settings. Beam search scores hypotheses by the ``scoring`` rules:
+    ``"gnmt"`` (fairseq's search, GNMT length penalty) or ``"transformers"`` (Hugging Face ``generate``'s, so an
+    OPUS-MT model translates here exactly as there; see ``transformer.beam_transformers``); by default the rules
+    named in the checkpoint's metadata (``beam_scoring``), else ``"gnmt"``."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None,
                  path: Path | None = None) -> None:
@@ -53,6 +60,12 @@ class Translator:
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def scoring(self) -> str:
+        """The checkpoint's own beam-scoring rules (``metadata["beam_scoring"]``), else ``"gnmt"``."""
+        value = self.metadata.get("beam_scoring", "gnmt")
+        return value if value in SCORINGS else "gnmt"
 
     @property
     def device(self) -> torch.device:
@@ -75,19 +88,25 @@ class Translator:
     @torch.no_grad()
     def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
                  max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
-                 ) -> tuple[list[list[int]], list[float]]:
+                 scoring: str | None = None) -> tuple[list[list[int]], list[float]]:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores."""
-        outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask)
+        outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
+                                             scoring=scoring)
         return outputs, scores
 
     def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float, max_len_a: float,
                 max_len_b: int, head_mask: dict[str, Tensor] | None, record_tree: bool = False,
-                ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
+                scoring: str | None = None) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
         """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
         with ``record_tree`` (beam search only) each sentence's search tree."""
         src = self._pad(sources)
+        scoring = scoring or self.scoring
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
         if beam_size <= 1:
             hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask)
+        elif scoring == "transformers" and not record_tree:
+            hyp = beam_search_transformers(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask)
         else:
             hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
                               record_tree=record_tree)
@@ -113,23 +132,24 @@ class Translator:
 
     def translate(self, text: str, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
                   max_len_b: int = 10, return_attention: bool = True,
-                  head_mask: dict[str, Tensor] | None = None, return_tree: bool = False) -> TranslationResult:
+                  head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
+                  scoring: str | None = None) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
-        tree of hypotheses when ``return_tree=True``."""
+        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search)."""
         return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask,
-                                    return_tree)[0]
+                                    return_tree, scoring)[0]
 
     def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
                         max_len_b: int = 10, return_attention: bool = False,
                         head_mask: dict[str, Tensor] | None = None,
-                        return_tree: bool = False) -> list[TranslationResult]:
+                        return_tree: bool = False, scoring: str | None = None) -> list[TranslationResult]:
         """Translate many sentences in one batch."""
         if not texts:
             return []
         encoded = [self.encode_source(t) for t in texts]
         sources = [ids for ids, _ in encoded]
         outputs, ended, scores, trees = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
-                                                     record_tree=return_tree)
+                                                     record_tree=return_tree, scoring=scoring)
         results = []
         for i, ((src_ids, truncated), out_ids, eos, score) in enumerate(zip(encoded, outputs, ended, scores)):
             target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
@@ -149,13 +169,15 @@ class Translator:
         return results
 
 
-def load(path_or_hub_id: str | Path, device: str | torch.device = "auto") -> Translator:
+def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
+         progress: Callable[[int, int, str], None] | None = None) -> Translator:
     """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
 
     ``device="auto"`` takes CUDA when present. A Marian / OPUS-MT checkpoint (a ``MarianMTModel.save_pretrained``
-    directory or its Hub id) is recognised and converted on load. Raises ``CheckpointError`` with a clear message.
+    directory or its Hub id) is recognised and converted on load. A Hub download calls
+    ``progress(done_bytes, total_bytes, file)`` as it goes. Raises ``CheckpointError`` with a clear message.
     """
-    path = resolve_checkpoint_dir(path_or_hub_id)
+    path = resolve_checkpoint_dir(path_or_hub_id, progress)
     from .marian import is_marian_dir, load_marian_model
 
     if is_marian_dir(path):
@@ -167,7 +189,8 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto") -> Tra
         model = load_marian_model(path).to(resolve_device(device))
         name = str(path_or_hub_id)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
-        metadata = {"source": "marian", "converted_from": name, "language_pair": pair}
+        metadata = {"source": "marian", "converted_from": name, "language_pair": pair,
+                    "beam_scoring": "transformers"}
         return Translator(model, tokenizer, metadata, path)
     model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
     return Translator(model, tokenizer, metadata, path)
