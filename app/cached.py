@@ -15,7 +15,7 @@ import streamlit as st
 
 from transformer import Transformer, Translator
 
-from . import inference
+from . import catalog, inference, probes
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
 
@@ -31,7 +31,7 @@ def _released(tr: Translator) -> None:
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4, on_release=_released)
 def get_translator(checkpoint: str, device: str) -> Translator:
     """The loaded model (raises ``CheckpointError``; failures are not cached)."""
-    tr = inference.load_translator(checkpoint, device)
+    tr = catalog.load_translator(checkpoint, device)
     weights = sum(p.numel() * p.element_size() for p in tr.model.parameters())
     MODEL_BYTES[id(tr)] = weights + analysis_working_bytes(tr.config)
     return tr
@@ -57,7 +57,7 @@ def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], s
 def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
     """A copy of the model with one snapshot's weights."""
     tr = get_translator(checkpoint, device)
-    return inference.load_snapshot_model(tr, snapshot)
+    return probes.load_snapshot_model(tr, snapshot)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -66,13 +66,13 @@ def get_snapshot_attentions(checkpoint: str, device: str, snapshot: str, source_
     """A snapshot's attentions on the same sentence and translation, and its own greedy translation."""
     tr = get_translator(checkpoint, device)
     model = get_snapshot_model(checkpoint, device, snapshot)
-    return inference.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
+    return probes.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
     """Scaled embedding lengths over the vocabulary."""
-    return inference.vocab_embedding_norms(get_translator(checkpoint, device))
+    return probes.vocab_embedding_norms(get_translator(checkpoint, device))
 
 
 def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings,
@@ -95,15 +95,15 @@ def get_forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...]
 
 
 @st.cache_data(show_spinner=False, ttl=30)
-def get_checkpoint_list() -> list[inference.CheckpointInfo]:
+def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
     """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
-    return inference.list_checkpoints()
+    return catalog.list_checkpoints()
 
 
 def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any) -> Any:
-    """``inference.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
+    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
     analysed sentence, kept within the byte budget like the analyses."""
-    make = {"inside_head": inference.inside_head, "norms": inference.norm_attentions,
-            "attributions": inference.attributions, "lens": inference.lens, "beam_tree": inference.beam_tree}[kind]
+    make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
+            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
     return RESULTS.get(key, lambda: make(get_translator(checkpoint, device), analysis, *args))

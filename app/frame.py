@@ -9,7 +9,7 @@ import torch
 import transformer
 from transformer import Translator
 
-from . import cached, inference, state
+from . import cached, catalog, inference, state
 from .controls import choose, md_escape
 from .inference import Analysis
 
@@ -61,9 +61,9 @@ def model_picker() -> None:
     ss = st.session_state
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
-    if inference.public_mode():  # the hosted demo: the allow-list only, no free-form field
-        allowed = [m for m in inference.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
-            [inference.default_checkpoint()]
+    if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
+        allowed = [m for m in catalog.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
+            [catalog.default_checkpoint()]
         if ss.get(state.MODEL_CHOICE) not in allowed:
             ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
 
@@ -74,7 +74,7 @@ def model_picker() -> None:
                      format_func=lambda p: usable[p].label() if p in usable else p)
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         return
-    options = [*usable, *inference.OPUS_MT, state.OTHER_MODEL]
+    options = [*usable, *catalog.OPUS_MT, state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
     if ss.get(state.MODEL_CHOICE) != wanted:
         ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
@@ -85,7 +85,7 @@ def model_picker() -> None:
 
     st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
                  format_func=lambda p: usable[p].label() if p in usable else
-                 f"{p} (OPUS-MT, from the Hub)" if p in inference.OPUS_MT else p)
+                 f"{p} (OPUS-MT, from the Hub)" if p in catalog.OPUS_MT else p)
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
     for info in infos:
@@ -96,9 +96,9 @@ def model_picker() -> None:
 def show_model_facts(tr: Translator) -> None:
     """Sizes, parameters and the scores of the model card, in the sidebar."""
     with st.sidebar:
-        facts = inference.model_facts(tr)
+        facts = catalog.model_facts(tr)
         st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
-        scores = inference.model_scores(tr)
+        scores = catalog.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
             st.markdown(markdown_table(("score", "value"), [(k, f"{v:.2f}") for k, v in scores.items()]))
@@ -142,8 +142,8 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
         message = failure[2]
     else:
         try:
-            if inference.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
-                inference.download(checkpoint, DownloadProgress(checkpoint))
+            if catalog.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
+                catalog.download(checkpoint, DownloadProgress(checkpoint))
             return cached.get_translator(checkpoint, device)
         except transformer.CheckpointError as err:
             message = str(err)
@@ -151,7 +151,7 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
             message = f"{type(err).__name__}: {err}"
         ss[state.LOAD_FAILURE] = (checkpoint, device, message)
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
-    if checkpoint == inference.DEFAULT_CHECKPOINT:
+    if checkpoint == catalog.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")

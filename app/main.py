@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, frame, inference, state
+from app import cached, catalog, frame, inference, state
 from app.controls import md_escape
 from app.views import VIEWS
 
@@ -49,7 +49,7 @@ def main() -> None:
     if tr is None:
         return
     frame.show_model_facts(tr)
-    card = inference.model_card(tr)
+    card = catalog.model_card(tr)
     if card and st.toggle("Show the model card (how it was trained, its scores and limits)", key=state.SHOW_CARD):
         with st.container(border=True, height=420):
             st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML

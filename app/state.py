@@ -18,7 +18,8 @@ import streamlit as st
 from transformer import Tokenizer, Translator
 
 from .analysis import KINDS
-from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey, default_checkpoint, model_allowed
+from .catalog import default_checkpoint, model_allowed
+from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey
 
 # ------------------------------------------------------------------------------------------------ keys
 # Widget keys (the widget's value lives in session state under this name)

@@ -65,6 +65,21 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer) ->
     return path
 
 
+@pytest.fixture()
+def app_env(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The app opens the tiny checkpoint (``ATTN_CHECKPOINT``)."""
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
+    return tiny_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tr(tiny_checkpoint: Path):
+    """The tiny checkpoint loaded on CPU (an oracle for what the app shows)."""
+    import transformer
+
+    return transformer.load(tiny_checkpoint, device="cpu")
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():

@@ -17,7 +17,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import transformer  # noqa: E402
-from app import analysis, figures, inference  # noqa: E402
+from app import analysis, catalog, figures, inference  # noqa: E402
 from app.views import VIEWS as REGISTRY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,17 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 APP = str(ROOT / "app" / "main.py")
 VIEWS = list(REGISTRY)
-
-
-@pytest.fixture()
-def app_env(tiny_checkpoint, monkeypatch):
-    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
-    return tiny_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tr(tiny_checkpoint):
-    return transformer.load(tiny_checkpoint, device="cpu")
 
 
 def new_app(query: dict[str, str] | None = None) -> AppTest:
@@ -363,7 +352,7 @@ def test_unreachable_hub_repo_gives_a_clear_message(app_env, monkeypatch):
 
 def test_missing_default_checkpoint_explains_what_to_do(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
-    monkeypatch.setattr(inference, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(catalog, "REPO_ROOT", tmp_path)
     monkeypatch.chdir(tmp_path)
     at = new_app()
     assert not at.exception

@@ -10,17 +10,10 @@ pytest.importorskip("streamlit")
 
 from test_app import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
-import transformer  # noqa: E402
 from transformer.interpret import attribute, head_computation, value_norms  # noqa: E402
 
 torch.set_num_threads(1)
 TEXT = "A man rides a red bike."
-
-
-@pytest.fixture()
-def app_env(tiny_checkpoint, monkeypatch):
-    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
-    return transformer.load(tiny_checkpoint, device="cpu")
 
 
 def tensors(tr, ref):
@@ -29,8 +22,7 @@ def tensors(tr, ref):
     return src, tgt, torch.tensor([ref.target_ids])
 
 
-def test_inside_a_head_shows_the_models_numbers(app_env):
-    tr = app_env
+def test_inside_a_head_shows_the_models_numbers(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Inside a head")
     assert any("Pick one head" in i.value for i in at.info)
     at.selectbox(key="head").set_value("2")
@@ -48,8 +40,7 @@ def test_inside_a_head_shows_the_models_numbers(app_env):
     np.testing.assert_allclose(hc.weights.numpy(), ref.cross_attentions[0][1, 1].numpy(), atol=1e-6)
 
 
-def test_weighted_norms_toggle(app_env):
-    tr = app_env
+def test_weighted_norms_toggle(app_env, tr):
     at = translate(new_app(), TEXT)
     at.segmented_control(key="measure").set_value("norms")
     at.run()
@@ -64,8 +55,7 @@ def test_weighted_norms_toggle(app_env):
     assert_clean(at)
 
 
-def test_what_drives_each_word_shows_the_attributions(app_env):
-    tr = app_env
+def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "What drives each word")
     at.segmented_control(key="drivers_method").set_value("input_x_gradient")
     at.run()
@@ -80,8 +70,7 @@ def test_what_drives_each_word_shows_the_attributions(app_env):
     assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
 
 
-def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env):
-    tr = app_env
+def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Layer by layer")
     assert_clean(at)
     ref = tr.translate(TEXT)
@@ -93,8 +82,7 @@ def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env):
     assert z.shape == (tr.config.n_decoder_layers, len(ref.target_ids))
 
 
-def test_beam_tree_view(app_env):
-    tr = app_env
+def test_beam_tree_view(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Beam tree")
     assert_clean(at)
     ref = tr.translate(TEXT, return_tree=True)
@@ -109,8 +97,7 @@ def test_beam_tree_view(app_env):
     assert any("Greedy search keeps one hypothesis" in i.value for i in at.info)
 
 
-def test_head_table_gains_the_agreement_column(app_env):
-    tr = app_env
+def test_head_table_gains_the_agreement_column(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Head table")
     at.toggle(key="table_agreement").set_value(True)
     at.run()

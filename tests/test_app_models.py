@@ -13,7 +13,7 @@ pytest.importorskip("streamlit")
 from test_app import arr, assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from app import cached, inference  # noqa: E402
+from app import cached, catalog  # noqa: E402
 from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
@@ -37,7 +37,7 @@ def repo(tmp_path, tiny_tokenizer, monkeypatch):
     save_checkpoint(mismatch, Transformer(config).eval(), tiny_tokenizer, {})
     cfg = json.loads((mismatch / "config.json").read_text())
     (mismatch / "config.json").write_text(json.dumps({**cfg, "n_encoder_layers": 3}))
-    monkeypatch.setattr(inference, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(catalog, "REPO_ROOT", tmp_path)
     monkeypatch.setenv("ATTN_CHECKPOINT", "checkpoints/post")
     cached.get_checkpoint_list.clear()
     yield tmp_path

@@ -16,17 +16,6 @@ from app.views import VIEWS  # noqa: E402
 torch.set_num_threads(1)
 
 
-@pytest.fixture()
-def app_env(tiny_checkpoint, monkeypatch):
-    monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
-    return tiny_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tr(tiny_checkpoint):
-    return transformer.load(tiny_checkpoint, device="cpu")
-
-
 @pytest.mark.parametrize("view", list(VIEWS))
 def test_every_registered_view_renders_from_a_link(app_env, view):
     at = new_app({"text": "A dog runs in the park.", "view": view})

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import transformer
-from app import analysis, figures, inference
+from app import analysis, catalog, figures, inference, probes
 from app.inference import DecodeSettings
 
 torch.set_num_threads(1)
@@ -218,11 +218,6 @@ def test_small_figures_escape_tokens():
 # ------------------------------------------------------------------------------------------------ model helpers
 
 
-@pytest.fixture(scope="module")
-def tr(tiny_checkpoint):
-    return inference.load_translator(str(tiny_checkpoint), "cpu")
-
-
 def test_analysis_equals_the_translators_attentions(tr):
     text = "A man rides a red bike."
     settings = DecodeSettings(beam_size=2, max_len_a=0.0, max_len_b=8)
@@ -283,7 +278,7 @@ def test_switching_off_every_cross_head_cuts_the_decoder_off_from_the_source(tr)
 
 def test_masks_are_the_models_masks(tr):
     result = inference.analyse(tr, "A dog runs.", DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=5))
-    masks = inference.mask_arrays(tr, result, extra_source_pad=2, extra_target_pad=3)
+    masks = probes.mask_arrays(tr, result, extra_source_pad=2, extra_target_pad=3)
     s, t = len(result.source_ids) + 2, len(result.target_ids) + 3
     assert masks["encoder"].shape == (s, s) and masks["decoder"].shape == (t, t) and masks["cross"].shape == (t, s)
     assert not masks["encoder"][:, -2:].any() and masks["encoder"][:, :-2].all()
@@ -292,18 +287,18 @@ def test_masks_are_the_models_masks(tr):
     expected[:, -3:] = False
     np.testing.assert_array_equal(masks["decoder"], expected)
     # the real weights respect the masks
-    plain = inference.mask_arrays(tr, result)
+    plain = probes.mask_arrays(tr, result)
     assert analysis.masked_weight(result.decoder, plain["decoder"]) == 0.0
 
 
 def test_positional_helpers(tr):
-    own = inference.model_pe(tr)
+    own = probes.model_pe(tr)
     assert own.shape == (tr.config.max_len, tr.config.d_model)
-    np.testing.assert_allclose(own, inference.positional_table(*own.shape), atol=1e-6)
-    norms = inference.embedding_norms(tr, [4, 5])
+    np.testing.assert_allclose(own, probes.positional_table(*own.shape), atol=1e-6)
+    norms = probes.embedding_norms(tr, [4, 5])
     expected = tr.model.src_embed.weight[4].norm().item() * tr.config.d_model ** 0.5
     assert norms[0] == pytest.approx(expected, rel=1e-5)
-    assert len(inference.vocab_embedding_norms(tr)) == tr.config.src_vocab_size - 1
+    assert len(probes.vocab_embedding_norms(tr)) == tr.config.src_vocab_size - 1
 
 
 def test_exports_round_trip(tr):
@@ -326,38 +321,38 @@ def test_snapshots_load_into_a_copy(tr, tmp_path):
              if k not in ("tgt_embed.weight", "generator.weight")}
     save_file(state, str(ckpt / "snapshots" / "step0000003.safetensors"))
     (ckpt / "snapshots" / "step0000001.safetensors").write_bytes(b"not a safetensors file")
-    local = inference.load_translator(str(ckpt), "cpu")
-    snaps = inference.list_snapshots(local)
-    assert [inference.snapshot_step(p) for p in snaps] == [1, 3]
+    local = catalog.load_translator(str(ckpt), "cpu")
+    snaps = probes.list_snapshots(local)
+    assert [probes.snapshot_step(p) for p in snaps] == [1, 3]
     with pytest.raises(transformer.CheckpointError):
-        inference.load_snapshot_model(local, snaps[0])
-    model = inference.load_snapshot_model(local, snaps[1])
+        probes.load_snapshot_model(local, snaps[0])
+    model = probes.load_snapshot_model(local, snaps[1])
     assert model is not local.model and model.generator.weight is model.src_embed.weight
     result = inference.analyse(local, "A dog.", DecodeSettings(beam_size=1, max_len_b=5))
-    attn, text = inference.snapshot_attentions(local, model, result.source_ids, result.target_ids)
+    attn, text = probes.snapshot_attentions(local, model, result.source_ids, result.target_ids)
     np.testing.assert_allclose(attn["cross"], result.cross, atol=2e-2)  # fp16 copy of the same weights
     own = transformer.Translator(model, local.tokenizer).generate([result.source_ids], beam_size=1)[0][0]
     assert text == local.tokenizer.decode(own)  # the snapshot's own greedy translation, not the final model's
-    assert inference.list_snapshots(tr) == []
+    assert probes.list_snapshots(tr) == []
 
 
 def test_model_card_without_front_matter(tr, tmp_path):
     ckpt = tmp_path / "card"
     transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {})
-    local = inference.load_translator(str(ckpt), "cpu")
-    assert inference.model_card(local) is None
+    local = catalog.load_translator(str(ckpt), "cpu")
+    assert catalog.model_card(local) is None
     (ckpt / "README.md").write_text("---\nlicense: mit\n---\n# Card\n\nBLEU 12.3\n", encoding="utf-8")
-    assert inference.model_card(local) == "# Card\n\nBLEU 12.3"
+    assert catalog.model_card(local) == "# Card\n\nBLEU 12.3"
 
 
 def test_load_errors_are_checkpoint_errors(tmp_path):
     with pytest.raises(transformer.CheckpointError, match="No such directory"):
-        inference.load_translator(str(tmp_path / "nope"), "cpu")
+        catalog.load_translator(str(tmp_path / "nope"), "cpu")
     with pytest.raises(transformer.CheckpointError):
-        inference.load_translator("  ", "cpu")
+        catalog.load_translator("  ", "cpu")
     (tmp_path / "bad").mkdir()
     with pytest.raises(transformer.CheckpointError, match="missing"):
-        inference.load_translator(str(tmp_path / "bad"), "cpu")
+        catalog.load_translator(str(tmp_path / "bad"), "cpu")
 
 
 # ------------------------------------------------------------------------------------------------ rough edges (#9)
@@ -440,7 +435,7 @@ def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
 def test_analysis_size_counts_its_arrays(tiny_checkpoint):
     from app.budget import size_of
 
-    tr = inference.load_translator(str(tiny_checkpoint), "cpu")
+    tr = catalog.load_translator(str(tiny_checkpoint), "cpu")
     result = inference.analyse(tr, "A dog runs in the park.", DecodeSettings(beam_size=1))
     arrays = sum(a.nbytes for a in (result.encoder, result.decoder, result.cross, result.topk_ids, result.topk_probs,
                                     result.chosen_probs))
@@ -453,7 +448,7 @@ def test_the_budget_reserves_room_for_one_analysis_of_the_longest_input(tiny_che
     that analysis' attention arrays (model tensors and numpy copies coexist) plus its logits."""
     from app.budget import analysis_working_bytes
 
-    tr = inference.load_translator(str(tiny_checkpoint), "cpu")
+    tr = catalog.load_translator(str(tiny_checkpoint), "cpu")
     cfg = tr.config
     longest = " ".join(["dog"] * (cfg.max_len * 2))  # cut to the model's maximum source length
     result = inference.analyse(tr, longest, DecodeSettings(beam_size=1, max_len_a=2.0, max_len_b=50))

@@ -9,7 +9,8 @@ from transformer.heads import KINDS, ranked_heads
 
 from .. import cached, controls, figures, inference, state
 from ..analysis import KIND_NAMES
-from ..inference import HeadKey, load_heads
+from ..catalog import load_heads
+from ..inference import HeadKey
 from ..state import ViewContext
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls, figures, inference
+from .. import cached, controls, figures, probes
 from ..state import ViewContext
 
 
@@ -14,7 +14,7 @@ def render(ctx: ViewContext) -> None:
     """The same sentence's attention in the training snapshots."""
     st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
                "teacher-forced on the final translation (so the axes match) and also translates on its own.")
-    snaps = inference.list_snapshots(tr)
+    snaps = probes.list_snapshots(tr)
     history = (tr.metadata or {}).get("history")
     if not snaps:
         st.info("This checkpoint has no training snapshots (a snapshots/ folder of stepNNNNNNN.safetensors files "
@@ -34,7 +34,7 @@ def render(ctx: ViewContext) -> None:
         except Exception as err:
             st.warning(f"Skipped {controls.md_escape(path.name)}: {controls.md_escape(err)}")
             continue
-        step = inference.snapshot_step(path)
+        step = probes.snapshot_step(path)
         panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
         rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
     steps = (tr.metadata or {}).get("steps")
@@ -47,7 +47,7 @@ def render(ctx: ViewContext) -> None:
                     config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     if isinstance(history, list) and history:
-        fig = figures.history_figure(history, marks=[inference.snapshot_step(p) for p in snaps])
+        fig = figures.history_figure(history, marks=[probes.snapshot_step(p) for p in snaps])
         if fig is not None:
             st.caption("Validation scores during training; dotted lines mark the snapshots.")
             st.plotly_chart(fig, config=figures.plotly_config("training-history"), key="evolution_history")

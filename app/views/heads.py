@@ -13,7 +13,7 @@ import streamlit as st
 
 from .. import controls, figures, state
 from ..analysis import KIND_NAMES, KINDS
-from ..inference import load_heads
+from ..catalog import load_heads
 from ..state import ViewContext
 
 DATA_DIRS = ("../shared/data/multi30k", "data/multi30k")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import figures, inference
+from .. import figures, probes
 from ..analysis import masked_weight
 from ..state import ViewContext
 
@@ -18,7 +18,7 @@ def render(ctx: ViewContext) -> None:
     c1, c2 = st.columns(2)
     pad_src = c1.slider("Padding after the source", 0, 8, 2, key="pad_src")
     pad_tgt = c2.slider("Padding after the decoder input", 0, 8, 2, key="pad_tgt")
-    masks = inference.mask_arrays(tr, result, pad_src, pad_tgt)
+    masks = probes.mask_arrays(tr, result, pad_src, pad_tgt)
     src = result.source_tokens + ["<pad>"] * pad_src
     dec = result.decoder_input_tokens + ["<pad>"] * pad_tgt
     panels = [
@@ -45,7 +45,7 @@ def render(ctx: ViewContext) -> None:
                 st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle),
                                 config=figures.plotly_config(f"mask-{key}"), key=f"mask_{key}_chart")
                 st.caption(text)
-    unpadded = inference.mask_arrays(tr, result, 0, 0)
+    unpadded = probes.mask_arrays(tr, result, 0, 0)
     leak = max(masked_weight(result.decoder, unpadded["decoder"]), masked_weight(result.cross, unpadded["cross"]),
                masked_weight(result.encoder, unpadded["encoder"]))
     st.success(f"Check on this sentence's real attention: the largest weight on any blocked position is {leak:g} "

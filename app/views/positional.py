@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import cached, figures, inference
+from .. import cached, figures, probes
 from ..state import ViewContext
 
 
@@ -28,7 +28,7 @@ def render(ctx: ViewContext) -> None:
     c1, c2 = st.columns(2)
     d_model = c1.slider("d_model", 8, 1024, int(tr.config.d_model), 8, key="pe_d")
     length = c2.slider("Positions", 8, 512, int(min(100, max(tr.config.max_len, 8))), 1, key="pe_len")
-    table = inference.positional_table(length, d_model)
+    table = probes.positional_table(length, d_model)
     a, b = st.columns(2)
     a.plotly_chart(figures.pe_heatmap(table), config=figures.plotly_config("positional-encoding"), key="pe_heat")
     with b:
@@ -41,14 +41,14 @@ def render(ctx: ViewContext) -> None:
         st.caption("Cosine similarity between the codes of two positions: it depends only on their distance "
                    "(the bands run parallel to the diagonal), which lets attention use relative positions.")
     with b:
-        own = inference.model_pe(tr)
-        diff = float(np.abs(own - inference.positional_table(*own.shape)).max())
+        own = probes.model_pe(tr)
+        diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
         st.plotly_chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
                         config=figures.plotly_config("model-pe"), key="pe_model")
         st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
     if result is not None:
-        norms = inference.embedding_norms(tr, result.source_ids)
-        own = inference.model_pe(tr)
+        norms = probes.embedding_norms(tr, result.source_ids)
+        own = probes.model_pe(tr)
         pe_norms = np.linalg.norm(own[: len(result.source_ids)], axis=1)
         vocab = cached.get_vocab_norms(checkpoint, device)
         st.plotly_chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab),

@@ -1,0 +1,201 @@
+"""Which models the explorer can open: the checkpoint directories under ``checkpoints/``, Hub ids and their
+downloads, public mode's allow-list, and loading (no Streamlit here; ``app.cached`` adds the caches)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import transformer
+from transformer import Translator
+
+
+def _repo_root() -> Path:
+    """Where ``checkpoints/`` lives: the source tree this package sits in (a checkout, ``pip install -e``), else
+    the working directory (an installed package, as in the Space image, started from the app's folder)."""
+    source = Path(__file__).resolve().parents[1]
+    return source if (source / "checkpoints").is_dir() or not (Path.cwd() / "checkpoints").is_dir() else Path.cwd()
+
+
+REPO_ROOT = _repo_root()
+
+
+DEFAULT_CHECKPOINT = "checkpoints/multi30k-en-de"
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """A relative directory is looked up from the working directory, then from the repository root; a name
+    under one of the repository's folders (``checkpoints/...``) stays a path even when it does not exist."""
+    checkpoint = checkpoint.strip()
+    path = Path(checkpoint).expanduser()
+    if path.is_absolute() or path.exists() or not path.parts:
+        return checkpoint
+    if (REPO_ROOT / path).exists() or path.parts[0] == "checkpoints" or (REPO_ROOT / path.parts[0]).is_dir():
+        return str(REPO_ROOT / path)  # a path of this repository (existing or mistyped), never a Hub id
+    return checkpoint
+
+
+def needs_download(checkpoint: str) -> bool:
+    """Whether loading ``checkpoint`` would download it: a Hub id (not a local directory) whose files are not in the
+    local Hugging Face cache yet (looked up on disk only)."""
+    from transformer.checkpoint import looks_like_hub_id
+
+    name = resolve_checkpoint(checkpoint)
+    if not name or Path(name).expanduser().exists() or not looks_like_hub_id(name):
+        return False
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(repo_id=name, local_files_only=True)
+        return False
+    except Exception:  # not cached (or any other lookup failure): the download will say what is wrong
+        return True
+
+
+def download(checkpoint: str, progress: Callable[[int, int, str], None]) -> None:
+    """Fetch a Hub checkpoint into the local cache, telling ``progress(done_bytes, total_bytes, file)``; raises
+    ``transformer.CheckpointError`` (too large, unknown, offline) with a clear message."""
+    from transformer.checkpoint import resolve_checkpoint_dir
+
+    resolve_checkpoint_dir(resolve_checkpoint(checkpoint), progress)
+
+
+def load_translator(checkpoint: str, device: str) -> Translator:
+    """Load a checkpoint directory or Hub repo id on ``device`` (resolved by ``transformer.load``: ``"auto"`` takes
+    CUDA when present); raises ``transformer.CheckpointError`` with a clear message."""
+    if not checkpoint.strip():
+        raise transformer.CheckpointError("no checkpoint named: give a directory or a Hugging Face Hub repo id")
+    tr = transformer.load(resolve_checkpoint(checkpoint), device=device)  # "auto" resolved there
+    tr.model.eval()
+    return tr
+
+
+def model_facts(tr: Translator) -> dict[str, object]:
+    """Sizes and scores for the sidebar (scores from the model card, ``metadata.json``)."""
+    cfg = tr.config
+    facts: dict[str, object] = {
+        "d_model": cfg.d_model, "heads": cfg.n_heads, "encoder layers": cfg.n_encoder_layers,
+        "decoder layers": cfg.n_decoder_layers, "d_ff": cfg.d_ff, "vocabulary": cfg.tgt_vocab_size,
+        "max tokens": cfg.max_len, "parameters": f"{tr.model.num_parameters():,}", "device": str(tr.device),
+    }
+    meta = tr.metadata or {}
+    if meta.get("language_pair"):
+        facts["languages"] = str(meta["language_pair"])
+    return facts
+
+
+def model_scores(tr: Translator) -> dict[str, float]:
+    """Numeric scores in the model card: validation (``final_validation``) and any test scores."""
+    meta = tr.metadata or {}
+    scores: dict[str, float] = {}
+    for key, value in (meta.get("final_validation") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key.startswith("val"):
+            scores[key.replace("_", " ")] = float(value)
+    for key, value in meta.items():
+        if "test" in key.lower():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                scores[key.replace("_", " ")] = float(value)
+            elif isinstance(value, dict):
+                for k2, v2 in value.items():
+                    if isinstance(v2, (int, float)) and not isinstance(v2, bool):
+                        scores[f"{key} {k2}".replace("_", " ")] = float(v2)
+    return scores
+
+
+def model_card(tr: Translator, limit: int = 20_000) -> str | None:
+    """The checkpoint's ``README.md`` (its model card) without YAML front matter, or None."""
+    if tr.path is None or not (Path(tr.path) / "README.md").is_file():
+        return None
+    try:
+        text = (Path(tr.path) / "README.md").read_text(encoding="utf-8", errors="replace")[:limit]
+    except OSError:
+        return None
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end != -1 else text
+    return text.strip() or None
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint directory under ``checkpoints/`` as the model picker lists it."""
+
+    path: str  # as typed in the picker, e.g. "checkpoints/multi30k-en-de"
+    language_pair: str
+    layout: str  # "post-norm" (the paper) or "pre-norm"
+    test_bleu: float | None
+    problem: str | None  # why it cannot be opened, or None
+
+    def label(self) -> str:
+        """``"multi30k-en-de · en-de · post-norm · test BLEU 38.6"``."""
+        bleu = f" · test BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
+        return f"{Path(self.path).name} · {self.language_pair or '?'} · {self.layout}{bleu}"
+
+
+def list_checkpoints() -> list[CheckpointInfo]:
+    """Every directory under the repository's ``checkpoints/``, checked without loading the weights."""
+    from transformer.checkpoint import check_checkpoint_dir
+
+    root = REPO_ROOT / "checkpoints"
+    found: list[CheckpointInfo] = []
+    for folder in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
+        meta: dict = {}
+        with contextlib.suppress(OSError, ValueError):  # no or unreadable metadata: listed without scores
+            meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+        meta = meta if isinstance(meta, dict) else {}
+        test = meta.get("test_2016_flickr")
+        bleu = test.get("bleu") if isinstance(test, dict) and isinstance(test.get("bleu"), (int, float)) else None
+        try:
+            config = check_checkpoint_dir(folder)
+            layout, problem = ("pre-norm" if config.norm_first else "post-norm"), None
+        except transformer.CheckpointError as err:
+            layout, problem = "?", str(err)
+        found.append(CheckpointInfo(f"checkpoints/{folder.name}", str(meta.get("language_pair", "")), layout,
+                                    float(bleu) if bleu is not None else None, problem))
+    return found
+
+
+def load_heads(path: str | Path | None) -> dict | None:
+    """The checkpoint's ``heads.json``, or None."""
+    if path is None or not (Path(path) / "heads.json").is_file():
+        return None
+    try:
+        data = json.loads((Path(path) / "heads.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "importance" in data else None
+
+
+OPUS_MT = [f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")]
+
+
+def public_mode() -> bool:
+    """``ATTN_PUBLIC=1``: the hosted demo (only the allow-listed models, no free-form field)."""
+    return os.environ.get("ATTN_PUBLIC", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def allowed_models() -> list[str]:
+    """The models a public server offers: ``$ATTN_MODELS`` (comma-separated directories and Hub ids), else the
+    default checkpoint, every checkpoint directory shipped under ``checkpoints/`` and the suggested OPUS-MT ids."""
+    listed = [m.strip() for m in os.environ.get("ATTN_MODELS", "").split(",") if m.strip()]
+    if listed:
+        return list(dict.fromkeys(listed))
+    root = REPO_ROOT / "checkpoints"
+    shipped = [f"checkpoints/{p.name}" for p in sorted(root.glob("*")) if p.is_dir()] if root.is_dir() else []
+    return list(dict.fromkeys([default_checkpoint(), *shipped, *OPUS_MT]))
+
+
+def model_allowed(checkpoint: str) -> bool:
+    """Whether this server may open ``checkpoint`` (always, unless in public mode)."""
+    return not public_mode() or checkpoint.strip() in allowed_models()
+
+
+def default_checkpoint() -> str:
+    """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
+    return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT

@@ -1,0 +1,175 @@
+"""What the views probe beyond one analysis: masks and positional encodings, training snapshots, and
+``transformer.interpret`` (inside a head, value norms, attributions, the logit lens, the beam tree), all as numpy
+(no Streamlit here; ``app.cached`` adds the caches)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import transformer
+from transformer import Transformer, Translator
+
+from .inference import Analysis, stack_layers
+
+
+def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
+                extra_target_pad: int = 0) -> dict[str, np.ndarray]:
+    """The model's own masks for this sentence, padded as it would be in a batch with longer sentences.
+
+    Returns bool arrays (True = may attend): ``source_padding`` ``(S',)``, ``encoder`` ``(S', S')``,
+    ``causal`` ``(T', T')``, ``decoder`` ``(T', T')`` (padding & causal), ``cross`` ``(T', S')``.
+    """
+    pad = tr.config.pad_id
+    src = torch.tensor([analysis.source_ids + [pad] * extra_source_pad])
+    tgt = torch.tensor([[tr.config.bos_id] + analysis.target_ids[:-1] + [pad] * extra_target_pad])
+    src_pad = transformer.padding_mask(src, pad)  # (1, 1, 1, S)
+    tgt_pad = transformer.padding_mask(tgt, pad)  # (1, 1, 1, T)
+    causal = transformer.causal_mask(tgt.size(1))  # (1, 1, T, T)
+    s, t = src.size(1), tgt.size(1)
+    return {
+        "source_padding": src_pad[0, 0, 0].numpy(),
+        "target_padding": tgt_pad[0, 0, 0].numpy(),
+        "encoder": src_pad.expand(1, 1, s, s)[0, 0].numpy(),
+        "causal": causal[0, 0].numpy(),
+        "decoder": transformer.decoder_self_mask(tgt, pad)[0, 0].numpy(),
+        "cross": src_pad.expand(1, 1, t, s)[0, 0].numpy(),
+    }
+
+
+def positional_table(length: int, d_model: int) -> np.ndarray:
+    """``transformer.positional_encoding`` as numpy ``(length, d_model)``."""
+    return transformer.positional_encoding(length, d_model).numpy()
+
+
+def model_pe(tr: Translator) -> np.ndarray:
+    """The model's own positional-encoding buffer ``(max_len, d_model)``."""
+    return tr.model.pe.detach().float().cpu().numpy()
+
+
+def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
+    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model``."""
+    weight = tr.model.src_embed.weight.detach().float().cpu()
+    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+
+
+def vocab_embedding_norms(tr: Translator) -> np.ndarray:
+    """``‖E[id]‖ · √d_model`` for the whole vocabulary (padding excluded)."""
+    weight = tr.model.src_embed.weight.detach().float().cpu()
+    keep = torch.ones(weight.size(0), dtype=torch.bool)
+    keep[tr.config.pad_id] = False
+    return (weight[keep].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+
+
+def list_snapshots(tr: Translator) -> list[Path]:
+    """Training snapshots shipped with the checkpoint (``snapshots/stepNNNNNNN.safetensors``), oldest first."""
+    if tr.path is None:
+        return []
+    folder = Path(tr.path) / "snapshots"
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("step*.safetensors"), key=snapshot_step)
+
+
+def snapshot_step(path: Path | str) -> int:
+    """The training step in a snapshot's file name (``step0000038.safetensors`` -> 38)."""
+    match = re.search(r"step(\d+)", Path(path).name)
+    return int(match.group(1)) if match else -1
+
+
+def load_snapshot_model(tr: Translator, path: Path | str) -> Transformer:
+    """A copy of the model with a snapshot's weights (tied embeddings are stored once, as ``src_embed.weight``)."""
+    from safetensors.torch import load_file
+
+    model = copy.deepcopy(tr.model)
+    try:
+        state = load_file(str(path), device="cpu")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except Exception as err:  # a corrupt or mismatched file: one clear message
+        raise transformer.CheckpointError(f"snapshot {Path(path).name} could not be loaded: {err}") from err
+    tied = {"tgt_embed.weight", "generator.weight"} if tr.config.share_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise transformer.CheckpointError(f"snapshot {Path(path).name} does not match the model "
+                                          f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
+    return model.to(tr.device).eval()
+
+
+@torch.no_grad()
+def snapshot_attentions(tr: Translator, model: Transformer, source_ids: list[int],
+                        target_ids: list[int]) -> tuple[dict[str, np.ndarray], str]:
+    """A snapshot's attentions on the final model's translation (teacher-forced, so the axes match),
+    and the snapshot's own greedy translation."""
+    snap = Translator(model, tr.tokenizer, tr.metadata, tr.path)
+    out = snap.attentions(source_ids, target_ids[:-1])
+    outputs, _ = snap.generate([source_ids], beam_size=1)
+    attn = {"encoder": stack_layers(out.encoder_attentions), "decoder": stack_layers(out.decoder_attentions),
+            "cross": stack_layers(out.cross_attentions)}
+    return attn, tr.tokenizer.decode(outputs[0])
+
+
+def _pair(tr: Translator, analysis: Analysis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(src (1, S), tgt (1, T), labels (1, T))`` of an analysed sentence on the model's device."""
+    src = torch.tensor([analysis.source_ids], device=tr.device)
+    tgt = torch.tensor([[tr.config.bos_id, *analysis.target_ids[:-1]]], device=tr.device)
+    return src, tgt, torch.tensor([analysis.target_ids], device=tr.device)
+
+
+def inside_head(tr: Translator, analysis: Analysis, kind: str, layer: int, head: int, query: int) -> dict:
+    """``transformer.interpret.head_computation`` for one query of the analysed sentence, as numpy (0-based)."""
+    from transformer.interpret import head_computation
+
+    src, tgt, _ = _pair(tr, analysis)
+    hc = head_computation(tr.model, src, tgt, kind, layer, head, query)
+    return {name: (value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else value)
+            for name, value in hc.__dict__.items()}
+
+
+def norm_attentions(tr: Translator, analysis: Analysis) -> dict[str, np.ndarray]:
+    """Kobayashi et al.'s ``||alpha v W_O||`` per type, ``(layers, heads, Q, K)`` like the weights."""
+    from transformer.interpret import value_norms
+
+    src, tgt, _ = _pair(tr, analysis)
+    norms = value_norms(tr.model, src, tgt)
+    return {"encoder": stack_layers(norms.encoder_attentions), "decoder": stack_layers(norms.decoder_attentions),
+            "cross": stack_layers(norms.cross_attentions)}
+
+
+def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 32) -> dict[str, np.ndarray]:
+    """Attribution of each output piece's log-probability: ``source (T, S)``, ``target (T, T)``, and each cross
+    head's agreement with it ``(layers, heads)``."""
+    from transformer.interpret import attention_attribution_agreement, attribute
+
+    src, tgt, labels = _pair(tr, analysis)
+    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps)
+    agreement = attention_attribution_agreement([torch.from_numpy(a) for a in analysis.cross], source[0].cpu())
+    return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy()}
+
+
+def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
+    """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
+    rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""
+    from transformer.interpret import logit_lens
+
+    src, tgt, labels = _pair(tr, analysis)
+    full = logit_lens(tr.model, src, tgt, k=tr.config.tgt_vocab_size)  # every piece, to read the chosen one's rank
+    probs = np.stack([p[0].cpu().numpy() for p, _ in full])  # (L, T, V) sorted
+    ids = np.stack([i[0].cpu().numpy() for _, i in full])  # (L, T, V)
+    target = labels[0].cpu().numpy()  # (T,)
+    rank = (ids == target[None, :, None]).argmax(-1)  # (L, T): 0 = the top prediction
+    chosen = np.take_along_axis(probs, rank[..., None], -1)[..., 0]  # (L, T)
+    return {"probs": probs[..., :k], "ids": ids[..., :k], "labels": target, "rank": rank, "chosen": chosen}
+
+
+def beam_tree(tr: Translator, analysis: Analysis) -> Any:
+    """The analysed sentence's beam search tree (None for greedy search)."""
+    s = analysis.settings
+    if s.beam_size <= 1:
+        return None
+    return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
+                        max_len_b=s.max_len_b, return_attention=False, return_tree=True).tree
