@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -261,6 +262,53 @@ def test_fast_decode_step_equals_decode(name):
             torch.testing.assert_close(f[key], s[key], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
+    """The decoding fast paths (``column_major_weights``: every matrix stored column-major; ``decode_step`` writing
+    into a reused ``out``; searches keeping their logits in two reused buffers) agree with the plain model."""
+    from transformer import save_checkpoint
+    from transformer.model import column_major_weights
+    from transformer.tokenizer import Tokenizer
+
+    plain = make_model(11, **MODELS[name])
+    fast = column_major_weights(copy.deepcopy(plain))
+    if fast.config.share_embeddings:
+        assert fast.generator.weight is fast.src_embed.weight  # ties kept
+    assert not fast.generator.weight.is_contiguous() and fast.generator.weight.t().is_contiguous()
+    for (k, a), (_, b) in zip(plain.state_dict().items(), fast.state_dict().items()):
+        assert torch.equal(a, b), k  # the same values
+    src = make_src(plain.config, seed=11)
+    tgt = torch.randint(4, plain.config.tgt_vocab_size, (src.size(0), 5), generator=torch.Generator().manual_seed(1))
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        a, b = plain(src, tgt, return_attention=True), fast(src, tgt, return_attention=True)
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)
+        for x, y in zip(a.cross_attentions, b.cross_attentions):
+            torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5)
+        memory = fast.encode(src).last_hidden_state
+        src_mask = (src != PAD)[:, None, None, :]
+        out = torch.full((src.size(0), fast.config.tgt_vocab_size), float("nan"))
+        c1, c2 = fast.new_cache(), fast.new_cache()
+        for t in range(tgt.size(1)):
+            into = fast.decode_step(tgt[:, t:t + 1], memory, src_mask, c1, out=out)
+            assert into.data_ptr() == out.data_ptr()
+            torch.testing.assert_close(into, fast.decode_step(tgt[:, t:t + 1], memory, src_mask, c2))
+    for search in (lambda m: greedy_decode(m, src), lambda m: beam_search(m, src, 3, 0.6)):
+        p, f = search(plain), search(fast)
+        assert torch.equal(p.tokens, f.tokens)
+        torch.testing.assert_close(p.scores, f.scores, atol=1e-4, rtol=1e-5)
+    # written contiguous, read back equal, the layout kept in memory
+    tok = Tokenizer.__new__(Tokenizer)
+    tok.save = lambda path: None
+    save_checkpoint(tmp_path / "ckpt", fast, tok)
+    assert not fast.generator.weight.is_contiguous()
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    for k, v in saved.items():
+        assert torch.equal(v, plain.state_dict()[k]), k
+
+
 def test_one_output_length_formula_for_ints_and_batches():
     from transformer.decoding import output_limits
 
@@ -272,3 +320,34 @@ def test_one_output_length_formula_for_ints_and_batches():
         n = int((row != 0).sum())
         assert int(limit) == max_output_length(model, n, 1.5, 4) == min(max(int(1.5 * n + 4), 1), 29)
     assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1
+
+
+def test_kv_cache_buffers_equal_cat_and_index_select():
+    """Appending in place (buffers that double when full) and reordering by ping-pong buffers give exactly what
+    ``torch.cat`` and ``index_select`` on plain tensors give, while rows shrink as sentences leave the batch."""
+    from transformer.kv_cache import append_kv, reorder_cache
+
+    gen = torch.Generator().manual_seed(3)
+    cache, ref_k, ref_v = [{}], None, None
+    n = 12
+    for t in range(40):
+        k, v = torch.randn(n, 2, 1, 4, generator=gen), torch.randn(n, 2, 1, 4, generator=gen)
+        got_k, got_v = append_kv(cache[0], k, v, max_len=64)
+        ref_k = k if ref_k is None else torch.cat([ref_k, k], dim=2)
+        ref_v = v if ref_v is None else torch.cat([ref_v, v], dim=2)
+        assert torch.equal(got_k, ref_k) and torch.equal(got_v, ref_v)
+        if t % 7 == 6:
+            n -= 2  # two sentences leave
+        rows = torch.randint(0, ref_k.size(0), (n,), generator=gen)
+        reorder_cache(cache, rows)
+        ref_k, ref_v = ref_k.index_select(0, rows), ref_v.index_select(0, rows)
+        assert torch.equal(cache[0]["self_k"], ref_k) and torch.equal(cache[0]["self_v"], ref_v)
+    assert cache[0]["kv_buffer"].size(3) == 64  # grew 16 -> 32 -> 64
+    # a cache whose tensors another path replaced is gathered as plain tensors
+    cache[0]["self_k"], cache[0]["self_v"] = ref_k.clone(), ref_v.clone()
+    rows = torch.arange(n).flip(0)
+    reorder_cache(cache, rows)
+    assert torch.equal(cache[0]["self_k"], ref_k.index_select(0, rows))
+    k, v = torch.randn(n, 2, 1, 4, generator=gen), torch.randn(n, 2, 1, 4, generator=gen)
+    got_k, _ = append_kv(cache[0], k, v, max_len=64)
+    assert torch.equal(got_k, torch.cat([ref_k.index_select(0, rows), k], dim=2))

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .decoding import Hypotheses, _inference, _step, output_limits
+from .kv_cache import reorder_cache
 from .model import Transformer, padding_mask
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -55,10 +56,11 @@ def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4
     batch_offset = (torch.arange(b, device=dev) * k)[:, None]  # (B, 1)
     in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
 
+    work: dict[str, Tensor] = {}
     for step in range(1, max_steps + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
+        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B*K, V)
         vocab = logp.size(-1)
-        cand = (logp + running.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V)
+        cand = logp.add_(running.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
         top_beam, top_tok = top_ids // vocab, top_ids % vocab
         hits = (top_tok == cfg.eos_id) | (step >= limits)[:, None]  # ended, or at the sentence's limit
@@ -84,9 +86,7 @@ def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4
 
         src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
         tokens = torch.cat([tokens.index_select(0, src_beam), top_tok.gather(1, order).view(-1, 1)], dim=1)
-        for layer_cache in cache:  # the cached keys/values follow their beams
-            layer_cache["self_k"] = layer_cache["self_k"].index_select(0, src_beam)
-            layer_cache["self_v"] = layer_cache["self_v"].index_select(0, src_beam)
+        reorder_cache(cache, src_beam)  # the cached keys/values follow their beams
 
         # transformers' heuristic: can the best live beam, at the current length, still beat a finished one?
         worst = torch.where(fin_flags, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _NEG))

@@ -16,7 +16,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .checkpoint import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE, CheckpointError, resolve_checkpoint_dir
+from .checkpoint import (
+    CONFIG_FILE,
+    METADATA_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    resolve_checkpoint_dir,
+    save_weights,
+)
 from .marian import is_marian_dir
 from .translator import Translator, load
 
@@ -31,10 +38,8 @@ def convert(source: str, out: str | Path) -> Translator:
     tr = load(path, device="cpu")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_model
-
     tr.config.save(out / CONFIG_FILE)
-    save_model(tr.model, str(out / WEIGHTS_FILE))
+    save_weights(tr.model, out / WEIGHTS_FILE)
     for name in TOKENIZER_FILES:
         if (path / name).is_file():
             shutil.copyfile(path / name, out / name)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .kv_cache import reorder_cache
 from .model import Transformer, padding_mask
 
 
@@ -95,15 +96,34 @@ def _never(logp: Tensor, model: Transformer) -> Tensor:
     return logp
 
 
+def _workspace(work: dict[str, Tensor], name: str, rows: int, cols: int, dtype: torch.dtype,
+               device: torch.device) -> Tensor:
+    """A ``(rows, cols)`` tensor kept in ``work`` across the steps of one search (rows only ever shrink)."""
+    buf = work.get(name)
+    if buf is None or buf.size(0) < rows or buf.size(1) != cols or buf.dtype != dtype or buf.device != device:
+        buf = work[name] = torch.empty(rows, cols, dtype=dtype, device=device)
+    return buf[:rows]
+
+
 def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
-          cache: list[dict[str, Tensor]] | None, head_mask: dict[str, Tensor] | None) -> Tensor:
-    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``."""
+          cache: list[dict[str, Tensor]] | None, head_mask: dict[str, Tensor] | None,
+          work: dict[str, Tensor] | None = None) -> Tensor:
+    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``. With ``work`` (a dict kept for one
+    search) the fast path writes logits and log-probabilities into the same two tensors every step, and the
+    result is overwritten by the next step."""
     head_mask = head_mask or {}
     if cache is None:  # recompute the whole prefix
         out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
                            cross_head_mask=head_mask.get("cross"))
     elif head_mask.get("decoder") is None and head_mask.get("cross") is None:  # the fast path
-        return _never(model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1), model)
+        if work is None:
+            return _never(model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1),
+                          model)
+        n, vocab, dev = tokens.size(0), model.config.tgt_vocab_size, tokens.device
+        logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache,
+                                   out=_workspace(work, "logits", n, vocab, memory.dtype, dev))
+        return _never(torch.log_softmax(logits.float(), -1, out=_workspace(work, "logp", n, vocab, torch.float32,
+                                                                          dev)), model)
     else:
         out = model.decode(tokens[:, -1:], memory, src_mask, cache=cache,
                            self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
@@ -123,8 +143,9 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     finished = torch.zeros(b, dtype=torch.bool, device=src.device)
     cache = model.new_cache() if use_cache else None
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
+    work: dict[str, Tensor] = {}
     for step in range(1, int(limits.max()) + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B, V)
+        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B, V)
         best_logp, best = logp.max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += best_logp.masked_fill(finished, 0.0)
@@ -176,8 +197,9 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     fin_nodes = [[-1] * k for _ in range(b)]  # node id of each finished entry
     best_nodes = [-1] * b
 
+    work: dict[str, Tensor] = {}
     for step in range(1, max_steps + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask)  # (B*K, V)
+        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B*K, V)
         vocab = logp.size(-1)
         cand = logp.add_(live.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
@@ -246,10 +268,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                     layer_cache["cross_k"] = layer_cache["cross_k"].index_select(0, rows)
                     layer_cache["cross_v"] = layer_cache["cross_v"].index_select(0, rows)
         if cache is not None:  # the cached keys/values follow their beams
-            for layer_cache in cache:
-                # (index_select: several times faster than advanced indexing on CPU)
-                layer_cache["self_k"] = layer_cache["self_k"].index_select(0, src_beam)
-                layer_cache["self_v"] = layer_cache["self_v"].index_select(0, src_beam)
+            reorder_cache(cache, src_beam)
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .kv_cache import append_kv
+
 
 @dataclass
 class TransformerConfig:
@@ -277,6 +279,7 @@ class DecoderLayer(SublayerStack):
         self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
+        self.max_len = cfg.max_len
 
     def forward(self, x: Tensor, memory: Tensor | None, self_mask: Tensor | None, cross_mask: Tensor | None,
                 need_weights: bool = False, cache: dict[str, Tensor] | None = None,
@@ -314,8 +317,10 @@ class DecoderLayer(SublayerStack):
         Self-attention projects Q, K and V with one matmul (the fused matrix is built once per cache)."""
         sa, ca = self.self_attn, self.cross_attn
         n, d_model = x.size(0), x.size(-1)
-        if "qkv_weight" not in cache:
-            cache["qkv_weight"] = torch.cat([sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight])  # (3D, D)
+        if "qkv_weight" not in cache:  # (D, 3D) contiguous, used as its (3D, D) transpose: column-major, as
+            # ``column_major_weights`` lays out every matrix for the fast GEMM path
+            cache["qkv_weight"] = torch.cat([sa.q_proj.weight.t(), sa.k_proj.weight.t(), sa.v_proj.weight.t()],
+                                            dim=1).t()
             cache["qkv_bias"] = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])  # (3D,)
         if "cross_k" not in cache:
             cache["cross_k"], cache["cross_v"] = ca.project_kv(memory)
@@ -327,10 +332,7 @@ class DecoderLayer(SublayerStack):
         def self_attention(h: Tensor) -> Tensor:  # the new position sees every cached one: no mask needed
             qkv = F.linear(h, cache["qkv_weight"], cache["qkv_bias"])  # (N, 1, 3D)
             q, k, v = qkv.view(n, 1, 3, sa.n_heads, sa.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, 1, d)
-            if "self_k" in cache:
-                k = torch.cat([cache["self_k"], k], dim=2)
-                v = torch.cat([cache["self_v"], v], dim=2)
-            cache["self_k"], cache["self_v"] = k, v
+            k, v = append_kv(cache, k, v, self.max_len)  # (N, H, t, d) each, written in place
             out = F.scaled_dot_product_attention(q, k, v)  # (N, H, 1, d)
             return F.linear(out.transpose(1, 2).reshape(n, 1, d_model), sa.out_proj.weight, sa.out_proj.bias)
 
@@ -487,13 +489,15 @@ class Transformer(nn.Module):
         return [{} for _ in self.decoder_layers]
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None,
-                    cache: list[dict[str, Any]]) -> Tensor:
+                    cache: list[dict[str, Any]], out: Tensor | None = None) -> Tensor:
         """Inference fast path: logits ``(N, V)`` of the next token after one new position ``tokens (N, 1)``.
 
         The same numbers as ``decode(tokens, memory, src_mask, cache=cache).logits[:, -1]`` (up to float
         rounding) and the same cache, with a fraction of the Python-level work per step (see
-        :meth:`DecoderLayer.step`). In training mode, or for several new positions, it simply calls
-        ``decode``; head masks and attention weights are ``decode``'s job.
+        :meth:`DecoderLayer.step`). ``out``: an ``(N, V)`` tensor of the model's dtype to write the logits into
+        (a search reuses one across steps: a fresh N x V tensor each step costs more in page faults than the
+        softmax over it). In training mode, or for several new positions, it simply calls ``decode``; head masks
+        and attention weights are ``decode``'s job.
         """
         if self.training or tokens.size(1) != 1:
             return self.decode(tokens, memory, src_mask, cache=cache).logits[:, -1]
@@ -508,7 +512,12 @@ class Transformer(nn.Module):
             x = layer.step(x, memory, src_mask, c)
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
-        return self.generator(x[:, -1])
+        if out is None:
+            return self.generator(x[:, -1])
+        weight, bias = self.generator.weight, self.generator.bias  # (V, D), (V,) or None
+        if bias is None:
+            return torch.mm(x[:, -1], weight.t(), out=out)  # (N, D) @ (D, V)
+        return torch.addmm(bias, x[:, -1], weight.t(), out=out)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
                 return_attention: bool = False, head_mask: dict[str, Tensor] | None = None) -> Seq2SeqOutput:
@@ -524,6 +533,22 @@ class Transformer(nn.Module):
                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
         return Seq2SeqOutput(dec.logits, enc.last_hidden_state, dec.last_hidden_state,
                              enc.attentions, dec.self_attentions, dec.cross_attentions)
+
+
+@torch.no_grad()
+def column_major_weights(model: nn.Module) -> nn.Module:
+    """Store every linear layer's weight (the output projection tied to the embeddings too) column-major, in place:
+    the same values and shape ``(out, in)``, held as the transpose of a contiguous ``(in, out)`` tensor. ``x @ W.T``
+    then streams W in the order MKL's GEMM reads best: on an AVX2 CPU the one-step decoder's output projection
+    over a 58k vocabulary runs 1.9x faster for one row (1.4x for four, 1.1x for 128). An inference layout:
+    parameters, ties and values are unchanged (results agree up to float rounding); checkpoints are saved
+    contiguous (``safetensors.torch.save_model``)."""
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and id(module.weight) not in seen:
+            seen.add(id(module.weight))
+            module.weight.data = module.weight.data.t().contiguous().t()  # (out, in) view of (in, out) storage
+    return model
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ from .beam_transformers import beam_search_transformers
 from .checkpoint import CheckpointError, load_model_dir, resolve_checkpoint_dir, resolve_device
 from .data import pad_sequences
 from .decoding import BeamTree, beam_search, greedy_decode
-from .model import Transformer
+from .model import Transformer, column_major_weights
 from .tokenizer import SplitTokenizer, Tokenizer
 
 
@@ -186,11 +186,11 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
         except (OSError, ValueError, KeyError) as err:
             raise CheckpointError(f"{path} has no usable Marian tokenizer files (source.spm, target.spm, "
                                   f"vocab.json): {err}") from err
-        model = load_marian_model(path).to(resolve_device(device))
+        model = column_major_weights(load_marian_model(path).to(resolve_device(device)))  # the fast GEMM layout
         name = str(path_or_hub_id)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
         metadata = {"source": "marian", "converted_from": name, "language_pair": pair,
                     "beam_scoring": "transformers"}
         return Translator(model, tokenizer, metadata, path)
     model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
-    return Translator(model, tokenizer, metadata, path)
+    return Translator(column_major_weights(model), tokenizer, metadata, path)  # loaded for decoding: fast layout
