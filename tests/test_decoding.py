@@ -267,8 +267,8 @@ def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
     """The decoding fast paths (``column_major_weights``: every matrix stored column-major; ``decode_step`` writing
     into a reused ``out``; searches keeping their logits in two reused buffers) agree with the plain model."""
     from transformer import save_checkpoint
-    from transformer.model import column_major_weights
     from transformer.tokenizer import Tokenizer
+    from transformer.weights import column_major_weights
 
     plain = make_model(11, **MODELS[name])
     fast = column_major_weights(copy.deepcopy(plain))

@@ -10,96 +10,23 @@ Mask convention: boolean tensors where ``True`` means "may attend" (the conventi
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import TransformerConfig
 from .kv_cache import append_kv
-
-
-@dataclass
-class TransformerConfig:
-    """Every size of the model; saved as ``config.json`` next to the weights."""
-
-    src_vocab_size: int = 8000
-    tgt_vocab_size: int = 8000
-    d_model: int = 512
-    n_heads: int = 8
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    max_len: int = 256
-    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm + final LayerNorm
-    share_embeddings: bool = True  # tie source embedding, target embedding and output projection
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
-    attention_dropout: float | None = None  # None: same as ``dropout``
-    layer_norm_eps: float = 1e-5
-    # What real models of this architecture do differently (OPUS-MT / Marian); the defaults are the paper's.
-    activation: str = "relu"  # feed-forward activation: "relu" (the paper), "swish" (= SiLU, Marian) or "gelu"
-    positional_layout: str = "interleaved"  # "interleaved" sin/cos (the paper) or "halves": sin | cos (Marian)
-    final_logits_bias: bool = False  # a learned bias on the output logits (Marian's ``final_logits_bias``)
-    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
-        if self.positional_layout not in ("interleaved", "halves"):
-            raise ValueError(f"positional_layout must be 'interleaved' or 'halves', not {self.positional_layout!r}")
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    @classmethod
-    def base(cls, **overrides: Any) -> TransformerConfig:
-        """The paper's base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1."""
-        sizes = dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048, dropout=0.1)
-        return cls(**{**sizes, **overrides})
-
-    @classmethod
-    def big(cls, **overrides: Any) -> TransformerConfig:
-        """The paper's big model: 6+6 layers, d_model 1024, 16 heads, d_ff 4096, dropout 0.3."""
-        sizes = dict(d_model=1024, n_heads=16, n_encoder_layers=6, n_decoder_layers=6, d_ff=4096, dropout=0.3)
-        return cls(**{**sizes, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {unknown}")
-        return cls(**data)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | Path) -> TransformerConfig:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
 
 # ----------------------------------------------------------------------------------------------
 # Positional encoding and masks
 
 
-ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}  # by config name
 
 
 def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
@@ -213,7 +140,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -533,39 +460,3 @@ class Transformer(nn.Module):
                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
         return Seq2SeqOutput(dec.logits, enc.last_hidden_state, dec.last_hidden_state,
                              enc.attentions, dec.self_attentions, dec.cross_attentions)
-
-
-@torch.no_grad()
-def column_major_weights(model: nn.Module) -> nn.Module:
-    """Store every linear layer's weight (the output projection tied to the embeddings too) column-major, in place:
-    the same values and shape ``(out, in)``, held as the transpose of a contiguous ``(in, out)`` tensor. ``x @ W.T``
-    then streams W in the order MKL's GEMM reads best: on an AVX2 CPU the one-step decoder's output projection
-    over a 58k vocabulary runs 1.9x faster for one row (1.4x for four, 1.1x for 128). An inference layout:
-    parameters, ties and values are unchanged (results agree up to float rounding); checkpoints are saved
-    contiguous (``safetensors.torch.save_model``)."""
-    seen: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, nn.Linear) and id(module.weight) not in seen:
-            seen.add(id(module.weight))
-            module.weight.data = module.weight.data.t().contiguous().t()  # (out, in) view of (in, out) storage
-    return model
-
-
-@torch.no_grad()
-def scale_residual_branches(model: Transformer, beta: float) -> Transformer:
-    """Multiply the initial weights that write into the residual stream's branches (value and output
-    projections of every attention, both feed-forward matrices) by ``beta``, in place.
-
-    An initialisation choice, not a change of architecture: with the paper's post-norm layout and the
-    stock Xavier scale, the encoder of a small model collapses early in training (its positions become
-    alike, so cross-attention stays uniform); ``beta`` about 0.5 avoids it, as DeepNet's beta does
-    (Wang et al., 2022: 0.87 (N^4 M)^(-1/16), 0.56 for 4 + 4 layers).
-    """
-    for layer in [*model.encoder_layers, *model.decoder_layers]:
-        for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
-            if attn is not None:
-                attn.v_proj.weight.mul_(beta)
-                attn.out_proj.weight.mul_(beta)
-        layer.ffn.linear1.weight.mul_(beta)
-        layer.ffn.linear2.weight.mul_(beta)
-    return model

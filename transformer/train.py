@@ -29,9 +29,10 @@ from tqdm import tqdm
 from .checkpoint import resolve_device, save_checkpoint
 from .data import DataError, pad_sequences, read_parallel, token_batches
 from .evaluate import translate_all
-from .model import Transformer, TransformerConfig, scale_residual_branches
+from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
 from .translator import Translator
+from .weights import scale_residual_branches
 
 
 class TrainingError(Exception):

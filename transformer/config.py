@@ -1,0 +1,82 @@
+"""``TransformerConfig``: every size and choice of the model, one dataclass saved as ``config.json`` next to the
+weights and used to rebuild the model everywhere. New fields default to the paper, so old files keep loading."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ACTIVATIONS = ("relu", "swish", "silu", "gelu")  # the feed-forward's (SiLU is Marian's "swish")
+
+
+@dataclass
+class TransformerConfig:
+    """Every size of the model; saved as ``config.json`` next to the weights."""
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 256
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm + final LayerNorm
+    share_embeddings: bool = True  # tie source embedding, target embedding and output projection
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    attention_dropout: float | None = None  # None: same as ``dropout``
+    layer_norm_eps: float = 1e-5
+    # What real models of this architecture do differently (OPUS-MT / Marian); the defaults are the paper's.
+    activation: str = "relu"  # feed-forward activation: "relu" (the paper), "swish" (= SiLU, Marian) or "gelu"
+    positional_layout: str = "interleaved"  # "interleaved" sin/cos (the paper) or "halves": sin | cos (Marian)
+    final_logits_bias: bool = False  # a learned bias on the output logits (Marian's ``final_logits_bias``)
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+        if self.positional_layout not in ("interleaved", "halves"):
+            raise ValueError(f"positional_layout must be 'interleaved' or 'halves', not {self.positional_layout!r}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def base(cls, **overrides: Any) -> TransformerConfig:
+        """The paper's base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1."""
+        sizes = dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048, dropout=0.1)
+        return cls(**{**sizes, **overrides})
+
+    @classmethod
+    def big(cls, **overrides: Any) -> TransformerConfig:
+        """The paper's big model: 6+6 layers, d_model 1024, 16 heads, d_ff 4096, dropout 0.3."""
+        sizes = dict(d_model=1024, n_heads=16, n_encoder_layers=6, n_decoder_layers=6, d_ff=4096, dropout=0.3)
+        return cls(**{**sizes, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig fields: {unknown}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TransformerConfig:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,44 @@
+"""Operations on a built model's weights: the decoding layout and the post-norm initialisation scale."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .model import Transformer
+
+
+@torch.no_grad()
+def column_major_weights(model: nn.Module) -> nn.Module:
+    """Store every linear layer's weight (the output projection tied to the embeddings too) column-major, in place:
+    the same values and shape ``(out, in)``, held as the transpose of a contiguous ``(in, out)`` tensor. ``x @ W.T``
+    then streams W in the order MKL's GEMM reads best: on an AVX2 CPU the one-step decoder's output projection
+    over a 58k vocabulary runs 1.9x faster for one row (1.4x for four, 1.1x for 128). An inference layout:
+    parameters, ties and values are unchanged (results agree up to float rounding); checkpoints are saved
+    contiguous (``safetensors.torch.save_model``)."""
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and id(module.weight) not in seen:
+            seen.add(id(module.weight))
+            module.weight.data = module.weight.data.t().contiguous().t()  # (out, in) view of (in, out) storage
+    return model
+
+
+@torch.no_grad()
+def scale_residual_branches(model: Transformer, beta: float) -> Transformer:
+    """Multiply the initial weights that write into the residual stream's branches (value and output
+    projections of every attention, both feed-forward matrices) by ``beta``, in place.
+
+    An initialisation choice, not a change of architecture: with the paper's post-norm layout and the
+    stock Xavier scale, the encoder of a small model collapses early in training (its positions become
+    alike, so cross-attention stays uniform); ``beta`` about 0.5 avoids it, as DeepNet's beta does
+    (Wang et al., 2022: 0.87 (N^4 M)^(-1/16), 0.56 for 4 + 4 layers).
+    """
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
+            if attn is not None:
+                attn.v_proj.weight.mul_(beta)
+                attn.out_proj.weight.mul_(beta)
+        layer.ffn.linear1.weight.mul_(beta)
+        layer.ffn.linear2.weight.mul_(beta)
+    return model
