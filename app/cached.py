@@ -100,10 +100,11 @@ def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
     return catalog.list_checkpoints()
 
 
-def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any) -> Any:
+def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
     """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
-    analysed sentence, kept within the byte budget like the analyses."""
+    analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback (attributions)
+    is passed on and is not part of the key."""
     make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
             "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
-    return RESULTS.get(key, lambda: make(get_translator(checkpoint, device), analysis, *args))
+    return RESULTS.get(key, lambda: make(get_translator(checkpoint, device), analysis, *args, **progress))

@@ -11,7 +11,7 @@ import streamlit as st
 
 from transformer import Translator
 
-from . import figures, state
+from . import cached, figures, state
 from .analysis import KIND_NAMES, KINDS
 from .inference import Analysis
 
@@ -44,6 +44,27 @@ def choose(widget: Callable, label: str, options: list, key: str, default, **kwa
     if key not in st.session_state:
         st.session_state[key] = default
     return widget(label, options, key=key, persist_state="session", **kwargs)
+
+
+LARGE_MODEL = 20_000_000  # parameters: above this, integrated gradients take a minute or more on a CPU
+
+
+def n_parameters(tr: Translator) -> int:
+    """The model's parameter count (tied embeddings once)."""
+    return sum(p.numel() for p in tr.model.parameters())
+
+
+def attributions(ctx: state.ViewContext, method: str) -> dict:
+    """``probes.attributions`` of the analysed sentence through the cache, with a progress bar while it runs."""
+    bar = st.progress(0.0, text="Attributing every output piece…")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Attributing every output piece… pass {done} of {total}")
+
+    try:
+        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, ctx.result, method, progress=progress)
+    finally:
+        bar.empty()
 
 
 def n_layers(tr: Translator, kind: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +141,14 @@ def norm_attentions(tr: Translator, analysis: Analysis) -> dict[str, np.ndarray]
             "cross": stack_layers(norms.cross_attentions)}
 
 
-def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 32) -> dict[str, np.ndarray]:
+def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 32,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Attribution of each output piece's log-probability: ``source (T, S)``, ``target (T, T)``, and each cross
-    head's agreement with it ``(layers, heads)``."""
+    head's agreement with it ``(layers, heads)``; ``progress(done, total)`` after each pass through the model."""
     from transformer.interpret import attention_attribution_agreement, attribute
 
     src, tgt, labels = _pair(tr, analysis)
-    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps)
+    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps, progress=progress)
     agreement = attention_attribution_agreement([torch.from_numpy(a) for a in analysis.cross], source[0].cpu())
     return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy()}
 

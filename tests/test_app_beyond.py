@@ -70,6 +70,23 @@ def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
 
 
+def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
+    from app import controls
+
+    small = set_view(translate(new_app(), TEXT), "What drives each word")
+    assert small.segmented_control(key="drivers_method").value == "integrated_gradients"
+    assert not any("parameters" in c.value for c in small.caption)
+    monkeypatch.setattr(controls, "LARGE_MODEL", 1000)  # the tiny model counts as large
+    big = set_view(translate(new_app(), "Two dogs run."), "What drives each word")
+    assert_clean(big)
+    assert big.segmented_control(key="drivers_method").value == "input_x_gradient"
+    assert any("parameters: integrated gradients run 32 passes" in c.value for c in big.caption)
+    ref = tr.translate("Two dogs run.")
+    source, _ = attribute(tr.model, *tensors(tr, ref), method="input_x_gradient")
+    np.testing.assert_allclose(arr(chart(big, "Attribution to the source")["data"][0]["z"]), source[0].numpy(),
+                               atol=1e-5)
+
+
 def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Layer by layer")
     assert_clean(at)
@@ -90,6 +107,7 @@ def test_beam_tree_view(app_env, tr):
     shown = sum(len(t.get("x", [])) for t in spec["data"] if t.get("mode") == "markers+text")
     assert shown == len(ref.tree.nodes)
     assert any(f"{ref.score:.3f}" in c.value for c in at.caption)
+    assert not any("transformers' beam-search rules" in c.value for c in at.caption)  # GNMT rules: the same search
     at.sidebar.radio(key="search").set_value("Greedy")
     at.run()
     at.button(key="translate").click()

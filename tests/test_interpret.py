@@ -105,6 +105,13 @@ def test_forward_from_embeddings_is_the_model():
     model = tiny(False)
     logp = forward_from_embeddings(model, SRC, TGT, model.src_embed(SRC), model.tgt_embed(TGT))
     torch.testing.assert_close(logp, model(SRC, TGT).logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
+    # one output position per row: the same numbers as the full output at those positions
+    for norm_first in (False, True):
+        model = tiny(norm_first)
+        full = model(SRC, TGT).logits.log_softmax(-1)  # (B, T, V)
+        at = torch.tensor([TGT.size(1) - 1, 0])[: SRC.size(0)]
+        some = forward_from_embeddings(model, SRC, TGT, model.src_embed(SRC), model.tgt_embed(TGT), positions=at)
+        torch.testing.assert_close(some, full[torch.arange(SRC.size(0)), at], atol=1e-5, rtol=1e-5)
 
 
 def test_input_x_gradient_equals_autograd_and_finite_differences():
@@ -145,6 +152,26 @@ def test_integrated_gradients_are_complete():
             total = float(source[b, t].sum() + target[b, t].sum())
             assert total == pytest.approx(gap, abs=0.02 * max(1.0, abs(gap)))  # integration error at 32 steps
     assert (source[1, :, 3:] == 0).all()  # padding gets nothing
+
+
+@pytest.mark.parametrize("method,steps,per_item", [("integrated_gradients", 32, 4), ("integrated_gradients", 20, 3),
+                                                    ("input_x_gradient", 32, 1)])
+def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeypatch):
+    import transformer.interpret as interpret
+
+    model = tiny(False)
+    calls, forward = [], []
+    real = interpret.forward_from_embeddings
+
+    def counted(*args, **kwargs):
+        forward.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(interpret, "forward_from_embeddings", counted)
+    attribute(model, SRC, TGT, LABELS, method=method, steps=steps, progress=lambda d, t: calls.append((d, t)))
+    total = 2 * per_item  # two batch items
+    assert calls == [(i, total) for i in range(1, total + 1)]
+    assert len(forward) == total  # one call per pass through the model: the progress counts what ran
 
 
 def test_agreement_is_one_for_a_head_that_ranks_like_the_attribution():

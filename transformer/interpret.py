@@ -157,9 +157,11 @@ def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5) -> list
 
 
 def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_embeds: Tensor,
-                            tgt_embeds: Tensor) -> Tensor:
+                            tgt_embeds: Tensor, positions: Tensor | None = None) -> Tensor:
     """Log-probabilities ``(N, T, V)`` with the token embeddings given (``(N, S, D)``, ``(N, T, D)``, the rows of
-    the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``."""
+    the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``.
+    With ``positions`` ``(N,)``, only row n's output position ``positions[n]``: ``(N, V)`` (the output projection
+    over the vocabulary then runs on N vectors instead of N x T)."""
     scale = math.sqrt(model.config.d_model) if model.config.scale_embedding else 1.0
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
     x = src_embeds * scale + model.pe[: src.size(1)].to(src_embeds.dtype)
@@ -171,6 +173,8 @@ def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_em
     self_mask = decoder_self_mask(tgt, model.config.pad_id)  # (N, 1, T, T)
     for layer in model.decoder_layers:
         y, _, _ = layer(y, x, self_mask, src_mask)
+    if positions is not None:
+        y = y[torch.arange(y.size(0), device=y.device), positions]  # (N, T, D) -> (N, D)
     if model.decoder_norm is not None:
         y = model.decoder_norm(y)
     logits = model.generator(y)
@@ -184,7 +188,8 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
 
     ``method``: ``"input_x_gradient"`` or ``"integrated_gradients"`` (captum, ``steps`` points from an all-zero
     embedding baseline; per step, source + target sums equal ``log p(x) - log p(baseline)`` up to the integration
-    error). ``progress(done, total)`` is called after each batch item.
+    error). ``progress(done, total)`` is called after each pass through the model (integrated gradients make
+    ``ceil(steps / 8)`` passes per batch item, input x gradient one).
     """
     from captum.attr import InputXGradient, IntegratedGradients
 
@@ -193,6 +198,8 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     was_training = model.training
     model.eval()
     b, t = tgt.shape
+    per_item = -(-steps // 8) if method == "integrated_gradients" else 1  # captum runs t * 8 rows a pass
+    passes = [0]
     sources, targets = [], []
     try:
         for i in range(b):
@@ -203,9 +210,13 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
                         steps_idx: Tensor = steps_idx, lab: Tensor = lab) -> Tensor:
                 n = src_e.size(0)  # t rows times the interpolation points captum batched
                 reps = n // t
-                logp = forward_from_embeddings(model, s_ids.repeat(reps, 1), t_ids.repeat(reps, 1), src_e, tgt_e)
-                rows = torch.arange(n, device=logp.device)
-                return logp[rows, steps_idx.repeat(reps), lab[steps_idx].repeat(reps)]  # (n,)
+                at = steps_idx.repeat(reps)  # (n,): the output position each row is about
+                logp = forward_from_embeddings(model, s_ids.repeat(reps, 1), t_ids.repeat(reps, 1), src_e, tgt_e,
+                                               positions=at)  # (n, V)
+                passes[0] += 1
+                if progress is not None:
+                    progress(min(passes[0], b * per_item), b * per_item)
+                return logp[torch.arange(n, device=logp.device), lab[at]]  # (n,)
 
             src_e = model.src_embed(s_ids).detach().requires_grad_(True)  # (T, S, D)
             tgt_e = model.tgt_embed(t_ids).detach().requires_grad_(True)  # (T, T, D)
@@ -219,8 +230,6 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
             tgt_pad = (t_ids == model.config.pad_id)[..., None]
             sources.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (T, S)
             targets.append(a_tgt.masked_fill(tgt_pad, 0).sum(-1).detach())  # (T, T)
-            if progress is not None:
-                progress(i + 1, b)
     finally:
         model.train(was_training)
     return torch.stack(sources), torch.stack(targets)

@@ -68,8 +68,14 @@ def render(ctx: ViewContext) -> None:
                f"{2 * result.settings.beam_size} best extensions of the live beams; blue = kept as a live beam, grey "
                "= pruned, green = ended with </s> and entered the finished list; the red path is the translation "
                "returned (best score = log-probability / length penalty). Hover a node for its numbers.")
+    if ctx.tr.scoring != "gnmt":
+        st.caption("This model's translations use transformers' beam-search rules (length penalty |Y|^α, the "
+                   "search stops by its own heuristic); the tree is recorded by the same beam search with GNMT's "
+                   "length penalty ((5 + |Y|) / 6)^α, so its red path can end on a different hypothesis than the "
+                   "translation above.")
     tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
+    same = "the translation's score above" if ctx.tr.scoring == "gnmt" else "under GNMT's length penalty"
     st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
-               f"{tree.nodes[tree.best].score:.3f} (the translation's score above).")
+               f"{tree.nodes[tree.best].score:.3f} ({same}).")

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cached, controls, figures
+from .. import controls, figures
 from ..state import ViewContext
 
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
@@ -18,10 +18,15 @@ def render(ctx: ViewContext) -> None:
     st.caption("For each output piece, how much each source piece and each earlier output piece drove its "
                "log-probability (captum attributions over the token embeddings; integrated gradients start from an "
                "all-zero embedding). Unlike attention weights, these follow the whole network.")
+    large = controls.n_parameters(ctx.tr) > controls.LARGE_MODEL and ctx.tr.device.type == "cpu"
     method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
-                             "integrated_gradients", format_func=METHODS.get, required=True)
-    with st.spinner("Attributing every output piece…"):
-        data = cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result, method)
+                             "input_x_gradient" if large else "integrated_gradients", format_func=METHODS.get,
+                             required=True)
+    if large:
+        st.caption(f"This model has {controls.n_parameters(ctx.tr) / 1e6:.0f}M parameters: integrated gradients "
+                   "run 32 passes through it for every output piece, a minute or more on a CPU; input × gradient "
+                   "is one pass (seconds).")
+    data = controls.attributions(ctx, method)
     src, tgt = data["source"], data["target"]  # (T, S), (T, T)
     bound = float(max(abs(src).max(), abs(tgt).max(), 1e-9))
     c1, c2 = st.columns([3, 2])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls
+from .. import controls
 from ..analysis import KINDS, head_diagnostics
 from ..state import KIND_LABELS, ViewContext
 
@@ -21,11 +21,10 @@ def render(ctx: ViewContext) -> None:
                "weights and the integrated-gradients attribution to the source, mean over the output steps.")
     rows = head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys())
     frame = pd.DataFrame(rows)
-    if st.toggle("Add each cross-attention head's agreement with the attribution (integrated gradients, a second "
-                 "or two)", key="table_agreement"):
-        with st.spinner("Attributing every output piece…"):
-            agreement = cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result,
-                                          "integrated_gradients")["agreement"]  # (L, H)
+    slow = "a minute or more" if controls.n_parameters(ctx.tr) > controls.LARGE_MODEL else "a second or two"
+    if st.toggle(f"Add each cross-attention head's agreement with the attribution (integrated gradients, {slow})",
+                 key="table_agreement"):
+        agreement = controls.attributions(ctx, "integrated_gradients")["agreement"]  # (L, H)
         frame["agrees with attribution"] = [float(agreement[r["layer"] - 1, r["head"] - 1]) if r["kind"] == "cross"
                                             else float("nan") for r in rows]
     shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_LABELS))  # short names: room for numbers

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# usage: keep_state.sh save NAME | restore NAME
+# Carries a training run directory (runs/NAME: optimizer state, averaging checkpoints, snapshots, log) from one
+# working session to the next on machines that keep only the repository's working tree (not its ignored
+# files): `save` copies it to train-state/NAME (untracked, never committed), `restore` copies it back into
+# runs/NAME, after which the same postnorm.sh command resumes bit-exactly from the last finished epoch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=$1; name=$2
+case $what in
+  save)
+    mkdir -p train-state
+    rm -rf "train-state/$name.tmp"; cp -a "runs/$name" "train-state/$name.tmp"
+    rm -rf "train-state/$name"; mv "train-state/$name.tmp" "train-state/$name"
+    echo "saved runs/$name to train-state/$name ($(du -sh "train-state/$name" | cut -f1))";;
+  restore)
+    mkdir -p runs; rm -rf "runs/$name"; cp -a "train-state/$name" "runs/$name"
+    echo "restored runs/$name from train-state/$name";;
+  *) echo "usage: $0 save|restore NAME" >&2; exit 2;;
+esac
