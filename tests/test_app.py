@@ -17,7 +17,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import transformer  # noqa: E402
-from app import analysis, catalog, figures, inference  # noqa: E402
+from app import analysis, catalog, grid, inference  # noqa: E402
 from app.views import VIEWS as REGISTRY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,13 +152,13 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
 
     at = set_view(at, "All heads")
     assert_clean(at)
-    grid = chart(at, "every head")
-    shape = tuple(grid["layout"]["meta"]["grid"])
+    spec = chart(at, "every head")
+    shape = tuple(spec["layout"]["meta"]["grid"])
     assert shape == (n_layers, n_heads, len(ref.target_tokens), len(ref.source_tokens))
-    z = arr(grid["data"][0]["z"])
+    z = arr(spec["data"][0]["z"])
     for layer in range(n_layers):
         for head in range(n_heads):
-            np.testing.assert_allclose(figures.grid_block(z, shape, layer, head),
+            np.testing.assert_allclose(grid.grid_block(z, shape, layer, head),
                                        ref.cross_attentions[layer][head].numpy(), atol=1e-5)
     at.pills(key="grid_pick").set_value("L1 · H2")
     at.run()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import transformer
-from app import analysis, catalog, figures, inference, probes
+from app import analysis, catalog, figures, grid, inference, probes
 from app.inference import DecodeSettings
 
 torch.set_num_threads(1)
@@ -66,39 +66,39 @@ def test_head_grid_has_every_head_on_one_colour_scale():
     rng = np.random.default_rng(1)
     attn = rng.random((2, 3, 4, 5))
     attn /= attn.sum(-1, keepdims=True)
-    fig = figures.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
+    fig = grid.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder", highlight=(1, 2))
     assert [t.type for t in fig.data] == ["heatmap", "scatter"]  # one tiled heatmap, one colour scale, click cells
     z = np.asarray(fig.data[0].z, dtype=float)
     assert tuple(fig.layout.meta["grid"]) == attn.shape
     for layer in range(2):
         for head in range(3):
-            np.testing.assert_allclose(figures.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
+            np.testing.assert_allclose(grid.grid_block(z, attn.shape, layer, head), attn[layer, head], atol=1e-6)
     assert np.isnan(z).sum() == z.size - attn[:, :, :, :].size  # gaps are empty, nothing else
     assert fig.data[0].zmin == 0 and fig.data[0].zmax == pytest.approx(attn.max())
     frames = [s for s in fig.layout.shapes if str(s.name).startswith("frame")]
     assert len(frames) == 2 * 3  # one frame a head, drawn around exactly its block
-    gap, bh, bw = figures.grid_blocks(attn.shape)
+    gap, bh, bw = grid.grid_blocks(attn.shape)
     for s in frames:
         layer, head = (int(part[1:]) - 1 for part in s.name.split()[1:])
         assert (s.x0, s.x1) == (head * bw - 0.5, head * bw + 5 - 0.5)
         assert (s.y0, s.y1) == (layer * bh - 0.5, layer * bh + 4 - 0.5)
     picked = [s for s in fig.layout.shapes if s.name == "picked"]
     assert len(picked) == 1 and picked[0].x0 < 2 * bw - 0.5 < picked[0].x1 and picked[0].y0 < bh - 0.5 < picked[0].y1
-    fixed = figures.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
+    fixed = grid.head_grid(attn, list("abcd"), list("vwxyz"), "encoder", zrange=(0.0, 1.0))
     assert fixed.data[0].zmax == 1.0
 
 
 def test_head_grid_cells_name_their_head_for_hover_and_click():
     rng = np.random.default_rng(2)
     attn = rng.random((2, 3, 4, 5))
-    fig = figures.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder")
+    fig = grid.head_grid(attn, list("abcd"), ["v", "<w>", "x", "y", "z"], "encoder")
     heat, cells = fig.data
     assert heat.hoverinfo == "skip" and cells.marker.opacity == 0  # invisible, but hoverable and clickable
     custom = np.asarray(cells.customdata, dtype=object)
     x, y = np.asarray(cells.x), np.asarray(cells.y)
     assert len(custom) == len(x) == attn.size  # one marker a weight, none on the gaps
     z = np.asarray(heat.z, dtype=float)
-    gap, bh, bw = figures.grid_blocks(attn.shape)
+    gap, bh, bw = grid.grid_blocks(attn.shape)
     for i in rng.choice(attn.size, 12, replace=False):
         layer, head = int(custom[i][0]) - 1, int(custom[i][1]) - 1
         qi, ki = int(y[i]) - layer * bh, int(x[i]) - head * bw
@@ -108,17 +108,17 @@ def test_head_grid_cells_name_their_head_for_hover_and_click():
         assert custom[i][2] == "abcd"[qi] and custom[i][3] == ["v", "&lt;w&gt;", "x", "y", "z"][ki]
     # a Streamlit point selection on a cell picks its head; nothing picked without a point
     point = {"curve_number": 1, "point_index": 7, "customdata": list(custom[7])}
-    assert figures.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
-    assert figures.grid_pick({"points": []}) is None and figures.grid_pick(None) is None
+    assert grid.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
+    assert grid.grid_pick({"points": []}) is None and grid.grid_pick(None) is None
     # very large grids: no marker a cell (too many for the browser); the heatmap names the tokens itself, and a
     # coarse lattice of click targets over every block still opens the head clicked
     big = rng.random((2, 3, 120, 120))
-    assert big.size > figures.GRID_CLICK_CELLS
-    fig = figures.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
+    assert big.size > grid.GRID_CLICK_CELLS
+    fig = grid.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
     custom = np.asarray(fig.data[0].customdata, dtype=object)
     assert list(custom[3, 5]) == [1, 1, "q3", "k5"]
     targets = fig.data[1]
-    gap, bh, bw = figures.grid_blocks(big.shape)
+    gap, bh, bw = grid.grid_blocks(big.shape)
     tx, ty, tc = np.asarray(targets.x), np.asarray(targets.y), np.asarray(targets.customdata)
     assert len(tx) <= 2 * 3 * 64
     assert {(int(a), int(b)) for a, b in tc} == {(layer, head) for layer in (1, 2) for head in (1, 2, 3)}
@@ -126,7 +126,7 @@ def test_head_grid_cells_name_their_head_for_hover_and_click():
         layer, head = int(tc[i][0]) - 1, int(tc[i][1]) - 1
         assert 0 <= ty[i] - layer * bh < 120 and 0 <= tx[i] - head * bw < 120
         point = {"curve_number": 1, "point_index": i, "customdata": list(tc[i])}
-        assert figures.grid_pick({"points": [point]}) == (layer + 1, head + 1)
+        assert grid.grid_pick({"points": [point]}) == (layer + 1, head + 1)
 
 
 def test_lines_draw_only_weights_above_the_threshold():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import cached, controls, figures, state
+from .. import cached, controls, figures, grid, state
 from ..state import ViewContext
 
 
@@ -28,13 +28,13 @@ def render(ctx: ViewContext) -> None:
         highlight = (index // attn.shape[1], index % attn.shape[1])
 
     def open_clicked_head() -> None:  # a click on the grid opens that head, as the pills below do
-        picked = figures.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
+        picked = grid.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
         label = picked and f"L{picked[0]} · H{picked[1]}"
         if label in options:
             st.session_state[state.GRID_PICK] = label
 
     zrange = controls.colour_range(attn) if measure == "weights" else (0.0, max(float(attn.max()), 1e-9))
-    st.plotly_chart(figures.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange),
+    st.plotly_chart(grid.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange),
                     config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart", on_select=open_clicked_head,
                     selection_mode="points")
     if measure == "norms":
