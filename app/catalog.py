@@ -42,7 +42,7 @@ def resolve_checkpoint(checkpoint: str) -> str:
 def needs_download(checkpoint: str) -> bool:
     """Whether loading ``checkpoint`` would download it: a Hub id (not a local directory) whose files are not in the
     local Hugging Face cache yet (looked up on disk only)."""
-    from transformer.checkpoint import looks_like_hub_id
+    from transformer.hub import looks_like_hub_id
 
     name = resolve_checkpoint(checkpoint)
     if not name or Path(name).expanduser().exists() or not looks_like_hub_id(name):
@@ -61,7 +61,7 @@ def needs_download(checkpoint: str) -> bool:
 def download(checkpoint: str, progress: Callable[[int, int, str], None]) -> None:
     """Fetch a Hub checkpoint into the local cache, telling ``progress(done_bytes, total_bytes, file)``; raises
     ``transformer.CheckpointError`` (too large, unknown, offline) with a clear message."""
-    from transformer.checkpoint import resolve_checkpoint_dir
+    from transformer.hub import resolve_checkpoint_dir
 
     resolve_checkpoint_dir(resolve_checkpoint(checkpoint), progress)
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,45 +80,6 @@ def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer,
     (path / METADATA_FILE).write_text(json.dumps(metadata or {}, indent=2, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
     return path
-
-
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
-
-
-def looks_like_hub_id(text: str) -> bool:
-    """``user/name`` in the Hub's alphabet, and not a path: its first part is no local directory."""
-    return bool(HUB_ID.fullmatch(text)) and ".." not in text and not Path(text.split("/")[0]).is_dir()
-
-
-def resolve_checkpoint_dir(path_or_hub_id: str | Path, progress: Callable[[int, int, str], None] | None = None) -> Path:
-    """A local directory as it is; otherwise download the files a load needs from the Hugging Face Hub repo of that
-    id (sizes checked against ``$ATTN_MAX_DOWNLOAD_MB`` first; ``progress(done_bytes, total_bytes, file)`` told as
-    it goes, see ``transformer.hub.download_repo``)."""
-    path = Path(path_or_hub_id).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise CheckpointError(f"{path} is a file; a checkpoint is a directory holding {', '.join(REQUIRED_FILES)}")
-        return path
-    text = str(path_or_hub_id).strip()
-    if not looks_like_hub_id(text):
-        raise CheckpointError(f"No such directory: {path} (and it is not a Hugging Face Hub repo id either)")
-    # read at call time: huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    try:
-        if offline:
-            from huggingface_hub import snapshot_download
-
-            return Path(snapshot_download(repo_id=text, local_files_only=True))
-        from .hub import download_repo
-
-        return download_repo(text, progress)
-    except CheckpointError:
-        raise
-    except Exception as err:  # offline, unknown repo, private repo, bad id: one clear message
-        why = "offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline else \
-            "unknown repo, private repo, or no network"
-        raise CheckpointError(f"could not get '{text}' from the Hugging Face Hub ({why}; it is not a local "
-                              f"directory either): {type(err).__name__}: {err}") from err
 
 
 def read_config(path: Path) -> TransformerConfig:

@@ -21,9 +21,9 @@ from .checkpoint import (
     METADATA_FILE,
     WEIGHTS_FILE,
     CheckpointError,
-    resolve_checkpoint_dir,
     save_weights,
 )
+from .hub import resolve_checkpoint_dir
 from .marian import is_marian_dir
 from .translator import Translator, load
 

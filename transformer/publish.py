@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import HUB_ID, CheckpointError
-from .hub import max_download_mb
+from .checkpoint import CheckpointError
+from .hub import HUB_ID, max_download_mb
 
 CARD_FILE = "README.md"
 SKIP_FILES = {"state.pt"}  # training state: resuming needs it, loading does not

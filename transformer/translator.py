@@ -11,9 +11,10 @@ import torch
 from torch import Tensor
 
 from .beam_transformers import beam_search_transformers
-from .checkpoint import CheckpointError, load_model_dir, resolve_checkpoint_dir, resolve_device
+from .checkpoint import CheckpointError, load_model_dir, resolve_device
 from .data import pad_sequences
 from .decoding import BeamTree, beam_search, greedy_decode
+from .hub import resolve_checkpoint_dir
 from .model import Transformer
 from .tokenizer import SplitTokenizer, Tokenizer
 from .weights import column_major_weights
