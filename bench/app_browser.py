@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -63,11 +64,14 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
 
 
 @contextmanager
-def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``streamlit run app/main.py`` on a free local port with ``ATTN_CHECKPOINT=checkpoint``; yields its URL."""
+def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
+                     script: str | Path | None = None) -> Iterator[str]:
+    """``streamlit run app/main.py`` (or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``;
+    yields its URL."""
     port = free_port()
     full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app" / "main.py"), "--server.port", str(port),
+    script = script or REPO_ROOT / "app" / "main.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -139,17 +143,31 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             "app_source_words": [len(s.split()) for s in sentences], "app_page_errors": errors}
 
 
-def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 120.0) -> dict[str, Any]:
+FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"
+# the floors a first visit cannot beat, timed the same way: a bare Streamlit page with a text box and one plotly
+# heatmap, and one with a text box and a line of text (no plotly.js to load)
+FLOOR_PAGES = {
+    "plotly": ("import numpy as np, plotly.graph_objects as go, streamlit as st\n"
+               "st.text_area('Text', 'A man rides a bike.')\n"
+               "st.plotly_chart(go.Figure(go.Heatmap(z=np.random.default_rng(0).random((24, 24)))))\n",
+               FIRST_HEATMAP),
+    "streamlit": ("import streamlit as st\nst.text_area('Text', 'A man rides a bike.')\nst.markdown('A line.')\n",
+                  "[data-testid=stMarkdown]"),
+}
+
+
+def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 120.0, script: Path | None = None,
+                 selector: str = FIRST_HEATMAP) -> dict[str, Any]:
     """Seconds from a new visitor's request (a fresh browser context: empty cache, new session) to the first
-    heatmap on screen. The first visitor meets a cold server (model not loaded, nothing cached); the others
-    a warm one."""
+    heatmap on screen (``selector``). The first visitor meets a cold server (model not loaded, nothing cached);
+    the others a warm one. ``script``: another Streamlit page instead of the app."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():
         raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
     times: list[float] = []
     errors: list[str] = []
-    with streamlit_server(checkpoint) as url, sync_playwright() as p:
+    with streamlit_server(checkpoint, script=script) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             for _ in range(visitors):
@@ -158,7 +176,7 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 t0 = time.perf_counter()
                 page.goto(url, wait_until="commit")
-                page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=timeout_s * 1000)
+                page.locator(selector).first.wait_for(timeout=timeout_s * 1000)
                 times.append(time.perf_counter() - t0)
                 context.close()
         finally:
@@ -176,8 +194,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10, help="sentences to translate, each a new one")
     p.add_argument("--visitors", type=int, default=6, help="new visitors timed from request to first heatmap "
                    "(the first meets a cold server)")
+    p.add_argument("--floor", action="store_true", help="also time bare Streamlit pages the same way (one "
+                   "plotly heatmap; no plotly): what a first visit cannot beat on this machine")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
+    floors = {}
+    if args.floor and args.visitors > 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, (code, selector) in FLOOR_PAGES.items():
+                page = Path(tmp) / f"floor_{name}.py"
+                page.write_text(code, encoding="utf-8")
+                warm = first_visits(args.checkpoint, args.visitors, script=page, selector=selector)
+                floors[f"app_first_visit_floor_{name}_s_p50"] = warm["app_first_visit_warm_s_p50"]
+                print(f"Floor, a bare Streamlit page ({name}): warm server p50 "
+                      f"{warm['app_first_visit_warm_s_p50']:.2f} s, max {warm['app_first_visit_warm_s_max']:.2f} s")
     visits = first_visits(args.checkpoint, args.visitors) if args.visitors > 0 else {"app_page_errors": []}
     if args.visitors > 0:
         print(f"New visitor -> first heatmap on screen: cold server {visits['app_first_visit_cold_s']:.2f} s; "
@@ -185,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
               f"max {visits['app_first_visit_warm_s_max']:.2f} s ({args.visitors - 1} visitors)")
     result = measure(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir)) if args.repeat > 0 else \
         {"app_page_errors": [], "app_sentences": 0}
-    result = {**visits, **result, "app_page_errors": visits["app_page_errors"] + result["app_page_errors"]}
+    result = {**visits, **floors, **result, "app_page_errors": visits["app_page_errors"] + result["app_page_errors"]}
     result["machine"] = machine_info()
     if result["app_sentences"]:
         print(f"Translate click -> translation and heatmap on screen, {result['app_sentences']} sentences of 20 "

@@ -205,3 +205,21 @@ def test_views_beyond_weights_in_a_real_browser(server):
         finally:
             browser.close()
     assert not errors, errors
+
+
+def test_bench_times_first_visits_and_the_bare_page_floors(tiny_checkpoint, capsys):
+    """``python -m bench.app_browser --floor``: the app's first visits and two bare Streamlit pages, same method."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    import json
+
+    from bench.app_browser import main
+
+    assert main(["--checkpoint", str(tiny_checkpoint), "--visitors", "2", "--repeat", "0", "--floor", "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert len(result["app_first_visit_s"]) == 2
+    for key in ("app_first_visit_floor_plotly_s_p50", "app_first_visit_floor_streamlit_s_p50"):
+        assert result[key] > 0
+    assert "Floor, a bare Streamlit page (plotly)" in out and "Floor, a bare Streamlit page (streamlit)" in out
