@@ -19,8 +19,8 @@ from . import catalog, inference, probes
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
 
-# id of each loaded model -> its weights' bytes plus the working memory of one analysis on it, counted against the
-# budget (results kept = budget - these)
+# id of each loaded model -> its weights' bytes (with the prepacked output projection) plus the working memory of
+# one analysis on it, counted against the budget (results kept = budget - these)
 MODEL_BYTES: dict[int, int] = {}
 
 
@@ -32,7 +32,7 @@ def _released(tr: Translator) -> None:
 def get_translator(checkpoint: str, device: str) -> Translator:
     """The loaded model (raises ``CheckpointError``; failures are not cached)."""
     tr = catalog.load_translator(checkpoint, device)
-    weights = sum(p.numel() * p.element_size() for p in tr.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in tr.model.parameters()) + tr.model.generator.packed_bytes()
     MODEL_BYTES[id(tr)] = weights + analysis_working_bytes(tr.config)
     return tr
 

@@ -309,6 +309,43 @@ def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
         assert torch.equal(v, plain.state_dict()[k]), k
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_prepacked_output_projection_agrees_and_steps_aside(name):
+    """``OutputProjection.pack`` (oneDNN's prepacked GEMM for CPU decoding) gives the plain layer's numbers and the
+    same translations; it is not used with gradients, after the weight changes in place, or in a copy."""
+    from transformer.weights import decoding_layout
+
+    plain = make_model(12, **MODELS[name])
+    fast = decoding_layout(copy.deepcopy(plain))
+    if fast.generator.packed is None:
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+    assert fast.generator.packed_bytes() >= fast.generator.weight.numel() * 4
+    src = make_src(plain.config, seed=12)
+    tgt = torch.randint(4, plain.config.tgt_vocab_size, (src.size(0), 5), generator=torch.Generator().manual_seed(2))
+    tgt[:, 0] = BOS
+    x = torch.randn(3, 7, plain.config.d_model)
+    with torch.no_grad():
+        torch.testing.assert_close(fast.generator(x), torch.nn.functional.linear(x, plain.generator.weight,
+                                                                                 plain.generator.bias),
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fast(src, tgt).logits, plain(src, tgt).logits, atol=1e-5, rtol=1e-5)
+    for search in (lambda m: greedy_decode(m, src), lambda m: beam_search(m, src, 3, 0.6)):
+        p, f = search(plain), search(fast)
+        assert torch.equal(p.tokens, f.tokens)
+        torch.testing.assert_close(p.scores, f.scores, atol=1e-4, rtol=1e-5)
+    # with gradients: the plain path, and gradients reach the weight
+    fast.generator(x).sum().backward()
+    assert fast.generator.weight.grad is not None
+    # a copy decodes on the plain path, with the same numbers
+    clone = copy.deepcopy(fast)
+    assert clone.generator.packed is None
+    # an in-place change of the weight (an optimizer step, load_state_dict) makes the packed copy stale
+    with torch.no_grad():
+        fast.generator.weight.mul_(2.0)
+        torch.testing.assert_close(fast.generator(x), torch.nn.functional.linear(x, fast.generator.weight,
+                                                                                 fast.generator.bias))
+
+
 def test_one_output_length_formula_for_ints_and_batches():
     from transformer.decoding import output_limits
 

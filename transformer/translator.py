@@ -17,7 +17,7 @@ from .decoding import BeamTree, beam_search, greedy_decode
 from .hub import resolve_checkpoint_dir
 from .model import Transformer
 from .tokenizer import SplitTokenizer, Tokenizer
-from .weights import column_major_weights
+from .weights import decoding_layout
 
 
 @dataclass
@@ -188,11 +188,11 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
         except (OSError, ValueError, KeyError) as err:
             raise CheckpointError(f"{path} has no usable Marian tokenizer files (source.spm, target.spm, "
                                   f"vocab.json): {err}") from err
-        model = column_major_weights(load_marian_model(path).to(resolve_device(device)))  # the fast GEMM layout
+        model = decoding_layout(load_marian_model(path).to(resolve_device(device)))
         name = str(path_or_hub_id)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
         metadata = {"source": "marian", "converted_from": name, "language_pair": pair,
                     "beam_scoring": "transformers"}
         return Translator(model, tokenizer, metadata, path)
     model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
-    return Translator(column_major_weights(model), tokenizer, metadata, path)  # loaded for decoding: fast layout
+    return Translator(decoding_layout(model), tokenizer, metadata, path)  # loaded for decoding: fast layout
