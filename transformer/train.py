@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 
+from .average import average_states, last_step_files, load_averaged, save_step_file, unique_state
 from .checkpoint import resolve_device, save_checkpoint
 from .data import DataError, pad_sequences, read_parallel, token_batches
 from .evaluate import translate_all
@@ -105,23 +106,6 @@ def atomic_torch_save(obj: dict, path: Path) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def atomic_save_file(tensors: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp))
-    os.replace(tmp, path)
-
-
-def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
-    """The state dict with tied weights stored once (safetensors refuses shared storage)."""
-    seen, out = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        out[name] = tensor.detach().cpu().contiguous().clone()
-    return out
 
 
 def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:
@@ -327,7 +311,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                             lr=f"{lr:.2e}", epoch=epoch + 1)
             if main_process and step in snapshot_steps:
                 half = {k: v.half() for k, v in unique_state(model).items()}
-                atomic_save_file(half, run_dir / "snapshots" / f"step{step:07d}.safetensors")
+                save_step_file(half, run_dir / "snapshots" / f"step{step:07d}.safetensors")
             if step % eval_every == 0 or step >= total_steps:
                 if main_process:
                     metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches,
@@ -337,8 +321,9 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                     improved = metrics["val_bleu"] > best_bleu
                     best_bleu = max(best_bleu, metrics["val_bleu"])
                     evals_since_best = 0 if improved else evals_since_best + 1
-                    atomic_save_file(unique_state(model), run_dir / "averaging" / f"step{step:07d}.safetensors")
-                    for old in sorted((run_dir / "averaging").glob("step*.safetensors"))[: -max(args.average, 1)]:
+                    save_step_file(unique_state(model), run_dir / "averaging" / f"step{step:07d}.safetensors")
+                    kept = set(last_step_files(run_dir / "averaging", args.average))
+                    for old in set((run_dir / "averaging").glob("step*.safetensors")) - kept:
                         old.unlink()
                     log(f"step {step} epoch {epoch + 1}: train loss {metrics['train_loss']:.3f}, "
                         f"val loss {metrics['val_loss']:.3f}, val ppl {metrics['val_ppl']:.2f}, "
@@ -371,12 +356,10 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         dist.destroy_process_group()
     if not main_process:
         return 0
-    kept = sorted((run_dir / "averaging").glob("step*.safetensors"))[-max(args.average, 1):]
+    kept = last_step_files(run_dir / "averaging", args.average)
     final = Transformer(config)
     if kept:
-        states = [load_file(str(p)) for p in kept]
-        averaged = {k: sum(s[k].float() for s in states) / len(states) for k in states[0]}
-        final.load_state_dict(averaged, strict=False)  # tied weights are stored once, as src_embed
+        load_averaged(final, average_states(kept))
     else:
         final.load_state_dict(model.state_dict())
     final.to(device)
