@@ -12,12 +12,13 @@ from transformer import evaluate
 
 def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture) -> None:
     code = evaluate.main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
-                          "--beam", "2", "--batch-size", "8", "--json", "--no-progress"])
+                          "--beam", "2", "--alpha", "1.2", "--batch-size", "8", "--json", "--no-progress"])
     assert code == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     result = json.loads(last)
     assert {"bleu", "chrf", "bleu_lc_tok", "signature", "sentences", "seconds"} <= set(result)
     assert result["sentences"] == 20
+    assert (result["beam"], result["alpha"]) == (2, 1.2)
     assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
     assert result["signature"].startswith("nrefs:1")
 

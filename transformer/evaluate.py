@@ -94,9 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     result = score(hyps, refs, args.tgt)
-    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=args.beam,
+    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=args.beam, alpha=args.alpha,
                   checkpoint=str(args.checkpoint))
-    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {args.beam}, {seconds:.1f} s")
+    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {args.beam}, alpha {args.alpha:g}, "
+          f"{seconds:.1f} s")
     print(f"BLEU {result['bleu']:.2f}  ({result['signature']})")
     print(f"chrF {result['chrf']:.2f}")
     print(f"BLEU lowercased, Moses-tokenized {result['bleu_lc_tok']:.2f}")

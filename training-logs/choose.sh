@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# usage: choose.sh NAME [N ...]
+# After runs/NAME has ended and exported runs/export-NAME: re-export it with the mean of the last N epoch
+# checkpoints (N from the arguments, default 10 15 20; the files come from train-state/NAME-epochs, collected by
+# keep_state.sh) and score every average with beam 5 at length penalties 0.6, 1.0 and 1.4 on val, one JSON
+# line each in training-logs/NAME.val-choice.jsonl. Val only: test is scored once, for the best line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=$1; shift
+counts=${*:-10 15 20}
+out=training-logs/$name.val-choice.jsonl
+: > "$out"
+for n in $counts; do
+  python -m transformer.average --checkpoint "runs/export-$name" --steps-dir "train-state/$name-epochs" \
+    --last "$n" --out "runs/$name-avg$n"
+  for a in 0.6 1.0 1.4; do
+    python -m transformer.evaluate --checkpoint "runs/$name-avg$n" --split val --beam 5 --alpha "$a" \
+      --threads 2 --json --no-progress | tail -1 | python -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
+  done
+done
+python - "$out" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+for r in rows:
+    print(f"avg {r['average']:>2}  alpha {r['alpha']:.1f}  val BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
+          f"lc-tok {r['bleu_lc_tok']:.2f}")
+best = max(rows, key=lambda r: r["bleu"])
+print(f"best on val: {best['checkpoint']} alpha {best['alpha']:g} ({best['bleu']:.2f})")
+PY
