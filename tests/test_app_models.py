@@ -91,8 +91,9 @@ def test_compare_view_shows_each_models_own_numbers(repo):
     ref_post, ref_pre = post.translate(text), pre.translate(text)
     texts = shown_texts(at)
     assert ref_post.text in texts and ref_pre.text in texts
-    a = arr(chart(at, "Cross-attention · layer 2 · mean over heads · post")["data"][0]["z"])
-    b = arr(chart(at, "Cross-attention · layer 2 · mean over heads · pre")["data"][0]["z"])
+    assert any("Cross-attention · layer 2 · mean over heads" in m.value for m in at.markdown)  # above both maps
+    a = arr(chart(at, "post (post-norm)")["data"][0]["z"])
+    b = arr(chart(at, "pre (pre-norm)")["data"][0]["z"])
     np.testing.assert_allclose(a, ref_post.cross_attentions[-1].mean(0).numpy(), atol=1e-5)
     np.testing.assert_allclose(b, ref_pre.cross_attentions[-1].mean(0).numpy(), atol=1e-5)
     summaries = [d.value for d in at.dataframe]
@@ -104,7 +105,8 @@ def test_compare_view_shows_each_models_own_numbers(repo):
     at.selectbox(key="compare_head").set_value("2")
     at.segmented_control(key="compare_att").set_value("encoder")
     at.run()
-    b = arr(chart(at, "Encoder self-attention · layer 2 · head 2 · pre")["data"][0]["z"])
+    assert any("Encoder self-attention · layer 2 · head 2" in m.value for m in at.markdown)
+    b = arr(chart(at, "pre (pre-norm)")["data"][0]["z"])
     np.testing.assert_allclose(b, ref_pre.encoder_attentions[1][1].numpy(), atol=1e-5)
     set_view(at, "Heatmap")
     assert_clean(at)

@@ -3,6 +3,8 @@ map of each on one colour scale, and each model's head statistics)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -35,6 +37,7 @@ def render(ctx: ViewContext) -> None:
     """Model picker, both translations, both heatmaps and both head summaries."""
     infos = cached.get_checkpoint_list()
     labels = {i.path: i.label() for i in infos if i.problem is None}
+    short = {i.path: f"{Path(i.path).name} ({i.layout})" for i in infos if i.problem is None}  # fits a chart title
     options = list(dict.fromkeys([ctx.checkpoint, *labels]))
     st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
                "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
@@ -65,10 +68,12 @@ def render(ctx: ViewContext) -> None:
     weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
     zmin, zmax = controls.colour_range(*weights)  # one colour scale for both
     qt, kt = controls.AXIS_TITLES[kind]
+    st.markdown(f"**{controls.heatmap_title(kind, layer, head)}**, one colour scale for both")
+    columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
         queries, keys = res.axes(kind)
         fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
-                                        title=f"{controls.heatmap_title(kind, layer, head)} · {labels.get(name, name)}")
+                                        title=short.get(name, name))
         col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy in nats, lower = more focused):")
