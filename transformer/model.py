@@ -1,7 +1,8 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-One readable file, plain PyTorch. Every attention weight (encoder self-attention, decoder
-self-attention, cross-attention; per layer and per head) is a *returned value*: ask for it with
+Plain PyTorch (the output projection is in ``projection.py``, the returned dataclasses in
+``outputs.py``). Every attention weight (encoder self-attention, decoder self-attention,
+cross-attention; per layer and per head) is a *returned value*: ask for it with
 ``return_attention=True``. Without it, attention runs through ``F.scaled_dot_product_attention``.
 
 Mask convention: boolean tensors where ``True`` means "may attend" (the convention of
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,6 +21,8 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .kv_cache import append_kv
+from .outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
+from .projection import OutputProjection
 
 # ----------------------------------------------------------------------------------------------
 # Positional encoding and masks
@@ -276,86 +278,6 @@ class DecoderLayer(SublayerStack):
 
 # ----------------------------------------------------------------------------------------------
 # The model
-
-
-class OutputProjection(nn.Linear):
-    """The last linear layer, ``d_model`` -> vocabulary (tied to the embeddings by default).
-
-    :meth:`pack` keeps a copy of the weight prepacked by oneDNN for decoding on a CPU (float32): over a 58k
-    vocabulary 2.6x faster for 4 rows and 1.3x for 256 than MKL's GEMM on an AVX2 machine (no faster for one
-    row, which keeps the plain path). The copy is used only without gradients, on CPU, and while the weight is
-    still the one packed (same storage, no in-place change since: an optimizer step or ``load_state_dict`` makes
-    it stale); otherwise the plain ``nn.Linear`` path runs.
-    """
-
-    packed: tuple[Tensor, int, int] | None = None  # (oneDNN weight, weight._version, weight.data_ptr())
-
-    @torch.no_grad()
-    def pack(self) -> bool:
-        """Prepack the weight for CPU decoding; False (nothing kept) where oneDNN's packed linear is missing."""
-        w = self.weight
-        ops = getattr(torch.ops, "mkldnn", None)
-        if (w.device.type != "cpu" or w.dtype != torch.float32 or not torch.backends.mkldnn.is_available()
-                or not hasattr(ops, "_reorder_linear_weight") or not hasattr(ops, "_linear_pointwise")):
-            self.packed = None
-            return False
-        self.packed = (torch.ops.mkldnn._reorder_linear_weight(w.detach(), None), w._version, w.data_ptr())
-        return True
-
-    def __getstate__(self) -> dict:
-        """Copies and pickles leave the packed copy behind (an opaque oneDNN tensor); they decode on the plain path."""
-        state = dict(super().__getstate__())
-        state.pop("packed", None)
-        return state
-
-    def packed_bytes(self) -> int:
-        """Bytes of the prepacked copy (0 when there is none)."""
-        return 0 if self.packed is None else self.packed[0].numel() * self.packed[0].element_size()
-
-    def forward(self, x: Tensor) -> Tensor:
-        p = self.packed
-        if (p is None or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
-                or x.numel() == x.size(-1)  # one row: the column-major GEMM is as fast
-                or p[1] != self.weight._version or p[2] != self.weight.data_ptr()):
-            return super().forward(x)
-        flat = x.reshape(-1, x.size(-1))  # (..., D) -> (N, D)
-        y = torch.ops.mkldnn._linear_pointwise(flat, p[0], self.bias, "none", [], "")  # (N, V)
-        return y.view(*x.shape[:-1], y.size(-1))  # (N, V) -> (..., V)
-
-
-@dataclass
-class EncoderOutput:
-    """``last_hidden_state (B, S, D)``, ``attentions``: one ``(B, H, S, S)`` tensor per layer (or ())."""
-
-    last_hidden_state: Tensor
-    attentions: tuple[Tensor, ...] = ()
-
-
-@dataclass
-class DecoderOutput:
-    """``logits (B, T, V)``, ``last_hidden_state (B, T, D)``; attentions one tensor per layer."""
-
-    logits: Tensor
-    last_hidden_state: Tensor
-    self_attentions: tuple[Tensor, ...] = ()
-    cross_attentions: tuple[Tensor, ...] = ()
-
-
-@dataclass
-class Seq2SeqOutput:
-    """What ``Transformer.forward`` returns; attention names follow Hugging Face / BertViz.
-
-    ``encoder_attentions``: per layer ``(B, H, S, S)``; ``decoder_attentions``: per layer
-    ``(B, H, T, T)``; ``cross_attentions``: per layer ``(B, H, T, S)``. Empty tuples unless
-    ``return_attention=True``.
-    """
-
-    logits: Tensor
-    encoder_last_hidden_state: Tensor
-    decoder_last_hidden_state: Tensor
-    encoder_attentions: tuple[Tensor, ...] = ()
-    decoder_attentions: tuple[Tensor, ...] = ()
-    cross_attentions: tuple[Tensor, ...] = ()
 
 
 class Transformer(nn.Module):
