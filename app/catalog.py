@@ -12,6 +12,7 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
+from transformer.translator import chosen_alpha
 
 
 def _repo_root() -> Path:
@@ -74,6 +75,22 @@ def load_translator(checkpoint: str, device: str) -> Translator:
     tr = transformer.load(resolve_checkpoint(checkpoint), device=device)  # "auto" resolved there
     tr.model.eval()
     return tr
+
+
+ALPHA_RANGE = (0.0, 2.0)  # the length-penalty slider's range
+
+
+def model_alpha(checkpoint: str) -> float:
+    """The length penalty a local checkpoint directory's ``metadata.json`` names (chosen on val), rounded to the
+    slider's 0.1 steps and range; 0.6 for anything else (a Hub id, no or unreadable metadata). Read from disk
+    without loading the model, so the first translation of a visit already uses it."""
+    meta: object = {}
+    folder = Path(resolve_checkpoint(checkpoint)).expanduser() if checkpoint.strip() else None
+    if folder is not None:
+        with contextlib.suppress(OSError, ValueError):
+            meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+    low, high = ALPHA_RANGE
+    return round(min(max(chosen_alpha(meta), low), high), 1)
 
 
 def model_facts(tr: Translator) -> dict[str, object]:

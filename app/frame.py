@@ -31,11 +31,15 @@ def sidebar() -> tuple[str, str]:
                help="auto = CUDA when a GPU is present, else CPU.")
         st.subheader("Decoding")
         choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.DEFAULTS[state.SEARCH], horizontal=True)
-        for key in (state.BEAM, state.ALPHA, state.MAX_A, state.MAX_B):
+        for key in (state.BEAM, state.MAX_A, state.MAX_B):
             ss.setdefault(key, state.DEFAULTS[key])
+        own_alpha = catalog.model_alpha(ss[state.CHECKPOINT])
+        ss.setdefault(state.ALPHA, own_alpha)
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
-        st.slider("Length penalty α", 0.0, 2.0, step=0.1, key=state.ALPHA,
-                  help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only).")
+        st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA,
+                  help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
+                       f"This model's own: {own_alpha:g} (from its model card, chosen on val; 0.6 when it names "
+                       "none); picking a model sets it.")
         c1, c2 = st.columns(2)
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
@@ -69,6 +73,7 @@ def model_picker() -> None:
 
         def chosen() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+            state.adopt_model_decoding()
 
         st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
                      format_func=lambda p: usable[p].label() if p in usable else p)
@@ -82,6 +87,7 @@ def model_picker() -> None:
     def picked() -> None:
         if ss[state.MODEL_CHOICE] != state.OTHER_MODEL:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+            state.adopt_model_decoding()
 
     st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
                  format_func=lambda p: usable[p].label() if p in usable else

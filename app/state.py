@@ -18,7 +18,7 @@ import streamlit as st
 from transformer import Tokenizer, Translator
 
 from .analysis import KINDS
-from .catalog import default_checkpoint, model_allowed
+from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
 from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey
 
 # ------------------------------------------------------------------------------------------------ keys
@@ -137,6 +137,11 @@ def _float(value: str | None, low: float, high: float) -> float | None:
     return v if math.isfinite(v) and low <= v <= high else None
 
 
+def adopt_model_decoding() -> None:
+    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, chosen on val)."""
+    st.session_state[ALPHA] = model_alpha(st.session_state.get(CHECKPOINT, ""))
+
+
 def settings_from_state() -> DecodeSettings:
     """Decoding settings from the sidebar widgets (or their defaults)."""
     ss = st.session_state
@@ -175,7 +180,7 @@ def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:
         ss[SEARCH] = "Greedy" if beam == 1 else "Beam search"
         if beam > 1:
             ss[BEAM] = beam
-    for key, name, low, high in ((ALPHA, "alpha", 0.0, 2.0), (MAX_A, "a", 0.0, 4.0)):
+    for key, name, low, high in ((ALPHA, "alpha", *ALPHA_RANGE), (MAX_A, "a", 0.0, 4.0)):
         v = _float(params.get(name), low, high)
         if take(name, v):
             ss[key] = round(v, 1)  # the sliders move in steps of 0.1
@@ -302,6 +307,7 @@ def start_run(views: list[str]) -> None:
     if ss.get(LAST_URL) is None or current != ss[LAST_URL]:
         first = ss.get(LAST_URL) is None
         ss[IGNORED] = adopt_url(current, views) if current else []
+        ss.setdefault(ALPHA, model_alpha(ss[CHECKPOINT]))  # the model's own length penalty unless the link names one
         if first and not current.get("text"):  # a first visit opens on a worked example
             ss[SOURCE_TEXT] = ss.get(SOURCE_TEXT) or EXAMPLES[0]
             ss[SUBMITTED] = Submitted(ss[SOURCE_TEXT], settings_from_state())

@@ -40,3 +40,39 @@ def test_evaluate_clear_errors(tiny_checkpoint: Path, tmp_path: Path, capsys: py
     code = evaluate.main(["--checkpoint", str(tmp_path / "missing"), "--data-dir", str(tmp_path), "--split", "x"])
     assert code == 1
     assert "error:" in capsys.readouterr().err
+
+
+def _with_decoding(tiny_checkpoint: Path, target: Path, decoding: object) -> Path:
+    """A copy of the tiny checkpoint whose metadata names ``decoding``."""
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, target)
+    meta_path = target / "metadata.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    meta["decoding"] = decoding
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    return target
+
+
+def test_checkpoint_length_penalty_is_the_default(tiny_checkpoint: Path, tiny_corpus: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """A checkpoint's ``decoding.alpha`` (chosen on val) is what evaluate and ``alpha=None`` decode with."""
+    import transformer
+
+    ckpt = _with_decoding(tiny_checkpoint, tmp_path / "ckpt", {"beam": 5, "alpha": 1.7, "chosen_on": "val"})
+    assert evaluate.main(["--checkpoint", str(ckpt), "--data-dir", str(tiny_corpus), "--split", "test",
+                          "--beam", "2", "--batch-size", "8", "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["alpha"] == 1.7
+    tr = transformer.load(ckpt, device="cpu")
+    assert tr.default_alpha == 1.7
+    text = "a b c d e"
+    chosen = tr.translate(text, beam_size=3, return_attention=False)
+    explicit = tr.translate(text, beam_size=3, alpha=1.7, return_attention=False)
+    other = tr.translate(text, beam_size=3, alpha=0.0, return_attention=False)
+    assert (chosen.text, chosen.score) == (explicit.text, explicit.score)
+    assert chosen.score != other.score  # the penalty really entered the score
+    for bad in ("1.4", -1.0, True, None, float("nan"), 1e9):
+        bad_ckpt = _with_decoding(tiny_checkpoint, tmp_path / f"bad{len(list(tmp_path.iterdir()))}", {"alpha": bad})
+        assert transformer.load(bad_ckpt, device="cpu").default_alpha == 0.6
+    listed = _with_decoding(tiny_checkpoint, tmp_path / "list", [1.4])
+    assert transformer.load(listed, device="cpu").default_alpha == 0.6

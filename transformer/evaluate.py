@@ -66,7 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
     p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="length penalty (default: the checkpoint's, metadata.json decoding.alpha, else 0.6)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
@@ -88,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if args.alpha is None:
+        args.alpha = translator.default_alpha
     start = time.perf_counter()
     hyps = translate_all(translator, sources, args.beam, args.batch_size, args.alpha, not args.no_progress)
     seconds = time.perf_counter() - start

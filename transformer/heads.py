@@ -250,8 +250,10 @@ def within(curve: Sequence[dict], drop: float = DROP) -> int:
 
 
 def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_lang: str, beam: int = 5,
-        alpha: float = 0.6, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
-    """Everything ``python -m transformer.heads`` reports, for one model on one split."""
+        alpha: float | None = None, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
+    """Everything ``python -m transformer.heads`` reports, for one model on one split (``alpha=None``: the
+    checkpoint's length penalty)."""
+    alpha = tr.default_alpha if alpha is None else alpha
     start = time.perf_counter()
     result = analyse_heads(tr, sources, references, progress=progress)
     analysed = time.perf_counter()
@@ -291,7 +293,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tgt", default="de")
     p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences (0: all)")
     p.add_argument("--beam", type=positive, default=5, help="beam size for the pruning curve (1: greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="length penalty (default: the checkpoint's, metadata.json decoding.alpha, else 0.6)")
     p.add_argument("--batch-size", type=positive, default=64, help="sentences per decoding batch")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=non_negative, default=0, help="torch.set_num_threads (0: leave as is)")

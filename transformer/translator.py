@@ -44,6 +44,17 @@ class TranslationResult:
 
 
 SCORINGS = ("gnmt", "transformers")
+DEFAULT_ALPHA = 0.6  # GNMT's length penalty, for checkpoints that name none
+
+
+def chosen_alpha(metadata: object) -> float:
+    """The length penalty a checkpoint's ``metadata.json`` names (``decoding.alpha``, a number in [0, 10]), else
+    :data:`DEFAULT_ALPHA`."""
+    decoding = metadata.get("decoding") if isinstance(metadata, dict) else None
+    value = decoding.get("alpha") if isinstance(decoding, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 10.0:
+        return float(value)
+    return DEFAULT_ALPHA
 
 
 class Translator:
@@ -70,6 +81,12 @@ class Translator:
         return value if value in SCORINGS else "gnmt"
 
     @property
+    def default_alpha(self) -> float:
+        """The length penalty the checkpoint was scored with (``metadata["decoding"]["alpha"]``, chosen on val),
+        else 0.6; what ``alpha=None`` means below."""
+        return chosen_alpha(self.metadata)
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
@@ -88,20 +105,22 @@ class Translator:
         return pad_sequences(seqs, self.config.pad_id).to(self.device)
 
     @torch.no_grad()
-    def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
+    def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float | None = None,
                  max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
                  scoring: str | None = None) -> tuple[list[list[int]], list[float]]:
-        """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores."""
+        """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``alpha``:
+        the length penalty (None: the checkpoint's, :attr:`default_alpha`)."""
         outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
                                              scoring=scoring)
         return outputs, scores
 
-    def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float, max_len_a: float,
+    def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float | None, max_len_a: float,
                 max_len_b: int, head_mask: dict[str, Tensor] | None, record_tree: bool = False,
                 scoring: str | None = None) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
         """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
         with ``record_tree`` (beam search only) each sentence's search tree."""
         src = self._pad(sources)
+        alpha = self.default_alpha if alpha is None else alpha
         scoring = scoring or self.scoring
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
@@ -132,16 +151,18 @@ class Translator:
         tgt = self._pad([[self.config.bos_id, *target_ids]])
         return self.model(src, tgt, return_attention=True, head_mask=head_mask)
 
-    def translate(self, text: str, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+    def translate(self, text: str, beam_size: int = 4, alpha: float | None = None, max_len_a: float = 1.5,
                   max_len_b: int = 10, return_attention: bool = True,
                   head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
                   scoring: str | None = None) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
-        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search)."""
+        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). ``alpha=None``: the
+        checkpoint's length penalty (:attr:`default_alpha`)."""
         return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask,
                                     return_tree, scoring)[0]
 
-    def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+    def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float | None = None,
+                        max_len_a: float = 1.5,
                         max_len_b: int = 10, return_attention: bool = False,
                         head_mask: dict[str, Tensor] | None = None,
                         return_tree: bool = False, scoring: str | None = None) -> list[TranslationResult]:
