@@ -70,6 +70,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the paper's schedule")
     g.add_argument("--warmup", type=int, default=1000, help="warm-up steps of the paper's schedule")
     g.add_argument("--label-smoothing", type=float, default=0.1)
+    g.add_argument("--r-drop", type=float, default=0.0,
+                   help="R-Drop (Liang et al. 2021): each batch goes through the model twice and this weight times "
+                        "the symmetric KL between the two predictions (per target token) joins the loss; 0: off. "
+                        "fairseq's --reg-alpha a is about a/2 here")
     g.add_argument("--weight-decay", type=float, default=0.0)
     g.add_argument("--clip-norm", type=float, default=1.0, help="0 disables gradient clipping")
     g.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none",
@@ -106,6 +110,29 @@ def atomic_torch_save(obj: dict, path: Path) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
+                  label_smoothing: float = 0.0, r_drop: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, cross_entropy)`` of one batch: ``src (B, S)``, ``tgt (B, T+1)`` with BOS first.
+
+    The cross-entropy is label-smoothed, per target token. With ``r_drop > 0`` (R-Drop) the batch goes through
+    the model twice in one pass (two dropout masks), the cross-entropy is the mean over both, and the loss adds
+    ``r_drop`` times the symmetric KL ``(KL(p||q) + KL(q||p)) / 2`` between the two predictions, per target token.
+    """
+    dec_in, gold = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
+    if r_drop > 0:
+        src, dec_in, gold = src.repeat(2, 1), dec_in.repeat(2, 1), gold.repeat(2, 1)  # (B, .) -> (2B, .)
+    logits = model(src, dec_in).logits.float()  # (B or 2B, T, V)
+    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
+                         label_smoothing=label_smoothing)  # (2B*T, V) rows
+    if r_drop <= 0:
+        return ce, ce
+    logp, logq = logits.log_softmax(-1).chunk(2)  # (B, T, V) each: the two passes
+    kl = 0.5 * (F.kl_div(logq, logp, reduction="none", log_target=True)  # p * (log p - log q)
+                + F.kl_div(logp, logq, reduction="none", log_target=True)).sum(-1)  # (B, T)
+    real = gold.chunk(2)[0] != pad_id  # (B, T)
+    return ce + r_drop * kl[real].mean(), ce
 
 
 def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:
@@ -288,9 +315,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits = ddp_model(src, tgt[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
-                                   ignore_index=config.pad_id, label_smoothing=args.label_smoothing)
+                loss, ce = training_loss(ddp_model, src, tgt, config.pad_id, args.label_smoothing, args.r_drop)
             if not torch.isfinite(loss):
                 raise TrainingError(f"loss became {loss.item()} at step {step + 1} (lr {lr:.2e}); nothing was "
                                     f"saved from this step. Lower --lr-scale, raise --warmup or use --amp none, "
@@ -307,7 +332,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             tokens_seen += int((tgt[:, 1:] != config.pad_id).sum()) * world
             now = time.time()
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}",
+            bar.set_postfix(loss=f"{ce.item():.3f}", tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}",
                             lr=f"{lr:.2e}", epoch=epoch + 1)
             if main_process and step in snapshot_steps:
                 half = {k: v.half() for k, v in unique_state(model).items()}
@@ -316,7 +341,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 if main_process:
                     metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches,
                                        args.bleu_sentences, device)
-                    metrics.update(step=step, epoch=epoch + 1, train_loss=loss.item(), lr=lr)
+                    metrics.update(step=step, epoch=epoch + 1, train_loss=ce.item(), lr=lr)
                     history.append(metrics)
                     improved = metrics["val_bleu"] > best_bleu
                     best_bleu = max(best_bleu, metrics["val_bleu"])
