@@ -2,8 +2,8 @@
 # usage: choose.sh NAME [N ...]
 # After runs/NAME has ended and exported runs/export-NAME: re-export it with the mean of the last N epoch
 # checkpoints (N from the arguments, default 10 15 20; the files come from train-state/NAME-epochs, collected by
-# keep_state.sh) and score every average with beam 5 at length penalties 0.6, 1.0 and 1.4 on val, one JSON
-# line each in training-logs/NAME.val-choice.jsonl. Val only: test is scored once, for the best line.
+# keep_state.sh) and score every average with beam 5 at length penalties $ALPHAS (default 0.6 1.0 1.4) on val,
+# one JSON line each in training-logs/NAME.val-choice.jsonl. Val only: test is scored once, for the best line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1; shift
@@ -13,7 +13,7 @@ out=training-logs/$name.val-choice.jsonl
 for n in $counts; do
   python -m transformer.average --checkpoint "runs/export-$name" --steps-dir "train-state/$name-epochs" \
     --last "$n" --out "runs/$name-avg$n"
-  for a in 0.6 1.0 1.4; do
+  for a in ${ALPHAS:-0.6 1.0 1.4}; do
     python -m transformer.evaluate --checkpoint "runs/$name-avg$n" --split val --beam 5 --alpha "$a" \
       --threads 2 --json --no-progress | tail -1 | python -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
   done
