@@ -4,6 +4,7 @@ downloads, public mode's allow-list, and loading (no Streamlit here; ``app.cache
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -84,11 +85,23 @@ def model_alpha(checkpoint: str) -> float:
     """The length penalty a local checkpoint directory's ``metadata.json`` names (chosen on val), rounded to the
     slider's 0.1 steps and range; 0.6 for anything else (a Hub id, no or unreadable metadata). Read from disk
     without loading the model, so the first translation of a visit already uses it."""
+    stamp = None
+    if checkpoint.strip():
+        path = Path(resolve_checkpoint(checkpoint)).expanduser() / "metadata.json"
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            stamp = (str(path), stat.st_mtime_ns, stat.st_size)
+    return _alpha_of(stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _alpha_of(stamp: tuple[str, int, int] | None) -> float:
+    """``model_alpha`` for one version of one ``metadata.json`` (path, mtime, size; None: no file): every run of
+    the page asks, so the file is parsed once per version, not per run."""
     meta: object = {}
-    folder = Path(resolve_checkpoint(checkpoint)).expanduser() if checkpoint.strip() else None
-    if folder is not None:
+    if stamp is not None:
         with contextlib.suppress(OSError, ValueError):
-            meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+            meta = json.loads(Path(stamp[0]).read_text(encoding="utf-8"))
     low, high = ALPHA_RANGE
     return round(min(max(chosen_alpha(meta), low), high), 1)
 
