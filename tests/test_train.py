@@ -211,3 +211,22 @@ def test_train_with_r_drop_runs_and_records_it(tiny_corpus: Path, tmp_path: Path
     assert json.loads((run / "args.json").read_text())["r_drop"] == 1.0
     history = json.loads((run / "metrics.json").read_text())
     assert history and all(h["train_loss"] > 0 for h in history)
+
+
+def test_cooldown_anneals_a_finished_run_continued_to_more_steps(tiny_corpus: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert train.main(small_args(tiny_corpus, run, 16)) == 0
+    first = json.loads((run / "metrics.json").read_text())
+    assert train.main(small_args(tiny_corpus, run, 24, "--cooldown", "8")) == 0
+    history = json.loads((run / "metrics.json").read_text())
+    assert history[:2] == first  # the 16 steps before are kept as they were
+
+    def paper(step: int) -> float:  # d_model 32, warm-up 10, scale 1, written out by hand
+        return 32 ** -0.5 * min(step ** -0.5, step * 10 ** -1.5)
+
+    assert first[-1]["lr"] == pytest.approx(paper(16))
+    assert history[-1]["step"] == 24 and history[-1]["lr"] == pytest.approx(paper(24) / 8)  # last of 8 cool-down steps
+    state = torch.load(run / "state.pt", map_location="cpu", weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(paper(24) / 8)
+    assert [train.lr_at(s, 32, 10, 1.0, 24, 8) / paper(s) for s in (16, 17, 20, 24)] == pytest.approx(
+        [1.0, 1.0, 5 / 8, 1 / 8])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: postnorm.sh NAME LR_SCALE MAX_STEPS THREADS [EPOCHS]
+# usage: postnorm.sh NAME LR_SCALE MAX_STEPS THREADS [EPOCHS [MORE TRAIN ARGUMENTS...]]
 # Post-norm, Wu et al.'s Transformer-Tiny recipe, residual-branch init x0.5. Resumable: run it again with the
 # same arguments and it continues bit-exactly from the last finished epoch in runs/NAME. A larger MAX_STEPS (with
 # EPOCHS large enough, default 80 = 10,720 steps) continues a finished run: the schedule depends on neither.
@@ -11,4 +11,4 @@ exec nice -n 10 python -m transformer.train --data-dir ../shared/data/multi30k -
   --d-model 128 --n-heads 4 --n-encoder-layers 4 --n-decoder-layers 4 --d-ff 256 \
   --dropout 0.3 --attention-dropout 0.1 --branch-init-scale 0.5 --batch-tokens 4096 --epochs $epochs \
   --max-steps $steps --warmup 2000 --lr-scale $scale --bleu-sentences 500 --average 10 --threads $threads \
-  --seed 1 --no-progress
+  --seed 1 --no-progress "${@:6}"

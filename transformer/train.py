@@ -69,6 +69,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--epochs", type=int, default=30)
     g.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the paper's schedule")
     g.add_argument("--warmup", type=int, default=1000, help="warm-up steps of the paper's schedule")
+    g.add_argument("--cooldown", type=int, default=0,
+                   help="over the last N steps of the run (--max-steps or --epochs), scale the schedule's learning "
+                        "rate down linearly towards 0 (a warm-up-stable-decay cool-down, Hägele et al. 2024); 0: off. "
+                        "Resuming a finished run with a larger --max-steps and --cooldown anneals it")
     g.add_argument("--label-smoothing", type=float, default=0.1)
     g.add_argument("--r-drop", type=float, default=0.0,
                    help="R-Drop (Liang et al. 2021): each batch goes through the model twice and this weight times "
@@ -98,10 +102,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def lr_at(step: int, d_model: int, warmup: int, scale: float) -> float:
-    """The paper's schedule: scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
+def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int = 0, cooldown: int = 0) -> float:
+    """The paper's schedule: scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    With ``cooldown`` > 0, step ``total_steps - cooldown + k`` (k = 1 .. cooldown) gets that rate times
+    ``(cooldown - k + 1) / cooldown``: a linear fall from the schedule's value to 1/cooldown of it at the last step.
+    """
     step = max(step, 1)
-    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    lr = scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    if cooldown > 0 and step > total_steps - cooldown:
+        lr *= max(total_steps - step + 1, 0) / cooldown
+    return lr
 
 
 def atomic_torch_save(obj: dict, path: Path) -> None:
@@ -311,7 +322,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         for rows in my_batches[batch_in_epoch:]:
             src = make_batch(src_ids, rows, config.pad_id).to(device)
             tgt = make_batch(tgt_ids, rows, config.pad_id).to(device)
-            lr = lr_at(step + 1, args.d_model, args.warmup, args.lr_scale)
+            lr = lr_at(step + 1, args.d_model, args.warmup, args.lr_scale, total_steps, args.cooldown)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
