@@ -198,3 +198,25 @@ def test_hostile_links_never_break_the_page(repo, monkeypatch):
         junk = [k for k in link if k == "zzz"]
         if junk:
             assert any("zzz" in plain(i.value) for i in at.info)
+
+
+def test_compare_view_decodes_the_second_model_with_its_own_length_penalty(repo):
+    """The partner's card names alpha 1.7 (chosen on val): by default it decodes with that, and with the
+    sidebar's alpha when asked; each translation says which it used."""
+    meta_path = repo / "checkpoints" / "pre" / "metadata.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta_path.write_text(json.dumps({**meta, "decoding": {"beam": 5, "alpha": 1.7, "chosen_on": "val"}}))
+    text = "A man rides a red bike."
+    at = translate(new_app({"view": "Compare models", "beam": "3", "alpha": "0.4"}), text)
+    assert_clean(at)
+    pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")
+    captions = " ".join(plain(c.value) for c in at.caption)
+    assert "beam 3, α 0.4" in captions and "beam 3, α 1.7" in captions
+    own = pre.translate(text, beam_size=3, alpha=1.7)
+    assert f"score {own.score:.3f}" in captions
+    at.radio(key="compare_alpha").set_value("sidebar")
+    at.run()
+    assert_clean(at)
+    captions = " ".join(plain(c.value) for c in at.caption)
+    assert "beam 3, α 1.7" not in captions
+    assert f"score {pre.translate(text, beam_size=3, alpha=0.4).score:.3f}" in captions

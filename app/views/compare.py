@@ -3,6 +3,7 @@ map of each on one colour scale, and each model's head statistics)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +11,7 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, controls, figures, state
+from .. import cached, catalog, controls, figures, state
 from ..analysis import KIND_NAMES, KINDS, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
@@ -44,19 +45,29 @@ def render(ctx: ViewContext) -> None:
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
     other = controls.choose(st.selectbox, "Compare with", options, state.COMPARE_WITH, partner(ctx, infos),
                             format_func=lambda p: labels.get(p, p))
+    mine = ctx.submitted.settings
+    own_alpha = catalog.model_alpha(other)
+    choice = controls.choose(st.radio, "Length penalty of the second model", ["own", "sidebar"], "compare_alpha",
+                             "own", horizontal=True,
+                             format_func=lambda c: f"its own (α {own_alpha:g}, chosen on val)" if c == "own"
+                             else f"the sidebar's (α {mine.alpha:g})",
+                             help="Each model's model card names the length penalty chosen for it on val; "
+                                  "with the sidebar's, both decode with exactly the same settings.")
+    settings_b = replace(mine, alpha=own_alpha) if choice == "own" else mine
     try:
         cached.get_translator(other, ctx.device)
-        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, ctx.submitted.settings, ())
+        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, ())
     except transformer.CheckpointError as err:
         st.error(f"{controls.md_escape(other)} could not be loaded: {controls.md_escape(err)}")
         return
     pair = ((ctx.checkpoint, ctx.result), (other, result_b))
     columns = st.columns(2)
-    for col, (name, res) in zip(columns, pair):
+    for col, (name, res), s in zip(columns, pair, (mine, settings_b)):
         with col.container(border=True):
             st.caption(labels.get(name, name))
             st.text(res.translation or "(empty)")
-            st.caption(f"score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
+            search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:g}"
+            st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
                        f"{res.seconds * 1000:.0f} ms")
     c1, c2, c3, c4 = st.columns([3.3, 1.2, 0.9, 1.3])
     kind = controls.kind_control(key="compare_att", columns=(c1, c2))
