@@ -10,30 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .average import average_states, last_step_files, load_averaged, save_step_file, unique_state
 from .checkpoint import resolve_device, save_checkpoint
-from .data import DataError, pad_sequences, read_parallel, token_batches
-from .evaluate import translate_all
+from .data import DataError, read_parallel, token_batches
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
-from .translator import Translator
+from .training import atomic_torch_save, lr_at, make_batch, training_loss, validate
 from .weights import scale_residual_branches
+
+__all__ = ["TrainingError", "lr_at", "main", "parse_args", "train", "training_loss"]
 
 
 class TrainingError(Exception):
@@ -100,86 +99,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in total (0: epochs decide)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
-
-
-def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int = 0, cooldown: int = 0) -> float:
-    """The paper's schedule: scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
-
-    With ``cooldown`` > 0, step ``total_steps - cooldown + k`` (k = 1 .. cooldown) gets that rate times
-    ``(cooldown - k + 1) / cooldown``: a linear fall from the schedule's value to 1/cooldown of it at the last step.
-    """
-    step = max(step, 1)
-    lr = scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-    if cooldown > 0 and step > total_steps - cooldown:
-        lr *= max(total_steps - step + 1, 0) / cooldown
-    return lr
-
-
-def atomic_torch_save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
-                  label_smoothing: float = 0.0, r_drop: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, cross_entropy)`` of one batch: ``src (B, S)``, ``tgt (B, T+1)`` with BOS first.
-
-    The cross-entropy is label-smoothed, per target token. With ``r_drop > 0`` (R-Drop) the batch goes through
-    the model twice in one pass (two dropout masks), the cross-entropy is the mean over both, and the loss adds
-    ``r_drop`` times the symmetric KL ``(KL(p||q) + KL(q||p)) / 2`` between the two predictions, per target token.
-    """
-    dec_in, gold = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
-    if r_drop > 0:
-        src, dec_in, gold = src.repeat(2, 1), dec_in.repeat(2, 1), gold.repeat(2, 1)  # (B, .) -> (2B, .)
-    logits = model(src, dec_in).logits.float()  # (B or 2B, T, V)
-    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
-                         label_smoothing=label_smoothing)  # (2B*T, V) rows
-    if r_drop <= 0:
-        return ce, ce
-    logp, logq = logits.log_softmax(-1).chunk(2)  # (B, T, V) each: the two passes
-    kl = 0.5 * (F.kl_div(logq, logp, reduction="none", log_target=True)  # p * (log p - log q)
-                + F.kl_div(logp, logq, reduction="none", log_target=True)).sum(-1)  # (B, T)
-    real = gold.chunk(2)[0] != pad_id  # (B, T)
-    return ce + r_drop * kl[real].mean(), ce
-
-
-def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:
-    """The sequences ``ids[i]`` for ``i`` in ``rows`` as one padded ``(len(rows), width)`` batch."""
-    return pad_sequences([ids[i] for i in rows], pad_id)
-
-
-def corpus_bleu(hyps: list[str], refs: list[str]) -> float:
-    import sacrebleu
-
-    return sacrebleu.corpus_bleu(hyps, [refs]).score
-
-
-@torch.no_grad()
-def validate(model: Transformer, tokenizer: Tokenizer, val_pairs: tuple[list[list[int]], list[list[int]]],
-             val_sources: list[str], val_refs: list[str], val_batches: list[list[int]], bleu_sentences: int,
-             device: torch.device) -> dict[str, float]:
-    """Validation loss (per target token, no smoothing) and greedy BLEU on the first ``bleu_sentences``."""
-    model.eval()
-    cfg = model.config
-    src_ids, tgt_ids = val_pairs
-    total_loss, total_tokens = 0.0, 0
-    for rows in val_batches:
-        src = make_batch(src_ids, rows, cfg.pad_id).to(device)
-        tgt = make_batch(tgt_ids, rows, cfg.pad_id).to(device)
-        logits = model(src, tgt[:, :-1]).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
-                               ignore_index=cfg.pad_id, reduction="sum")
-        total_loss += loss.item()
-        total_tokens += int((tgt[:, 1:] != cfg.pad_id).sum())
-    n = len(val_refs) if bleu_sentences <= 0 else min(bleu_sentences, len(val_refs))
-    hyps = translate_all(Translator(model, tokenizer), val_sources[:n], beam=1, batch_size=128, alpha=0.6,
-                         progress=False)
-    model.train()
-    val_loss = total_loss / max(total_tokens, 1)
-    return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50)), "val_bleu": corpus_bleu(hyps, val_refs[:n])}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -392,20 +311,33 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         dist.destroy_process_group()
     if not main_process:
         return 0
+
+    def check(m: Transformer) -> dict[str, float]:
+        return validate(m, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences, device)
+
+    average_and_export(args, run_dir, model, tokenizer, check, log,
+                       {"steps": step, "history": history, "device": str(device), "world_size": world})
+    return 0
+
+
+def average_and_export(args: argparse.Namespace, run_dir: Path, model: Transformer, tokenizer: Tokenizer,
+                       check: Callable[[Transformer], dict[str, float]], log: Callable[[str], None],
+                       run_facts: dict) -> None:
+    """The end of a run: average the last ``--average`` validation checkpoints (or keep the last weights when
+    they validate better), write ``final_metrics.json`` and, with ``--out``, export a checkpoint directory with
+    the run's metadata and training snapshots."""
     kept = last_step_files(run_dir / "averaging", args.average)
-    final = Transformer(config)
+    final = Transformer(model.config)
     if kept:
         load_averaged(final, average_states(kept))
     else:
         final.load_state_dict(model.state_dict())
-    final.to(device)
-    final_metrics = validate(final, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences,
-                             device)
+    final.to(next(model.parameters()).device)
+    final_metrics = check(final)
     final_metrics["averaged_checkpoints"] = [p.name for p in kept]
     log(f"average of {len(kept)}: val loss {final_metrics['val_loss']:.3f}, val BLEU {final_metrics['val_bleu']:.2f}")
     if len(kept) > 1:  # averaging early, far-apart checkpoints can hurt: keep the last one if it is better
-        last_metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences,
-                                device)
+        last_metrics = check(model)
         log(f"last checkpoint: val loss {last_metrics['val_loss']:.3f}, val BLEU {last_metrics['val_bleu']:.2f}")
         if last_metrics["val_bleu"] > final_metrics["val_bleu"]:
             final.load_state_dict(model.state_dict())
@@ -413,12 +345,12 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     (run_dir / "final_metrics.json").write_text(json.dumps(final_metrics, indent=2) + "\n")
     if args.out:
         out = Path(args.out)
+        commands = (run_dir / "command.txt").read_text().strip().splitlines()
         meta = {
-            "training_command": (run_dir / "command.txt").read_text().strip().splitlines()[0],
-            "commands_run": (run_dir / "command.txt").read_text().strip().splitlines(),
-            "language_pair": f"{args.src}-{args.tgt}", "data_dir": str(args.data_dir), "steps": step,
-            "parameters": final.num_parameters(), "final_validation": final_metrics, "history": history,
-            "device": str(device), "world_size": world, "torch": torch.__version__,
+            "training_command": commands[0], "commands_run": commands,
+            "language_pair": f"{args.src}-{args.tgt}", "data_dir": str(args.data_dir), "steps": run_facts["steps"],
+            "parameters": final.num_parameters(), "final_validation": final_metrics, "history": run_facts["history"],
+            "device": run_facts["device"], "world_size": run_facts["world_size"], "torch": torch.__version__,
         }
         save_checkpoint(out, final.cpu(), tokenizer, meta)
         snaps = sorted((run_dir / "snapshots").glob("step*.safetensors"))
@@ -429,7 +361,6 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             for s in snaps:
                 shutil.copy2(s, out / "snapshots" / s.name)
         log(f"exported {out}")
-    return 0
 
 
 if __name__ == "__main__":

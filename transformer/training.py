@@ -1,0 +1,98 @@
+"""The pieces of one training step and one validation, used by ``python -m transformer.train``: the paper's
+learning-rate schedule (with an optional cool-down), the training loss (label smoothing, R-Drop), padded batches,
+validation loss and greedy BLEU, and an atomic ``torch.save`` for resumable state."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .data import pad_sequences
+from .evaluate import translate_all
+from .model import Transformer
+from .tokenizer import Tokenizer
+from .translator import Translator
+
+
+def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int = 0, cooldown: int = 0) -> float:
+    """The paper's schedule: scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    With ``cooldown`` > 0, step ``total_steps - cooldown + k`` (k = 1 .. cooldown) gets that rate times
+    ``(cooldown - k + 1) / cooldown``: a linear fall from the schedule's value to 1/cooldown of it at the last step.
+    """
+    step = max(step, 1)
+    lr = scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    if cooldown > 0 and step > total_steps - cooldown:
+        lr *= max(total_steps - step + 1, 0) / cooldown
+    return lr
+
+
+def atomic_torch_save(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
+                  label_smoothing: float = 0.0, r_drop: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, cross_entropy)`` of one batch: ``src (B, S)``, ``tgt (B, T+1)`` with BOS first.
+
+    The cross-entropy is label-smoothed, per target token. With ``r_drop > 0`` (R-Drop) the batch goes through
+    the model twice in one pass (two dropout masks), the cross-entropy is the mean over both, and the loss adds
+    ``r_drop`` times the symmetric KL ``(KL(p||q) + KL(q||p)) / 2`` between the two predictions, per target token.
+    """
+    dec_in, gold = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
+    if r_drop > 0:
+        src, dec_in, gold = src.repeat(2, 1), dec_in.repeat(2, 1), gold.repeat(2, 1)  # (B, .) -> (2B, .)
+    logits = model(src, dec_in).logits.float()  # (B or 2B, T, V)
+    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
+                         label_smoothing=label_smoothing)  # (2B*T, V) rows
+    if r_drop <= 0:
+        return ce, ce
+    logp, logq = logits.log_softmax(-1).chunk(2)  # (B, T, V) each: the two passes
+    kl = 0.5 * (F.kl_div(logq, logp, reduction="none", log_target=True)  # p * (log p - log q)
+                + F.kl_div(logp, logq, reduction="none", log_target=True)).sum(-1)  # (B, T)
+    real = gold.chunk(2)[0] != pad_id  # (B, T)
+    return ce + r_drop * kl[real].mean(), ce
+
+
+def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:
+    """The sequences ``ids[i]`` for ``i`` in ``rows`` as one padded ``(len(rows), width)`` batch."""
+    return pad_sequences([ids[i] for i in rows], pad_id)
+
+
+def corpus_bleu(hyps: list[str], refs: list[str]) -> float:
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hyps, [refs]).score
+
+
+@torch.no_grad()
+def validate(model: Transformer, tokenizer: Tokenizer, val_pairs: tuple[list[list[int]], list[list[int]]],
+             val_sources: list[str], val_refs: list[str], val_batches: list[list[int]], bleu_sentences: int,
+             device: torch.device) -> dict[str, float]:
+    """Validation loss (per target token, no smoothing) and greedy BLEU on the first ``bleu_sentences``."""
+    model.eval()
+    cfg = model.config
+    src_ids, tgt_ids = val_pairs
+    total_loss, total_tokens = 0.0, 0
+    for rows in val_batches:
+        src = make_batch(src_ids, rows, cfg.pad_id).to(device)
+        tgt = make_batch(tgt_ids, rows, cfg.pad_id).to(device)
+        logits = model(src, tgt[:, :-1]).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
+                               ignore_index=cfg.pad_id, reduction="sum")
+        total_loss += loss.item()
+        total_tokens += int((tgt[:, 1:] != cfg.pad_id).sum())
+    n = len(val_refs) if bleu_sentences <= 0 else min(bleu_sentences, len(val_refs))
+    hyps = translate_all(Translator(model, tokenizer), val_sources[:n], beam=1, batch_size=128, alpha=0.6,
+                         progress=False)
+    model.train()
+    val_loss = total_loss / max(total_tokens, 1)
+    return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50)), "val_bleu": corpus_bleu(hyps, val_refs[:n])}
