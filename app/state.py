@@ -26,6 +26,7 @@ from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, HeadKey
 CHECKPOINT = "checkpoint"
 MODEL_CHOICE = "model_choice"
 COMPARE_WITH = "compare_with"
+COMPARE_ALPHA = "compare_alpha"
 DEVICE = "device"
 SEARCH = "search"
 BEAM = "beam_size"
@@ -72,7 +73,9 @@ DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: 4, ALPHA: 0.6, MAX_A
                                SCALE: "absolute", LINES_THRESHOLD: 0.05}
 # Keys a link may set; adopting a link first clears them, so a key the link lacks falls back to its default.
 URL_KEYS = (SEARCH, BEAM, ALPHA, MAX_A, MAX_B, VIEW, ATT, LAYER, HEAD, SCALE, STEP, GRID_PICK, ABLATE, LINES_HEADS,
-            LINES_FOCUS, LINES_THRESHOLD, SENTENCE)
+            LINES_FOCUS, LINES_THRESHOLD, SENTENCE, COMPARE_WITH, COMPARE_ALPHA)
+COMPARE_VIEW = "Compare models"  # the view whose choices add "with" (the second model) and "wa" to the address
+COMPARE_ALPHAS = ["own", "sidebar"]  # the second model's length penalty: its card's, or the sidebar's
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -162,7 +165,7 @@ def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:
         ss.pop(key, None)
     ignored: list[str] = []
     known = {"text", "beam", "alpha", "a", "b", "view", "att", "layer", "head", "scale", "step", "pick", "off", "lh",
-             "lf", "lt", "s", "model"}
+             "lf", "lt", "s", "model", "with", "wa"}
     ignored += [k for k in params if k not in known]
 
     def take(name: str, value: object) -> bool:
@@ -237,6 +240,12 @@ def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:
             ignored.append("model (not offered on this server; the default opens instead)")
         else:
             ss[CHECKPOINT] = model
+    partner = clean_text(params.get("with", "")).strip()
+    if take("with", partner if 0 < len(partner) <= 300 else None):
+        ss[COMPARE_WITH] = partner  # the Compare view keeps it only if it is one of the models it lists
+    wa = params.get("wa")
+    if take("wa", wa if wa in COMPARE_ALPHAS else None):
+        ss[COMPARE_ALPHA] = wa
     text = ss.get(SOURCE_TEXT, "")
     ss[SUBMITTED] = Submitted(text, settings_from_state()) if text.strip() else None
     return ignored
@@ -284,6 +293,10 @@ def url_params(view: str) -> dict[str, str]:
         params["lf"] = str(ss[LINES_FOCUS])
     if ss.get(LINES_THRESHOLD) not in (None, DEFAULTS[LINES_THRESHOLD]):
         params["lt"] = f"{float(ss[LINES_THRESHOLD]):g}"
+    if view == COMPARE_VIEW and ss.get(COMPARE_WITH):
+        params["with"] = str(ss[COMPARE_WITH])
+    if view == COMPARE_VIEW and ss.get(COMPARE_ALPHA) == "sidebar":
+        params["wa"] = "sidebar"
     return params
 
 

@@ -123,14 +123,25 @@ def test_compare_view_shows_each_models_own_numbers(repo):
     entropy = -(w * np.log(np.where(w > 0, w, 1))).sum(-1).mean()
     row = summaries[1][(summaries[1]["type"] == "Encoder") & (summaries[1]["layer"] == 1)].iloc[0]
     assert row["entropy"] == pytest.approx(entropy, rel=1e-4)
-    at.selectbox(key="compare_head").set_value("2")
-    at.segmented_control(key="compare_att").set_value("encoder")
+    at.selectbox(key="head").set_value("2")
+    at.segmented_control(key="att").set_value("encoder")
     at.run()
     assert any("Encoder self-attention · layer 2 · head 2" in m.value for m in at.markdown)
     b = arr(chart(at, "pre (pre-norm)")["data"][0]["z"])
     np.testing.assert_allclose(b, ref_pre.encoder_attentions[1][1].numpy(), atol=1e-5)
-    set_view(at, "Heatmap")
+    # the address carries the second model and the map's choices: a copied link reopens the same comparison
+    link = dict(at.query_params)
+    assert link["with"] == "checkpoints/pre" and "wa" not in link
+    reopened = new_app(link)
+    assert_clean(reopened)
+    assert reopened.selectbox(key="compare_with").value == "checkpoints/pre"
+    assert any("Encoder self-attention · layer 2 · head 2" in m.value for m in reopened.markdown)
+    np.testing.assert_allclose(arr(chart(reopened, "pre (pre-norm)")["data"][0]["z"]),
+                               ref_pre.encoder_attentions[1][1].numpy(), atol=1e-5)
+    set_view(at, "Heatmap")  # the same type, layer and head as in Compare
     assert_clean(at)
+    np.testing.assert_allclose(arr(chart(at, "layer 2 · head 2")["data"][0]["z"]),
+                               ref_post.encoder_attentions[1][1].numpy(), atol=1e-5)
 
 
 def test_public_mode_offers_only_the_allow_list(repo, monkeypatch):
@@ -166,8 +177,10 @@ def hostile_links(n: int, seed: int = 0) -> list[dict[str, str]]:
     texts = ["A dog.", "x" * 100_000, "\x00\x01\x1b[31m", "😀" * 50, "<script>alert(1)</script>", "",
              "Ein Hund läuft.", "a\u202eb", "%00", "\n\n\n", "%ED%A0%80", "\ufffd"]
     keys = ["beam", "alpha", "a", "b", "layer", "head", "step", "lf", "lt", "s", "pick", "off", "lh", "scale", "att",
-            "view", "model", "zzz", "text"]
-    values = {"view": ["Heatmap", "<x>", "Export", "../../etc", "All heads"], "att": ["cross", "encoder", "x", ""],
+            "view", "model", "zzz", "text", "with", "wa"]
+    values = {"view": ["Heatmap", "<x>", "Export", "../../etc", "All heads", "Compare models"],
+              "with": ["checkpoints/pre", "/etc/passwd", "someone/huge", "x" * 1000, "\x00", "checkpoints/truncated"],
+              "wa": ["own", "sidebar", "<b>", ""], "att": ["cross", "encoder", "x", ""],
               "model": ["/etc/passwd", "someone/huge", "checkpoints/pre", "../../..", "checkpoints/truncated"],
               "off": ["cross.1.1", "cross.0.0", "x.1.1", "encoder.99.99", ",,,", "cross.1.1," * 300],
               "pick": ["1.1", "99.99", "a.b", "1.1.1"], "lh": ["1,2", "0", "999", "a", ""],
@@ -217,6 +230,8 @@ def test_compare_view_decodes_the_second_model_with_its_own_length_penalty(repo)
     at.radio(key="compare_alpha").set_value("sidebar")
     at.run()
     assert_clean(at)
+    assert at.query_params["wa"] == "sidebar"
+    assert new_app(dict(at.query_params)).radio(key="compare_alpha").value == "sidebar"
     captions = " ".join(plain(c.value) for c in at.caption)
     assert "beam 3, α 1.7" not in captions
     assert f"score {pre.translate(text, beam_size=3, alpha=0.4).score:.3f}" in captions

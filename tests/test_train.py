@@ -196,6 +196,32 @@ def test_r_drop_loss_against_a_hand_written_loop() -> None:
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+def test_r_drop_gradients_match_torchs_own_losses() -> None:
+    """The R-Drop loss shares one log-softmax between its terms; its gradients equal those of the same loss
+    written with ``F.cross_entropy`` (label smoothing, ignore_index) and ``F.kl_div``, with padding in the batch."""
+    import torch.nn.functional as F
+
+    model, (src, tgt) = _tiny_model(0.3), _batch()
+    assert (tgt[:, 1:] == 0).any()  # the batch is padded
+    torch.manual_seed(7)
+    loss, _ = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=1.5)
+    loss.backward()
+    fast = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch.manual_seed(7)
+    gold = tgt[:, 1:].repeat(2, 1)
+    logits = model(src.repeat(2, 1), tgt[:, :-1].repeat(2, 1)).logits  # (2B, T, V)
+    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=0, label_smoothing=0.1)
+    lp, lq = logits.log_softmax(-1).chunk(2)
+    kl = 0.5 * (F.kl_div(lq, lp, reduction="none", log_target=True)
+                + F.kl_div(lp, lq, reduction="none", log_target=True)).sum(-1)  # (B, T)
+    reference = ce + 1.5 * kl[tgt[:, 1:] != 0].mean()
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    reference.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(fast[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
 def test_r_drop_without_dropout_is_plain_cross_entropy() -> None:
     """Without dropout both passes agree: no KL, and the loss is the single pass's cross-entropy."""
     model, (src, tgt) = _tiny_model(0.0), _batch()

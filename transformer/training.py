@@ -48,18 +48,23 @@ def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, 
     ``r_drop`` times the symmetric KL ``(KL(p||q) + KL(q||p)) / 2`` between the two predictions, per target token.
     """
     dec_in, gold = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
-    if r_drop > 0:
-        src, dec_in, gold = src.repeat(2, 1), dec_in.repeat(2, 1), gold.repeat(2, 1)  # (B, .) -> (2B, .)
-    logits = model(src, dec_in).logits.float()  # (B or 2B, T, V)
-    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
-                         label_smoothing=label_smoothing)  # (2B*T, V) rows
     if r_drop <= 0:
+        logits = model(src, dec_in).logits.float()  # (B, T, V)
+        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
+                             label_smoothing=label_smoothing)  # (B*T, V) rows
         return ce, ce
+    # R-Drop: one forward over the doubled batch; on the CPU the vocabulary-wide operations (log-softmax, exp)
+    # cost as much as the model, so the log-probabilities are computed once and shared by both terms.
+    real = (gold != pad_id).float()  # (B, T)
+    n = real.sum()
+    logits = model(src.repeat(2, 1), dec_in.repeat(2, 1)).logits.float()  # (B, .) -> (2B, T, V)
     logp, logq = logits.log_softmax(-1).chunk(2)  # (B, T, V) each: the two passes
-    kl = 0.5 * (F.kl_div(logq, logp, reduction="none", log_target=True)  # p * (log p - log q)
-                + F.kl_div(logp, logq, reduction="none", log_target=True)).sum(-1)  # (B, T)
-    real = gold.chunk(2)[0] != pad_id  # (B, T)
-    return ce + r_drop * kl[real].mean(), ce
+    g = gold.unsqueeze(-1)  # (B, T, 1)
+    nll = -(logp.gather(-1, g) + logq.gather(-1, g)).squeeze(-1) / 2  # (B, T): mean over the two passes
+    smooth = -(logp.mean(-1) + logq.mean(-1)) / 2  # (B, T)
+    ce = (((1 - label_smoothing) * nll + label_smoothing * smooth) * real).sum() / n  # as F.cross_entropy smooths
+    kl = 0.5 * ((logp.exp() - logq.exp()) * (logp - logq)).sum(-1)  # (B, T): (KL(p||q) + KL(q||p)) / 2
+    return ce + r_drop * (kl * real).sum() / n, ce
 
 
 def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:

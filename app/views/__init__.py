@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..state import ViewContext
+from ..state import COMPARE_VIEW, ViewContext
 from . import (
     ablation,
     all_heads,
@@ -51,6 +51,6 @@ VIEWS: dict[str, View] = {v.name: v for v in [
     View("Layer by layer", ":material/layers:", layers.render),
     View("Beam tree", ":material/account_tree:", beam_tree.render),
     View("Heads across the test set", ":material/query_stats:", heads.render),
-    View("Compare models", ":material/compare:", compare.render),
+    View(COMPARE_VIEW, ":material/compare:", compare.render),
     View("Export", ":material/download:", export.render),
 ]}

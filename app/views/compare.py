@@ -47,8 +47,8 @@ def render(ctx: ViewContext) -> None:
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.submitted.settings
     own_alpha = catalog.model_alpha(other)
-    choice = controls.choose(st.radio, "Length penalty of the second model", ["own", "sidebar"], "compare_alpha",
-                             "own", horizontal=True,
+    choice = controls.choose(st.radio, "Length penalty of the second model", state.COMPARE_ALPHAS,
+                             state.COMPARE_ALPHA, "own", horizontal=True,
                              format_func=lambda c: f"its own (α {own_alpha:g}, chosen on val)" if c == "own"
                              else f"the sidebar's (α {mine.alpha:g})",
                              help="Each model's model card names the length penalty chosen for it on val; "
@@ -70,11 +70,11 @@ def render(ctx: ViewContext) -> None:
             st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
                        f"{res.seconds * 1000:.0f} ms")
     c1, c2, c3, c4 = st.columns([3.3, 1.2, 0.9, 1.3])
-    kind = controls.kind_control(key="compare_att", columns=(c1, c2))
+    kind = controls.kind_control(columns=(c1, c2))  # the same type, layer and head as the other views show
     depth = min(res.attention(kind).shape[0] for _, res in pair)
     heads = min(res.attention(kind).shape[1] for _, res in pair)
-    layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), "compare_layer", depth)
-    head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], "compare_head",
+    layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), state.LAYER, depth)
+    head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], state.HEAD,
                            "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
     weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
     zmin, zmax = controls.colour_range(*weights)  # one colour scale for both
