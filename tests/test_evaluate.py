@@ -76,3 +76,12 @@ def test_checkpoint_length_penalty_is_the_default(tiny_checkpoint: Path, tiny_co
         assert transformer.load(bad_ckpt, device="cpu").default_alpha == 0.6
     listed = _with_decoding(tiny_checkpoint, tmp_path / "list", [1.4])
     assert transformer.load(listed, device="cpu").default_alpha == 0.6
+
+
+def test_bad_numbers_are_refused_with_a_message(tiny_checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    """A zero beam or batch, or negative threads, stop at the command line (exit 2) with what is wrong."""
+    for flag, value in (("--beam", "0"), ("--batch-size", "0"), ("--threads", "-1"), ("--beam", "x")):
+        with pytest.raises(SystemExit) as exit_info:
+            evaluate.main(["--checkpoint", str(tiny_checkpoint), flag, value])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and flag in err, err

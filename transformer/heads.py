@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from .checkpoint import CheckpointError
 from .data import DataError, read_parallel
-from .evaluate import score, translate_all
+from .evaluate import add_decoding_arguments, non_negative, score, translate_all
 from .tokenizer import SplitTokenizer
 from .translator import Translator, load
 
@@ -269,38 +269,12 @@ def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_l
     return result
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.heads", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
-    p.add_argument("--data-dir", default="../shared/data/multi30k")
-    p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--src", default="en")
-    p.add_argument("--tgt", default="de")
+    add_decoding_arguments(p)
     p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences (0: all)")
-    p.add_argument("--beam", type=positive, default=5, help="beam size for the pruning curve (1: greedy)")
-    p.add_argument("--alpha", type=float, default=None,
-                   help="length penalty (default: the checkpoint's, metadata.json decoding.alpha, else 0.6)")
-    p.add_argument("--batch-size", type=positive, default=64, help="sentences per decoding batch")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=non_negative, default=0, help="torch.set_num_threads (0: leave as is)")
     p.add_argument("--out", help="write the JSON object to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
 
