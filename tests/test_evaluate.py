@@ -16,7 +16,7 @@ def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.
     assert code == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     result = json.loads(last)
-    assert {"bleu", "chrf", "bleu_lc_tok", "signature", "sentences", "seconds"} <= set(result)
+    assert {"bleu", "chrf", "bleu_lc_tok", "length_ratio", "signature", "sentences", "seconds"} <= set(result)
     assert result["sentences"] == 20
     assert (result["beam"], result["alpha"]) == (2, 1.2)
     assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
@@ -29,6 +29,16 @@ def test_score_is_perfect_on_identical_text() -> None:
     assert perfect["bleu"] == pytest.approx(100.0) and perfect["bleu_lc_tok"] == pytest.approx(100.0)
     lower = evaluate.score([r.lower() for r in refs], refs, "de")
     assert lower["bleu"] < 100.0 and lower["bleu_lc_tok"] == pytest.approx(100.0)
+    assert perfect["length_ratio"] == lower["length_ratio"] == 1.0
+
+
+def test_length_ratio_counts_13a_tokens() -> None:
+    refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park."]  # 5 + 6 tokens under 13a ("." split off)
+    short = evaluate.score(["Ein Mann.", "Zwei Hunde spielen im Park."], refs, "de")  # 3 + 6 tokens
+    assert short["length_ratio"] == pytest.approx(9 / 11, abs=1e-4)
+    assert short["bleu"] < 100.0  # brevity penalty
+    long = evaluate.score(["Ein Mann fährt ein rotes Fahrrad.", "Zwei Hunde spielen im Park."], refs, "de")
+    assert long["length_ratio"] == pytest.approx(13 / 11, abs=1e-4)
 
 
 def test_evaluate_clear_errors(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

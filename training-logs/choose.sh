@@ -23,7 +23,7 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 for r in rows:
     print(f"avg {r['average']:>2}  alpha {r['alpha']:.1f}  val BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
-          f"lc-tok {r['bleu_lc_tok']:.2f}")
+          f"lc-tok {r['bleu_lc_tok']:.2f}  length ratio {r.get('length_ratio', float('nan')):.3f}")
 best = max(rows, key=lambda r: r["bleu"])
 print(f"best on val: {best['checkpoint']} alpha {best['alpha']:g} ({best['bleu']:.2f})")
 PY

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-KEEP = ("bleu", "chrf", "bleu_lc_tok", "beam", "alpha", "sentences", "seconds", "signature")
+KEEP = ("bleu", "chrf", "bleu_lc_tok", "length_ratio", "beam", "alpha", "sentences", "seconds", "signature")
 
 
 def main(src: Path, alpha: float, test_json: Path, dest: Path, run: str) -> dict:
@@ -30,8 +30,8 @@ def main(src: Path, alpha: float, test_json: Path, dest: Path, run: str) -> dict
     history = json.loads(Path(f"runs/{run}/metrics.json").read_text(encoding="utf-8"))
     meta["history"], meta["steps"] = history, history[-1]["step"]
     meta["commands_run"] = Path(f"runs/{run}/command.txt").read_text(encoding="utf-8").strip().splitlines()
-    meta["val_beam5"] = {k: chosen[k] for k in KEEP}
-    meta["test_2016_flickr"] = {k: test[k] for k in KEEP}
+    meta["val_beam5"] = {k: chosen[k] for k in KEEP if k in chosen}
+    meta["test_2016_flickr"] = {k: test[k] for k in KEEP if k in test}
     meta["decoding"] = {"beam": 5, "alpha": alpha, "chosen_on": "val"}
     meta["val_choice"] = [{k: r[k] for k in ("average", "alpha", "bleu", "chrf", "bleu_lc_tok")} for r in rows]
     meta["domain"] = "image captions (Multi30k: short descriptions of photos)"

@@ -31,13 +31,15 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
 
 
 def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, object]:
-    """BLEU (cased, detokenized), chrF and lowercased tokenized BLEU of ``hyps`` against ``refs``."""
+    """BLEU (cased, detokenized), chrF and lowercased tokenized BLEU of ``hyps`` against ``refs``, and the length
+    ratio (hypothesis over reference tokens, as BLEU's brevity penalty sees them): below 1 means too short."""
     bleu = sacrebleu.BLEU()
     bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
     chrf = sacrebleu.CHRF().corpus_score(list(hyps), [list(refs)])
     lc_tok = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(moses_tokenize(hyps, tgt_lang),
                                                                         [moses_tokenize(refs, tgt_lang)])
     return {"bleu": round(bleu_score.score, 2), "chrf": round(chrf.score, 2), "bleu_lc_tok": round(lc_tok.score, 2),
+            "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 4),
             "signature": str(bleu.get_signature())}
 
 
