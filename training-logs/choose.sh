@@ -3,13 +3,14 @@
 # After runs/NAME has ended and exported runs/export-NAME: re-export it with the mean of the last N epoch
 # checkpoints (N from the arguments, default 10 15 20; the files come from train-state/NAME-epochs, collected by
 # keep_state.sh) and score every average with beam 5 at length penalties $ALPHAS (default 0.6 1.0 1.4) on val,
-# one JSON line each in training-logs/NAME.val-choice.jsonl. Val only: test is scored once, for the best line.
+# one JSON line each in training-logs/NAME.val-choice.jsonl (APPEND=1 adds to it: more length penalties or
+# averages later, without scoring the old cells again). Val only: test is scored once, for the best line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1; shift
 counts=${*:-10 15 20}
 out=training-logs/$name.val-choice.jsonl
-: > "$out"
+[ "${APPEND:-0}" = 1 ] || : > "$out"
 for n in $counts; do
   python -m transformer.average --checkpoint "runs/export-$name" --steps-dir "train-state/$name-epochs" \
     --last "$n" --out "runs/$name-avg$n"
