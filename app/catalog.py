@@ -78,7 +78,7 @@ def load_translator(checkpoint: str, device: str) -> Translator:
     return tr
 
 
-ALPHA_RANGE = (0.0, 2.0)  # the length-penalty slider's range
+ALPHA_RANGE = (0.0, 5.0)  # the length-penalty slider's range (the post-norm models' val optimum is 3.5)
 
 
 def model_alpha(checkpoint: str) -> float:
