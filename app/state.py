@@ -246,6 +246,7 @@ def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:
     wa = params.get("wa")
     if take("wa", wa if wa in COMPARE_ALPHAS else None):
         ss[COMPARE_ALPHA] = wa
+    ss.setdefault(ALPHA, model_alpha(ss.get(CHECKPOINT, "")))  # no (valid) alpha in the link: the model's own
     text = ss.get(SOURCE_TEXT, "")
     ss[SUBMITTED] = Submitted(text, settings_from_state()) if text.strip() else None
     return ignored

@@ -101,6 +101,11 @@ def test_each_model_decodes_with_its_own_length_penalty(repo):
     linked = new_app({"text": "Two dogs play.", "alpha": "0.9"})
     assert_clean(linked)
     assert linked.sidebar.slider(key="alpha").value == pytest.approx(0.9)
+    for link in ({"text": "Two dogs play."}, {"text": "Two dogs play.", "alpha": "99"}):  # none, or out of range
+        linked = new_app(link)
+        assert_clean(linked)
+        assert linked.sidebar.slider(key="alpha").value == pytest.approx(3.5)
+        assert linked.query_params["alpha"] == "3.5"  # the link's translation was decoded with the model's own
 
 
 def test_compare_view_shows_each_models_own_numbers(repo):
