@@ -39,7 +39,7 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, 
     lc_tok = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(moses_tokenize(hyps, tgt_lang),
                                                                         [moses_tokenize(refs, tgt_lang)])
     return {"bleu": round(bleu_score.score, 2), "chrf": round(chrf.score, 2), "bleu_lc_tok": round(lc_tok.score, 2),
-            "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 4),
+            "length_ratio": round(bleu_score.ratio, 4),
             "signature": str(bleu.get_signature())}
 
 
