@@ -18,11 +18,11 @@ if r["bleu"] < 40.0:
     sys.exit(f"test BLEU {r['bleu']} is below the 40.0 floor: the pre-norm default stays")
 print(f"test BLEU {r['bleu']} (lowercased-tokenized {r['bleu_lc_tok']}): at or above the floor")
 PY
+grep -q '"norm_first": false' "runs/$name-avg$n/config.json" || { echo "error: runs/$name-avg$n is not post-norm" >&2; exit 1; }
 if [ ! -d "$dest-prenorm" ]; then
   git mv "$dest" "$dest-prenorm"
 fi
 python training-logs/finalize.py "runs/$name-avg$n" "$alpha" "$test_json" "$dest" "$name" > /dev/null
-grep -q '"norm_first": false' "$dest/config.json" || { echo "error: $dest is not post-norm" >&2; exit 1; }
 /usr/bin/time -f "heads.json: %e s" python -m transformer.heads --checkpoint "$dest" --split test_2016_flickr \
   --beam 5 --threads 2 --out "$dest/heads.json"
 python -m bench --sections latency --checkpoint "$dest"
