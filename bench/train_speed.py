@@ -4,7 +4,10 @@ Both models see the same random batches (padded, variable lengths), the same los
 cross-entropy over the non-pad targets) and the same optimizer step (Adam), in fp32. The
 ``nn.Transformer`` model is what a user would otherwise write: ``nn.Embedding`` * sqrt(d_model) +
 the sinusoidal table + ``nn.Transformer(batch_first=True)`` + a ``Linear`` generator tied to the
-embedding.
+embedding, scored with ``F.cross_entropy(..., ignore_index=pad)``. Ours is scored as
+``python -m transformer.train`` scores it (``training_loss``: logits of the non-pad positions only,
+the hand-written label-smoothed loss). The process keeps freed memory as the training script does
+(``keep_freed_memory``), for both.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.model import Transformer, TransformerConfig, positional_encoding
+from transformer.training import keep_freed_memory, training_loss
 
 from .common import median, percentile, sync, time_interleaved
 
@@ -63,6 +67,11 @@ class OursSeq2Seq(nn.Module):
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.model(src, tgt).logits
 
+    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float) -> Tensor:
+        """The training script's loss: ``tgt_in`` (BOS first) and ``tgt_out`` joined back into ``(B, T + 1)``."""
+        tgt = torch.cat([tgt_in, tgt_out[:, -1:]], dim=1)  # (B, T) + (B, 1) -> (B, T + 1)
+        return training_loss(self.model, src, tgt, self.model.config.pad_id, label_smoothing)[0]
+
 
 def random_batches(cfg: TransformerConfig, n_batches: int, batch_size: int, max_src: int, seed: int = 0,
                    device: torch.device | str = "cpu") -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -91,9 +100,12 @@ def _train_step_fn(model: nn.Module, batches: list, cfg: TransformerConfig, labe
     def step() -> None:
         src, tgt_in, tgt_out = batches[state["i"] % len(batches)]
         state["i"] += 1
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                               ignore_index=cfg.pad_id, label_smoothing=label_smoothing)
+        if isinstance(model, OursSeq2Seq):
+            loss = model.loss(src, tgt_in, tgt_out, label_smoothing)
+        else:
+            logits = model(src, tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
+                                   ignore_index=cfg.pad_id, label_smoothing=label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -104,6 +116,8 @@ def _train_step_fn(model: nn.Module, batches: list, cfg: TransformerConfig, labe
 def bench_training(cfg: TransformerConfig, device: torch.device | str = "cpu", batch_size: int = 128,
                    max_src: int = 32, n_batches: int = 4, repeat: int = 6, warmup: int = 2) -> dict[str, Any]:
     """Target tokens per second of one optimizer step, ours and ``nn.Transformer``'s, taken in turns."""
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()
     torch.manual_seed(0)
     ours = OursSeq2Seq(cfg).to(device).train()
     theirs = NNTransformerSeq2Seq(cfg).to(device).train()

@@ -401,6 +401,64 @@ def test_dropout_only_in_training_mode():
     assert not torch.allclose(a, b)
 
 
+def test_logits_mask_gives_the_full_logits_rows():
+    """``logits_mask`` (training skips padding positions) returns exactly the rows of the full logits it selects."""
+    model = randomise(make_model())
+    src, tgt = make_batch(model.config)
+    keep = tgt != PAD  # (B, T)
+    full = model(src, tgt).logits  # (B, T, V)
+    part = model(src, tgt, logits_mask=keep).logits  # (n, V)
+    assert part.shape == (int(keep.sum()), model.config.tgt_vocab_size)
+    torch.testing.assert_close(part, full[keep], atol=1e-6, rtol=1e-6)
+
+
+def test_cpu_dropout_drops_p_and_rescales_the_rest():
+    """The CPU training dropout: the dropped fraction is p (within 5 standard errors over 10^6 units), kept units
+    are scaled by 1 / (1 - p) so the mean is kept, the gradient is the same mask, and evaluation is the identity."""
+    from transformer.model import Dropout
+
+    p, n = 0.3, 1_000_000
+    drop = Dropout(p).train()
+    x = (torch.rand(1000, 1000) + 0.5).requires_grad_()
+    torch.manual_seed(0)
+    y = drop(x)
+    ratio = (y / x).detach()
+    dropped = (ratio == 0).float().mean().item()
+    assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / n)
+    kept = ratio[ratio != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - p)))
+    assert abs(y.mean().item() / x.mean().item() - 1) < 0.01
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, ratio)
+    torch.manual_seed(1)
+    assert not torch.equal(drop(x), y)  # a new mask each call
+    odd = torch.randn(3, 5, 7)  # a size that is not a multiple of 4
+    assert drop(odd).shape == odd.shape
+    drop.eval()
+    assert drop(x) is x
+
+
+def test_attention_dropout_in_cpu_training_is_the_explicit_arithmetic():
+    """Training on a CPU with attention dropout: the output is (dropout(softmax(QK^T / sqrt d)) V) W_o, with
+    the dropout mask recomputed by hand from the same seed."""
+    from transformer.model import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, dropout=0.4).train()
+    x = torch.randn(3, 5, 16)
+    mask = torch.ones(3, 1, 5, 5, dtype=torch.bool).tril()
+    torch.manual_seed(7)
+    out, w = mha(x, x, mask)
+    assert w is None
+    q, k, v = mha.split_heads(mha.q_proj(x)), *mha.project_kv(x)  # (B, H, L, d) each
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, float("-inf")).softmax(-1)
+    torch.manual_seed(7)
+    keep = mha.dropout(torch.ones_like(weights))  # the same mask: 0 or 1 / (1 - p)
+    assert (keep == 0).any() and (keep > 1).any()
+    expected = mha.out_proj(((weights * keep) @ v).transpose(1, 2).reshape(3, 5, 16))  # (B, H, L, d) -> (B, L, D)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------------
 # torch.nn.Transformer as the oracle
 

@@ -102,7 +102,9 @@ def _read(path: Path) -> str:
 
 
 def test_non_finite_loss_stops_without_writing(tiny_corpus: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    real = torch.nn.functional.cross_entropy
+    import transformer.training
+
+    real = transformer.training.smoothed_cross_entropy
     calls = {"n": 0}
 
     def poisoned(*args, **kwargs):
@@ -110,7 +112,7 @@ def test_non_finite_loss_stops_without_writing(tiny_corpus: Path, tmp_path: Path
         loss = real(*args, **kwargs)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(torch.nn.functional, "cross_entropy", poisoned)
+    monkeypatch.setattr(transformer.training, "smoothed_cross_entropy", poisoned)
     run = tmp_path / "run"
     assert train.main(small_args(tiny_corpus, run, 20, "--save-every", "100", "--eval-every", "100")) == 1
     assert "loss became nan at step 5" in capsys.readouterr().err
@@ -167,6 +169,61 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     src[2, 5:] = 0  # padding (pad_id 0) in a source and a target
     tgt[1, 4:] = 0
     return src, tgt
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_smoothed_cross_entropy_equals_torchs(eps: float) -> None:
+    """The hand-written loss and gradient equal ``F.cross_entropy`` with label smoothing, row by row."""
+    import torch.nn.functional as F
+
+    from transformer.training import smoothed_cross_entropy
+
+    g = torch.Generator().manual_seed(3)
+    logits = (3 * torch.randn(40, 57, generator=g, dtype=torch.float64)).requires_grad_()
+    gold = torch.randint(0, 57, (40,), generator=g)
+    weights = torch.rand(40, generator=g, dtype=torch.float64)  # a different upstream gradient for each row
+    ours = smoothed_cross_entropy(logits, gold, eps)
+    (ours * weights).sum().backward()
+    grad, logits.grad = logits.grad.clone(), None
+    theirs = F.cross_entropy(logits, gold, label_smoothing=eps, reduction="none")
+    (theirs * weights).sum().backward()
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(grad, logits.grad)
+    assert torch.autograd.gradcheck(lambda z: smoothed_cross_entropy(z, gold[:5] % 7, eps), (logits[:5, :7].detach()
+                                    .clone().requires_grad_(),))
+
+
+def test_training_loss_equals_cross_entropy_over_the_padded_batch() -> None:
+    """The training loss scores only real target tokens (``logits_mask``) with the hand-written loss: the same
+    value and parameter gradients as ``F.cross_entropy(..., ignore_index=pad)`` over the full padded logits."""
+    import torch.nn.functional as F
+
+    model, (src, tgt) = _tiny_model(0.0), _batch()
+    assert (tgt[:, 1:] == 0).any()
+    loss, ce = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
+    loss.backward()
+    fast = {n: q.grad.clone() for n, q in model.named_parameters()}
+    model.zero_grad()
+    logits = model(src, tgt[:, :-1]).logits  # (B, T, V)
+    reference = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), ignore_index=0,
+                                label_smoothing=0.1)
+    reference.backward()
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6) and ce is loss
+    for n, q in model.named_parameters():
+        torch.testing.assert_close(fast[n], q.grad, rtol=1e-5, atol=1e-7, msg=n)
+
+
+def test_keep_freed_memory_on_glibc() -> None:
+    """On glibc (this project's Linux machines) the malloc settings are taken; elsewhere nothing happens."""
+    import platform
+
+    from transformer.training import keep_freed_memory
+
+    result = keep_freed_memory()
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert result is True
+    else:
+        assert result is False
 
 
 def test_r_drop_loss_against_a_hand_written_loop() -> None:

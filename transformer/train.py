@@ -29,7 +29,7 @@ from .checkpoint import resolve_device, save_checkpoint
 from .data import DataError, read_parallel, token_batches
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
-from .training import atomic_torch_save, lr_at, make_batch, training_loss, validate
+from .training import atomic_torch_save, keep_freed_memory, lr_at, make_batch, training_loss, validate
 from .weights import scale_residual_branches
 
 __all__ = ["TrainingError", "lr_at", "main", "parse_args", "train", "training_loss"]
@@ -116,6 +116,8 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if device.type == "cpu":
+        keep_freed_memory()
     rank, world = 0, 1
     if distributed:
         backend = "nccl" if device.type == "cuda" else "gloo"

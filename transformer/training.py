@@ -31,12 +31,69 @@ def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int =
     return lr
 
 
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to serve every allocation from its heap and keep what is freed (no ``mmap``, no trim).
+
+    A training step on a CPU allocates and frees tensors of ``tokens x vocabulary`` floats (160 MB at 4,096 tokens
+    and 10k words); by default each is a fresh ``mmap`` whose pages fault in again on every step, ~15% of a small
+    model's step. Returns False where the C library is not glibc (nothing changed).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # from <malloc.h>
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2 ** 31 - 1))
+
+
 def atomic_torch_save(obj: dict, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Per-row label-smoothed cross-entropy of ``logits (N, V)`` with its gradient written out by hand.
+
+    The same numbers as ``F.cross_entropy(..., label_smoothing=eps, reduction="none")`` with half the passes over
+    the ``N x V`` tensors and no ``N x V`` tensor kept but the logits: forward reads them for the log-sum-exp, the
+    gold logit and the mean; backward writes ``softmax - (1 - eps) onehot - eps / V`` into one new tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, gold: torch.Tensor, eps: float) -> torch.Tensor:  # noqa: ANN001
+        lse = torch.logsumexp(logits, -1)  # (N,)
+        nll = lse - logits.gather(1, gold[:, None]).squeeze(1)  # (N, 1) -> (N,)
+        smooth = lse - logits.mean(-1)  # (N,): -mean over the vocabulary of log p
+        ctx.save_for_backward(logits, lse, gold)
+        ctx.eps = eps
+        return (1 - eps) * nll + eps * smooth
+
+    @staticmethod
+    def backward(ctx, grad_rows: torch.Tensor):  # noqa: ANN001, ANN205
+        logits, lse, gold = ctx.saved_tensors
+        eps, vocab = ctx.eps, logits.size(-1)
+        grad = torch.sub(logits, lse[:, None]).exp_()  # (N, V): softmax
+        if eps:
+            grad.sub_(eps / vocab)
+        grad.scatter_add_(1, gold[:, None], torch.full_like(lse[:, None], eps - 1))  # (N, 1): - (1 - eps) at gold
+        grad.mul_(grad_rows[:, None])
+        return grad, None, None
+
+
+def smoothed_cross_entropy(logits: torch.Tensor, gold: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Label-smoothed cross-entropy per row: ``logits (N, V)`` float, ``gold (N,)`` -> ``(N,)``; no padding rows.
+
+    Equal to ``F.cross_entropy(logits, gold, label_smoothing=label_smoothing, reduction="none")`` in value and
+    gradient, about twice as fast on a CPU for a 10k vocabulary (see ``_SmoothedCrossEntropy``).
+    """
+    return _SmoothedCrossEntropy.apply(logits, gold, float(label_smoothing))
 
 
 def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
@@ -49,9 +106,9 @@ def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, 
     """
     dec_in, gold = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
     if r_drop <= 0:
-        logits = model(src, dec_in).logits.float()  # (B, T, V)
-        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=pad_id,
-                             label_smoothing=label_smoothing)  # (B*T, V) rows
+        real = gold != pad_id  # (B, T): the logits of padding positions are never computed
+        logits = model(src, dec_in, logits_mask=real).logits.float()  # (n, V), n real target tokens
+        ce = smoothed_cross_entropy(logits, gold[real], label_smoothing).mean()
         return ce, ce
     # R-Drop: one forward over the doubled batch; on the CPU the vocabulary-wide operations (log-softmax, exp)
     # cost as much as the model, so the log-probabilities are computed once and shared by both terms.
