@@ -415,7 +415,7 @@ def test_logits_mask_gives_the_full_logits_rows():
 def test_cpu_dropout_drops_p_and_rescales_the_rest():
     """The CPU training dropout: the dropped fraction is p (within 5 standard errors over 10^6 units), kept units
     are scaled by 1 / (1 - p) so the mean is kept, the gradient is the same mask, and evaluation is the identity."""
-    from transformer.model import Dropout
+    from transformer.dropout import Dropout
 
     p, n = 0.3, 1_000_000
     drop = Dropout(p).train()
