@@ -5,21 +5,23 @@
 # keep_state.sh) and score every average with beam 5 at length penalties $ALPHAS (default 0.6 1.0 1.4) on val,
 # one JSON line each in training-logs/NAME.val-choice.jsonl (APPEND=1 adds to it: more length penalties or
 # averages later, without scoring the old cells again). Val only: test is scored once, for the best line.
+# STEPS_DIR (default train-state/NAME-epochs), GRID (default that .jsonl file) and EVAL_ARGS (more evaluate
+# arguments, e.g. "--data-dir runs/data --device cuda") let gpu.sh use it on a lent GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1; shift
 counts=${*:-10 15 20}
-out=training-logs/$name.val-choice.jsonl
+out=${GRID:-training-logs/$name.val-choice.jsonl}
 [ "${APPEND:-0}" = 1 ] || : > "$out"
 for n in $counts; do
-  python -m transformer.average --checkpoint "runs/export-$name" --steps-dir "train-state/$name-epochs" \
+  "${PYTHON:-python}" -m transformer.average --checkpoint "runs/export-$name" --steps-dir "${STEPS_DIR:-train-state/$name-epochs}" \
     --last "$n" --out "runs/$name-avg$n"
   for a in ${ALPHAS:-0.6 1.0 1.4}; do
-    python -m transformer.evaluate --checkpoint "runs/$name-avg$n" --split val --beam 5 --alpha "$a" \
-      --threads 2 --json --no-progress | tail -1 | python -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
+    "${PYTHON:-python}" -m transformer.evaluate --checkpoint "runs/$name-avg$n" --split val --beam 5 --alpha "$a" \
+      --threads 2 ${EVAL_ARGS:-} --json --no-progress | tail -1 | "${PYTHON:-python}" -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
   done
 done
-python - "$out" <<'PY'
+"${PYTHON:-python}" - "$out" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 for r in rows:

@@ -5,8 +5,8 @@
 #   training-logs/gpu.sh finish NAME                             # val grid, the chosen cell, its one test look -> $OUT
 # Once, here, before the first call: mkdir -p runs/data && cp ../shared/data/multi30k/*.{en,de} runs/data/
 # (runs/ is ignored, so nothing of the data is committed; `carry` takes it to the device, which cannot see ../shared).
-# The recipe is `pnbfc`'s (postnorm.sh with --batch-tokens 8192, 16,000 steps) with the last 40 epoch checkpoints
-# kept in runs/NAME/averaging, so that finish.sh needs no keep_state.sh. A started run outlives its `run` call
+# The recipe is `pnbfc`'s (postnorm.sh with --batch-tokens 8192, 16,000 steps; the grid is choose.sh's) with the last 40 epoch checkpoints
+# kept in runs/NAME/averaging, so that `finish` needs no keep_state.sh. A started run outlives its `run` call
 # while the machine stays warm (30 s between calls, 30 minutes held at most): call `wait` again at once.
 # finish scores every cell of AVERAGES x ALPHAS on val (beam 5), takes the best val `bleu` (the issue's rule; set
 # AVERAGES/ALPHAS before the run, never after a test look), scores that one cell on test_2016_flickr, and leaves in
@@ -25,12 +25,8 @@ case $what in
   start)
     [ -f runs/data/train.en ] || { echo "runs/data/train.en missing: copy ../shared/data/multi30k here first" >&2; exit 1; }
     mkdir -p runs
-    setsid nohup "$py" -m transformer.train --data-dir runs/data --src en --tgt de \
-      --run-dir "runs/$name" --out "runs/export-$name" --vocab-size 10000 \
-      --d-model 128 --n-heads 4 --n-encoder-layers 4 --n-decoder-layers 4 --d-ff 256 \
-      --dropout 0.3 --attention-dropout 0.1 --branch-init-scale 0.5 --batch-tokens 8192 --epochs 240 \
-      --max-steps "${MAX_STEPS:-16000}" --warmup 2000 --lr-scale 2.53 --bleu-sentences 500 --average 40 \
-      --seed 1 --device "$device" --no-progress "$@" > "runs/$name.log" 2>&1 < /dev/null &
+    PYTHON=$py setsid nohup training-logs/postnorm.sh "$name" 2.53 "${MAX_STEPS:-16000}" 0 240 --data-dir runs/data \
+      --batch-tokens 8192 --average 40 --bleu-sentences 500 --device "$device" "$@" > "runs/$name.log" 2>&1 < /dev/null &
     echo "started $name (pid $!) on $device; log: runs/$name.log"
     sleep 20; tail -n 5 "runs/$name.log";;
   wait)
@@ -40,23 +36,10 @@ case $what in
     if pgrep -f "run-dir runs/$name " > /dev/null; then echo "$name: still running"; else echo "$name: ended"; fi;;
   finish)
     mkdir -p "$out"
-    grid=$out/$name.val-choice.jsonl; : > "$grid"
-    for n in ${AVERAGES:-5 10 15 20 30 40}; do
-      "$py" -m transformer.average --checkpoint "runs/export-$name" --steps-dir "runs/$name/averaging" \
-        --last "$n" --out "runs/$name-avg$n"
-      for a in ${ALPHAS:-1.0 1.4 1.8 2.2 2.6 3.0 3.5 4.0}; do
-        "$py" -m transformer.evaluate --checkpoint "runs/$name-avg$n" --data-dir runs/data --split val --beam 5 \
-          --alpha "$a" --device "$device" --json --no-progress | tail -1 \
-          | "$py" -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$grid"
-      done
-    done
-    read -r n a < <("$py" - "$grid" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-best = max(rows, key=lambda r: r["bleu"])
-print(best["average"], best["alpha"])
-PY
-)
+    read -r _ _ _ ckpt _ a _ < <(GRID=$out/$name.val-choice.jsonl STEPS_DIR=runs/$name/averaging PYTHON=$py \
+      ALPHAS=${ALPHAS:-1.0 1.4 1.8 2.2 2.6 3.0 3.5 4.0} EVAL_ARGS="--data-dir runs/data --device $device" \
+      training-logs/choose.sh "$name" ${AVERAGES:-5 10 15 20 30 40} | tail -1)
+    n=${ckpt##*-avg}
     echo "best on val: last $n epochs, alpha $a"
     "$py" -m transformer.evaluate --checkpoint "runs/$name-avg$n" --data-dir runs/data --split test_2016_flickr \
       --beam 5 --alpha "$a" --device "$device" --json --no-progress | tail -1 > "$out/$name-avg$n.test.json"

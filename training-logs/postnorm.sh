@@ -6,7 +6,7 @@
 set -e
 name=$1; scale=$2; steps=${3:-8000}; threads=${4:-1}; epochs=${5:-80}
 cd "$(dirname "$0")/.."
-exec nice -n 10 python -m transformer.train --data-dir ../shared/data/multi30k --src en --tgt de \
+exec nice -n 10 "${PYTHON:-python}" -m transformer.train --data-dir ../shared/data/multi30k --src en --tgt de \
   --run-dir runs/$name --out runs/export-$name --vocab-size 10000 \
   --d-model 128 --n-heads 4 --n-encoder-layers 4 --n-decoder-layers 4 --d-ff 256 \
   --dropout 0.3 --attention-dropout 0.1 --branch-init-scale 0.5 --batch-tokens 4096 --epochs $epochs \
