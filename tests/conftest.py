@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -85,3 +89,92 @@ def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.skip(f"shared Multi30k copy not found at {MULTI30K}")
     return MULTI30K
+
+
+# ------------------------------------------------------------------------------------------------ tiny models
+
+TINY_SIZES = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=32, n_heads=4, n_encoder_layers=2,
+                  n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32)
+
+
+def tiny_model(seed: int = 0, **overrides):
+    """A randomly initialised small ``Transformer`` in eval mode: ``TINY_SIZES`` with ``overrides``."""
+    from transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig(**{**TINY_SIZES, **overrides})).eval()
+
+
+# ------------------------------------------------------------------------------------------------ AppTest helpers
+# Imported by the app's test files (``from conftest import new_app, ...``); streamlit is imported lazily so
+# that the model tests run without the app's extras.
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app" / "main.py")
+
+
+def _views() -> list[str]:
+    try:
+        from app.views import VIEWS as REGISTRY
+    except ImportError:  # the app's extras are not installed
+        return []
+    return list(REGISTRY)
+
+
+VIEWS = _views()
+
+
+def new_app(query: dict[str, str] | None = None):
+    """A fresh page (``AppTest``) opened at ``query``, run once."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    if query:
+        at.query_params.update(query)
+    return at.run()
+
+
+def translate(at, text: str):
+    at.text_area(key="source_text").set_value(text)
+    at.button(key="translate").click()
+    return at.run()
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def chart(at, title_part: str) -> dict:
+    found = [c for c in charts(at) if title_part in str(c["layout"].get("title", {}).get("text", ""))]
+    assert found, f"no chart titled {title_part!r}; have {[c['layout'].get('title') for c in charts(at)]}"
+    return found[0]
+
+
+def arr(value) -> np.ndarray:
+    """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}``."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            data = data.reshape([int(n) for n in str(shape).split(",")])
+        return data.astype(float)
+    return np.asarray(value, dtype=float)
+
+
+def plain(markdown: str) -> str:
+    """Markdown with backslash escapes removed: the text a visitor reads."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def assert_clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def shown_texts(at) -> list[str]:
+    return [t.value for t in at.text]
+
+
+def set_view(at, view: str):
+    at.segmented_control(key="view").set_value(view)
+    return at.run()

@@ -2,83 +2,16 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from conftest import VIEWS, arr, assert_clean, chart, charts, new_app, plain, set_view, shown_texts, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import analysis, catalog, grid, inference  # noqa: E402
-from app.views import VIEWS as REGISTRY  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-torch.set_num_threads(1)
-APP = str(ROOT / "app" / "main.py")
-VIEWS = list(REGISTRY)
-
-
-def new_app(query: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    if query:
-        at.query_params.update(query)
-    return at.run()
-
-
-def translate(at: AppTest, text: str) -> AppTest:
-    at.text_area(key="source_text").set_value(text)
-    at.button(key="translate").click()
-    return at.run()
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
-def chart(at: AppTest, title_part: str) -> dict:
-    found = [c for c in charts(at) if title_part in str(c["layout"].get("title", {}).get("text", ""))]
-    assert found, f"no chart titled {title_part!r}; have {[c['layout'].get('title') for c in charts(at)]}"
-    return found[0]
-
-
-def arr(value) -> np.ndarray:
-    """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}``."""
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            data = data.reshape([int(n) for n in str(shape).split(",")])
-        return data.astype(float)
-    return np.asarray(value, dtype=float)
-
-
-def plain(markdown: str) -> str:
-    """Markdown with backslash escapes removed: the text a visitor reads."""
-    return re.sub(r"\\(.)", r"\1", markdown)
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
-def shown_texts(at: AppTest) -> list[str]:
-    return [t.value for t in at.text]
-
-
-def set_view(at: AppTest, view: str) -> AppTest:
-    at.segmented_control(key="view").set_value(view)
-    return at.run()
-
 
 # ------------------------------------------------------------------------------------------------ the main path
 

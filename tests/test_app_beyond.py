@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from test_app import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
 from transformer.interpret import attribute, head_computation, value_norms  # noqa: E402
 

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from test_app import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from transformer.heads import KINDS, ranked_heads, run  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from test_app import arr, assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import cached, catalog  # noqa: E402

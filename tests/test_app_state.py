@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from test_app import assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import inference  # noqa: E402

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import torch
+from conftest import tiny_model
 
 import transformer
-from transformer import Transformer, TransformerConfig, beam_search, length_penalty
+from transformer import Transformer, beam_search, length_penalty
 from transformer.model import padding_mask
 
 torch.set_num_threads(1)
 
 
 def tiny(seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=1,
-                            n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=32)
-    return Transformer(cfg).eval()
+    """This file's tiny model (``conftest.tiny_model``)."""
+    return tiny_model(seed, src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=1,
+                      n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=32)
 
 
 SRC = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3], [4, 3, 0, 0, 0]])

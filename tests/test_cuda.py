@@ -8,19 +8,18 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny_model
 
 import transformer
-from transformer import Transformer, TransformerConfig
+from transformer import Transformer
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")]
 
 
 def tiny(norm_first: bool) -> Transformer:
-    torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=32, n_heads=4, n_encoder_layers=2,
-                            n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64, norm_first=norm_first)
-    return Transformer(cfg).eval()
+    """This file's tiny model (``conftest.tiny_model``)."""
+    return tiny_model(0, src_vocab_size=50, tgt_vocab_size=50, max_len=64, norm_first=norm_first)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -58,8 +57,8 @@ def test_checkpoint_trained_on_cuda_loads_on_cpu(tiny_corpus, tmp_path):
 
 
 def test_app_translates_on_cuda(tiny_checkpoint, monkeypatch):
+    from conftest import APP
     from streamlit.testing.v1 import AppTest
-    from test_app import APP
 
     monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
     at = AppTest.from_file(APP, default_timeout=120)

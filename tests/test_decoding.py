@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from transformer import Transformer, TransformerConfig, beam_search, greedy_decode, length_penalty
 from transformer.decoding import max_output_length
@@ -21,10 +22,8 @@ MODELS = {
 
 
 def make_model(seed: int = 0, **overrides) -> Transformer:
-    sizes = dict(src_vocab_size=12, tgt_vocab_size=12, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-                 d_ff=64, dropout=0.1, max_len=24)
-    torch.manual_seed(seed)
-    return Transformer(TransformerConfig(**{**sizes, **overrides})).eval()
+    """This file's tiny model (``conftest.tiny_model``)."""
+    return tiny_model(seed, **{**dict(src_vocab_size=12, tgt_vocab_size=12, dropout=0.1, max_len=24), **overrides})
 
 
 def make_src(cfg: TransformerConfig, lens=(6, 3, 5, 1), seed: int = 0) -> torch.Tensor:

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from transformer import Transformer, TransformerConfig
+from transformer import Transformer
 from transformer.interpret import (
     KINDS,
     attention_attribution_agreement,
@@ -22,10 +23,9 @@ torch.set_num_threads(1)
 
 
 def tiny(norm_first: bool, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=4, n_encoder_layers=2,
-                            n_decoder_layers=2, d_ff=32, dropout=0.1, max_len=32, norm_first=norm_first)
-    return Transformer(cfg).eval()
+    """This file's tiny model (``conftest.tiny_model``)."""
+    return tiny_model(seed, src_vocab_size=30, tgt_vocab_size=30, d_model=16, d_ff=32, dropout=0.1,
+                      norm_first=norm_first)
 
 
 SRC = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0]])

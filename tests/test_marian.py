@@ -208,7 +208,7 @@ def test_unknown_hub_id_gives_one_clear_message(monkeypatch):
 
 def test_a_marian_checkpoint_opens_in_the_app(tmp_path, marian_files, monkeypatch):
     pytest.importorskip("streamlit")
-    from test_app import assert_clean, new_app, set_view, shown_texts, translate
+    from conftest import assert_clean, new_app, set_view, shown_texts, translate
 
     from app.views import VIEWS
 
@@ -233,7 +233,7 @@ def test_a_hub_model_downloads_with_its_size_and_progress_in_the_app(tmp_path, m
     from types import SimpleNamespace
 
     import huggingface_hub
-    from test_app import assert_clean, new_app, plain, shown_texts, translate
+    from conftest import assert_clean, new_app, plain, shown_texts, translate
 
     _, path = save_marian(tmp_path, marian_files[1], files=marian_files)
     listed = {p.name: p.stat().st_size for p in path.iterdir() if p.is_file()}

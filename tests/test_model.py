@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 from torch import nn
 
 from transformer import (
@@ -30,10 +31,8 @@ CONFIGS = {
 
 
 def make_model(seed: int = 0, **overrides) -> Transformer:
-    sizes = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-                 d_ff=64, dropout=0.0, max_len=32)
-    torch.manual_seed(seed)
-    return Transformer(TransformerConfig(**{**sizes, **overrides})).eval()
+    """This file's tiny model (``conftest.tiny_model``)."""
+    return tiny_model(seed, **overrides)
 
 
 def randomise(model: Transformer, seed: int = 1) -> Transformer:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_model
 from safetensors.torch import load_file
 
 import transformer
@@ -154,11 +155,9 @@ def test_ddp_two_cpu_processes_keep_identical_replicas(tiny_corpus: Path, tmp_pa
 
 
 def _tiny_model(dropout: float) -> transformer.Transformer:
-    torch.manual_seed(0)
-    config = transformer.TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=2,
-                                           n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=dropout,
-                                           max_len=32)
-    return transformer.Transformer(config).train()
+    """A one-layer tiny model in training mode (``conftest.tiny_model``)."""
+    return tiny_model(0, src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=2, n_encoder_layers=1,
+                      n_decoder_layers=1, d_ff=32, dropout=dropout).train()
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
