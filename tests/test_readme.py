@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -46,3 +49,30 @@ def test_every_setting_the_code_reads_is_documented():
     table = {m for m in re.findall(r"^\| `(ATTN_[A-Z_]+)` \|", README, flags=re.M)}
     assert used, "no ATTN_ settings found"
     assert used <= table, f"undocumented settings: {sorted(used - table)}"
+
+
+def _python_blocks() -> list[str]:
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    assert len(blocks) >= 3 and any("for_bertviz()" in b for b in blocks)
+    return blocks
+
+
+def test_the_readmes_python_samples_run(monkeypatch):
+    """The package section's samples, in order, on the shipped default checkpoint (all but the BertViz one)."""
+    torch.set_num_threads(1)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    for block in _python_blocks():
+        if "bertviz" not in block:
+            exec(compile(block, "README.md", "exec"), scope)
+
+
+def test_the_readmes_bertviz_sample_runs(monkeypatch):
+    """The documented way to hand a translation to BertViz, run when bertviz is installed (not a dependency)."""
+    pytest.importorskip("bertviz")
+    torch.set_num_threads(1)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    for block in _python_blocks():
+        if "transformer.load(" in block or "bertviz" in block:
+            exec(compile(block, "README.md", "exec"), scope)  # model_view outside a notebook: displays nothing
