@@ -82,28 +82,57 @@ ALPHA_RANGE = (0.0, 5.0)  # the length-penalty slider's range (the post-norm mod
 
 
 def model_alpha(checkpoint: str) -> float:
-    """The length penalty a local checkpoint directory's ``metadata.json`` names (chosen on val), rounded to the
+    """The length penalty a local checkpoint directory's ``metadata.json`` names (``decoding.alpha``), rounded to the
     slider's 0.1 steps and range; 0.6 for anything else (a Hub id, no or unreadable metadata). Read from disk
     without loading the model, so the first translation of a visit already uses it."""
-    stamp = None
+    return _alpha_of(_stamp(checkpoint))
+
+
+def _stamp(checkpoint: str) -> tuple[str, int, int] | None:
+    """(path, mtime, size) of a local checkpoint directory's ``metadata.json``, or None."""
     if checkpoint.strip():
         path = Path(resolve_checkpoint(checkpoint)).expanduser() / "metadata.json"
         with contextlib.suppress(OSError):
             stat = path.stat()
-            stamp = (str(path), stat.st_mtime_ns, stat.st_size)
-    return _alpha_of(stamp)
+            return (str(path), stat.st_mtime_ns, stat.st_size)
+    return None
 
 
 @functools.lru_cache(maxsize=64)
-def _alpha_of(stamp: tuple[str, int, int] | None) -> float:
-    """``model_alpha`` for one version of one ``metadata.json`` (path, mtime, size; None: no file): every run of
-    the page asks, so the file is parsed once per version, not per run."""
+def _metadata_of(stamp: tuple[str, int, int] | None) -> object:
+    """One version of one ``metadata.json`` (path, mtime, size; None: no file), parsed once per version, not
+    per run of the page."""
     meta: object = {}
     if stamp is not None:
         with contextlib.suppress(OSError, ValueError):
             meta = json.loads(Path(stamp[0]).read_text(encoding="utf-8"))
+    return meta
+
+
+def _alpha_of(stamp: tuple[str, int, int] | None) -> float:
+    """``model_alpha`` for one version of one ``metadata.json``."""
     low, high = ALPHA_RANGE
-    return round(min(max(chosen_alpha(meta), low), high), 1)
+    return round(min(max(chosen_alpha(_metadata_of(stamp)), low), high), 1)
+
+
+def alpha_chosen_on_val(checkpoint: str) -> bool:
+    """Whether the checkpoint's ``metadata.json`` names a length penalty chosen on val (``decoding.alpha`` with
+    ``decoding.chosen_on == "val"``); a checkpoint without one decodes with the untuned default 0.6."""
+    meta = _metadata_of(_stamp(checkpoint))
+    decoding = meta.get("decoding") if isinstance(meta, dict) else None
+    return (isinstance(decoding, dict) and decoding.get("chosen_on") == "val"
+            and chosen_alpha(meta) == decoding.get("alpha"))
+
+
+def alpha_label(checkpoint: str) -> str:
+    """How the app names a model's own length penalty: ``"α 1.4, chosen on val"`` only when its model card says
+    so; ``"α 0.6, default 0.6 (not tuned)"`` when it names none (the value the model then decodes with)."""
+    alpha = model_alpha(checkpoint)
+    if alpha_chosen_on_val(checkpoint):
+        return f"α {alpha:g}, chosen on val"
+    meta = _metadata_of(_stamp(checkpoint))
+    named = isinstance(meta, dict) and isinstance(meta.get("decoding"), dict) and "alpha" in meta["decoding"]
+    return f"α {alpha:g}, from its model card (not chosen on val)" if named else "α 0.6, default 0.6 (not tuned)"
 
 
 def model_facts(tr: Translator) -> dict[str, object]:

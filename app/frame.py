@@ -38,8 +38,8 @@ def sidebar() -> tuple[str, str]:
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
         st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA,
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
-                       f"This model's own: {own_alpha:g} (from its model card, chosen on val; 0.6 when it names "
-                       "none); picking a model sets it.")
+                       f"This model's own: {catalog.alpha_label(ss[state.CHECKPOINT])} (from its model card); "
+                       "picking a model sets it.")
         c1, c2 = st.columns(2)
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
         c2.slider("Max length b", 0, 200, key=state.MAX_B)

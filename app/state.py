@@ -141,7 +141,7 @@ def _float(value: str | None, low: float, high: float) -> float | None:
 
 
 def adopt_model_decoding() -> None:
-    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, chosen on val)."""
+    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, else 0.6)."""
     st.session_state[ALPHA] = model_alpha(st.session_state.get(CHECKPOINT, ""))
 
 

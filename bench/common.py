@@ -15,7 +15,7 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHECKPOINT = REPO_ROOT / "checkpoints" / "multi30k-en-de"
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+DEFAULT_DATA_DIR = REPO_ROOT / "data" / "multi30k"  # `python -m transformer.data --download data/multi30k`
 
 WORDS = ["a", "man", "woman", "dog", "child", "boy", "girl", "two", "people", "group", "young", "old", "red", "blue",
          "green", "white", "black", "ball", "street", "park", "beach", "water", "bike", "shirt", "hat", "rides", "runs",

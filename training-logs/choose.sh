@@ -5,8 +5,8 @@
 # keep_state.sh) and score every average with beam 5 at length penalties $ALPHAS (default 0.6 1.0 1.4) on val,
 # one JSON line each in training-logs/NAME.val-choice.jsonl (APPEND=1 adds to it: more length penalties or
 # averages later, without scoring the old cells again). Val only: test is scored once, for the best line.
-# STEPS_DIR (default train-state/NAME-epochs), GRID (default that .jsonl file) and EVAL_ARGS (more evaluate
-# arguments, e.g. "--data-dir runs/data --device cuda") let gpu.sh use it on a lent GPU.
+# DATA_DIR (default data/multi30k), STEPS_DIR (default train-state/NAME-epochs), GRID (default that .jsonl file)
+# and EVAL_ARGS (more evaluate arguments, e.g. "--device cuda") let gpu.sh use it on a lent GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1; shift
@@ -18,7 +18,7 @@ for n in $counts; do
     --last "$n" --out "runs/$name-avg$n"
   for a in ${ALPHAS:-0.6 1.0 1.4}; do
     "${PYTHON:-python}" -m transformer.evaluate --checkpoint "runs/$name-avg$n" --split val --beam 5 --alpha "$a" \
-      --threads 2 ${EVAL_ARGS:-} --json --no-progress | tail -1 | "${PYTHON:-python}" -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
+      --data-dir "${DATA_DIR:-data/multi30k}" --threads 2 ${EVAL_ARGS:-} --json --no-progress | tail -1 | "${PYTHON:-python}" -c "import json,sys; r=json.load(sys.stdin); r['average']=$n; print(json.dumps(r))" >> "$out"
   done
 done
 "${PYTHON:-python}" - "$out" <<'PY'

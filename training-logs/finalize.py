@@ -1,6 +1,6 @@
 """Copy the average chosen on val into a checkpoint directory and write into its metadata.json what its model card
 and the app's picker read: the whole validation curve, every command run, the val grid, the val and test scores
-(beam 5) and the length penalty chosen on val.
+(beam 5) and the length penalty (chosen on val, or fixed in advance when the grid has one).
 
 usage (from the repository root, after ``choose.sh NAME`` and one test evaluation saved as JSON):
     python training-logs/finalize.py runs/NAME-avgN ALPHA TEST_JSON checkpoints/DEST NAME
@@ -32,7 +32,9 @@ def main(src: Path, alpha: float, test_json: Path, dest: Path, run: str) -> dict
     meta["commands_run"] = Path(f"runs/{run}/command.txt").read_text(encoding="utf-8").strip().splitlines()
     meta["val_beam5"] = {k: chosen[k] for k in KEEP if k in chosen}
     meta["test_2016_flickr"] = {k: test[k] for k in KEEP if k in test}
-    meta["decoding"] = {"beam": 5, "alpha": alpha, "chosen_on": "val"}
+    # "chosen on val" only when the grid had several length penalties; one (gpu.sh's 1.0) was fixed in advance
+    fixed = len({r["alpha"] for r in rows}) == 1
+    meta["decoding"] = {"beam": 5, "alpha": alpha, **({"fixed_in_advance": True} if fixed else {"chosen_on": "val"})}
     meta["val_choice"] = [{k: r[k] for k in ("average", "alpha", "bleu", "chrf", "bleu_lc_tok")} for r in rows]
     meta["domain"] = "image captions (Multi30k: short descriptions of photos)"
     meta_path.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -79,7 +79,8 @@ def non_negative(text: str) -> int:
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every command that decodes a split shares: model, data, beam and length penalty, device, output."""
     p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
-    p.add_argument("--data-dir", default="../shared/data/multi30k")
+    p.add_argument("--data-dir", default="data/multi30k",
+                   help="directory with {split}.{lang} files (python -m transformer.data --download data/multi30k)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")

@@ -42,7 +42,8 @@ class TrainingError(Exception):
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--data-dir", default="../shared/data/multi30k", help="directory with {split}.{lang} files")
+    g.add_argument("--data-dir", default="data/multi30k",
+                   help="directory with {split}.{lang} files (python -m transformer.data --download data/multi30k)")
     g.add_argument("--src", default="en")
     g.add_argument("--tgt", default="de")
     g.add_argument("--train-split", default="train")

@@ -42,6 +42,26 @@ class TranslationResult:
     decoder_input_tokens: list[str] = field(default_factory=list)
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
 
+    def for_bertviz(self) -> dict[str, Any]:
+        """The keyword arguments of BertViz's ``model_view`` / ``head_view`` for this translation:
+        ``model_view(**result.for_bertviz())``. Each attention gets BertViz's batch axis, ``(1, H, q, k)`` per
+        layer; the encoder's tokens are ``source_tokens`` (S) and the decoder's are ``decoder_input_tokens``
+        (T: BOS + the output but its last piece), the positions the decoder and cross attentions have."""
+        if not self.encoder_attentions:
+            raise ValueError("this translation has no attentions: translate with return_attention=True")
+        out = {
+            "encoder_attention": tuple(a.unsqueeze(0) for a in self.encoder_attentions),  # (H, S, S) -> (1, H, S, S)
+            "decoder_attention": tuple(a.unsqueeze(0) for a in self.decoder_attentions),  # (H, T, T) -> (1, H, T, T)
+            "cross_attention": tuple(a.unsqueeze(0) for a in self.cross_attentions),  # (H, T, S) -> (1, H, T, S)
+            "encoder_tokens": list(self.source_tokens),
+            "decoder_tokens": list(self.decoder_input_tokens),
+        }
+        s, t = len(out["encoder_tokens"]), len(out["decoder_tokens"])
+        for name, shape in (("encoder_attention", (s, s)), ("decoder_attention", (t, t)), ("cross_attention", (t, s))):
+            if any(tuple(a.shape[-2:]) != shape for a in out[name]):
+                raise ValueError(f"{name} does not match {s} source and {t} decoder input tokens")
+        return out
+
 
 SCORINGS = ("gnmt", "transformers")
 DEFAULT_ALPHA = 0.6  # GNMT's length penalty, for checkpoints that name none
@@ -146,7 +166,9 @@ class Translator:
     @torch.no_grad()
     def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
                    head_mask: dict[str, Tensor] | None = None) -> Any:
-        """Teacher-forced pass over one pair: decoder input ``[BOS] + target_ids`` -> ``Seq2SeqOutput``."""
+        """Teacher-forced pass over one pair: decoder input ``[BOS] + target_ids`` -> ``Seq2SeqOutput`` (so
+        ``len(target_ids) + 1`` decoder positions; a translation's own attentions are this pass over its
+        ``target_ids[:-1]``, see :meth:`TranslationResult.for_bertviz`)."""
         src = self._pad([list(source_ids)])
         tgt = self._pad([[self.config.bos_id, *target_ids]])
         return self.model(src, tgt, return_attention=True, head_mask=head_mask)

@@ -49,10 +49,11 @@ def render(ctx: ViewContext) -> None:
     own_alpha = catalog.model_alpha(other)
     choice = controls.choose(st.radio, "Length penalty of the second model", state.COMPARE_ALPHAS,
                              state.COMPARE_ALPHA, "own", horizontal=True,
-                             format_func=lambda c: f"its own (α {own_alpha:g}, chosen on val)" if c == "own"
+                             format_func=lambda c: f"its own ({catalog.alpha_label(other)})" if c == "own"
                              else f"the sidebar's (α {mine.alpha:g})",
-                             help="Each model's model card names the length penalty chosen for it on val; "
-                                  "with the sidebar's, both decode with exactly the same settings.")
+                             help="A model's card names the length penalty chosen for it on val, or none (then the "
+                                  "untuned default 0.6); with the sidebar's, both decode with exactly the same "
+                                  "settings.")
     settings_b = replace(mine, alpha=own_alpha) if choice == "own" else mine
     try:
         cached.get_translator(other, ctx.device)

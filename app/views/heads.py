@@ -11,17 +11,18 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import controls, figures, state
+from .. import catalog, controls, figures, state
 from ..analysis import KIND_NAMES, KINDS
 from ..catalog import load_heads
 from ..state import ViewContext
 
-DATA_DIRS = ("../shared/data/multi30k", "data/multi30k")
+DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
 
 
 def split_sentences(split: str) -> list[str] | None:
-    """The source side of the split the statistics were made on, when a copy of the data is here."""
-    for root in [os.environ.get("ATTN_DATA_DIR", ""), *DATA_DIRS]:
+    """The source side of the split the statistics were made on, when a copy of the data is here:
+    ``$ATTN_DATA_DIR``, else ``data/multi30k`` in the working directory or the repository."""
+    for root in [os.environ.get("ATTN_DATA_DIR", ""), DATA_DIR, str(catalog.REPO_ROOT / DATA_DIR)]:
         file = Path(root) / f"{split}.en" if root else None
         if file is not None and file.is_file():
             return file.read_text(encoding="utf-8").splitlines()

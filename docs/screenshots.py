@@ -1,0 +1,94 @@
+"""Remake the README's pictures of the app: ``python docs/screenshots.py`` (from the repository root).
+
+Starts ``streamlit run app/main.py`` on a free local port (the shipped default checkpoint, or ``--checkpoint``),
+opens a few views through Playwright with Debian's chromium (``apt-get install chromium``) at 1400 x 900 and saves
+one PNG each into ``docs/images/`` (palette-reduced with Pillow when one would exceed 250 KB, so the repository
+stays small). Each view is opened from its address, so the pictures show exactly what a shared link shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa: E402
+from bench.common import DEFAULT_CHECKPOINT  # noqa: E402
+
+OUT = ROOT / "docs" / "images"
+VIEWPORT = {"width": 1400, "height": 900}
+MAX_BYTES = 250_000
+TEXT = "A man in a blue shirt is riding a bike down the street."
+SHOTS = {  # file name -> the page's address parameters, and where the first chart goes in the window
+    "app.png": ({"text": TEXT, "view": "Heatmap", "att": "cross", "layer": "3", "head": "2"}, "end"),
+    "all-heads.png": ({"text": TEXT, "view": "All heads", "att": "cross"}, "start"),
+    "compare.png": ({"text": TEXT, "view": "Compare models", "att": "cross", "layer": "3", "head": "2"}, "end"),
+}
+
+
+def settle(page, timeout_s: float) -> None:
+    """Wait until the page has drawn its charts and Streamlit has stopped running the script."""
+    page.locator("[data-testid=stPlotlyChart] .main-svg").first.wait_for(timeout=timeout_s * 1000)
+    end = time.monotonic() + timeout_s
+    quiet = 0
+    while time.monotonic() < end and quiet < 3:  # three quiet half-seconds in a row
+        running = page.locator("[data-testid=stStatusWidget]").count() > 0
+        quiet = 0 if running else quiet + 1
+        time.sleep(0.5)
+    time.sleep(1.0)  # plotly's last transitions
+
+
+def shrink(path: Path) -> None:
+    """Palette-reduce a PNG that is over ``MAX_BYTES`` (Pillow, 256 colours)."""
+    if path.stat().st_size <= MAX_BYTES:
+        return
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE).save(path, optimize=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT.relative_to(ROOT)),
+                   help="opened first (relative to the repository root, as the picker lists it)")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--only", nargs="*", choices=sorted(SHOTS), help="only these pictures")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page")
+    args = p.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        print(f"{CHROMIUM} not found: apt-get install chromium", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    with streamlit_server(args.checkpoint) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for name, (query, block) in SHOTS.items():
+                if args.only and name not in args.only:
+                    continue
+                page = browser.new_page(viewport=VIEWPORT)
+                page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
+                settle(page, args.timeout)
+                page.locator("[data-testid=stPlotlyChart]").first.evaluate(
+                    "(e, block) => e.scrollIntoView({block})", block)
+                time.sleep(0.5)
+                path = args.out / name
+                page.screenshot(path=str(path))
+                shrink(path)
+                print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                      f"{path.stat().st_size / 1000:.0f} KB")
+                page.close()
+        finally:
+            browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
