@@ -65,12 +65,9 @@ def test_projected_heads_add_up_to_the_attention_output():
     module = model.decoder_layers[0].cross_attn
     query = 1
     parts = [head_computation(model, SRC, TGT, "cross", 0, h, query).projected for h in range(4)]
-    from transformer.interpret import capture_inputs
-
-    with capture_inputs({"m": module}) as seen, torch.no_grad():
-        model(SRC, TGT)  # the cross-attention sub-layer's own call, recorded
-        args, kwargs = seen["m"][0]
-        full, _ = module(*args, **kwargs)  # (B, T, D): what the sub-layer hands to the residual connection
+    with torch.no_grad():
+        inputs = model(SRC, TGT, return_internals=True).attention_inputs["cross"][0]  # the sub-layer's own inputs
+        full, _ = module(inputs.query, inputs.key_value, inputs.mask)  # (B, T, D): what it hands to the residual
     torch.testing.assert_close(sum(parts) + module.out_proj.bias, full[0, query], atol=1e-5, rtol=1e-5)
 
 

@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from .decoding import Hypotheses, _inference, _step, output_limits
-from .kv_cache import reorder_cache
 from .model import Transformer, padding_mask
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -86,7 +85,7 @@ def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4
 
         src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
         tokens = torch.cat([tokens.index_select(0, src_beam), top_tok.gather(1, order).view(-1, 1)], dim=1)
-        reorder_cache(cache, src_beam)  # the cached keys/values follow their beams
+        cache.reorder(src_beam)  # the cached keys/values follow their beams
 
         # transformers' heuristic: can the best live beam, at the current length, still beat a finished one?
         worst = torch.where(fin_flags, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _NEG))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .kv_cache import reorder_cache
+from .kv_cache import KVCache
 from .model import Transformer, padding_mask
 
 
@@ -105,29 +105,25 @@ def _workspace(work: dict[str, Tensor], name: str, rows: int, cols: int, dtype: 
     return buf[:rows]
 
 
-def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor,
-          cache: list[dict[str, Tensor]] | None, head_mask: dict[str, Tensor] | None,
-          work: dict[str, Tensor] | None = None) -> Tensor:
-    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``. With ``work`` (a dict kept for one
-    search) the fast path writes logits and log-probabilities into the same two tensors every step, and the
-    result is overwritten by the next step."""
+def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None,
+          head_mask: dict[str, Tensor] | None, work: dict[str, Tensor] | None = None) -> Tensor:
+    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``: with a ``cache``, one
+    ``Transformer.decode_step`` (head masks or not); without, the full forward over the whole prefix (the oracle).
+    With ``work`` (a dict kept for one search) the logits and log-probabilities go into the same two tensors every
+    step, and the result is overwritten by the next step."""
     head_mask = head_mask or {}
     if cache is None:  # recompute the whole prefix
         out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
                            cross_head_mask=head_mask.get("cross"))
-    elif head_mask.get("decoder") is None and head_mask.get("cross") is None:  # the fast path
-        if work is None:
-            return _never(model.decode_step(tokens[:, -1:], memory, src_mask, cache).float().log_softmax(dim=-1),
-                          model)
-        n, vocab, dev = tokens.size(0), model.config.tgt_vocab_size, tokens.device
-        logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache,
-                                   out=_workspace(work, "logits", n, vocab, memory.dtype, dev))
-        return _never(torch.log_softmax(logits.float(), -1, out=_workspace(work, "logp", n, vocab, torch.float32,
-                                                                          dev)), model)
-    else:
-        out = model.decode(tokens[:, -1:], memory, src_mask, cache=cache,
-                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"))
-    return _never(out.logits[:, -1].float().log_softmax(dim=-1), model)
+        return _never(out.logits[:, -1].float().log_softmax(dim=-1), model)
+    if work is None:
+        logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask)
+        return _never(logits.float().log_softmax(dim=-1), model)
+    n, vocab, dev = tokens.size(0), model.config.tgt_vocab_size, tokens.device
+    logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask,
+                               out=_workspace(work, "logits", n, vocab, memory.dtype, dev))
+    return _never(torch.log_softmax(logits.float(), -1, out=_workspace(work, "logp", n, vocab, torch.float32, dev)),
+                  model)
 
 
 @_inference
@@ -248,6 +244,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             break
         # stopped sentences with an ending leave the batch: no more work on their rows
         drop = done & (fin_scores[:, 0] > float("-inf"))
+        cross_rows = None
         if drop.any():
             best_tokens[active[drop]] = fin_tokens[drop, 0]
             best_scores[active[drop]] = fin_scores[drop, 0]
@@ -257,18 +254,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
                     best_nodes[int(active[row])] = fin_nodes[row][0]
                 beam_node = [beam_node[r] for r in keep.tolist()]
                 fin_nodes = [fin_nodes[r] for r in keep.tolist()]
-            rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
+            rows = cross_rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
             tokens, memory, src_mask, src_beam = (t.index_select(0, rows) for t in (tokens, memory, src_mask, src_beam))
             b = keep.numel()
             batch_offset = (torch.arange(b, device=dev) * k)[:, None]
-            if cache is not None:
-                for layer_cache in cache:
-                    layer_cache["cross_k"] = layer_cache["cross_k"].index_select(0, rows)
-                    layer_cache["cross_v"] = layer_cache["cross_v"].index_select(0, rows)
-        if cache is not None:  # the cached keys/values follow their beams
-            reorder_cache(cache, src_beam)
+        if cache is not None:  # the cached keys/values follow their beams (and leave with their sentences)
+            cache.reorder(src_beam, cross_rows)
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError
 from .data import DataError, read_parallel
 from .evaluate import add_decoding_arguments, non_negative, score, translate_all
+from .interpret import require_eval
 from .tokenizer import SplitTokenizer
 from .translator import Translator, load
 
@@ -132,7 +133,8 @@ def agreement(best: torch.Tensor, n_keys: int) -> torch.Tensor:
 def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[str],
                   progress: bool = False) -> dict[str, Any]:
     """Importance, corpus statistics, roles and most confident sentences of every head, teacher-forced on the
-    references one sentence at a time (a batch of one: Michel et al.'s expectation is over sentences)."""
+    references one sentence at a time (a batch of one: Michel et al.'s expectation is over sentences). The model
+    must be in eval mode (``Translator`` puts it there); it is never switched."""
     model, cfg = tr.model, tr.config
     counts, h, n = layer_counts(tr), cfg.n_heads, len(sources)
     gates = {k: torch.ones(layers, h, device=tr.device, requires_grad=True) for k, layers in counts.items()}
@@ -143,8 +145,7 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
     offsets = {k: [[Counter() for _ in range(h)] for _ in range(layers)] for k, layers in counts.items()}
     queries = dict.fromkeys(KINDS, 0)
     confidence = {k: torch.zeros(layers, h, n) for k, layers in counts.items()}
-    was_training = model.training
-    model.eval()
+    require_eval(model, "analyse_heads")
     for i in tqdm(range(n), desc="importance", unit="sent", disable=not progress, file=sys.stderr):
         ref = reference_ids(tr, references[i])
         src = torch.tensor([tr.encode_source(sources[i])[0]], device=tr.device)  # (1, S), ends in </s>
@@ -179,7 +180,6 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
                         offsets[kind][layer][head].update(rel[head].tolist())
                     if kind == "cross":
                         agree[layer] += agreement(best, k).sum(-1).double()
-    model.train(was_training)
     raw = {k: importance[k] / max(n, 1) for k in KINDS}
     normalised = {k: v / v.norm(dim=-1, keepdim=True).clamp(min=1e-30) for k, v in raw.items()}  # l2 per layer
     stats: dict[str, dict[str, list]] = {}

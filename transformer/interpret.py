@@ -1,8 +1,10 @@
 """Beyond attention weights: how one head computes, what each head passes on, what drives each output word.
 
 Plain PyTorch (plus captum for attributions). ``src (B, S)`` source ids, ``tgt (B, T)`` the decoder input (BOS
-first), ``labels (B, T)`` the token each step produced. Everything runs the model's own modules; hooks are
-removed before returning (no state is left on the model).
+first), ``labels (B, T)`` the token each step produced. Everything computes from what one forward pass returns
+(``return_attention=True, return_internals=True``: the attention weights, every attention sub-layer's inputs, every
+layer's output): no hook, no state left on the model and no change of it, so any number of visitors may use one
+model object at once.
 
 - :func:`head_computation`: the inside of one head for one query (Q, K, V, scores, scaling, mask, softmax,
   weighted sum, this head's slice through W_O); ``weights`` is the model's own attention row.
@@ -16,14 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .model import MultiHeadAttention, Transformer, decoder_self_mask, padding_mask
+from .outputs import Seq2SeqOutput
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -59,51 +60,39 @@ def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAtte
     raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
 
 
-@contextmanager
-def capture_inputs(modules: dict[Any, nn.Module]):
-    """Record the positional and keyword arguments of each module's calls; the hooks go when the block ends."""
-    seen: dict[Any, list[tuple[tuple, dict]]] = {key: [] for key in modules}
-    handles = []
-    for key, module in modules.items():
-        def hook(mod: nn.Module, args: tuple, kwargs: dict, key: Any = key) -> None:
-            seen[key].append((args, kwargs))
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-    try:
-        yield seen
-    finally:
-        for handle in handles:
-            handle.remove()
+def require_eval(model: Transformer, what: str) -> None:
+    """Refuse a model in training mode (dropout on): switching a shared model to eval mode would change it under
+    every other visitor's feet."""
+    if model.training:
+        raise ValueError(f"{what} needs a model in eval mode (dropout off); call model.eval() once when loading it")
 
 
-def _call_inputs(args: tuple, kwargs: dict) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(query input, key/value input, mask) of a ``MultiHeadAttention.forward`` call."""
-    names = ("query", "key_value", "mask")
-    values = {**dict(zip(names, args)), **{k: v for k, v in kwargs.items() if k in names}}
-    return values["query"], values["key_value"], values.get("mask")
+def internals(model: Transformer, src: Tensor, tgt: Tensor) -> Seq2SeqOutput:
+    """One teacher-forced pass that returns every attention weight, attention sub-layer input and layer output."""
+    return model(src, tgt, return_attention=True, return_internals=True)
 
 
 @torch.no_grad()
 def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, layer: int, head: int, query: int,
                      batch: int = 0) -> HeadComputation:
-    """The inside of one head for one query position of batch item ``batch`` (all indices 0-based)."""
+    """The inside of one head for one query position of batch item ``batch`` (all indices 0-based), from the
+    inputs the attention sub-layer was called with in one returned forward pass."""
     module = attention_module(model, kind, layer)
-    with capture_inputs({"attn": module}) as seen:
-        out = model(src, tgt, return_attention=True)  # the explicit attention path, as the weights are returned
-    query_in, key_value, mask = _call_inputs(*seen["attn"][0])
-    q_all = module.split_heads(module.q_proj(query_in))  # (B, H, Q, d)
-    k_all, v_all = module.project_kv(key_value)  # (B, H, K, d)
+    out = internals(model, src, tgt)
+    inputs = out.attention_inputs[kind][layer]
+    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    q_all = module.split_heads(module.q_proj(inputs.query))  # (B, H, Q, d)
+    k_all, v_all = module.project_kv(inputs.key_value)  # (B, H, K, d)
     d = module.d_head
     raw = q_all @ k_all.transpose(-2, -1)  # (B, H, Q, K)
     scaled_all = q_all @ k_all.transpose(-2, -1) / math.sqrt(d)  # the model's own expression
-    allowed = torch.ones_like(scaled_all, dtype=torch.bool) if mask is None else mask.expand_as(scaled_all)
-    weights_all = scaled_all.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-    del out  # the model's own weights are the same numbers (tested), recomputed here step by step
-    weights = weights_all[batch, head, query]
+    allowed = torch.ones_like(scaled_all, dtype=torch.bool) if inputs.mask is None else \
+        inputs.mask.expand_as(scaled_all)
+    weights = own[kind][layer][batch, head, query]  # (K,): the model's own row
     v = v_all[batch, head]  # (K, d)
     output = weights @ v  # (d,)
     w_o = module.out_proj.weight[:, head * d:(head + 1) * d]  # (D, d): this head's columns of W_O
-    return HeadComputation(kind, layer, head, query, query_in[batch, query], q_all[batch, head, query],
+    return HeadComputation(kind, layer, head, query, inputs.query[batch, query], q_all[batch, head, query],
                            k_all[batch, head], v, raw[batch, head, query], scaled_all[batch, head, query],
                            allowed[batch, head, query], weights, output, w_o @ output)
 
@@ -120,18 +109,16 @@ class NormAttentions:
 @torch.no_grad()
 def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
     """The norm-based view of Kobayashi et al. (2020): how much of each key each head passes on."""
-    modules = {(kind, i): attention_module(model, kind, i) for kind in KINDS
-               for i in range(len(model.encoder_layers if kind == "encoder" else model.decoder_layers))}
-    with capture_inputs(modules) as seen:
-        out = model(src, tgt, return_attention=True)
+    out = internals(model, src, tgt)
     own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
     result: dict[str, list[Tensor]] = {k: [] for k in KINDS}
-    for (kind, i), module in modules.items():
-        _, key_value, _ = _call_inputs(*seen[(kind, i)][0])
-        _, v = module.project_kv(key_value)  # (B, H, K, d)
-        w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
-        transformed = torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D): v_j W_O^h
-        result[kind].append(own[kind][i] * transformed.norm(dim=-1)[:, :, None, :])  # (B, H, Q, K)
+    for kind in KINDS:
+        for i, inputs in enumerate(out.attention_inputs[kind]):
+            module = attention_module(model, kind, i)
+            _, v = module.project_kv(inputs.key_value)  # (B, H, K, d)
+            w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
+            transformed = torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D): v_j W_O^h
+            result[kind].append(own[kind][i] * transformed.norm(dim=-1)[:, :, None, :])  # (B, H, Q, K)
     return NormAttentions(tuple(result["encoder"]), tuple(result["decoder"]), tuple(result["cross"]))
 
 
@@ -139,16 +126,9 @@ def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
 def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5) -> list[tuple[Tensor, Tensor]]:
     """For every decoder layer, ``(probs (B, T, k), ids (B, T, k))``: the top-k next tokens its output would give
     through the final norm (pre-norm) and the output projection. The last layer's equal the model's own."""
-    outputs: list[Tensor] = []
-    handles = [layer.register_forward_hook(lambda mod, args, output: outputs.append(output[0]))
-               for layer in model.decoder_layers]
-    try:
-        model(src, tgt)
-    finally:
-        for handle in handles:
-            handle.remove()
+    out = model(src, tgt, return_internals=True)
     lens = []
-    for x in outputs:
+    for x in out.decoder_layer_outputs:  # (B, T, D) each
         if model.decoder_norm is not None:
             x = model.decoder_norm(x)
         probs = model.generator(x).float().softmax(dim=-1)  # (B, T, V)
@@ -189,19 +169,19 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     ``method``: ``"input_x_gradient"`` or ``"integrated_gradients"`` (captum, ``steps`` points from an all-zero
     embedding baseline; per step, source + target sums equal ``log p(x) - log p(baseline)`` up to the integration
     error). ``progress(done, total)`` is called after each pass through the model (integrated gradients make
-    ``ceil(steps / 8)`` passes per batch item, input x gradient one).
+    ``ceil(steps / 8)`` passes per batch item, input x gradient one). The model must be in eval mode (it is
+    not switched: it may be serving others); a model in training mode raises ``ValueError``.
     """
     from captum.attr import InputXGradient, IntegratedGradients
 
     if method not in ("input_x_gradient", "integrated_gradients"):
         raise ValueError("method must be 'input_x_gradient' or 'integrated_gradients'")
-    was_training = model.training
-    model.eval()
+    require_eval(model, "attribute")
     b, t = tgt.shape
     per_item = -(-steps // 8) if method == "integrated_gradients" else 1  # captum runs t * 8 rows a pass
     passes = [0]
     sources, targets = [], []
-    try:
+    with torch.enable_grad():  # gradients even when the caller runs under no_grad
         for i in range(b):
             s_ids, t_ids = src[i:i + 1].expand(t, -1), tgt[i:i + 1].expand(t, -1)  # one row per step: (T, S), (T, T)
             steps_idx, lab = torch.arange(t, device=tgt.device), labels[i]
@@ -230,8 +210,6 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
             tgt_pad = (t_ids == model.config.pad_id)[..., None]
             sources.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (T, S)
             targets.append(a_tgt.masked_fill(tgt_pad, 0).sum(-1).detach())  # (T, T)
-    finally:
-        model.train(was_training)
     return torch.stack(sources), torch.stack(targets)
 
 

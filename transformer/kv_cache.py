@@ -1,61 +1,108 @@
-"""The decoder's key/value cache for incremental decoding, kept in buffers with spare capacity.
+"""The decoder's key/value cache for incremental decoding (``Transformer.decode_step``, ``DecoderLayer.step``).
 
-Each decoder layer's cache dict holds ``self_k``/``self_v`` ``(N, H, t, d)``: the self-attention keys and values of
-the positions decoded so far. Growing them with ``torch.cat`` copies all ``t`` earlier positions at every step, and
-reordering them for beam search allocates a fresh tensor at every step (on CPU the page faults of those fresh
-allocations cost more than the copies). Here they are views of one ``(2, N, H, capacity, d)`` buffer: a step writes
-its one new position in place, and a beam reorder gathers into a second buffer that the two then swap.
+One :class:`LayerCache` per decoder layer holds the self-attention keys and values of the positions decoded so far,
+the cross-attention keys and values of the encoder output (computed once), and the layer's fused Q|K|V projection.
+Growing the self-attention keys with ``torch.cat`` would copy every earlier position at every step, and reordering
+them for beam search would allocate a fresh tensor at every step (on CPU the page faults of those fresh allocations
+cost more than the copies). Here they are views of one ``(2, N, H, capacity, d)`` buffer with spare capacity: a
+step writes its new positions in place, and a beam reorder gathers into a second buffer that the two then swap.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor
 
 
-def _owns(cache: dict[str, Any]) -> bool:
-    """Whether ``self_k``/``self_v`` are views of this layer's buffer (another code path may have replaced them)."""
-    buf = cache.get("kv_buffer")
-    return buf is not None and "self_k" in cache and cache["self_k"].data_ptr() == buf[0].data_ptr() \
-        and cache["self_k"].size(0) == buf.size(1)
+class LayerCache:
+    """One decoder layer's cache.
 
+    ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, H, capacity, d)``, ``t = length``;
+    ``cross_k``/``cross_v`` ``(N, H, S, d)``: the encoder output's keys and values; ``qkv_weight`` ``(3D, D)`` and
+    ``qkv_bias`` ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
+    """
 
-def append_kv(cache: dict[str, Any], k: Tensor, v: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
-    """Append one position's keys and values ``(N, H, 1, d)`` to a layer's cache; returns all cached ``(N, H, t+1,
-    d)`` (views). The buffer doubles when full, up to ``max_len`` positions."""
-    old_k = cache.get("self_k")
-    t = 0 if old_k is None else old_k.size(2)
-    buf = cache.get("kv_buffer") if _owns(cache) or old_k is None else None
-    if buf is None or buf.size(3) <= t or buf.size(1) != k.size(0):
-        capacity = min(max(2 * (t + 1), 16), max(max_len, t + 1))
-        fresh = k.new_empty(2, k.size(0), k.size(1), capacity, k.size(3))  # (2, N, H, capacity, d)
-        if t:
-            fresh[0, :, :, :t] = old_k
-            fresh[1, :, :, :t] = cache["self_v"]
-        buf = cache["kv_buffer"] = fresh
-    buf[0, :, :, t] = k[:, :, 0]
-    buf[1, :, :, t] = v[:, :, 0]
-    cache["self_k"], cache["self_v"] = buf[0, :, :, : t + 1], buf[1, :, :, : t + 1]
-    return cache["self_k"], cache["self_v"]
+    __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "qkv_weight", "qkv_bias")
 
+    def __init__(self) -> None:
+        self.buffer: Tensor | None = None
+        self.spare: Tensor | None = None
+        self.length = 0
+        self.self_k: Tensor | None = None
+        self.self_v: Tensor | None = None
+        self.cross_k: Tensor | None = None
+        self.cross_v: Tensor | None = None
+        self.qkv_weight: Tensor | None = None
+        self.qkv_bias: Tensor | None = None
 
-def reorder_cache(cache: list[dict[str, Any]], rows: Tensor) -> None:
-    """Keep, in every layer, the cached self-attention keys/values of ``rows`` ``(N',)`` (beam search: each new
-    beam's parent; fewer rows once finished sentences leave), in place."""
-    for layer in cache:
-        if "self_k" not in layer:
-            continue
-        if not _owns(layer):  # plain tensors (the ``decode`` path): gather them
-            layer["self_k"] = layer["self_k"].index_select(0, rows)
-            layer["self_v"] = layer["self_v"].index_select(0, rows)
-            continue
-        buf, t, n = layer["kv_buffer"], layer["self_k"].size(2), rows.numel()
-        spare = layer.get("kv_spare")
+    def append(self, k: Tensor, v: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
+        """Append new positions' keys and values ``(N, H, T, d)``; returns all cached ``(N, H, t + T, d)`` (views).
+        The buffer doubles when full, up to ``max_len`` positions."""
+        t, new = self.length, k.size(2)
+        buf = self.buffer
+        if t and buf.size(1) != k.size(0):
+            raise ValueError(f"{k.size(0)} rows appended to a cache of {buf.size(1)} (reorder it first)")
+        if buf is None or buf.size(3) < t + new or buf.size(1) != k.size(0):
+            capacity = min(max(2 * (t + new), 16), max(max_len, t + new))
+            fresh = k.new_empty(2, k.size(0), k.size(1), capacity, k.size(3))  # (2, N, H, capacity, d)
+            if t:
+                fresh[:, :, :, :t] = buf[:, :, :, :t]
+            buf = self.buffer = fresh
+        if new == 1:
+            buf[0, :, :, t] = k[:, :, 0]
+            buf[1, :, :, t] = v[:, :, 0]
+        else:
+            buf[0, :, :, t:t + new] = k
+            buf[1, :, :, t:t + new] = v
+        self.length = t = t + new
+        self.self_k, self.self_v = buf[0, :, :, :t], buf[1, :, :, :t]
+        return self.self_k, self.self_v
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row i takes the cached self-attention keys/values of row ``rows[i]`` (``rows (N',)``), in place."""
+        if not self.length:
+            return
+        buf, t, n = self.buffer, self.length, rows.numel()
+        spare = self.spare
         if spare is None or spare.size(1) < n or spare.shape[2:] != buf.shape[2:]:
             spare = buf.new_empty(2, n, *buf.shape[2:])
         dst = spare[:, :n]  # (2, N', H, capacity, d)
         torch.index_select(buf[:, :, :, :t], 1, rows, out=dst[:, :, :, :t])
-        layer["kv_buffer"], layer["kv_spare"] = dst, buf
-        layer["self_k"], layer["self_v"] = dst[0, :, :, :t], dst[1, :, :, :t]
+        self.buffer, self.spare = dst, buf
+        self.self_k, self.self_v = dst[0, :, :, :t], dst[1, :, :, :t]
+
+    def select_cross(self, rows: Tensor) -> None:
+        """Keep the cross-attention keys/values of ``rows (N',)`` only."""
+        if self.cross_k is not None:
+            self.cross_k, self.cross_v = self.cross_k.index_select(0, rows), self.cross_v.index_select(0, rows)
+
+
+class KVCache:
+    """The whole decoder's cache: one :class:`LayerCache` per decoder layer (``Transformer.new_cache``)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(n_layers)]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> LayerCache:
+        return self.layers[i]
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far."""
+        return self.layers[0].length if self.layers else 0
+
+    def reorder(self, rows: Tensor, cross_rows: Tensor | None = None) -> None:
+        """Beam search: row i continues row ``rows[i]`` (its parent beam; ``rows (N',)``, fewer rows once finished
+        sentences leave). The cross-attention keys/values depend on the sentence only; when sentences leave,
+        ``cross_rows (N',)`` names the rows of theirs to keep (None: they stay as they are)."""
+        for layer in self.layers:
+            layer.reorder(rows)
+            if cross_rows is not None:
+                layer.select_cross(cross_rows)
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only ``rows (N',)``, in that order, of everything cached (sentences leaving a batch)."""
+        self.reorder(rows, rows)

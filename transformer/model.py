@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +20,8 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .dropout import Dropout
-from .kv_cache import append_kv
-from .outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
+from .kv_cache import KVCache, LayerCache
+from .outputs import AttentionInputs, DecoderOutput, EncoderOutput, Seq2SeqOutput
 from .projection import OutputProjection
 
 # ----------------------------------------------------------------------------------------------
@@ -168,14 +167,16 @@ class SublayerStack(nn.Module):
     norm_first: bool
     dropout: nn.Dropout
 
-    def residual(self, x: Tensor, norm: nn.LayerNorm,
-                 sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor | None]:
+    def residual(self, x: Tensor, norm: nn.LayerNorm, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
+                 ) -> tuple[Tensor, Tensor | None, Tensor]:
         """Post-norm (the paper): ``norm(x + dropout(f(x)))``; pre-norm: ``x + dropout(f(norm(x)))``.
 
-        ``sublayer`` returns its output and, for attention, its weights (passed through)."""
-        h, weights = sublayer(norm(x) if self.norm_first else x)
+        ``sublayer`` returns its output and, for attention, its weights (passed through); the sub-layer's input
+        (``x`` or ``norm(x)``) is returned third."""
+        inp = norm(x) if self.norm_first else x
+        h, weights = sublayer(inp)
         x = x + self.dropout(h)
-        return (x if self.norm_first else norm(x)), weights
+        return (x if self.norm_first else norm(x)), weights, inp
 
 
 class EncoderLayer(SublayerStack):
@@ -191,11 +192,14 @@ class EncoderLayer(SublayerStack):
         self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False,
-                head_mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        x, w = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
-        x, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
-        return x, w
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False, head_mask: Tensor | None = None,
+                return_inputs: bool = False) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None,
+                                                                                     AttentionInputs]:
+        """``x (B, S, D)`` -> ``(output (B, S, D), weights or None)``; with ``return_inputs`` also the
+        self-attention's :class:`AttentionInputs`."""
+        x, w, h = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
+        x, _, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
+        return (x, w, AttentionInputs(h, h, mask)) if return_inputs else (x, w)
 
 
 class DecoderLayer(SublayerStack):
@@ -214,66 +218,66 @@ class DecoderLayer(SublayerStack):
         self.norm_first = cfg.norm_first
         self.max_len = cfg.max_len
 
-    def forward(self, x: Tensor, memory: Tensor | None, self_mask: Tensor | None, cross_mask: Tensor | None,
-                need_weights: bool = False, cache: dict[str, Tensor] | None = None,
-                self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None,
-                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """``cache`` (incremental decoding) holds this layer's ``self_k``/``self_v`` ``(B, H, t, d)``,
-        grown here by the new positions, and ``cross_k``/``cross_v`` of the encoder output."""
-
-        def self_attention(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            kv = None
-            if cache is not None:
-                k, v = self.self_attn.project_kv(h)  # (B, H, T_new, d)
-                if "self_k" in cache:
-                    k = torch.cat([cache["self_k"], k], dim=2)
-                    v = torch.cat([cache["self_v"], v], dim=2)
-                cache["self_k"], cache["self_v"] = kv = (k, v)
-            return self.self_attn(h, h, self_mask, need_weights, kv=kv, head_mask=self_head_mask)
-
-        def cross_attention(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            kv = None
-            if cache is not None:
-                if "cross_k" not in cache:
-                    cache["cross_k"], cache["cross_v"] = self.cross_attn.project_kv(memory)
-                kv = (cache["cross_k"], cache["cross_v"])
-            return self.cross_attn(h, memory, cross_mask, need_weights, kv=kv, head_mask=cross_head_mask)
-
-        x, self_w = self.residual(x, self.norm1, self_attention)
-        x, cross_w = self.residual(x, self.norm2, cross_attention)
-        x, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
+                need_weights: bool = False, self_head_mask: Tensor | None = None,
+                cross_head_mask: Tensor | None = None, return_inputs: bool = False,
+                ) -> tuple[Tensor, Tensor | None, Tensor | None] | tuple[Tensor, Tensor | None, Tensor | None,
+                                                                         AttentionInputs, AttentionInputs]:
+        """The whole target ``x (B, T, D)`` at once (teacher forcing; :meth:`step` decodes incrementally) ->
+        ``(output, self-attention weights, cross-attention weights)``; with ``return_inputs`` also both
+        sub-layers' :class:`AttentionInputs`."""
+        x, self_w, h_self = self.residual(
+            x, self.norm1, lambda h: self.self_attn(h, h, self_mask, need_weights, head_mask=self_head_mask))
+        x, cross_w, h_cross = self.residual(
+            x, self.norm2, lambda h: self.cross_attn(h, memory, cross_mask, need_weights, head_mask=cross_head_mask))
+        x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
+        if return_inputs:
+            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask),
+                    AttentionInputs(h_cross, memory, cross_mask))
         return x, self_w, cross_w
 
-    def step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: dict[str, Any]) -> Tensor:
-        """One new position ``x (N, 1, D)`` at inference (no dropout, no head mask, no weights returned): the
-        same numbers as :meth:`forward` with a cache, as plain functional calls on this layer's own weights.
-        Self-attention projects Q, K and V with one matmul (the fused matrix is built once per cache)."""
+    def step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache,
+             self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None) -> Tensor:
+        """Incremental decoding, the one path of every search: ``x (N, T, D)``, the next ``T`` positions (one, in a
+        search) after the ``cache.length`` ones in ``cache`` -> this layer's output ``(N, T, D)``; their keys and
+        values join the cache. The numbers of :meth:`forward` at those positions (tested), at inference (no
+        dropout, no weights returned), as plain functional calls on this layer's own weights; self-attention
+        projects Q, K and V with one matmul (the fused matrix is built once per cache). ``self_head_mask`` /
+        ``cross_head_mask`` ``(H,)``: 0 switches a head off, as in :meth:`forward`."""
         sa, ca = self.self_attn, self.cross_attn
-        n, d_model = x.size(0), x.size(-1)
-        if "qkv_weight" not in cache:  # (D, 3D) contiguous, used as its (3D, D) transpose: column-major, as
+        n, new, d_model = x.shape
+        if cache.qkv_weight is None:  # (D, 3D) contiguous, used as its (3D, D) transpose: column-major, as
             # ``column_major_weights`` lays out every matrix for the fast GEMM path
-            cache["qkv_weight"] = torch.cat([sa.q_proj.weight.t(), sa.k_proj.weight.t(), sa.v_proj.weight.t()],
-                                            dim=1).t()
-            cache["qkv_bias"] = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])  # (3D,)
-        if "cross_k" not in cache:
-            cache["cross_k"], cache["cross_v"] = ca.project_kv(memory)
+            cache.qkv_weight = torch.cat([sa.q_proj.weight.t(), sa.k_proj.weight.t(), sa.v_proj.weight.t()],
+                                         dim=1).t()
+            cache.qkv_bias = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])  # (3D,)
+        if cache.cross_k is None:
+            cache.cross_k, cache.cross_v = ca.project_kv(memory)  # (N, H, S, d) each, once
 
         def residual(x: Tensor, norm: nn.LayerNorm, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
             h = sublayer(layer_norm(norm, x) if self.norm_first else x)
             return x + h if self.norm_first else layer_norm(norm, x + h)
 
-        def self_attention(h: Tensor) -> Tensor:  # the new position sees every cached one: no mask needed
-            qkv = F.linear(h, cache["qkv_weight"], cache["qkv_bias"])  # (N, 1, 3D)
-            q, k, v = qkv.view(n, 1, 3, sa.n_heads, sa.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, 1, d)
-            k, v = append_kv(cache, k, v, self.max_len)  # (N, H, t, d) each, written in place
-            out = F.scaled_dot_product_attention(q, k, v)  # (N, H, 1, d)
-            return F.linear(out.transpose(1, 2).reshape(n, 1, d_model), sa.out_proj.weight, sa.out_proj.bias)
+        def heads_out(attn: MultiHeadAttention, out: Tensor, head_mask: Tensor | None) -> Tensor:
+            if head_mask is not None:
+                out = out * head_mask.to(out.dtype)[None, :, None, None]
+            out = out.transpose(1, 2).reshape(n, new, d_model)  # (N, H, T, d) -> (N, T, D)
+            return F.linear(out, attn.out_proj.weight, attn.out_proj.bias)
+
+        def self_attention(h: Tensor) -> Tensor:
+            qkv = F.linear(h, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
+            q, k, v = qkv.view(n, new, 3, sa.n_heads, sa.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
+            offset = cache.length
+            k, v = cache.append(k, v, self.max_len)  # (N, H, t, d) each, written in place
+            # one new position sees every cached one: no mask; several: causal among themselves
+            mask = None if new == 1 else torch.ones(new, offset + new, dtype=torch.bool, device=x.device).tril(offset)
+            return heads_out(sa, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), self_head_mask)
 
         def cross_attention(h: Tensor) -> Tensor:
-            q = F.linear(h, ca.q_proj.weight, ca.q_proj.bias).view(n, 1, ca.n_heads, ca.d_head)  # (N, 1, H, d)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), cache["cross_k"], cache["cross_v"],
-                                                 attn_mask=src_mask)  # (N, H, 1, d)
-            return F.linear(out.transpose(1, 2).reshape(n, 1, d_model), ca.out_proj.weight, ca.out_proj.bias)
+            q = F.linear(h, ca.q_proj.weight, ca.q_proj.bias).view(n, new, ca.n_heads, ca.d_head)  # (N, T, H, d)
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), cache.cross_k, cache.cross_v,
+                                                 attn_mask=src_mask)  # (N, H, T, d)
+            return heads_out(ca, out, cross_head_mask)
 
         x = residual(x, self.norm1, self_attention)
         x = residual(x, self.norm2, cross_attention)
@@ -330,111 +334,127 @@ class Transformer(nn.Module):
         return self.dropout(x + self.pe[offset:offset + length].to(x.dtype))
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False,
-               head_mask: Tensor | None = None) -> EncoderOutput:
+               head_mask: Tensor | None = None, return_internals: bool = False) -> EncoderOutput:
         """``src (B, S)`` -> encoder output. ``src_mask`` defaults to the padding mask ``(B, 1, 1, S)``.
-        ``head_mask`` ``(n_encoder_layers, H)``: 0 switches a head off."""
+        ``head_mask`` ``(n_encoder_layers, H)``: 0 switches a head off. ``return_internals``: also every
+        self-attention's inputs and every layer's output."""
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         x = self.embed(src, self.src_embed)
-        attentions = []
+        attentions, inputs, outputs = [], [], []
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(x, src_mask, return_attention, None if head_mask is None else head_mask[i])
+            x, w, *seen = layer(x, src_mask, return_attention, None if head_mask is None else head_mask[i],
+                                return_inputs=return_internals)
             if return_attention:
                 attentions.append(w)
+            if return_internals:
+                inputs.append(seen[0])
+                outputs.append(x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        return EncoderOutput(x, tuple(attentions))
+        return EncoderOutput(x, tuple(attentions), tuple(inputs), tuple(outputs))
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-               return_attention: bool = False, cache: list[dict[str, Tensor]] | None = None,
-               self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None,
-               logits_mask: Tensor | None = None) -> DecoderOutput:
-        """``tgt (B, T)`` decoder input (BOS first), ``memory (B, S, D)`` -> logits ``(B, T, V)``.
+               return_attention: bool = False, self_head_mask: Tensor | None = None,
+               cross_head_mask: Tensor | None = None, logits_mask: Tensor | None = None,
+               return_internals: bool = False) -> DecoderOutput:
+        """``tgt (B, T)`` decoder input (BOS first), ``memory (B, S, D)`` -> logits ``(B, T, V)``: the whole target
+        at once (teacher forcing, and the oracle :meth:`decode_step` is tested against).
 
         ``src_mask`` ``(B, 1, 1, S)``; ``tgt_mask`` defaults to padding & causal ``(B, 1, T, T)``.
-        With ``cache`` (one dict per layer, from ``new_cache``), ``tgt`` holds only the new
-        positions and earlier keys/values come from the cache (incremental decoding).
         ``logits_mask`` ``(B, T)`` bool: logits only where it is True, as ``(n, V)`` rows in row-major order
         (training skips the padding positions: the vocabulary-wide work is most of a small model's step).
+        ``return_internals``: also both attention sub-layers' inputs and every layer's output, per layer.
         """
-        offset = 0
-        if cache is not None and "self_k" in cache[0]:
-            offset = cache[0]["self_k"].size(2)
         if tgt_mask is None:
-            if cache is None:
-                tgt_mask = decoder_self_mask(tgt, self.config.pad_id)
-            elif tgt.size(1) > 1:  # several new positions: causal among themselves, all of the past visible
-                t = tgt.size(1)
-                tgt_mask = torch.ones(t, offset + t, dtype=torch.bool, device=tgt.device).tril(offset)[None, None]
-        x = self.embed(tgt, self.tgt_embed, offset)
-        self_attns, cross_attns = [], []
+            tgt_mask = decoder_self_mask(tgt, self.config.pad_id)
+        x = self.embed(tgt, self.tgt_embed)
+        self_attns, cross_attns, self_inputs, cross_inputs, outputs = [], [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, sw, cw = layer(x, memory, tgt_mask, src_mask, return_attention,
-                              None if cache is None else cache[i],
-                              None if self_head_mask is None else self_head_mask[i],
-                              None if cross_head_mask is None else cross_head_mask[i])
+            x, sw, cw, *seen = layer(x, memory, tgt_mask, src_mask, return_attention,
+                                     None if self_head_mask is None else self_head_mask[i],
+                                     None if cross_head_mask is None else cross_head_mask[i],
+                                     return_inputs=return_internals)
             if return_attention:
                 self_attns.append(sw)
                 cross_attns.append(cw)
+            if return_internals:
+                self_inputs.append(seen[0])
+                cross_inputs.append(seen[1])
+                outputs.append(x)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         h = x if logits_mask is None else x[logits_mask]  # (B, T, D) or (n, D): the positions to score
-        return DecoderOutput(self.generator(h), x, tuple(self_attns), tuple(cross_attns))
+        return DecoderOutput(self.generator(h), x, tuple(self_attns), tuple(cross_attns), tuple(self_inputs),
+                             tuple(cross_inputs), tuple(outputs))
 
-    def new_cache(self) -> list[dict[str, Tensor]]:
-        """An empty key/value cache for incremental decoding, one dict per decoder layer.
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for :meth:`decode_step`, one :class:`~transformer.kv_cache.LayerCache` per
+        decoder layer (a search's own object: nothing is kept on the model)."""
+        return KVCache(len(self.decoder_layers))
 
-        ``self_k``/``self_v`` ``(N, H, t, d)`` grow by one position a step (reorder their rows to
-        follow beams); ``cross_k``/``cross_v`` ``(N, H, S, d)`` are the encoder output's, computed
-        once; ``DecoderLayer.step`` also keeps its fused Q|K|V matrix there (``qkv_weight``, ``qkv_bias``).
+    def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
+                    out: Tensor | None = None, head_mask: dict[str, Tensor] | None = None) -> Tensor:
+        """Incremental decoding, the one path of greedy search, beam search and its tree, ablation and Marian's
+        scoring: logits ``(N, V)`` of the next token after the new positions ``tokens (N, T)`` (one per step in a
+        search; several, e.g. a forced prefix, are causal among themselves), given the ``cache.length`` earlier
+        ones in ``cache`` (which they join).
+
+        The numbers of :meth:`decode` on the whole prefix at its last position (up to float rounding; tested), at
+        inference (no dropout), with a fraction of its Python-level work per step (see :meth:`DecoderLayer.step`).
+        ``head_mask``: ``forward``'s dict; its ``"decoder"`` and ``"cross"`` ``(layers, H)`` apply here (the
+        encoder's applies where ``memory`` was computed). ``out``: an ``(N, V)`` tensor of the model's dtype to
+        write the logits into (a search reuses one across steps: a fresh N x V tensor each step costs more in page
+        faults than the softmax over it).
         """
-        return [{} for _ in self.decoder_layers]
-
-    def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None,
-                    cache: list[dict[str, Any]], out: Tensor | None = None) -> Tensor:
-        """Inference fast path: logits ``(N, V)`` of the next token after one new position ``tokens (N, 1)``.
-
-        The same numbers as ``decode(tokens, memory, src_mask, cache=cache).logits[:, -1]`` (up to float
-        rounding) and the same cache, with a fraction of the Python-level work per step (see
-        :meth:`DecoderLayer.step`). ``out``: an ``(N, V)`` tensor of the model's dtype to write the logits into
-        (a search reuses one across steps: a fresh N x V tensor each step costs more in page faults than the
-        softmax over it). In training mode, or for several new positions, it simply calls ``decode``; head masks
-        and attention weights are ``decode``'s job.
-        """
-        if self.training or tokens.size(1) != 1:
-            return self.decode(tokens, memory, src_mask, cache=cache).logits[:, -1]
-        offset = cache[0]["self_k"].size(2) if "self_k" in cache[0] else 0
-        if offset + 1 > self.config.max_len:
-            raise ValueError(f"sequence of {offset + 1} tokens is longer than max_len={self.config.max_len}")
+        offset, new = cache.length, tokens.size(1)
+        if offset + new > self.config.max_len:
+            raise ValueError(f"sequence of {offset + new} tokens is longer than max_len={self.config.max_len}")
         x = F.embedding(tokens, self.tgt_embed.weight)  # as ``embed``, no dropout
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
-        x = x + self.pe[offset].to(x.dtype)
-        for layer, c in zip(self.decoder_layers, cache):
-            x = layer.step(x, memory, src_mask, c)
+        x = x + self.pe[offset:offset + new].to(x.dtype)
+        self_masks = cross_masks = None
+        if head_mask is not None:
+            self_masks, cross_masks = head_mask.get("decoder"), head_mask.get("cross")
+        if self_masks is None and cross_masks is None:
+            for layer, c in zip(self.decoder_layers, cache.layers):
+                x = layer.step(x, memory, src_mask, c)
+        else:
+            for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
+                x = layer.step(x, memory, src_mask, c, None if self_masks is None else self_masks[i],
+                               None if cross_masks is None else cross_masks[i])
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
+        last = x[:, -1]  # (N, D)
         if out is None or (self.generator.packed is not None and x.size(0) > 1):  # prepacked: its own output
-            return self.generator(x[:, -1])
+            return self.generator(last)
         weight, bias = self.generator.weight, self.generator.bias  # (V, D), (V,) or None
         if bias is None:
-            return torch.mm(x[:, -1], weight.t(), out=out)  # (N, D) @ (D, V)
-        return torch.addmm(bias, x[:, -1], weight.t(), out=out)
+            return torch.mm(last, weight.t(), out=out)  # (N, D) @ (D, V)
+        return torch.addmm(bias, last, weight.t(), out=out)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
                 return_attention: bool = False, head_mask: dict[str, Tensor] | None = None,
-                logits_mask: Tensor | None = None) -> Seq2SeqOutput:
+                logits_mask: Tensor | None = None, return_internals: bool = False) -> Seq2SeqOutput:
         """Teacher-forced pass. ``src (B, S)``, ``tgt (B, T)`` -> ``Seq2SeqOutput`` with logits ``(B, T, V)``.
 
         ``head_mask`` may hold ``"encoder"``, ``"decoder"``, ``"cross"`` tensors ``(layers, H)``.
         ``logits_mask`` ``(B, T)`` bool: logits ``(n, V)`` of the True positions only (see :meth:`decode`).
+        ``return_internals``: also what interpretation needs, as returned values: every attention sub-layer's
+        inputs (``attention_inputs``) and every layer's output stream (see ``Seq2SeqOutput``).
         """
         head_mask = head_mask or {}
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
-        enc = self.encode(src, src_mask, return_attention, head_mask.get("encoder"))
+        enc = self.encode(src, src_mask, return_attention, head_mask.get("encoder"), return_internals)
         dec = self.decode(tgt, enc.last_hidden_state, src_mask, tgt_mask, return_attention,
                           self_head_mask=head_mask.get("decoder"), cross_head_mask=head_mask.get("cross"),
-                          logits_mask=logits_mask)
+                          logits_mask=logits_mask, return_internals=return_internals)
+        internals = {}
+        if return_internals:
+            internals = dict(attention_inputs={"encoder": enc.attention_inputs, "decoder": dec.self_attention_inputs,
+                                               "cross": dec.cross_attention_inputs},
+                             encoder_layer_outputs=enc.layer_outputs, decoder_layer_outputs=dec.layer_outputs)
         return Seq2SeqOutput(dec.logits, enc.last_hidden_state, dec.last_hidden_state,
-                             enc.attentions, dec.self_attentions, dec.cross_attentions)
+                             enc.attentions, dec.self_attentions, dec.cross_attentions, **internals)

@@ -1,28 +1,49 @@
-"""What the model's passes return: hidden states, logits and every attention weight, per layer."""
+"""What the model's passes return: hidden states, logits and every attention weight, per layer; and, on request
+(``return_internals=True``), what interpretation needs: each attention sub-layer's inputs and each layer's output."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
 
 @dataclass
+class AttentionInputs:
+    """What one attention sub-layer was called with. ``query (B, Q, D)``: its input at the queries (after the norm
+    in pre-norm); ``key_value (B, K, D)``: where keys and values come from (the same tensor as ``query`` for
+    self-attention, the encoder output for cross-attention); ``mask``: bool, broadcastable to ``(B, H, Q, K)``,
+    True = may attend (None: every key)."""
+
+    query: Tensor
+    key_value: Tensor
+    mask: Tensor | None
+
+
+@dataclass
 class EncoderOutput:
-    """``last_hidden_state (B, S, D)``, ``attentions``: one ``(B, H, S, S)`` tensor per layer (or ())."""
+    """``last_hidden_state (B, S, D)``, ``attentions``: one ``(B, H, S, S)`` tensor per layer (or ()).
+    With ``return_internals``: ``attention_inputs`` and ``layer_outputs`` ``(B, S, D)``, one per layer."""
 
     last_hidden_state: Tensor
     attentions: tuple[Tensor, ...] = ()
+    attention_inputs: tuple[AttentionInputs, ...] = ()
+    layer_outputs: tuple[Tensor, ...] = ()
 
 
 @dataclass
 class DecoderOutput:
-    """``logits (B, T, V)``, ``last_hidden_state (B, T, D)``; attentions one tensor per layer."""
+    """``logits (B, T, V)``, ``last_hidden_state (B, T, D)``; attentions one tensor per layer. With
+    ``return_internals``: both attention sub-layers' inputs and ``layer_outputs`` ``(B, T, D)``, one per layer
+    (each layer's output stream, before the final norm of pre-norm)."""
 
     logits: Tensor
     last_hidden_state: Tensor
     self_attentions: tuple[Tensor, ...] = ()
     cross_attentions: tuple[Tensor, ...] = ()
+    self_attention_inputs: tuple[AttentionInputs, ...] = ()
+    cross_attention_inputs: tuple[AttentionInputs, ...] = ()
+    layer_outputs: tuple[Tensor, ...] = ()
 
 
 @dataclass
@@ -31,7 +52,9 @@ class Seq2SeqOutput:
 
     ``encoder_attentions``: per layer ``(B, H, S, S)``; ``decoder_attentions``: per layer
     ``(B, H, T, T)``; ``cross_attentions``: per layer ``(B, H, T, S)``. Empty tuples unless
-    ``return_attention=True``.
+    ``return_attention=True``. With ``return_internals=True``: ``attention_inputs`` maps ``"encoder"``,
+    ``"decoder"`` and ``"cross"`` to one :class:`AttentionInputs` per layer, and ``encoder_layer_outputs`` /
+    ``decoder_layer_outputs`` hold each layer's output stream (``(B, S, D)`` / ``(B, T, D)``).
     """
 
     logits: Tensor
@@ -40,3 +63,6 @@ class Seq2SeqOutput:
     encoder_attentions: tuple[Tensor, ...] = ()
     decoder_attentions: tuple[Tensor, ...] = ()
     cross_attentions: tuple[Tensor, ...] = ()
+    attention_inputs: dict[str, tuple[AttentionInputs, ...]] = field(default_factory=dict)
+    encoder_layer_outputs: tuple[Tensor, ...] = ()
+    decoder_layer_outputs: tuple[Tensor, ...] = ()
