@@ -11,7 +11,7 @@ import streamlit as st
 
 from transformer import Translator
 
-from . import cached, figures, state
+from . import cached, figures, state, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import Analysis
 
@@ -54,15 +54,26 @@ def n_parameters(tr: Translator) -> int:
     return sum(p.numel() for p in tr.model.parameters())
 
 
+def capped(notices: list[str] | tuple[str, ...]) -> None:
+    """Say what this server's work limit cut (``app.work``), one notice each."""
+    for text in notices:
+        st.info(md_escape(text), icon=":material/speed:")
+
+
 def attributions(ctx: state.ViewContext, method: str) -> dict:
-    """``probes.attributions`` of the analysed sentence through the cache, with a progress bar while it runs."""
+    """``probes.attributions`` of the analysed sentence through the cache, within this server's work limit (fewer
+    steps, a shorter span or input x gradient, with a notice), with a progress bar while it runs."""
+    result = ctx.result
+    plan = work.plan_attribution(ctx.tr, len(result.source_ids), len(result.target_ids), method)
+    capped(plan.notices)
     bar = st.progress(0.0, text="Attributing every output piece…")
 
     def progress(done: int, total: int) -> None:
         bar.progress(done / total, text=f"Attributing every output piece… pass {done} of {total}")
 
     try:
-        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, ctx.result, method, progress=progress)
+        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result, plan.method, plan.steps,
+                                 plan.span, work.work_bytes(), progress=progress)
     finally:
         bar.empty()
 

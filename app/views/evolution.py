@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls, figures, probes
+from .. import cached, controls, figures, probes, work
 from ..state import ViewContext
 
 
@@ -26,6 +26,8 @@ def render(ctx: ViewContext) -> None:
         return
     kind = controls.kind_control()
     layer, head = controls.layer_head_controls(tr, kind)
+    snaps, notices = work.pick_snapshots(tr, len(result.source_ids), len(result.target_ids), snaps)
+    controls.capped(notices)
     panels, rows = [], []
     for path in snaps:
         try:
