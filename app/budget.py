@@ -34,7 +34,8 @@ def size_of(value: Any) -> int:
     if isinstance(value, np.ndarray):  # a view keeps its whole base alive
         base = value.base if isinstance(value.base, np.ndarray) else value
         return int(max(value.nbytes, base.nbytes))
-    if type(value).__module__.startswith("torch"):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, (torch.Tensor, torch.nn.Module)):
         return _torch_bytes(value)
     if isinstance(value, (bytes, str)):
         return sys.getsizeof(value)
@@ -49,8 +50,7 @@ def size_of(value: Any) -> int:
 
 def _torch_bytes(value: Any) -> int:
     """Bytes of a tensor's storage, or of a module's parameters and buffers (shared storage once)."""
-    import torch
-
+    torch = sys.modules["torch"]
     if isinstance(value, torch.Tensor):
         return int(value.untyped_storage().nbytes())
     if isinstance(value, torch.nn.Module):

@@ -187,9 +187,9 @@ def snapshot_work(tr: Translator, source: int, target: int) -> float:
 def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list) -> tuple[list, list[str]]:
     """The snapshots to run (all, or an even subsample keeping the first and the last), and a notice when cut."""
     ceiling, each = max_work(), snapshot_work(tr, source, target)
-    fit = max(1, int(ceiling // each)) if each > 0 else len(snapshots)
-    if fit >= len(snapshots):
+    if each * len(snapshots) <= ceiling:
         return list(snapshots), []
+    fit = max(1, int(ceiling // each))
     if fit == 1:
         chosen = [snapshots[-1]]
     else:
