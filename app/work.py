@@ -3,7 +3,8 @@ Streamlit here; ``app.cached`` and the views show the notices).
 
 One estimate per request, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
 1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``
-positions per beam, as one-token steps use a CPU far worse than whole sequences; a backward pass counts two).
+positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole sequences; a backward
+pass counts two).
 ``$ATTN_MAX_WORK`` is the ceiling per request: 1000 units in public mode (``ATTN_PUBLIC=1``), unlimited otherwise.
 Over it the page does less and says so: beam capped, long texts translated a group of sentences at a time,
 integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
@@ -30,6 +31,7 @@ from .inference import DecodeSettings
 
 UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
+STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
 BACKWARD = 3  # a forward and a backward pass count three forwards
 PUBLIC_MAX_WORK = 1000.0
 LIGHT_WORK = 100.0  # an analysis above this many units queues with the heavy jobs
@@ -85,7 +87,12 @@ def translation_work(tr: Translator, source: int, settings: DecodeSettings) -> f
     """Decoding one sentence (every step of every beam, to the length limit) and the teacher-forced pass that
     collects its attention."""
     out = output_limit(tr, source, settings)
-    return units(parameters(tr), source + out * settings.beam_size * DECODE_STEP + source + out)
+    return units(parameters(tr), source + out * decode_step(settings.beam_size) + source + out)
+
+
+def decode_step(beam: int) -> int:
+    """Positions one decoding step counts: ``DECODE_STEP`` per beam and ``STEP_OVERHEAD`` once."""
+    return beam * DECODE_STEP + STEP_OVERHEAD
 
 
 def over(estimate: float, ceiling: float) -> str:
@@ -117,7 +124,7 @@ def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettin
     for i, sentence in enumerate(sentences):
         source = source_length(tr, sentence)
         out = output_limit(tr, source, settings)
-        cost = units(parameters(tr), source + out * settings.beam_size * DECODE_STEP)
+        cost = units(parameters(tr), source + out * decode_step(settings.beam_size))
         if groups[-1] and total + cost > ceiling:
             groups.append([])
             total = 0.0
@@ -181,7 +188,7 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str,
 
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
-    return units(parameters(tr), 2 * source + target + target * DECODE_STEP)
+    return units(parameters(tr), 2 * source + target + target * decode_step(1))
 
 
 def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list) -> tuple[list, list[str]]:

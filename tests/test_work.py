@@ -95,7 +95,7 @@ def test_sentence_groups_stay_within_the_ceiling_and_cover_every_sentence(tr, mo
     sentences = [f"a man rides a bike number {i} in the park." for i in range(30)]
     settings = DecodeSettings(beam_size=4)
     each = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
-                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * 4 * work.DECODE_STEP)
+                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
     monkeypatch.setenv("ATTN_MAX_WORK", str(each * 7.5))
     groups = work.sentence_groups(tr, sentences, settings)
     assert [i for g in groups for i in g] == list(range(30))
@@ -205,6 +205,17 @@ def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     assert not both.broken
 
 
+def test_memory_is_handed_back_after_every_heavy_job(monkeypatch):
+    released = []
+    monkeypatch.setattr(work, "release_freed_memory", lambda: released.append(1))
+    jobs = work.HeavyJobs(lambda: 1)
+    with jobs.slot():
+        pass
+    with pytest.raises(RuntimeError), jobs.slot():
+        raise RuntimeError("a failed job too")
+    assert released == [1, 1]
+
+
 def test_heavy_slots_default_to_one_in_public_mode(monkeypatch):
     monkeypatch.delenv("ATTN_HEAVY_JOBS", raising=False)
     monkeypatch.setenv("ATTN_PUBLIC", "1")
@@ -248,7 +259,7 @@ def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr
     sentences = [f"A man rides bike number {i}." for i in range(12)]
     settings = DecodeSettings(beam_size=4, alpha=0.6)
     one = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
-                     + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * 4 * work.DECODE_STEP)
+                     + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
     monkeypatch.setenv("ATTN_MAX_WORK", str(one * 30))  # the analysis of one fits; the plain translations: 5 a group
     monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, st_: [list(range(i, min(i + 5, len(s))))
                                                                       for i in range(0, len(s), 5)])
