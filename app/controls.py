@@ -165,6 +165,22 @@ def measure_control(key: str = "measure") -> str:
                   required=True)
 
 
+WINDOW = 60  # rows and columns a chart of a long sentence shows at once
+
+
+def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
+    """``(q0, q1, k0, k1)``: everything for a short sentence; for a long one a window of at most ``WINDOW`` rows
+    and columns, chosen with two sliders (keeps big charts, and what the browser must draw, bounded)."""
+    if max(n_queries, n_keys) <= WINDOW:
+        return 0, n_queries, 0, n_keys
+    st.caption(f"Long sentence: {WINDOW} rows and columns at a time; choose the window.")
+    c1, c2 = st.columns(2)
+    q0, q1 = c1.slider("Query rows", 0, n_queries, (0, min(n_queries, WINDOW)), key=f"{key}_qwin")
+    k0, k1 = c2.slider("Key columns", 0, n_keys, (0, min(n_keys, WINDOW)), key=f"{key}_kwin")
+    q1, k1 = min(max(q1, q0 + 1), q0 + WINDOW), min(max(k1, k0 + 1), k0 + WINDOW)
+    return q0, q1, k0, k1
+
+
 def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,
                  value_name: str = "weight") -> None:
     """The big heatmap of one head (or the mean), with a window for long sentences (``attn``: other numbers of the

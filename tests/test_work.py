@@ -277,16 +277,36 @@ def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr
 # ------------------------------------------------------------------------------------------------ caches
 
 
-def test_snapshots_and_their_attentions_live_in_the_byte_budget(app_env, tmp_path, tr, monkeypatch):
+def with_snapshots(app_env, tmp_path, tr):
+    """A copy of the tiny checkpoint with three training snapshots."""
+    from safetensors.torch import save_file
+
     ckpt = tmp_path / "ckpt"
     shutil.copytree(app_env, ckpt)
     (ckpt / "snapshots").mkdir()
-    from safetensors.torch import save_file
-
     state = {k: v.half().contiguous() for k, v in tr.model.state_dict().items()
              if k not in ("tgt_embed.weight", "generator.weight")}  # as training writes them: tied weights once
     for step in (1, 2, 3):
         save_file(state, str(ckpt / "snapshots" / f"step{step:07d}.safetensors"))
+    return ckpt
+
+
+def test_training_evolution_of_a_long_input_draws_a_window(app_env, tmp_path, tr, monkeypatch):
+    ckpt = with_snapshots(app_env, tmp_path, tr)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "Training evolution",
+                  "att": "encoder"})
+    assert_clean(at)
+    spec = __import__("json").loads(at.get("plotly_chart")[0].proto.spec)
+    heatmaps = [t for t in spec["data"] if t["type"] == "heatmap"]
+    assert len(heatmaps) == 4  # three snapshots and the final model
+    from conftest import arr
+
+    assert all(arr(t["z"]).shape == (60, 60) for t in heatmaps)  # not the whole 64 x 64
+
+
+def test_snapshots_and_their_attentions_live_in_the_byte_budget(app_env, tmp_path, tr, monkeypatch):
+    ckpt = with_snapshots(app_env, tmp_path, tr)
     cached.RESULTS.clear()
     result = tr.translate("a man rides a bike.")
     for snap in sorted((ckpt / "snapshots").glob("*.safetensors")):
