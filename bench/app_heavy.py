@@ -203,6 +203,42 @@ async def mixed_round(url: str, checkpoint: str, texts: list[str], heavy: int, s
     return {**result, "heavy_visitors": heavy, "heavy_links_finished": await runner}
 
 
+def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[str, Any]:
+    """In process, as ``bench.app_load``'s soak: ``n`` long inputs, each through Training evolution (every
+    snapshot), attribution (the plan public mode allows) and the beam tree at beam 16, plus 100 sentences at beam 16
+    every tenth, under ``ATTN_CACHE_MB=cache_mb`` and public mode's work limit; resident memory after each."""
+    import psutil
+
+    os.environ.update(ATTN_CACHE_MB=f"{cache_mb:g}", ATTN_MAX_WORK=os.environ.get("ATTN_MAX_WORK", "1000"))
+    from app import cached, probes, work
+    from app.inference import DecodeSettings
+
+    process = psutil.Process()
+    tr = cached.get_translator(checkpoint, "cpu")
+    settings = DecodeSettings(beam_size=16, alpha=5.0, max_len_a=4.0, max_len_b=200)
+    start, rss = process.memory_info().rss / 1e6, []
+    for i in range(n):
+        text = long_list(1000 + i)
+        analysis = cached.get_analysis(checkpoint, "cpu", text, settings)
+        for snap in probes.list_snapshots(tr):
+            cached.get_snapshot_attentions(checkpoint, "cpu", str(snap), tuple(analysis.source_ids),
+                                           tuple(analysis.target_ids))
+        plan = work.plan_attribution(tr, len(analysis.source_ids), len(analysis.target_ids), "integrated_gradients")
+        cached.get_beyond("attributions", checkpoint, "cpu", analysis, plan.method, plan.steps, plan.span,
+                          work.work_bytes())
+        cached.get_beyond("beam_tree", checkpoint, "cpu", analysis)
+        if i % 10 == 0:
+            sentences = hundred_sentences(i).replace(". ", ".\n").splitlines()
+            for group in work.sentence_groups(tr, sentences, settings)[:1]:  # the first group, as the page does
+                cached.get_translations(checkpoint, "cpu", tuple(sentences[j] for j in group), settings)
+        rss.append(process.memory_info().rss / 1e6)
+    models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6
+    return {"heavy_soak_inputs": n, "heavy_soak_cache_mb": cache_mb, "heavy_soak_start_rss_mb": round(start),
+            "heavy_soak_peak_rss_mb": round(max(rss)), "heavy_soak_final_rss_mb": round(rss[-1]),
+            "heavy_soak_within_budget": max(rss) - start <= cache_mb + models_mb + work.work_bytes() / 1e6,
+            "heavy_soak_rss_curve_mb": [round(r) for r in rss]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.app_heavy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
