@@ -11,7 +11,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
     STREAMLIT_SERVER_HEADLESS=true \
-    ATTN_PUBLIC=1
+    ATTN_PUBLIC=1 \
+    ATTN_MODELS=checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm \
+    ATTN_MAX_WORK=1000 \
+    ATTN_HEAVY_JOBS=1
+# Public mode offers exactly ATTN_MODELS (no Hub download unless it names a repo id); every request's work is
+# capped at ATTN_MAX_WORK units and heavy jobs queue for ATTN_HEAVY_JOBS slots (docs/limits.md).
 
 WORKDIR /home/user/app
 # The project itself, pinned by constraints.txt; CPU-only torch first (a plain install would pull CUDA).

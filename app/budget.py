@@ -31,8 +31,12 @@ def budget_bytes() -> int:
 
 def size_of(value: Any) -> int:
     """Bytes held by a result: numpy arrays by ``nbytes``, containers and dataclasses summed, the rest shallow."""
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
+    if isinstance(value, np.ndarray):  # a view keeps its whole base alive
+        base = value.base if isinstance(value.base, np.ndarray) else value
+        return int(max(value.nbytes, base.nbytes))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return _torch_bytes(value)
     if isinstance(value, (bytes, str)):
         return sys.getsizeof(value)
     if isinstance(value, dict):
@@ -41,6 +45,17 @@ def size_of(value: Any) -> int:
         return sys.getsizeof(value) + sum(size_of(v) for v in value)
     if hasattr(value, "__dataclass_fields__"):
         return sum(size_of(getattr(value, name)) for name in value.__dataclass_fields__)
+    return sys.getsizeof(value)
+
+
+def _torch_bytes(value: Any) -> int:
+    """Bytes of a tensor's storage, or of a module's parameters and buffers (shared storage once)."""
+    torch = sys.modules["torch"]
+    if isinstance(value, torch.Tensor):
+        return int(value.untyped_storage().nbytes())
+    if isinstance(value, torch.nn.Module):
+        tensors = [*value.parameters(), *value.buffers()]
+        return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
     return sys.getsizeof(value)
 
 
@@ -54,7 +69,7 @@ def analysis_working_bytes(config: Any) -> int:
     return 4 * (2 * heads * n * n + 3 * n * config.tgt_vocab_size)
 
 
-def _release_freed_memory() -> None:
+def release_freed_memory() -> None:
     """Hand freed heap memory back to the system (glibc keeps it otherwise, so resident memory would never drop
     after an eviction); a no-op where there is no ``malloc_trim``."""
     try:
@@ -102,7 +117,7 @@ class ByteLRU:
                 self._bytes -= old
                 evicted += old
         if evicted > 8_000_000:
-            _release_freed_memory()
+            release_freed_memory()
         return value
 
     def clear(self) -> None:

@@ -1,13 +1,16 @@
 """Caches around ``app.inference``.
 
 The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
-session); analyses and exports live in one byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the
-loaded models counted too) keyed by text, settings, checkpoint and ablated heads, so changing layer,
-head or view never runs the model again; small results live in ``st.cache_data``.
+session); analyses, exports, translations of longer texts, training snapshots and their attentions live in one
+byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
+checkpoint and ablated heads, so changing layer, head or view never runs the model again; small results live in
+``st.cache_data`` (every cache and its bound: docs/limits.md). Work that is not in a cache yet is capped by
+``app.work`` and, when heavy, waits for one of the server's heavy-job slots.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ import streamlit as st
 
 from transformer import Transformer, Translator
 
-from . import catalog, inference, probes
+from . import catalog, inference, probes, work
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
 
@@ -40,33 +43,66 @@ def get_translator(checkpoint: str, device: str) -> Translator:
 RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
 
 
+def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
+    """``make()`` in one of the server's heavy-job slots (``app.work.HEAVY``), saying how long it has waited for
+    one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
+    waiting = st.empty()
+
+    def tell(seconds: float) -> None:
+        waiting.info(f"Waiting for another visitor's heavy job… {seconds:.0f} s", icon=":material/hourglass_top:")
+
+    try:
+        with work.HEAVY.slot(tell):
+            waiting.empty()
+            with st.spinner(what):
+                return make()
+    finally:
+        waiting.empty()
+
+
 def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                  ablated: tuple[HeadKey, ...] = ()) -> Analysis:
-    """Translation and every attention weight for these inputs (kept within the byte budget)."""
-    return RESULTS.get(("analysis", checkpoint, device, text, settings, tuple(ablated)),
-                       lambda: inference.analyse(get_translator(checkpoint, device), text, settings, ablated))
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
-    """Plain translations of the sentences of a longer text."""
-    return inference.translate_sentences(get_translator(checkpoint, device), list(sentences), settings)
-
-
-@st.cache_resource(show_spinner="Loading a training snapshot…", max_entries=16)
-def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
-    """A copy of the model with one snapshot's weights."""
+    """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped to
+    this server's work limit (``app.work.cap_translation``: ``result.settings`` says what ran)."""
     tr = get_translator(checkpoint, device)
-    return probes.load_snapshot_model(tr, snapshot)
+    settings, _ = work.cap_translation(tr, text, settings)
+
+    def make() -> Analysis:
+        run = lambda: inference.analyse(tr, text, settings, ablated)
+        big = work.translation_work(tr, work.source_length(tr, text), settings) > work.LIGHT_WORK
+        return heavy(run, "Translating a long input…") if big else run()
+
+    return RESULTS.get(("analysis", checkpoint, device, text, settings, tuple(ablated)), make)
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
+def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
+    """Plain translations of some sentences of a longer text (a heavy job; kept within the byte budget). The beam
+    is capped as for the longest of them."""
+    tr = get_translator(checkpoint, device)
+    longest = max(sentences, key=lambda x: work.source_length(tr, x))
+    settings, _ = work.cap_translation(tr, longest, settings)
+    return RESULTS.get(("translations", checkpoint, device, sentences, settings),
+                       lambda: heavy(lambda: inference.translate_sentences(tr, list(sentences), settings),
+                                     f"Translating {len(sentences)} sentences…"))
+
+
+def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
+    """A copy of the model with one snapshot's weights (kept within the byte budget, its weights counted)."""
+    return RESULTS.get(("snapshot model", checkpoint, device, snapshot),
+                       lambda: probes.load_snapshot_model(get_translator(checkpoint, device), snapshot))
+
+
 def get_snapshot_attentions(checkpoint: str, device: str, snapshot: str, source_ids: tuple[int, ...],
                             target_ids: tuple[int, ...]) -> tuple[dict[str, np.ndarray], str]:
-    """A snapshot's attentions on the same sentence and translation, and its own greedy translation."""
-    tr = get_translator(checkpoint, device)
-    model = get_snapshot_model(checkpoint, device, snapshot)
-    return probes.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
+    """A snapshot's attentions on the same sentence and translation, and its own greedy translation (a heavy
+    job; kept within the byte budget)."""
+    def make() -> tuple[dict[str, np.ndarray], str]:
+        tr = get_translator(checkpoint, device)
+        model = get_snapshot_model(checkpoint, device, snapshot)
+        return probes.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
+
+    return RESULTS.get(("snapshot", checkpoint, device, snapshot, source_ids, target_ids),
+                       lambda: heavy(make, "Running a training snapshot…"))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -107,4 +143,11 @@ def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *arg
     make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
             "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
-    return RESULTS.get(key, lambda: make(get_translator(checkpoint, device), analysis, *args, **progress))
+    run = lambda: make(get_translator(checkpoint, device), analysis, *args, **progress)
+    if kind in HEAVY_KINDS:
+        return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
+    return RESULTS.get(key, run)
+
+
+HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
+               "lens": "Reading every layer's predictions…"}

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,26 +199,52 @@ class CheckpointInfo:
 
 
 def list_checkpoints() -> list[CheckpointInfo]:
-    """Every directory under the repository's ``checkpoints/``, checked without loading the weights."""
-    from transformer.checkpoint import check_checkpoint_dir
-
+    """Every directory under the repository's ``checkpoints/``, checked without loading the weights: whatever goes
+    wrong while reading one (its files, config, safetensors header, tokenizer, metadata or heads.json) marks it
+    unavailable with the reason, never breaks the list."""
     root = REPO_ROOT / "checkpoints"
     found: list[CheckpointInfo] = []
-    for folder in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
-        meta: dict = {}
-        with contextlib.suppress(OSError, ValueError):  # no or unreadable metadata: listed without scores
-            meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
-        meta = meta if isinstance(meta, dict) else {}
-        test = meta.get("test_2016_flickr")
-        bleu = test.get("bleu") if isinstance(test, dict) and isinstance(test.get("bleu"), (int, float)) else None
+    try:
+        folders = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
+    except OSError:
+        folders = []
+    for folder in folders:
         try:
-            config = check_checkpoint_dir(folder)
-            layout, problem = ("pre-norm" if config.norm_first else "post-norm"), None
-        except transformer.CheckpointError as err:
-            layout, problem = "?", str(err)
-        found.append(CheckpointInfo(f"checkpoints/{folder.name}", str(meta.get("language_pair", "")), layout,
-                                    float(bleu) if bleu is not None else None, problem))
+            found.append(_checkpoint_info(folder))
+        except Exception as err:  # any damage is one "unavailable" line
+            found.append(CheckpointInfo(f"checkpoints/{folder.name}", "", "?", None, f"{type(err).__name__}: {err}"))
     return found
+
+
+def _checkpoint_info(folder: Path) -> CheckpointInfo:
+    """One checkpoint directory as the picker lists it (its problem, when the check fails)."""
+    from transformer.checkpoint import check_checkpoint_dir
+
+    meta: object = {}
+    with contextlib.suppress(OSError, ValueError):  # no or unreadable metadata: listed without scores
+        meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+    meta = meta if isinstance(meta, dict) else {}
+    test = meta.get("test_2016_flickr")
+    bleu = test.get("bleu") if isinstance(test, dict) and isinstance(test.get("bleu"), (int, float)) else None
+    try:
+        config = check_checkpoint_dir(folder)
+        layout, problem = ("pre-norm" if config.norm_first else "post-norm"), _heads_problem(folder)
+    except transformer.CheckpointError as err:
+        layout, problem = "?", str(err)
+    return CheckpointInfo(f"checkpoints/{folder.name}", str(meta.get("language_pair", "")), layout,
+                          float(bleu) if bleu is not None else None, problem)
+
+
+def _heads_problem(folder: Path) -> str | None:
+    """Why the directory's ``heads.json`` (when there) cannot be used, or None."""
+    path = folder / "heads.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return f"heads.json is not valid JSON: {err}"
+    return None if isinstance(data, dict) and "importance" in data else "heads.json holds no head importance"
 
 
 def load_heads(path: str | Path | None) -> dict | None:
@@ -240,14 +267,15 @@ def public_mode() -> bool:
 
 
 def allowed_models() -> list[str]:
-    """The models a public server offers: ``$ATTN_MODELS`` (comma-separated directories and Hub ids), else the
-    default checkpoint, every checkpoint directory shipped under ``checkpoints/`` and the suggested OPUS-MT ids."""
+    """The models a public server offers: ``$ATTN_MODELS`` (comma-separated directories and Hub ids), else what
+    ships with it: the default checkpoint and every checkpoint directory under ``checkpoints/`` (no Hub model is
+    downloaded unless ``ATTN_MODELS`` names it)."""
     listed = [m.strip() for m in os.environ.get("ATTN_MODELS", "").split(",") if m.strip()]
     if listed:
         return list(dict.fromkeys(listed))
     root = REPO_ROOT / "checkpoints"
     shipped = [f"checkpoints/{p.name}" for p in sorted(root.glob("*")) if p.is_dir()] if root.is_dir() else []
-    return list(dict.fromkeys([default_checkpoint(), *shipped, *OPUS_MT]))
+    return list(dict.fromkeys([default_checkpoint(), *shipped]))
 
 
 def model_allowed(checkpoint: str) -> bool:
@@ -258,3 +286,17 @@ def model_allowed(checkpoint: str) -> bool:
 def default_checkpoint() -> str:
     """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
     return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT
+
+
+_URL = re.compile(r"\b(?:https?|ftp|file|wss?)://[^\s'\"<>)\]]+", re.IGNORECASE)
+_PATH = re.compile(r"(?<![\w.:/-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*([\w.@+-]+)")
+
+
+def visitor_message(error: BaseException | str) -> str:
+    """An error as a visitor of a public server may read it: no URLs (the Hub endpoint, a mirror) and no paths of
+    this machine (a path is cut to its last part). Outside public mode the message is kept whole."""
+    text = str(error) if isinstance(error, str) else f"{error}" or type(error).__name__
+    if not public_mode():
+        return text
+    text = _URL.sub("(an address)", text)
+    return _PATH.sub(lambda m: m.group(1), text)

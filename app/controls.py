@@ -11,7 +11,7 @@ import streamlit as st
 
 from transformer import Translator
 
-from . import cached, figures, state
+from . import cached, figures, state, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import Analysis
 
@@ -54,15 +54,26 @@ def n_parameters(tr: Translator) -> int:
     return sum(p.numel() for p in tr.model.parameters())
 
 
+def capped(notices: list[str] | tuple[str, ...]) -> None:
+    """Say what this server's work limit cut (``app.work``), one notice each."""
+    for text in notices:
+        st.info(md_escape(text), icon=":material/speed:")
+
+
 def attributions(ctx: state.ViewContext, method: str) -> dict:
-    """``probes.attributions`` of the analysed sentence through the cache, with a progress bar while it runs."""
+    """``probes.attributions`` of the analysed sentence through the cache, within this server's work limit (fewer
+    steps, a shorter span or input x gradient, with a notice), with a progress bar while it runs."""
+    result = ctx.result
+    plan = work.plan_attribution(ctx.tr, len(result.source_ids), len(result.target_ids), method)
+    capped(plan.notices)
     bar = st.progress(0.0, text="Attributing every output piece…")
 
     def progress(done: int, total: int) -> None:
         bar.progress(done / total, text=f"Attributing every output piece… pass {done} of {total}")
 
     try:
-        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, ctx.result, method, progress=progress)
+        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result, plan.method, plan.steps,
+                                 plan.span, work.work_bytes(), progress=progress)
     finally:
         bar.empty()
 
@@ -152,6 +163,22 @@ def measure_control(key: str = "measure") -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
                   required=True)
+
+
+WINDOW = 60  # rows and columns a chart of a long sentence shows at once
+
+
+def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
+    """``(q0, q1, k0, k1)``: everything for a short sentence; for a long one a window of at most ``WINDOW`` rows
+    and columns, chosen with two sliders (keeps big charts, and what the browser must draw, bounded)."""
+    if max(n_queries, n_keys) <= WINDOW:
+        return 0, n_queries, 0, n_keys
+    st.caption(f"Long sentence: {WINDOW} rows and columns at a time; choose the window.")
+    c1, c2 = st.columns(2)
+    q0, q1 = c1.slider("Query rows", 0, n_queries, (0, min(n_queries, WINDOW)), key=f"{key}_qwin")
+    k0, k1 = c2.slider("Key columns", 0, n_keys, (0, min(n_keys, WINDOW)), key=f"{key}_kwin")
+    q1, k1 = min(max(q1, q0 + 1), q0 + WINDOW), min(max(k1, k0 + 1), k0 + WINDOW)
+    return q0, q1, k0, k1
 
 
 def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,

@@ -9,10 +9,11 @@ import torch
 import transformer
 from transformer import Translator
 
-from . import cached, catalog, inference, state
+from . import cached, catalog, inference, state, work
 from .controls import choose, md_escape
 from .inference import Analysis
 
+GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
 
 
@@ -68,6 +69,11 @@ def model_picker() -> None:
     if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
         allowed = [m for m in catalog.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
             [catalog.default_checkpoint()]
+        broken = {i.path: i.problem for i in infos if i.problem}
+        if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
+            st.warning(f"{md_escape(ss[state.CHECKPOINT])} is unavailable on this server "
+                       f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
+                       f"{md_escape(allowed[0])} opens instead.", icon=":material/block:")
         if ss.get(state.MODEL_CHOICE) not in allowed:
             ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
 
@@ -152,9 +158,9 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
                 catalog.download(checkpoint, DownloadProgress(checkpoint))
             return cached.get_translator(checkpoint, device)
         except transformer.CheckpointError as err:
-            message = str(err)
+            message = catalog.visitor_message(err)
         except Exception as err:  # anything else from loading: still one clear message
-            message = f"{type(err).__name__}: {err}"
+            message = catalog.visitor_message(f"{type(err).__name__}: {err}")
         ss[state.LOAD_FAILURE] = (checkpoint, device, message)
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
@@ -252,11 +258,24 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
     if len(sentences) <= 1:
         st.session_state.pop(state.SENTENCE, None)
         return sub.text
-    translations = cached.get_translations(checkpoint, device, tuple(sentences), sub.settings)
+    groups = work.sentence_groups(tr, sentences, sub.settings)  # each within this server's work limit
+    asked = st.session_state.get(GROUPS_SHOWN)  # (checkpoint, submitted, groups): a new text starts at one group
+    shown = min(asked[2] if asked and asked[:2] == (checkpoint, sub) else 1, len(groups))
+    translations: list[str] = []
+    for group in groups[:shown]:
+        translations += cached.get_translations(checkpoint, device, tuple(sentences[i] for i in group), sub.settings)
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
     with st.container(border=True):
-        for i, (src, out) in enumerate(zip(sentences, translations), 1):
-            st.text(f"{i}. {src}\n   → {out}")
+        for i, src in enumerate(sentences, 1):
+            st.text(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}")
+    if shown < len(groups):
+        rest = len(sentences) - len(translations)
+        st.info(f"{len(translations)} of the {len(sentences)} sentences translated so far: translating them all at "
+                f"once is over this server's work limit (ATTN_MAX_WORK). Each sentence can still be explored.",
+                icon=":material/speed:")
+        if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
+            st.session_state[GROUPS_SHOWN] = (checkpoint, sub, shown + 1)
+            st.rerun()
     numbers = list(range(1, len(sentences) + 1))
     number = choose(st.selectbox, "Sentence to explore", numbers, state.SENTENCE, 1,
                     format_func=lambda n: f"{n}. {sentences[n - 1][:80]}")

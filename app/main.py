@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, catalog, frame, inference, state
+from app import cached, catalog, controls, frame, inference, state, work
 from app.controls import md_escape
 from app.views import VIEWS
 
@@ -27,11 +27,13 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
     if sub is None:
         return None
     text = frame.pick_sentence(tr, checkpoint, device, sub)
+    controls.capped(work.cap_translation(tr, text, sub.settings)[1])  # get_analysis applies the same cap
     try:
         with st.spinner("Translating…"):
             return cached.get_analysis(checkpoint, device, text, sub.settings, ())
     except Exception as err:  # never a stack trace
-        st.error(f"The translation failed: {type(err).__name__}: {md_escape(err)}", icon=":material/error:")
+        st.error(f"The translation failed: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
+                 icon=":material/error:")
         return None
 
 
@@ -72,7 +74,8 @@ def main() -> None:
         else:
             view.render(state.ViewContext(tr, checkpoint, device, result, sub))
     except Exception as err:  # never a stack trace
-        st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(err)}", icon=":material/error:")
+        st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
+                 icon=":material/error:")
     state.end_run(name)
 
 

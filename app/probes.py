@@ -142,15 +142,22 @@ def norm_attentions(tr: Translator, analysis: Analysis) -> dict[str, np.ndarray]
 
 
 def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 32,
+                 span: tuple[int, int] | None = None, max_batch_bytes: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
-    """Attribution of each output piece's log-probability: ``source (T, S)``, ``target (T, T)``, and each cross
-    head's agreement with it ``(layers, heads)``; ``progress(done, total)`` after each pass through the model."""
+    """Attribution of each output piece's log-probability: ``source (T', S)``, ``target (T', T)`` for the output
+    pieces of ``span`` (``(first, end)``; default all, T' = T), and each cross head's agreement with it
+    ``(layers, heads)`` over those pieces; ``progress(done, total)`` after each pass through the model, each pass
+    holding at most ``max_batch_bytes``."""
     from transformer.interpret import attention_attribution_agreement, attribute
 
     src, tgt, labels = _pair(tr, analysis)
-    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps, progress=progress)
-    agreement = attention_attribution_agreement([torch.from_numpy(a) for a in analysis.cross], source[0].cpu())
-    return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy()}
+    first, end = span or (0, tgt.size(1))
+    source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps, progress=progress,
+                               max_batch_bytes=max_batch_bytes, output_span=(first, end))
+    cross = [torch.from_numpy(a[:, first:end]) for a in analysis.cross]  # (H, T', S) per layer
+    agreement = attention_attribution_agreement(cross, source[0].cpu())
+    return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy(),
+            "span": np.array([first, end])}
 
 
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
@@ -165,7 +172,9 @@ def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray
     target = labels[0].cpu().numpy()  # (T,)
     rank = (ids == target[None, :, None]).argmax(-1)  # (L, T): 0 = the top prediction
     chosen = np.take_along_axis(probs, rank[..., None], -1)[..., 0]  # (L, T)
-    return {"probs": probs[..., :k], "ids": ids[..., :k], "labels": target, "rank": rank, "chosen": chosen}
+    # copies: a slice would keep the whole (L, T, V) arrays alive in the cache, uncounted
+    return {"probs": probs[..., :k].copy(), "ids": ids[..., :k].copy(), "labels": target, "rank": rank,
+            "chosen": chosen}
 
 
 def beam_tree(tr: Translator, analysis: Analysis) -> Any:

@@ -5,7 +5,9 @@
    click-to-heatmap p50 / p95 at 1, 4 and 8 visitors; also a round where one visitor runs an ablation meanwhile
    (head masks must never change the shared model for the others).
 2. Soak: 500 distinct inputs of mixed length through the cached analysis path (``app.cached``) under a small
-   ``ATTN_CACHE_MB``: resident memory after each, its peak, and the cache's bytes.
+   ``ATTN_CACHE_MB``: resident memory after each, its peak, and the cache's bytes. Then the heavy soak
+   (``bench.app_heavy.soak_heavy``): long inputs through Training evolution, attribution and the beam tree at
+   beam 16, and 100 sentences at beam 16, under public mode's work limit.
 
 Needs ``/usr/bin/chromium`` and ``playwright`` for part 1, ``psutil`` for part 2.
 """
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--visitors", default="1,4,8", help="concurrent visitor counts")
     p.add_argument("--soak", type=int, default=500, help="inputs for the soak (0: skip)")
     p.add_argument("--cache-mb", type=float, default=150.0, help="ATTN_CACHE_MB during the soak")
+    p.add_argument("--heavy-soak", type=int, default=30, help="long inputs through the heavy views (0: skip; "
+                   "bench.app_heavy.soak_heavy)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     result: dict[str, Any] = {"machine": machine_info(), "rounds": []}
@@ -162,6 +166,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['soak_models_mb']} MB; "
               f"cache peak {s['soak_peak_cache_mb']} MB, reserved for the model and one analysis in flight "
               f"{s['soak_reserved_mb']} MB, {s['soak_cache_entries']} entries kept)")
+    if args.heavy_soak:
+        from .app_heavy import soak_heavy
+
+        h = soak_heavy(args.checkpoint, args.heavy_soak, args.cache_mb)
+        result.update(h)
+        failed |= not h["heavy_soak_within_budget"]
+        print(f"heavy soak, {h['heavy_soak_inputs']} long inputs through Training evolution, attribution and the "
+              f"beam tree at beam 16 (+100 sentences every tenth), ATTN_CACHE_MB={h['heavy_soak_cache_mb']:g}: RSS "
+              f"{h['heavy_soak_start_rss_mb']} -> peak {h['heavy_soak_peak_rss_mb']} -> "
+              f"{h['heavy_soak_final_rss_mb']} MB ({'within' if h['heavy_soak_within_budget'] else 'OVER'} the "
+              "budget + model + ATTN_WORK_MB)")
     if args.json:
         print(json.dumps(result))
     return 1 if failed else 0

@@ -94,9 +94,11 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_constraints_pin_every_runtime_dependency(image_check):
-    """Every distribution ``pip install .[app]`` brings in (the installed metadata's requirements, followed) has a
-    pin in constraints.txt, and the pins satisfy the project's own version ranges."""
+@pytest.mark.parametrize("extra", ["app", "dev"])
+def test_constraints_pin_every_runtime_dependency(image_check, extra):
+    """Every distribution ``pip install .[app]`` (the image) and ``pip install -e .[dev]`` (.ci/run, the README's
+    set-up) brings in (the installed metadata's requirements, followed) has a pin in constraints.txt, and the pins
+    satisfy the project's own version ranges."""
     requirements = pytest.importorskip("packaging.requirements")
     try:
         project = metadata.distribution("attention-explorer")
@@ -104,8 +106,13 @@ def test_constraints_pin_every_runtime_dependency(image_check):
         pytest.skip("attention-explorer is not installed (pip install -e .)")
     pins = image_check.read_constraints(ROOT / "constraints.txt")
     direct = [requirements.Requirement(r) for r in project.requires or []]
-    direct = [r for r in direct if r.marker is None or r.marker.evaluate({"extra": "app"})
+    direct = [r for r in direct if r.marker is None or r.marker.evaluate({"extra": extra})
               or r.marker.evaluate({"extra": ""})]
+    own = [r for r in direct if _canonical(r.name) == "attention-explorer"]  # dev = [app, bench] + tools
+    direct = [r for r in direct if _canonical(r.name) != "attention-explorer"]
+    direct += [requirements.Requirement(r) for r in project.requires or [] for o in own
+               if (m := requirements.Requirement(r).marker) is not None and any(m.evaluate({"extra": e})
+                                                                                for e in o.extras)]
     for req in direct:
         assert _canonical(req.name) in pins, f"{req.name} is not pinned"
         assert req.specifier.contains(pins[_canonical(req.name)], prereleases=True), (req, pins[_canonical(req.name)])
@@ -126,3 +133,13 @@ def test_constraints_pin_every_runtime_dependency(image_check):
                 todo.append((req.name, set(req.extras)))
     missing = sorted(seen - set(pins))
     assert not missing, f"not pinned in constraints.txt: {missing}"
+
+
+def test_ci_and_the_readme_setup_build_the_pinned_environment():
+    """.ci/run installs into a new virtual environment with constraints.txt (what the image pins), not into the
+    machine's Python, and runs the linter and the suite there."""
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m venv" in script
+    install = next(line for line in script.splitlines() if '-e ".[dev]"' in line)
+    assert install.startswith(".venv/bin/python -m pip install") and "-c constraints.txt" in install
+    assert ".venv/bin/python -m pytest" in script and ".venv/bin/python -m ruff" in script

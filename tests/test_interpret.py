@@ -165,7 +165,9 @@ def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(interpret, "forward_from_embeddings", counted)
-    attribute(model, SRC, TGT, LABELS, method=method, steps=steps, progress=lambda d, t: calls.append((d, t)))
+    eight_points = 8 * TGT.size(1) * interpret.attribution_row_bytes(model, SRC.size(1), TGT.size(1))
+    attribute(model, SRC, TGT, LABELS, method=method, steps=steps, progress=lambda d, t: calls.append((d, t)),
+              max_batch_bytes=eight_points)  # memory for 8 interpolation points of every step per pass
     total = 2 * per_item  # two batch items
     assert calls == [(i, total) for i in range(1, total + 1)]
     assert len(forward) == total  # one call per pass through the model: the progress counts what ran

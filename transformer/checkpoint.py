@@ -89,17 +89,34 @@ def read_config(path: Path) -> TransformerConfig:
         raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
     try:
         return TransformerConfig.load(path / CONFIG_FILE)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {err}") from err
+    except Exception as err:  # bad JSON, unknown or invalid fields, a list instead of an object: one clear message
+        raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {type(err).__name__}: "
+                              f"{err}") from err
 
 
 def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     """A quick look at a checkpoint directory without loading the weights: the files are there, ``config.json``
-    is valid, and the safetensors header names every weight of that config with its shape, its data complete
-    (a truncated file fails). Returns the config; raises ``CheckpointError`` saying what is wrong."""
+    is valid, the safetensors header names every weight of that config with its shape, its data complete (a
+    truncated file fails), the tokenizer opens with the config's vocabulary size and ``metadata.json`` (when there)
+    is a JSON object. Returns the config; raises ``CheckpointError`` saying what is wrong, whatever went wrong."""
     path = Path(path)
     config = read_config(path)
-    weights = path / WEIGHTS_FILE
+    try:
+        _check_weights(path / WEIGHTS_FILE, config)
+        tokenizer = _open_tokenizer(path)
+        if tokenizer.vocab_size != config.tgt_vocab_size:
+            raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
+                                  f"tgt_vocab_size={config.tgt_vocab_size}")
+        _read_metadata(path)
+    except CheckpointError:
+        raise
+    except Exception as err:  # anything unforeseen in a damaged directory is still one clear message
+        raise CheckpointError(f"{path.name} could not be checked: {type(err).__name__}: {err}") from err
+    return config
+
+
+def _check_weights(weights: Path, config: TransformerConfig) -> None:
+    """The safetensors header of ``weights`` against the tensors ``config`` builds (no data read)."""
     try:
         with open(weights, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
@@ -109,12 +126,15 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     if not isinstance(header, dict):
         raise CheckpointError(f"{WEIGHTS_FILE} is not a safetensors file")
     header.pop("__metadata__", None)
-    end = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
+    try:
+        end = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
+        stored = {k: [int(n) for n in v["shape"]] for k, v in header.items()}
+    except (TypeError, KeyError, IndexError, ValueError) as err:
+        raise CheckpointError(f"{WEIGHTS_FILE} has a malformed header ({type(err).__name__}: {err})") from err
     if 8 + size + end > weights.stat().st_size:
         raise CheckpointError(f"{WEIGHTS_FILE} is truncated ({weights.stat().st_size:,} of {8 + size + end:,} bytes)")
     with torch.device("meta"):
         expected = {k: list(v.shape) for k, v in Transformer(config).state_dict().items()}
-    stored = {k: list(v["shape"]) for k, v in header.items()}
     # tied weights are stored once, under any one of their names
     tied = {"src_embed.weight", "tgt_embed.weight", "generator.weight"} if config.share_embeddings else set()
     wrong = [k for k, shape in expected.items() if k not in tied and stored.get(k) != shape]
@@ -122,19 +142,37 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
         wrong.append("src_embed.weight")
     if wrong or set(stored) - set(expected):
         raise CheckpointError(f"{WEIGHTS_FILE} does not match config.json (e.g. {(wrong or sorted(stored))[0]})")
-    return config
+
+
+def _open_tokenizer(path: Path) -> Tokenizer | SplitTokenizer:
+    """The checkpoint's tokenizer (joint ``tokenizer.model`` or Marian's split files); ``CheckpointError`` when it
+    does not open."""
+    joint = (path / TOKENIZER_FILE).is_file()
+    try:
+        return Tokenizer(path / TOKENIZER_FILE) if joint else SplitTokenizer.from_dir(path)
+    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
+        names = TOKENIZER_FILE if joint else ", ".join(SPLIT_TOKENIZER_FILES)
+        raise CheckpointError(f"{path}: {names} is not a usable sentencepiece tokenizer: {err}") from err
+
+
+def _read_metadata(path: Path) -> dict:
+    """``metadata.json`` as a dict ({} when absent); ``CheckpointError`` when it is not a JSON object."""
+    if not (path / METADATA_FILE).is_file():
+        return {}
+    try:
+        metadata = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path / METADATA_FILE} is not valid JSON: {err}") from err
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{path / METADATA_FILE} is not a JSON object")
+    return metadata
 
 
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
     """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
     path = Path(path)
     config = read_config(path)
-    joint = (path / TOKENIZER_FILE).is_file()
-    try:
-        tokenizer = Tokenizer(path / TOKENIZER_FILE) if joint else SplitTokenizer.from_dir(path)
-    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
-        names = TOKENIZER_FILE if joint else ", ".join(SPLIT_TOKENIZER_FILES)
-        raise CheckpointError(f"{path}: {names} is not a usable sentencepiece tokenizer: {err}") from err
+    tokenizer = _open_tokenizer(path)
     if tokenizer.vocab_size != config.tgt_vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
                               f"tgt_vocab_size={config.tgt_vocab_size}")
@@ -146,10 +184,5 @@ def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tupl
     except RuntimeError as err:
         raise CheckpointError(f"{path / WEIGHTS_FILE} does not match config.json "
                               f"(sizes or layer counts differ): {err}") from err
-    metadata: dict = {}
-    if (path / METADATA_FILE).is_file():
-        try:
-            metadata = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
-        except ValueError as err:
-            raise CheckpointError(f"{path / METADATA_FILE} is not valid JSON: {err}") from err
+    metadata = _read_metadata(path)
     return model.to(resolve_device(device)).eval(), tokenizer, metadata

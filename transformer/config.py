@@ -38,6 +38,25 @@ class TransformerConfig:
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
 
     def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        for name in ("n_encoder_layers", "n_decoder_layers", "pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(self, name) >= self.tgt_vocab_size:
+                raise ValueError(f"{name} ({getattr(self, name)}) is outside the vocabulary ({self.tgt_vocab_size})")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value < 1.0):
+                raise ValueError(f"{name} must be a number in [0, 1), not {value!r}")
+        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
+                or not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be a positive number, not {self.layer_norm_eps!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -75,7 +75,7 @@ def download_repo(repo_id: str, progress: Progress | None = None, api: Any = Non
     already in the local cache are not fetched again. Returns the local snapshot directory."""
     import huggingface_hub
 
-    _, files = repo_files(repo_id, api)
+    revision, files = repo_files(repo_id, api)
     if not files:
         raise CheckpointError(f"'{repo_id}' on the Hugging Face Hub has no files a checkpoint needs")
     total = sum(size for _, size in files)
@@ -84,14 +84,29 @@ def download_repo(repo_id: str, progress: Progress | None = None, api: Any = Non
     for name, size in files:
         if progress is not None:
             progress(done, total, name)
-        local = huggingface_hub.hf_hub_download(repo_id=repo_id, filename=name)  # "main", so the cache knows it
+        # the revision whose sizes were checked, never a newer "main" that may have grown since
+        local = huggingface_hub.hf_hub_download(repo_id=repo_id, filename=name, revision=revision)
         done += size
     if progress is not None:
         progress(total, total, "")
     root = Path(local)
     for _ in Path(files[-1][0]).parts:  # the last file's path inside the snapshot -> the snapshot directory
         root = root.parent
+    if revision:
+        _remember_as_main(root, revision)
     return root
+
+
+def _remember_as_main(snapshot: Path, revision: str) -> None:
+    """Point the cache's ``refs/main`` at the commit just fetched (what a download of "main" at that commit
+    writes), so later offline loads and cache look-ups by repo id find it. The Hub cache layout is
+    ``models--owner--name/{refs/main, snapshots/<commit>/...}``; anything else is left alone."""
+    storage = snapshot.parent.parent
+    if snapshot.parent.name != "snapshots" or snapshot.name != revision or not storage.name.startswith("models--"):
+        return
+    refs = storage / "refs"
+    refs.mkdir(exist_ok=True)
+    (refs / "main").write_text(revision, encoding="utf-8")
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")

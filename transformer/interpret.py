@@ -161,16 +161,38 @@ def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_em
     return (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits).log_softmax(dim=-1)
 
 
+DEFAULT_BATCH_BYTES = 256_000_000  # attribution's working memory per pass through the model, when none is given
+
+
+def attribution_row_bytes(model: Transformer, source_len: int, target_len: int) -> int:
+    """An upper estimate of the memory one row of :func:`attribute` holds through a forward and backward pass
+    (``source_len`` + ``target_len`` positions): per layer and position the activations autograd keeps (about
+    ten ``d_model`` vectors and two ``d_ff`` ones), the attention weights of every head, and the output row over
+    the vocabulary; float32."""
+    cfg = model.config
+    s, t = source_len, target_len
+    per_position = 10 * cfg.d_model + 2 * cfg.d_ff
+    floats = cfg.n_encoder_layers * (s * per_position + 3 * cfg.n_heads * s * s)
+    floats += cfg.n_decoder_layers * ((t + t) * per_position + 3 * cfg.n_heads * (t * t + t * s))
+    floats += 4 * (s + t) * cfg.d_model + 3 * cfg.tgt_vocab_size
+    return 4 * floats
+
+
 def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, method: str = "integrated_gradients",
-              steps: int = 32, progress: Callable[[int, int], None] | None = None) -> tuple[Tensor, Tensor]:
+              steps: int = 32, progress: Callable[[int, int], None] | None = None,
+              max_batch_bytes: int | None = None,
+              output_span: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
     """For each step t, the attribution of ``log p(labels[t])`` to every source and decoder-input piece:
-    ``(source (B, T, S), target (B, T, T))`` (summed over the embedding dimensions).
+    ``(source (B, T', S), target (B, T', T))`` (summed over the embedding dimensions), T' the steps of
+    ``output_span`` (``(first, end)``, end excluded; default every step, T' = T).
 
     ``method``: ``"input_x_gradient"`` or ``"integrated_gradients"`` (captum, ``steps`` points from an all-zero
     embedding baseline; per step, source + target sums equal ``log p(x) - log p(baseline)`` up to the integration
-    error). ``progress(done, total)`` is called after each pass through the model (integrated gradients make
-    ``ceil(steps / 8)`` passes per batch item, input x gradient one). The model must be in eval mode (it is
-    not switched: it may be serving others); a model in training mode raises ``ValueError``.
+    error). Each pass through the model holds at most ``max_batch_bytes`` (default ``DEFAULT_BATCH_BYTES``) by
+    :func:`attribution_row_bytes`: as many rows (output step x interpolation point) as fit, at least one; rows
+    are independent, so the result does not depend on the batching. ``progress(done, total)`` is called after
+    each pass. The model must be in eval mode (it is not switched: it may be serving others); a model in
+    training mode raises ``ValueError``.
     """
     from captum.attr import InputXGradient, IntegratedGradients
 
@@ -178,38 +200,54 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
         raise ValueError("method must be 'input_x_gradient' or 'integrated_gradients'")
     require_eval(model, "attribute")
     b, t = tgt.shape
-    per_item = -(-steps // 8) if method == "integrated_gradients" else 1  # captum runs t * 8 rows a pass
+    first, end = output_span if output_span is not None else (0, t)
+    if not 0 <= first < end <= t:
+        raise ValueError(f"output_span must lie within the {t} output steps, not {output_span}")
+    points = steps if method == "integrated_gradients" else 1
+    budget = DEFAULT_BATCH_BYTES if max_batch_bytes is None else max_batch_bytes
+    rows_per_pass = max(1, budget // attribution_row_bytes(model, src.size(1), t))
+    chunk = min(end - first, rows_per_pass)  # output steps attributed together
+    chunks = [(c, min(c + chunk, end)) for c in range(first, end, chunk)]
+    per_chunk = [-(-points // max(1, rows_per_pass // (c1 - c0))) for c0, c1 in chunks]  # passes per chunk
+    total = b * sum(per_chunk)
     passes = [0]
     sources, targets = [], []
     with torch.enable_grad():  # gradients even when the caller runs under no_grad
         for i in range(b):
-            s_ids, t_ids = src[i:i + 1].expand(t, -1), tgt[i:i + 1].expand(t, -1)  # one row per step: (T, S), (T, T)
-            steps_idx, lab = torch.arange(t, device=tgt.device), labels[i]
+            src_rows, tgt_rows = [], []
+            for c0, c1 in chunks:
+                n_rows = c1 - c0
+                s_ids, t_ids = src[i:i + 1].expand(n_rows, -1), tgt[i:i + 1].expand(n_rows, -1)  # (n, S), (n, T)
+                steps_idx, lab = torch.arange(c0, c1, device=tgt.device), labels[i]
 
-            def forward(src_e: Tensor, tgt_e: Tensor, s_ids: Tensor = s_ids, t_ids: Tensor = t_ids,
-                        steps_idx: Tensor = steps_idx, lab: Tensor = lab) -> Tensor:
-                n = src_e.size(0)  # t rows times the interpolation points captum batched
-                reps = n // t
-                at = steps_idx.repeat(reps)  # (n,): the output position each row is about
-                logp = forward_from_embeddings(model, s_ids.repeat(reps, 1), t_ids.repeat(reps, 1), src_e, tgt_e,
-                                               positions=at)  # (n, V)
-                passes[0] += 1
-                if progress is not None:
-                    progress(min(passes[0], b * per_item), b * per_item)
-                return logp[torch.arange(n, device=logp.device), lab[at]]  # (n,)
+                def forward(src_e: Tensor, tgt_e: Tensor, s_ids: Tensor = s_ids, t_ids: Tensor = t_ids,
+                            steps_idx: Tensor = steps_idx, lab: Tensor = lab, n_rows: int = n_rows) -> Tensor:
+                    n = src_e.size(0)  # n_rows times the interpolation points captum batched
+                    reps = n // n_rows
+                    at = steps_idx.repeat(reps)  # (n,): the output position each row is about
+                    logp = forward_from_embeddings(model, s_ids.repeat(reps, 1), t_ids.repeat(reps, 1), src_e,
+                                                   tgt_e, positions=at)  # (n, V)
+                    passes[0] += 1
+                    if progress is not None:
+                        progress(min(passes[0], total), total)
+                    return logp[torch.arange(n, device=logp.device), lab[at]]  # (n,)
 
-            src_e = model.src_embed(s_ids).detach().requires_grad_(True)  # (T, S, D)
-            tgt_e = model.tgt_embed(t_ids).detach().requires_grad_(True)  # (T, T, D)
-            if method == "input_x_gradient":
-                a_src, a_tgt = InputXGradient(forward).attribute((src_e, tgt_e))
-            else:
-                a_src, a_tgt = IntegratedGradients(forward).attribute(
-                    (src_e, tgt_e), baselines=(torch.zeros_like(src_e), torch.zeros_like(tgt_e)), n_steps=steps,
-                    method="gausslegendre", internal_batch_size=t * 8)
-            src_pad = (s_ids == model.config.pad_id)[..., None]
-            tgt_pad = (t_ids == model.config.pad_id)[..., None]
-            sources.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (T, S)
-            targets.append(a_tgt.masked_fill(tgt_pad, 0).sum(-1).detach())  # (T, T)
+                src_e = model.src_embed(s_ids).detach().requires_grad_(True)  # (n, S, D)
+                tgt_e = model.tgt_embed(t_ids).detach().requires_grad_(True)  # (n, T, D)
+                if method == "input_x_gradient":
+                    a_src, a_tgt = InputXGradient(forward).attribute((src_e, tgt_e))
+                else:
+                    per_pass = n_rows * max(1, min(points, rows_per_pass // n_rows))  # whole interpolation points
+                    a_src, a_tgt = IntegratedGradients(forward).attribute(
+                        (src_e, tgt_e), baselines=(torch.zeros_like(src_e), torch.zeros_like(tgt_e)),
+                        n_steps=steps, method="gausslegendre", internal_batch_size=per_pass)
+                src_pad = (s_ids == model.config.pad_id)[..., None]
+                tgt_pad = (t_ids == model.config.pad_id)[..., None]
+                src_rows.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (n, S)
+                tgt_rows.append(a_tgt.masked_fill(tgt_pad, 0).sum(-1).detach())  # (n, T)
+                del a_src, a_tgt, src_e, tgt_e
+            sources.append(torch.cat(src_rows))  # (T', S)
+            targets.append(torch.cat(tgt_rows))  # (T', T)
     return torch.stack(sources), torch.stack(targets)
 
 

@@ -36,7 +36,7 @@ def partner(ctx: ViewContext, infos: list) -> str:
 
 def render(ctx: ViewContext) -> None:
     """Model picker, both translations, both heatmaps and both head summaries."""
-    infos = cached.get_checkpoint_list()
+    infos = [i for i in cached.get_checkpoint_list() if catalog.model_allowed(i.path)]  # public: the allow-list only
     labels = {i.path: i.label() for i in infos if i.problem is None}
     short = {i.path: f"{Path(i.path).name} ({i.layout})" for i in infos if i.problem is None}  # fits a chart title
     options = list(dict.fromkeys([ctx.checkpoint, *labels]))
@@ -55,11 +55,15 @@ def render(ctx: ViewContext) -> None:
                                   "untuned default 0.6); with the sidebar's, both decode with exactly the same "
                                   "settings.")
     settings_b = replace(mine, alpha=own_alpha) if choice == "own" else mine
+    if not catalog.model_allowed(other):  # never load what this server does not offer
+        st.error(f"{controls.md_escape(other)} is not offered on this server.")
+        return
     try:
         cached.get_translator(other, ctx.device)
         result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, ())
     except transformer.CheckpointError as err:
-        st.error(f"{controls.md_escape(other)} could not be loaded: {controls.md_escape(err)}")
+        st.error(f"{controls.md_escape(other)} could not be loaded: "
+                 f"{controls.md_escape(catalog.visitor_message(err))}")
         return
     pair = ((ctx.checkpoint, ctx.result), (other, result_b))
     columns = st.columns(2)

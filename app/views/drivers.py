@@ -27,15 +27,17 @@ def render(ctx: ViewContext) -> None:
                    "run 32 passes through it for every output piece, a minute or more on a CPU; input × gradient "
                    "is one pass (seconds).")
     data = controls.attributions(ctx, method)
-    src, tgt = data["source"], data["target"]  # (T, S), (T, T)
+    src, tgt = data["source"], data["target"]  # (T', S), (T', T): the output pieces of the span attributed
+    first, end = (int(x) for x in data.get("span", (0, len(src))))
+    outputs = result.target_tokens[first:end]
     bound = float(max(abs(src).max(), abs(tgt).max(), 1e-9))
     c1, c2 = st.columns([3, 2])
-    c1.plotly_chart(figures.attention_heatmap(src, result.target_tokens, result.source_tokens,
+    c1.plotly_chart(figures.attention_heatmap(src, outputs, result.source_tokens,
                                               title="Attribution to the source", query_title="output piece",
                                               key_title="source piece", zmin=-bound, zmax=bound,
                                               colorscale=figures.DIVERGING, value_name="attribution"),
                     config=figures.plotly_config("attribution-source"), key="drivers_src")
-    c2.plotly_chart(figures.attention_heatmap(tgt, result.target_tokens, result.decoder_input_tokens,
+    c2.plotly_chart(figures.attention_heatmap(tgt, outputs, result.decoder_input_tokens,
                                               title="Attribution to the decoder input", query_title="output piece",
                                               key_title="decoder input", zmin=-bound, zmax=bound,
                                               colorscale=figures.DIVERGING, value_name="attribution"),
@@ -46,7 +48,7 @@ def render(ctx: ViewContext) -> None:
     fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
                       title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
                       xaxis=dict(tickmode="array", tickvals=list(range(len(s_share))),
-                                 ticktext=[figures.escape(t) for t in result.target_tokens], title=dict(text="output")),
+                                 ticktext=[figures.escape(t) for t in outputs], title=dict(text="output")),
                       yaxis=dict(range=[0, 1], title=dict(text="share")))
     st.plotly_chart(fig, config=figures.plotly_config("attribution-share"), key="drivers_share")
     agreement = data["agreement"]  # (L, H)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls, figures, probes
+from .. import cached, controls, figures, probes, work
 from ..state import ViewContext
 
 
@@ -26,6 +26,8 @@ def render(ctx: ViewContext) -> None:
         return
     kind = controls.kind_control()
     layer, head = controls.layer_head_controls(tr, kind)
+    snaps, notices = work.pick_snapshots(tr, len(result.source_ids), len(result.target_ids), snaps)
+    controls.capped(notices)
     panels, rows = [], []
     for path in snaps:
         try:
@@ -42,6 +44,9 @@ def render(ctx: ViewContext) -> None:
     panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
+    q0, q1, k0, k1 = controls.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
+    panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
+    queries, keys = queries[q0:q1], keys[k0:k1]
     st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
                                            zrange=controls.colour_range(*[w for _, w in panels])),
                     config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")

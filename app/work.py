@@ -1,0 +1,269 @@
+"""How much work a request asks for, and what the page does when that is more than this server allows (no
+Streamlit here; ``app.cached`` and the views show the notices).
+
+One estimate per request, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
+1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``
+positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole sequences; a backward
+pass counts two).
+``$ATTN_MAX_WORK`` is the ceiling per request: 1000 units in public mode (``ATTN_PUBLIC=1``), unlimited otherwise.
+Over it the page does less and says so: beam capped, long texts translated a group of sentences at a time,
+integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
+snapshots subsampled. Heavy jobs also queue behind ``$ATTN_HEAVY_JOBS`` slots per server process
+(:data:`HEAVY`), and hand their freed memory back to the system when they end.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from transformer import Translator
+
+from .budget import release_freed_memory
+from .catalog import public_mode
+from .inference import DecodeSettings
+
+UNIT = 2.5e8  # parameters x token positions per work unit
+DECODE_STEP = 10  # positions one decoding step counts, per beam
+STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
+BACKWARD = 3  # a forward and a backward pass count three forwards
+PUBLIC_MAX_WORK = 1000.0
+LIGHT_WORK = 100.0  # an analysis above this many units queues with the heavy jobs
+IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
+MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
+DEFAULT_WORK_MB = 512.0
+
+
+def max_work() -> float:
+    """``$ATTN_MAX_WORK`` (units; ``0``, ``none`` or ``inf``: unlimited), else 1000 in public mode, unlimited
+    otherwise."""
+    raw = os.environ.get("ATTN_MAX_WORK", "").strip().lower()
+    if raw in ("0", "none", "inf", "unlimited"):
+        return math.inf
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value > 0 and math.isfinite(value):
+        return value
+    return PUBLIC_MAX_WORK if public_mode() else math.inf
+
+
+def work_bytes() -> int:
+    """``$ATTN_WORK_MB`` (default 512) in bytes: the memory one pass of an attribution may hold."""
+    try:
+        mb = float(os.environ.get("ATTN_WORK_MB", DEFAULT_WORK_MB))
+    except ValueError:
+        mb = DEFAULT_WORK_MB
+    return int((mb if mb > 0 and math.isfinite(mb) else DEFAULT_WORK_MB) * 1e6)
+
+
+def parameters(tr: Translator) -> int:
+    """The model size the estimates use: its parameters (tied embeddings once)."""
+    return sum(p.numel() for p in tr.model.parameters())
+
+
+def source_length(tr: Translator, text: str) -> int:
+    """Source positions the model will read: the pieces (at most the model's limit) and ``</s>``."""
+    return min(len(tr.tokenizer.encode(text)), tr.max_source_tokens) + 1
+
+
+def output_limit(tr: Translator, source: int, settings: DecodeSettings) -> int:
+    """The most output positions decoding may produce for ``source`` positions."""
+    return max(1, min(int(settings.max_len_a * source + settings.max_len_b), tr.config.max_len - 1) + 1)
+
+
+def units(params: int, positions: float) -> float:
+    return params * positions / UNIT
+
+
+def translation_work(tr: Translator, source: int, settings: DecodeSettings) -> float:
+    """Decoding one sentence (every step of every beam, to the length limit) and the teacher-forced pass that
+    collects its attention."""
+    out = output_limit(tr, source, settings)
+    return units(parameters(tr), source + out * decode_step(settings.beam_size) + source + out)
+
+
+def decode_step(beam: int) -> int:
+    """Positions one decoding step counts: ``DECODE_STEP`` per beam and ``STEP_OVERHEAD`` once."""
+    return beam * DECODE_STEP + STEP_OVERHEAD
+
+
+def over(estimate: float, ceiling: float) -> str:
+    return (f"the full request is about {estimate:,.0f} work units, over this server's limit of {ceiling:,.0f} per "
+            "request (ATTN_MAX_WORK)")
+
+
+def cap_translation(tr: Translator, text: str, settings: DecodeSettings) -> tuple[DecodeSettings, list[str]]:
+    """The decoding settings to use for ``text`` (the beam capped when the estimate is over the ceiling), and a
+    notice for each cut."""
+    ceiling = max_work()
+    source = source_length(tr, text)
+    asked = translation_work(tr, source, settings)
+    if asked <= ceiling or settings.beam_size <= 1:
+        return settings, []
+    beam = settings.beam_size
+    while beam > 1 and translation_work(tr, source, replace(settings, beam_size=beam)) > ceiling:
+        beam -= 1
+    return replace(settings, beam_size=beam), [f"Beam size capped at {beam} (of {settings.beam_size}): "
+                                               f"{over(asked, ceiling)}."]
+
+
+def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[list[int]]:
+    """The sentences' indices in groups, each group's plain translation within the ceiling (one sentence at
+    least); the page translates the first group and the rest on request."""
+    ceiling = max_work()
+    groups: list[list[int]] = [[]]
+    total = 0.0
+    for i, sentence in enumerate(sentences):
+        source = source_length(tr, sentence)
+        out = output_limit(tr, source, settings)
+        cost = units(parameters(tr), source + out * decode_step(settings.beam_size))
+        if groups[-1] and total + cost > ceiling:
+            groups.append([])
+            total = 0.0
+        groups[-1].append(i)
+        total += cost
+    return groups
+
+
+@dataclass(frozen=True)
+class AttributionPlan:
+    """What an attribution will run: method, integrated-gradient steps, the output span ``(first, end)``."""
+
+    method: str
+    steps: int
+    span: tuple[int, int]
+    estimate: float  # units, after the cuts
+    notices: tuple[str, ...]
+
+
+def attribution_work(params: int, source: int, target: int, rows: int, method: str, steps: int) -> float:
+    """``rows`` output steps, each a (source + target)-position row, forward and backward at every point."""
+    points = steps if method == "integrated_gradients" else 1
+    return units(params, rows * (source + target) * points * BACKWARD)
+
+
+def plan_attribution(tr: Translator, source: int, target: int, method: str,
+                     steps: int = IG_STEPS[0]) -> AttributionPlan:
+    """The attribution to run for a sentence of ``source`` positions and ``target`` output steps: integrated
+    gradients with fewer steps, then over the first output pieces only, then input x gradient, until the estimate
+    is within the ceiling."""
+    ceiling, params = max_work(), parameters(tr)
+    full = (0, target)
+
+    def cost(m: str, s: int, rows: int) -> float:
+        return attribution_work(params, source, target, rows, m, s)
+
+    asked = cost(method, steps, target)
+    if asked <= ceiling:
+        return AttributionPlan(method, steps, full, asked, ())
+    why = over(asked, ceiling)
+    if method == "integrated_gradients":
+        for s in (n for n in IG_STEPS if n < steps):
+            if cost(method, s, target) <= ceiling:
+                return AttributionPlan(method, s, full, cost(method, s, target), (
+                    f"Integrated gradients with {s} steps instead of {steps}: {why}.",))
+        s = min(min(IG_STEPS), steps)
+        rows = int(ceiling // cost(method, s, 1))
+        if rows >= min(MIN_IG_SPAN, target):
+            return AttributionPlan(method, s, (0, rows), cost(method, s, rows), (
+                f"Integrated gradients with {s} steps instead of {steps}, over the first {rows} of the {target} "
+                f"output pieces only: {why}.",))
+        method, lead = "input_x_gradient", "Input × gradient instead of integrated gradients"
+    else:
+        lead = "Input × gradient"
+    if cost(method, 1, target) <= ceiling:
+        return AttributionPlan(method, 1, full, cost(method, 1, target), (f"{lead}: {why}.",))
+    rows = max(1, int(ceiling // cost(method, 1, 1)))
+    return AttributionPlan(method, 1, (0, rows), cost(method, 1, rows), (
+        f"{lead}, over the first {rows} of the {target} output pieces only: {why}.",))
+
+
+def snapshot_work(tr: Translator, source: int, target: int) -> float:
+    """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
+    return units(parameters(tr), 2 * source + target + target * decode_step(1))
+
+
+def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list) -> tuple[list, list[str]]:
+    """The snapshots to run (all, or an even subsample keeping the first and the last), and a notice when cut."""
+    ceiling, each = max_work(), snapshot_work(tr, source, target)
+    if each * len(snapshots) <= ceiling:
+        return list(snapshots), []
+    fit = max(1, int(ceiling // each))
+    if fit == 1:
+        chosen = [snapshots[-1]]
+    else:
+        chosen = [snapshots[round(i * (len(snapshots) - 1) / (fit - 1))] for i in range(fit)]
+        chosen = list(dict.fromkeys(chosen))
+    return chosen, [f"{len(chosen)} of the {len(snapshots)} training snapshots shown: "
+                    f"{over(each * len(snapshots), ceiling)}."]
+
+
+# ------------------------------------------------------------------------------------------------ heavy jobs
+
+
+def heavy_slots() -> int:
+    """``$ATTN_HEAVY_JOBS`` (a positive integer), else 1 in public mode and the CPU count otherwise."""
+    raw = os.environ.get("ATTN_HEAVY_JOBS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return 1 if public_mode() else max(1, os.cpu_count() or 1)
+
+
+def release_memory() -> None:
+    """After a heavy job: collect the garbage and hand freed heap memory back to the system."""
+    gc.collect()
+    release_freed_memory()
+
+
+class HeavyJobs:
+    """At most ``slots`` heavy jobs of this server process at a time; the others wait their turn."""
+
+    def __init__(self, slots: Callable[[], int] = heavy_slots) -> None:
+        self._slots = slots
+        self._semaphore: threading.BoundedSemaphore | None = None
+        self._size = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()  # a heavy job that starts another runs it in its own slot
+        self.running = 0
+
+    def _get(self) -> threading.BoundedSemaphore:
+        with self._lock:
+            if self._semaphore is None or (self._size != self._slots() and self.running == 0):
+                self._size = self._slots()
+                self._semaphore = threading.BoundedSemaphore(self._size)
+            return self._semaphore
+
+    @contextmanager
+    def slot(self, waiting: Callable[[float], None] | None = None, poll: float = 0.5) -> Iterator[None]:
+        """Hold one slot for the block (calling ``waiting(seconds waited)`` while none is free); memory is
+        released when the block ends."""
+        if getattr(self._local, "held", False):
+            yield
+            return
+        semaphore = self._get()
+        start = time.monotonic()
+        while not semaphore.acquire(timeout=poll):
+            if waiting is not None:
+                waiting(time.monotonic() - start)
+        with self._lock:
+            self.running += 1
+        self._local.held = True
+        try:
+            yield
+        finally:
+            self._local.held = False
+            with self._lock:
+                self.running -= 1
+            semaphore.release()
+            release_memory()
+
+
+HEAVY = HeavyJobs()

@@ -1,0 +1,289 @@
+"""``python -m bench.app_heavy``: the crafted heavy links of issue #30 through a real ``streamlit run`` server in
+public mode, and ordinary visitors beside heavy ones.
+
+1. Crafted links, one after another, each in a new Chromium page: integrated gradients over a ~3,200-character
+   list at beam 16 (a=4, b=200, alpha=5); the beam tree of that text; 100 sentences at beam 16; long inputs through
+   Training evolution. Reported per link: seconds to a finished page (the view's chart drawn and no script run in
+   progress), the server's resident memory before / peak / after (psutil, the server and its children, sampled
+   every 50 ms) and the notices of what was capped.
+2. Mixed round: 4 ordinary visitors translate captions at once (``bench.app_load.visitors_round``: click to their
+   own heatmap) while 4 others keep opening the heaviest allowed links; against the same 4 alone, alternating.
+
+Needs ``/usr/bin/chromium``, ``playwright`` and ``psutil``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlencode
+
+from .app_browser import CHROMIUM, CHROMIUM_ARGS, free_port, wait_healthy
+from .app_load import sentences_for, visitors_round
+from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile
+
+MODELS = "checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm"  # as the Dockerfile offers them
+ITEMS = ["red apples", "green pears", "two dogs", "a blue bike", "an old church", "three children", "a white boat",
+         "a yellow kite", "four horses", "a wooden bench", "a tall tree", "five birds", "a small red car"]
+
+
+def long_list(seed: int, chars: int = 3200) -> str:
+    """A ~3,200-character comma-separated list (one 'sentence' the model truncates to its limit)."""
+    parts, i = [], seed
+    while len(", ".join(parts)) < chars:
+        parts.append(f"{ITEMS[i % len(ITEMS)]} {i}")
+        i += 7
+    return ", ".join(parts)[:chars]
+
+
+def hundred_sentences(seed: int) -> str:
+    return " ".join(f"A man with {ITEMS[(seed + i) % len(ITEMS)]} walks past house number {seed * 100 + i}."
+                    for i in range(100))
+
+
+def crafted_links(seed: int = 0) -> dict[str, dict[str, str]]:
+    heavy = {"beam": "16", "alpha": "5", "a": "4", "b": "200"}
+    return {
+        "attribution, 3,200-char list, beam 16": {"text": long_list(seed), **heavy, "view": "What drives each word"},
+        "beam tree, 3,200-char list, beam 16": {"text": long_list(seed + 1), **heavy, "view": "Beam tree"},
+        "100 sentences, beam 16": {"text": hundred_sentences(seed), "beam": "16"},
+        **{f"Training evolution, long input {k + 1}": {"text": long_list(seed + 10 + k), "a": "4", "b": "200",
+                                                       "view": "Training evolution"} for k in range(5)},
+    }
+
+
+DONE_JS = ("() => { const running = document.querySelector('[data-testid=stStatusWidget] "
+           "[data-testid=stStatusWidgetRunningIcon]'); const charts = document.querySelectorAll("
+           "'[data-testid=stPlotlyChart] .js-plotly-plot'); const text = document.body.innerText;"
+           " return !running && (charts.length > 0 || text.includes('could not') || text.includes('sentences "
+           "translated so far')); }")
+
+
+class RssSampler:
+    """The resident memory of a process and its children, sampled in a thread."""
+
+    def __init__(self, pid: int, every: float = 0.05) -> None:
+        import psutil
+
+        self.process, self.every, self.peak = psutil.Process(pid), every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def rss(self) -> int:
+        total = 0
+        for p in [self.process, *self.process.children(recursive=True)]:
+            with contextlib.suppress(Exception):  # a child that just ended
+                total += p.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(self.every)
+
+    def reset(self) -> int:
+        now = self.rss()
+        self.peak = now
+        return now
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def public_server(env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """``streamlit run app/main.py`` in public mode as the image sets it; yields (URL, server pid)."""
+    port = free_port()
+    full_env = {**os.environ, "ATTN_PUBLIC": "1", "ATTN_MODELS": MODELS, "ATTN_CHECKPOINT": MODELS.split(",")[0],
+                "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), **env}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app" / "main.py"), "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def open_link(browser, url: str, query: dict[str, str], timeout_s: float = 300.0) -> dict[str, Any]:
+    """Open one link in a new page; seconds to a finished page, the notices of what was capped, any error."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 1200})
+    page = await context.new_page()
+    start = time.perf_counter()
+    await page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
+    await page.wait_for_timeout(1500)  # the first script run starts
+    await page.wait_for_function(DONE_JS, polling=200, timeout=timeout_s * 1000)
+    seconds = time.perf_counter() - start
+    alerts = await page.locator("[data-testid=stAlert]").all_inner_texts()
+    errors = await page.locator("[data-testid=stException], [data-testid=stAlertContentError]").count()
+    await context.close()
+    notices = [a.strip() for a in alerts if "ATTN_MAX_WORK" in a]
+    return {"seconds": round(seconds, 2), "capped": notices, "errors": errors}
+
+
+async def crafted_round(url: str, pid: int, seed: int = 0) -> list[dict[str, Any]]:
+    from playwright.async_api import async_playwright
+
+    rows = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        await open_link(browser, url, {"text": "A dog runs on the beach."})  # warm: models loaded, first page drawn
+        with RssSampler(pid) as rss:
+            for name, query in crafted_links(seed).items():
+                await asyncio.sleep(2.0)
+                before = rss.reset()
+                row = await open_link(browser, url, query)
+                await asyncio.sleep(1.0)
+                row.update(link=name, rss_before_mb=round(before / 1e6), rss_peak_mb=round(rss.peak / 1e6),
+                           rss_after_mb=round(rss.rss() / 1e6))
+                rows.append(row)
+                print(f"  {name}: {row['seconds']:.1f} s, RSS {row['rss_before_mb']} -> peak {row['rss_peak_mb']} "
+                      f"-> {row['rss_after_mb']} MB, capped: {len(row['capped'])} notice(s), errors: {row['errors']}",
+                      flush=True)
+        await browser.close()
+    return rows
+
+
+async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int) -> int:
+    """``n`` visitors opening heavy links (attribution, 100 sentences at beam 16) one after another until ``stop``;
+    returns how many links they finished."""
+    from playwright.async_api import async_playwright
+
+    done = [0]
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+        async def visitor(k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                links = list(crafted_links(seed + 1000 * k + 10 * i).values())
+                await open_link(browser, url, links[(k + i) % 3])  # attribution, beam tree, 100 sentences
+                done[0] += 1
+                i += 1
+
+        tasks = [asyncio.create_task(visitor(k)) for k in range(n)]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await browser.close()
+    return done[0]
+
+
+async def mixed_round(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
+    stop = asyncio.Event()
+    if not heavy:
+        return {**await visitors_round(url, checkpoint, texts), "heavy_visitors": 0}
+    runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed))
+    await asyncio.sleep(8.0)  # the heavy links are in flight before the ordinary visitors click
+    result = await visitors_round(url, checkpoint, texts)
+    stop.set()
+    return {**result, "heavy_visitors": heavy, "heavy_links_finished": await runner}
+
+
+def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[str, Any]:
+    """In process, as ``bench.app_load``'s soak: ``n`` long inputs, each through Training evolution (every
+    snapshot), attribution (the plan public mode allows) and the beam tree at beam 16, plus 100 sentences at beam 16
+    every tenth, under ``ATTN_CACHE_MB=cache_mb`` and public mode's work limit; resident memory after each."""
+    import psutil
+
+    os.environ.update(ATTN_CACHE_MB=f"{cache_mb:g}", ATTN_MAX_WORK=os.environ.get("ATTN_MAX_WORK", "1000"))
+    from app import cached, probes, work
+    from app.inference import DecodeSettings
+
+    process = psutil.Process()
+    tr = cached.get_translator(checkpoint, "cpu")
+    settings = DecodeSettings(beam_size=16, alpha=5.0, max_len_a=4.0, max_len_b=200)
+    start, rss = process.memory_info().rss / 1e6, []
+    for i in range(n):
+        text = long_list(1000 + i)
+        analysis = cached.get_analysis(checkpoint, "cpu", text, settings)
+        for snap in probes.list_snapshots(tr):
+            cached.get_snapshot_attentions(checkpoint, "cpu", str(snap), tuple(analysis.source_ids),
+                                           tuple(analysis.target_ids))
+        plan = work.plan_attribution(tr, len(analysis.source_ids), len(analysis.target_ids), "integrated_gradients")
+        cached.get_beyond("attributions", checkpoint, "cpu", analysis, plan.method, plan.steps, plan.span,
+                          work.work_bytes())
+        cached.get_beyond("beam_tree", checkpoint, "cpu", analysis)
+        if i % 10 == 0:
+            sentences = hundred_sentences(i).replace(". ", ".\n").splitlines()
+            for group in work.sentence_groups(tr, sentences, settings)[:1]:  # the first group, as the page does
+                cached.get_translations(checkpoint, "cpu", tuple(sentences[j] for j in group), settings)
+        rss.append(process.memory_info().rss / 1e6)
+    models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6
+    return {"heavy_soak_inputs": n, "heavy_soak_cache_mb": cache_mb, "heavy_soak_start_rss_mb": round(start),
+            "heavy_soak_peak_rss_mb": round(max(rss)), "heavy_soak_final_rss_mb": round(rss[-1]),
+            "heavy_soak_within_budget": max(rss) - start <= cache_mb + models_mb + work.work_bytes() / 1e6,
+            "heavy_soak_rss_curve_mb": [round(r) for r in rss]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.app_heavy", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    p.add_argument("--cache-mb", type=float, default=300.0, help="ATTN_CACHE_MB of the server")
+    p.add_argument("--work-mb", type=float, default=512.0, help="ATTN_WORK_MB of the server")
+    p.add_argument("--rounds", type=int, default=2, help="alone / mixed pairs, alternating")
+    p.add_argument("--skip-crafted", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    checkpoint = str(REPO_ROOT / MODELS.split(",")[0])
+    env = {"ATTN_CACHE_MB": f"{args.cache_mb:g}", "ATTN_WORK_MB": f"{args.work_mb:g}"}
+    out: dict[str, Any] = {"machine": machine_info(), "env": env, "crafted": [], "rounds": []}
+    models_mb = sum(os.path.getsize(os.path.join(REPO_ROOT, m, "model.safetensors")) for m in MODELS.split(",")) / 1e6
+    if not args.skip_crafted:
+        print(f"crafted links, public mode, ATTN_CACHE_MB={args.cache_mb:g}, ATTN_WORK_MB={args.work_mb:g}:")
+        with public_server(env) as (url, pid):
+            out["crafted"] = asyncio.run(crafted_round(url, pid))
+        start = min(r["rss_before_mb"] for r in out["crafted"])
+        bound = start + args.cache_mb + models_mb + args.work_mb
+        out["crafted_bound_mb"] = round(bound)
+        out["crafted_ok"] = all(r["seconds"] < 60 and r["rss_peak_mb"] <= bound and not r["errors"]
+                                for r in out["crafted"])
+        print(f"  every link under 60 s and under {bound:.0f} MB (first RSS + ATTN_CACHE_MB + models + "
+              f"ATTN_WORK_MB), no error: {out['crafted_ok']}")
+    with public_server(env) as (url, _):
+        for r in range(args.rounds):
+            for heavy in (0, 4):
+                texts = sentences_for(4, args.data_dir, offset=40 * r + 8 * (heavy > 0))
+                res = asyncio.run(mixed_round(url, checkpoint, texts, heavy, seed=100 * r + heavy))
+                out["rounds"].append(res)
+                print(f"4 ordinary visitors{' + 4 heavy' if heavy else ' alone'} (round {r + 1}): click -> own "
+                      f"heatmap p50 {res['p50']:.2f} s, p95 {res['p95']:.2f} s; each saw its own: "
+                      f"{res['all_saw_their_own']}, errors: {len(res['errors'])}"
+                      + (f", heavy links finished meanwhile: {res['heavy_links_finished']}" if heavy else ""),
+                      flush=True)
+    for heavy in (0, 4):
+        times = [t for res in out["rounds"] if res["heavy_visitors"] == heavy for t in res["seconds"]]
+        if times:
+            out[f"ordinary_{'mixed' if heavy else 'alone'}"] = {"p50": percentile(times, 50),
+                                                               "p95": percentile(times, 95), "n": len(times)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,331 @@
+"""Bounded work (issue #30, parts 2-3): one estimate per request, the caps over ``ATTN_MAX_WORK`` and their notices,
+integrated gradients batched by memory, the heavy-job slots, and every cache inside the byte budget."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from conftest import assert_clean, new_app, plain, set_view, tiny_model, translate  # noqa: E402
+
+from app import budget, cached, work  # noqa: E402
+from app.inference import DecodeSettings  # noqa: E402
+from transformer.interpret import attribute, attribution_row_bytes  # noqa: E402
+
+torch.set_num_threads(1)
+LONG = ", ".join(["a man rides a red bike in the park"] * 12)
+
+
+@pytest.fixture()
+def public(app_env, monkeypatch):
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    monkeypatch.setenv("ATTN_MODELS", str(app_env))
+    cached.RESULTS.clear()
+    yield app_env
+    cached.RESULTS.clear()
+
+
+def capped_notices(at) -> list[str]:
+    return [plain(i.value) for i in at.info if "ATTN_MAX_WORK" in plain(i.value)]
+
+
+# ------------------------------------------------------------------------------------------------ estimates
+
+
+def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypatch):
+    monkeypatch.delenv("ATTN_MAX_WORK", raising=False)
+    monkeypatch.delenv("ATTN_PUBLIC", raising=False)
+    assert work.max_work() == float("inf")
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    assert work.max_work() == 1000
+    for raw, expected in (("250", 250), ("junk", 1000), ("-3", 1000), ("0", float("inf"))):
+        monkeypatch.setenv("ATTN_MAX_WORK", raw)
+        assert work.max_work() == expected
+
+
+def test_estimates_grow_with_every_factor(tr):
+    base = DecodeSettings(beam_size=2, max_len_a=1.0, max_len_b=5)
+    w = work.translation_work(tr, 10, base)
+    assert work.translation_work(tr, 20, base) > w  # pieces in (and so pieces out)
+    assert work.translation_work(tr, 10, DecodeSettings(beam_size=4, max_len_a=1.0, max_len_b=5)) > w  # beam
+    assert work.translation_work(tr, 10, DecodeSettings(beam_size=2, max_len_a=2.0, max_len_b=5)) > w  # out
+    ig = work.attribution_work(work.parameters(tr), 10, 12, 12, "integrated_gradients", 32)
+    assert ig == pytest.approx(32 * work.attribution_work(work.parameters(tr), 10, 12, 12, "input_x_gradient", 1))
+    assert ig == pytest.approx(work.parameters(tr) * 12 * 22 * 32 * 3 / work.UNIT)  # params x rows x positions
+
+
+def test_the_beam_is_capped_only_over_the_ceiling(tr, monkeypatch):
+    settings = DecodeSettings(beam_size=16, max_len_a=4.0, max_len_b=50)
+    source = work.source_length(tr, LONG)
+    full = work.translation_work(tr, source, settings)
+    monkeypatch.setenv("ATTN_MAX_WORK", str(full * 2))
+    assert work.cap_translation(tr, LONG, settings) == (settings, [])
+    monkeypatch.setenv("ATTN_MAX_WORK", str(full / 3))
+    capped, notices = work.cap_translation(tr, LONG, settings)
+    assert 1 <= capped.beam_size < 16 and work.translation_work(tr, source, capped) <= full / 3
+    assert work.translation_work(tr, source, DecodeSettings(capped.beam_size + 1, 0.6, 4.0, 50)) > full / 3
+    assert len(notices) == 1 and f"capped at {capped.beam_size} (of 16)" in notices[0]
+
+
+def test_attribution_drops_steps_then_span_then_falls_back_to_input_x_gradient(tr, monkeypatch):
+    s, t, params = 30, 40, work.parameters(tr)
+    cost = lambda method, steps, rows: work.attribution_work(params, s, t, rows, method, steps)
+    cases = [
+        (cost("integrated_gradients", 32, t), ("integrated_gradients", 32, (0, t)), 0),
+        (cost("integrated_gradients", 16, t) * 1.01, ("integrated_gradients", 16, (0, t)), 1),
+        (cost("integrated_gradients", 8, 20) * 1.01, ("integrated_gradients", 8, (0, 20)), 1),
+        (cost("input_x_gradient", 1, t) * 1.01, ("input_x_gradient", 1, (0, t)), 1),
+        (cost("input_x_gradient", 1, 5) * 1.01, ("input_x_gradient", 1, (0, 5)), 1),
+    ]
+    for ceiling, (method, steps, span), notes in cases:
+        monkeypatch.setenv("ATTN_MAX_WORK", str(ceiling))
+        plan = work.plan_attribution(tr, s, t, "integrated_gradients")
+        assert (plan.method, plan.steps, plan.span) == (method, steps, span), ceiling
+        assert plan.estimate <= ceiling and len(plan.notices) == notes
+
+
+def test_sentence_groups_stay_within_the_ceiling_and_cover_every_sentence(tr, monkeypatch):
+    sentences = [f"a man rides a bike number {i} in the park." for i in range(30)]
+    settings = DecodeSettings(beam_size=4)
+    each = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
+                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
+    monkeypatch.setenv("ATTN_MAX_WORK", str(each * 7.5))
+    groups = work.sentence_groups(tr, sentences, settings)
+    assert [i for g in groups for i in g] == list(range(30))
+    assert len(groups[0]) == 7 and all(len(g) <= 7 for g in groups)
+    monkeypatch.setenv("ATTN_MAX_WORK", "0")
+    assert work.sentence_groups(tr, sentences, settings) == [list(range(30))]
+
+
+def test_snapshots_are_subsampled_keeping_the_first_and_the_last(tr, monkeypatch):
+    snaps = [f"step{i}" for i in range(10)]
+    monkeypatch.setenv("ATTN_MAX_WORK", str(work.snapshot_work(tr, 20, 20) * 4.5))
+    chosen, notices = work.pick_snapshots(tr, 20, 20, snaps)
+    assert len(chosen) == 4 and chosen[0] == "step0" and chosen[-1] == "step9" and len(notices) == 1
+    monkeypatch.setenv("ATTN_MAX_WORK", "0")
+    assert work.pick_snapshots(tr, 20, 20, snaps) == (snaps, [])
+
+
+# ------------------------------------------------------------------------------------------------ IG by memory
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "input_x_gradient"])
+def test_attribution_batched_by_memory_equals_one_big_batch(method):
+    model = tiny_model(seed=3)
+    torch.manual_seed(1)
+    src = torch.randint(4, 20, (2, 7))
+    tgt = torch.cat([torch.full((2, 1), 2), torch.randint(4, 20, (2, 5))], dim=1)
+    labels = torch.randint(4, 20, (2, 6))
+    row = attribution_row_bytes(model, 7, 6)
+    whole = attribute(model, src, tgt, labels, method=method, steps=12, max_batch_bytes=10**12)
+    passes = []
+    small = attribute(model, src, tgt, labels, method=method, steps=12, max_batch_bytes=row,  # one row a pass
+                      progress=lambda done, total: passes.append(total))
+    for a, b in zip(whole, small):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert passes[-1] == 2 * 6 * (12 if method == "integrated_gradients" else 1)  # rows x points, one by one
+    first = attribute(model, src, tgt, labels, method=method, steps=12, output_span=(1, 4), max_batch_bytes=2 * row)
+    torch.testing.assert_close(first[0], whole[0][:, 1:4], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(first[1], whole[1][:, 1:4], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError):
+        attribute(model, src, tgt, labels, method=method, output_span=(4, 9))
+
+
+def test_the_row_estimate_bounds_what_a_pass_really_holds():
+    """The estimate is an upper bound: autograd's saved tensors of one row, measured, stay below it."""
+    model = tiny_model(seed=0, max_len=64)
+    src, tgt = torch.randint(4, 20, (1, 40)), torch.randint(4, 20, (1, 30))
+    saved = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.untyped_storage().nbytes())
+        return t
+
+    from transformer.interpret import forward_from_embeddings
+
+    src_e = model.src_embed(src).detach().requires_grad_(True)
+    tgt_e = model.tgt_embed(tgt).detach().requires_grad_(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward_from_embeddings(model, src, tgt, src_e, tgt_e, positions=torch.tensor([29]))
+    assert 0 < sum(saved) <= attribution_row_bytes(model, 40, 30)
+
+
+# ------------------------------------------------------------------------------------------------ heavy jobs
+
+
+def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
+    jobs = work.HeavyJobs(lambda: 1)
+    inside, most, waited = [0], [0], []
+    release = threading.Event()
+    lock = threading.Lock()
+
+    def job(hold: bool) -> None:
+        with jobs.slot(waiting=waited.append, poll=0.02):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            if hold:
+                release.wait(5)
+            else:
+                with jobs.slot():  # a heavy job inside a heavy job runs in the same slot (no deadlock)
+                    pass
+            with lock:
+                inside[0] -= 1
+
+    first = threading.Thread(target=job, args=(True,))
+    first.start()
+    time.sleep(0.05)
+    second = threading.Thread(target=job, args=(False,))
+    second.start()
+    time.sleep(0.2)
+    assert second.is_alive() and waited and waited[-1] > 0  # still waiting, and told so
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert not second.is_alive() and most[0] == 1
+    # two slots: both run at once
+    jobs2, both = work.HeavyJobs(lambda: 2), threading.Barrier(2, timeout=5)
+
+    def together() -> None:
+        with jobs2.slot():
+            both.wait()
+
+    threads = [threading.Thread(target=together) for _ in range(2)]
+    for x in threads:
+        x.start()
+    for x in threads:
+        x.join(5)
+    assert not both.broken
+
+
+def test_memory_is_handed_back_after_every_heavy_job(monkeypatch):
+    released = []
+    monkeypatch.setattr(work, "release_freed_memory", lambda: released.append(1))
+    jobs = work.HeavyJobs(lambda: 1)
+    with jobs.slot():
+        pass
+    with pytest.raises(RuntimeError), jobs.slot():
+        raise RuntimeError("a failed job too")
+    assert released == [1, 1]
+
+
+def test_heavy_slots_default_to_one_in_public_mode(monkeypatch):
+    monkeypatch.delenv("ATTN_HEAVY_JOBS", raising=False)
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    assert work.heavy_slots() == 1
+    monkeypatch.setenv("ATTN_HEAVY_JOBS", "3")
+    assert work.heavy_slots() == 3
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+def test_a_long_input_at_beam_16_is_capped_with_a_notice(public, monkeypatch, tr):
+    settings = DecodeSettings(beam_size=16, alpha=0.6, max_len_a=4.0, max_len_b=50)
+    monkeypatch.setenv("ATTN_MAX_WORK", str(work.translation_work(tr, work.source_length(tr, LONG), settings) / 4))
+    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50"})
+    assert_clean(at)
+    notices = capped_notices(at)
+    assert notices and "Beam size capped" in notices[0]
+    key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
+    assert 1 <= key[4].beam_size < 16  # what ran is the capped beam
+
+
+def test_attribution_over_the_ceiling_does_less_and_says_so(public, monkeypatch, tr):
+    at = new_app({"text": LONG, "beam": "1"})
+    assert_clean(at)
+    result = next(v for k, (v, _) in cached.RESULTS._items.items() if k[0] == "analysis")
+    s, t = len(result.source_ids), len(result.target_ids)
+    cost = work.attribution_work(work.parameters(tr), s, t, 5, "integrated_gradients", 8)
+    monkeypatch.setenv("ATTN_MAX_WORK", str(max(cost * 1.01, 1e-9)))
+    at = set_view(at, "What drives each word")
+    assert_clean(at)
+    notes = capped_notices(at)
+    assert notes, [plain(i.value) for i in at.info]
+    plan = work.plan_attribution(tr, s, t, "integrated_gradients")
+    assert plan.notices[0] in notes[0] and plan.span[1] < t
+    source_chart = [c for c in at.get("plotly_chart")][0]
+    assert len(__import__("json").loads(source_chart.proto.spec)["data"][0]["y"]) == plan.span[1] - plan.span[0]
+
+
+def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr):
+    sentences = [f"A man rides bike number {i}." for i in range(12)]
+    settings = DecodeSettings(beam_size=4, alpha=0.6)
+    one = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
+                     + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
+    monkeypatch.setenv("ATTN_MAX_WORK", str(one * 30))  # the analysis of one fits; the plain translations: 5 a group
+    monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, st_: [list(range(i, min(i + 5, len(s))))
+                                                                      for i in range(0, len(s), 5)])
+    at = new_app()
+    at = translate(at, " ".join(sentences))
+    assert_clean(at)
+    lines = [x.value for x in at.text if x.value.startswith(tuple(f"{i}." for i in range(1, 13)))]
+    assert sum("→" in x for x in lines) == 5
+    assert any("5 of the 12 sentences" in plain(i.value) for i in at.info)
+    at.button(key="more_sentences").click().run()
+    lines = [x.value for x in at.text if x.value.startswith(tuple(f"{i}." for i in range(1, 13)))]
+    assert sum("→" in x for x in lines) == 10
+
+
+# ------------------------------------------------------------------------------------------------ caches
+
+
+def with_snapshots(app_env, tmp_path, tr):
+    """A copy of the tiny checkpoint with three training snapshots."""
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(app_env, ckpt)
+    (ckpt / "snapshots").mkdir()
+    state = {k: v.half().contiguous() for k, v in tr.model.state_dict().items()
+             if k not in ("tgt_embed.weight", "generator.weight")}  # as training writes them: tied weights once
+    for step in (1, 2, 3):
+        save_file(state, str(ckpt / "snapshots" / f"step{step:07d}.safetensors"))
+    return ckpt
+
+
+def test_training_evolution_of_a_long_input_draws_a_window(app_env, tmp_path, tr, monkeypatch):
+    ckpt = with_snapshots(app_env, tmp_path, tr)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "Training evolution",
+                  "att": "encoder"})
+    assert_clean(at)
+    spec = __import__("json").loads(at.get("plotly_chart")[0].proto.spec)
+    heatmaps = [t for t in spec["data"] if t["type"] == "heatmap"]
+    assert len(heatmaps) == 4  # three snapshots and the final model
+    from conftest import arr
+
+    assert all(arr(t["z"]).shape == (60, 60) for t in heatmaps)  # not the whole 64 x 64
+
+
+def test_snapshots_and_their_attentions_live_in_the_byte_budget(app_env, tmp_path, tr, monkeypatch):
+    ckpt = with_snapshots(app_env, tmp_path, tr)
+    cached.RESULTS.clear()
+    result = tr.translate("a man rides a bike.")
+    for snap in sorted((ckpt / "snapshots").glob("*.safetensors")):
+        cached.get_snapshot_attentions(str(ckpt), "cpu", str(snap), tuple(result.source_ids),
+                                       tuple(result.target_ids))
+    kinds = [k[0] for k in cached.RESULTS._items]
+    assert kinds.count("snapshot") == 3 and kinds.count("snapshot model") == 3
+    weights = sum(p.numel() * 4 for p in tr.model.parameters())
+    assert cached.RESULTS.nbytes >= 3 * weights  # the snapshot models' weights are counted
+    # and a small budget evicts them like any result
+    small = budget.ByteLRU(budget=lambda: 2 * weights)
+    for i in range(5):
+        small.get(i, lambda: tiny_model())
+    assert small.nbytes <= 2 * weights + budget.size_of(tiny_model()) and len(small) < 5
+    cached.RESULTS.clear()
+
+
+def test_a_numpy_view_is_counted_with_the_array_it_keeps_alive():
+    big = np.zeros((100, 1000), dtype=np.float32)
+    assert budget.size_of(big[:, :5]) == big.nbytes
+    assert budget.size_of(big[:, :5].copy()) == 100 * 5 * 4
+    assert budget.size_of(torch.zeros(10, 10)) == 400
