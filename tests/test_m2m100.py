@@ -82,7 +82,7 @@ def save_m2m100(tmp_path, spm_dir, name: str = "m2m100"):
         attn_implementation="eager")
     model = transformers.M2M100ForConditionalGeneration(cfg).eval()
     with torch.no_grad():  # non-zero biases and norms, so a misplaced one shows
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(out)
@@ -145,3 +145,120 @@ def test_tokenization_equals_transformers(tmp_path, spm_dir, kind):
     assert len(tok.languages) == (len(NLLB_CODES) if kind == "nllb" else 100)
     with pytest.raises(ValueError, match="unknown language code"):
         tok.encode_source("A dog.", "xx_Nope")
+
+
+def boost_eos(hf, amount: float) -> None:
+    """Add ``amount`` * (direction of </s>'s output row) to the decoder's final LayerNorm bias: </s> gets likelier,
+    so outputs end early, late and at the length limit."""
+    with torch.no_grad():
+        row = hf.lm_head.weight[2]
+        hf.model.decoder.layer_norm.bias += amount * row / row.norm()
+
+
+@pytest.mark.parametrize("name,eos", [("m2m100", 0.0), ("nllb", 2.0), ("gelu-unscaled-untied", 3.0)])
+def test_greedy_and_beam_equal_generate_with_a_forced_language(tmp_path, spm_dir, name, eos):
+    """Greedy and beam outputs and scores identical to ``generate(forced_bos_token_id=...)`` (transformers' scoring:
+    log-probability / |Y| ** alpha, |Y| counting the forced code; ``early_stopping=False``, generate's default), in a
+    padded batch and alone."""
+    hf, tok, path = save_m2m100(tmp_path, spm_dir, name)
+    boost_eos(hf, eos)
+    hf.save_pretrained(path)
+    tr = transformer.load(path, device="cpu")
+    assert tr.scoring == "transformers" and tr.default_alpha == 1.0 and tr.config.bos_id == tr.config.eos_id == 2
+    src, tgt = LANGS[CONFIGS[name][0]][0], LANGS[CONFIGS[name][0]][2]
+    tok.src_lang = src
+    forced = lang_id(tok, tgt)
+    vocab = tok.get_vocab() if name == "nllb" else tok.encoder
+    real = {i for p, i in vocab.items() if p not in NLLB_CODES and p != "<mask>"}
+    ended = set()
+    for beams in (1, 2, 4):
+        for alpha in ((1.0,) if beams == 1 else (0.0, 1.0, 2.0)):
+            ours_batch = tr.translate_batch(SENTENCES, beam_size=beams, alpha=alpha, max_len_a=0.0, max_len_b=12,
+                                            src_lang=src, tgt_lang=tgt)
+            for text, ours in zip(SENTENCES, ours_batch):
+                ids = tok(text, return_tensors="pt")
+                assert ours.source_ids == ids["input_ids"][0].tolist()
+                out = hf.generate(**ids, num_beams=beams, length_penalty=alpha, early_stopping=False, do_sample=False,
+                                  max_new_tokens=12, forced_bos_token_id=forced, bad_words_ids=[[1]],
+                                  forced_eos_token_id=None, output_scores=True, return_dict_in_generate=True)
+                theirs = [t for t in out.sequences[0].tolist()[1:] if t != 1]
+                assert ours.target_ids == theirs, (beams, alpha, text)
+                assert ours.target_ids[0] == forced and ours.decoder_input_tokens[:2] == ["</s>", tgt if name == "nllb"
+                                                                                          else f"__{tgt}__"]
+                if beams > 1:
+                    assert ours.score == pytest.approx(float(out.sequences_scores[0]), abs=1e-4)
+                pieces = [t for t in theirs if t in real and t > 3]  # transformers spells unused rows "<unk>"
+                assert ours.text == tok.decode(pieces, skip_special_tokens=True)
+                ended.add(ours.target_ids[-1] == 2 and len(ours.target_ids) < 12)
+            alone = tr.translate(SENTENCES[2], beam_size=beams, alpha=alpha, max_len_a=0.0, max_len_b=12,
+                                 src_lang=src, tgt_lang=tgt)
+            assert alone.target_ids == ours_batch[2].target_ids
+            assert len(alone.cross_attentions) == CONFIGS[name][2]  # the teacher-forced pass over [</s>, code, ...]
+    if eos >= 2.0:
+        assert True in ended  # some outputs really end before the limit
+
+
+def test_the_gnmt_search_and_the_beam_tree_force_the_language_too(tmp_path, spm_dir):
+    _, tok, path = save_m2m100(tmp_path, spm_dir, "nllb")
+    tr = transformer.load(path, device="cpu")
+    for lang in ("fra_Latn", "deu_Latn"):
+        result = tr.translate(SENTENCES[0], beam_size=3, scoring="gnmt", return_tree=True, tgt_lang=lang)
+        assert result.target_ids[0] == tok.convert_tokens_to_ids(lang)
+        assert result.tree.path(result.tree.best)[0] == result.target_ids[0]
+        greedy = tr.translate(SENTENCES[0], beam_size=1, tgt_lang=lang, return_attention=False)
+        assert greedy.target_ids[0] == tok.convert_tokens_to_ids(lang)
+    with pytest.raises(ValueError, match="unknown language code"):
+        tr.translate("A dog.", tgt_lang="klingon")
+
+
+def test_convert_from_hf_equals_direct_loading(tmp_path, spm_dir, capsys):
+    from transformer.checkpoint import check_checkpoint_dir
+    from transformer.convert import main
+
+    for name in ("nllb", "m2m100"):
+        _, _, path = save_m2m100(tmp_path, spm_dir, name)
+        out = tmp_path / f"converted-{name}"
+        assert main(["--from-hf", str(path), "--out", str(out)]) == 0
+        assert "parameters" in capsys.readouterr().out
+        assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "sentencepiece.bpe.model",
+                                                     "metadata.json", "tokenizer_config.json"}
+        config = check_checkpoint_dir(out)
+        assert (config.positional_layout, config.position_offset, config.norm_first) == ("fairseq", 2, True)
+        assert family_of_dir(out).name.startswith("ours") and family_of_dir(path).name == "NLLB-200 / M2M100"
+        direct, converted = transformer.load(path, device="cpu"), transformer.load(out, device="cpu")
+        assert converted.languages == direct.languages and converted.scoring == "transformers"
+        for text in SENTENCES[:3]:
+            a = direct.translate(text, beam_size=3, tgt_lang=direct.languages[5])
+            b = converted.translate(text, beam_size=3, tgt_lang=direct.languages[5])
+            assert a.target_ids == b.target_ids and a.text == b.text and a.source_tokens == b.source_tokens
+            for x, y in zip(a.cross_attentions, b.cross_attentions):
+                torch.testing.assert_close(x, y)
+
+
+def test_the_registry_picks_a_family_and_says_what_is_wrong(tmp_path, spm_dir):
+    from transformer.checkpoint import check_checkpoint_dir, missing_files
+
+    assert family_for({"model_type": "m2m_100"}).name == "NLLB-200 / M2M100"
+    assert family_for({"model_type": "marian"}).name == "Marian / OPUS-MT"
+    assert family_for({"d_model": 512}).name.startswith("ours")
+    with pytest.raises(transformer.CheckpointError, match="'bert' is not a family"):
+        family_for({"model_type": "bert"})
+    _, _, path = save_m2m100(tmp_path, spm_dir, "m2m100")
+    family = family_of_dir(path)
+    assert family.check(path).d_model == 32 and missing_files(path) == []
+    (path / "sentencepiece.bpe.model").unlink()
+    assert missing_files(path) == ["sentencepiece.bpe.model"]
+    with pytest.raises(transformer.CheckpointError, match="missing sentencepiece.bpe.model"):
+        family.check(path)
+    shutil.copy(spm_dir / "sp.model", path / "sentencepiece.bpe.model")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "d_model": 64}))
+    with pytest.raises(transformer.CheckpointError, match="do not match"):
+        family.check(path)
+    with pytest.raises(transformer.CheckpointError, match="do not match"):
+        transformer.load(path, device="cpu")
+    (path / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    with pytest.raises(transformer.CheckpointError, match="not a family"):
+        transformer.load(path, device="cpu")
+    with pytest.raises(transformer.CheckpointError):
+        check_checkpoint_dir(path)

@@ -126,7 +126,10 @@ def weight_shapes(path: Path) -> dict[str, list[int]]:
 def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], family: str) -> Transformer:
     """Our ``Transformer`` with renamed weights ``state`` (every weight of ours there, tied tables once)."""
     model = Transformer(config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # a shape that differs from config.json's
+        raise CheckpointError(f"the {family} weights do not match config.json: {str(err)[:300]}") from err
     if unexpected or [k for k in missing if k not in ("tgt_embed.weight", "generator.weight")]:
         raise CheckpointError(f"the {family} weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})")
     if not config.share_embeddings:  # untied: load each table as stored

@@ -130,6 +130,12 @@ class FairseqTokenizer(Framing):
                 out.append(self.sp.id_to_piece(i - 1) if 0 < i - 1 < self.sp.get_piece_size() else "<unk>")
         return out
 
+    def is_piece(self, i: int) -> bool:
+        """Whether id ``i`` is a sentencepiece piece (not a special token, language code or unused row)."""
+        if i in self.hidden:
+            return False
+        return i in self.inverse if self.vocab is not None else 0 < i - 1 < self.sp.get_piece_size()
+
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``, special tokens and language codes left out."""
-        return self.sp.decode_pieces(self.pieces([i for i in ids if int(i) not in self.hidden])).strip()
+        """Text of ``ids``; special tokens, language codes and unused rows left out."""
+        return self.sp.decode_pieces(self.pieces([i for i in map(int, ids) if self.is_piece(i)])).strip()
