@@ -17,7 +17,7 @@ import torch
 import transformer
 from transformer import Transformer, Translator
 
-from .inference import Analysis, stack_layers
+from .inference import Analysis, language_args, stack_layers
 
 
 def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
@@ -174,4 +174,5 @@ def beam_tree(tr: Translator, analysis: Analysis) -> Any:
     if s.beam_size <= 1:
         return None
     return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
-                        max_len_b=s.max_len_b, return_attention=False, return_tree=True).tree
+                        max_len_b=s.max_len_b, return_attention=False, return_tree=True,
+                        **language_args(tr, s)).tree
