@@ -156,16 +156,14 @@ def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 3
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
     """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
     rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""
-    from transformer.interpret import logit_lens
+    from transformer.interpret import logit_lens_chosen
 
     src, tgt, labels = _pair(tr, analysis)
-    full = logit_lens(tr.model, src, tgt, k=tr.config.tgt_vocab_size)  # every piece, to read the chosen one's rank
-    probs = np.stack([p[0].cpu().numpy() for p, _ in full])  # (L, T, V) sorted
-    ids = np.stack([i[0].cpu().numpy() for _, i in full])  # (L, T, V)
-    target = labels[0].cpu().numpy()  # (T,)
-    rank = (ids == target[None, :, None]).argmax(-1)  # (L, T): 0 = the top prediction
-    chosen = np.take_along_axis(probs, rank[..., None], -1)[..., 0]  # (L, T)
-    return {"probs": probs[..., :k], "ids": ids[..., :k], "labels": target, "rank": rank, "chosen": chosen}
+    top, chosen, rank = logit_lens_chosen(tr.model, src, tgt, labels, k=min(k, tr.config.tgt_vocab_size))
+    probs = np.stack([p[0].cpu().numpy() for p, _ in top])  # (L, T, k)
+    ids = np.stack([i[0].cpu().numpy() for _, i in top])  # (L, T, k)
+    return {"probs": probs, "ids": ids, "labels": labels[0].cpu().numpy(), "rank": rank[:, 0].cpu().numpy(),
+            "chosen": chosen[:, 0].cpu().numpy()}  # rank, chosen: (L, T)
 
 
 def beam_tree(tr: Translator, analysis: Analysis) -> Any:

@@ -198,3 +198,22 @@ def test_the_registry_picks_a_family_and_says_what_is_wrong(tmp_path, spm_dir):
         transformer.load(path, device="cpu")
     with pytest.raises(transformer.CheckpointError):
         check_checkpoint_dir(path)
+
+
+def test_the_logit_lens_ranks_without_sorting_the_vocabulary(tmp_path, spm_dir):
+    """At a 256k vocabulary the lens cannot sort every piece of every layer and step: the chosen piece's probability
+    and rank, counted against the vocabulary, equal the full sort's."""
+    from transformer.interpret import logit_lens, logit_lens_chosen
+
+    _, _, path = save_m2m100(tmp_path, spm_dir, "nllb")
+    model = load_m2m100_model(path)
+    src, tgt = torch.tensor([[5, 6, 7, 8, 2]]), torch.tensor([[2, 9, 10, 11]])
+    labels = torch.tensor([[9, 10, 11, 2]])
+    with torch.no_grad():
+        top, chosen, rank = logit_lens_chosen(model, src, tgt, labels, k=3)
+        full = logit_lens(model, src, tgt, k=model.config.tgt_vocab_size)
+    for layer, (probs, ids) in enumerate(full):
+        where = (ids == labels[..., None]).int().argmax(-1)  # (B, T): position of the label in the sorted row
+        torch.testing.assert_close(rank[layer], where)
+        torch.testing.assert_close(chosen[layer], probs.gather(-1, where[..., None])[..., 0])
+        torch.testing.assert_close(top[layer][0], probs[..., :3])
