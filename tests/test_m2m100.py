@@ -217,3 +217,16 @@ def test_the_logit_lens_ranks_without_sorting_the_vocabulary(tmp_path, spm_dir):
         torch.testing.assert_close(rank[layer], where)
         torch.testing.assert_close(chosen[layer], probs.gather(-1, where[..., None])[..., 0])
         torch.testing.assert_close(top[layer][0], probs[..., :3])
+
+
+def test_the_heads_command_reads_references_with_the_target_language(tmp_path, spm_dir):
+    """A reference translation's ids as the decoder produces them: the target code, then the pieces (as
+    ``tokenizer(text_target=...)`` without its </s>)."""
+    from transformer.heads import reference_ids
+
+    _, tok, path = save_m2m100(tmp_path, spm_dir, "nllb")
+    tr = transformer.load(path, device="cpu")
+    for lang in ("fra_Latn", None):
+        tok.tgt_lang = lang or tr.tokenizer.default_tgt
+        for text in SENTENCES:
+            assert reference_ids(tr, text, lang) == tok(text_target=text)["input_ids"][:-1]
