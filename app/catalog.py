@@ -91,6 +91,12 @@ def model_alpha(checkpoint: str) -> float:
         with contextlib.suppress(OSError):
             stat = path.stat()
             stamp = (str(path), stat.st_mtime_ns, stat.st_size)
+        if stamp is None and (path.parent / "config.json").is_file():  # another family's directory: its defaults
+            from transformer.families import family_of_dir
+
+            with contextlib.suppress(transformer.CheckpointError):
+                low, high = ALPHA_RANGE
+                return round(min(max(chosen_alpha(family_of_dir(path.parent).metadata_defaults), low), high), 1)
     return _alpha_of(stamp)
 
 

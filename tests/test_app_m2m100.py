@@ -32,6 +32,7 @@ def test_a_multilingual_checkpoint_opens_in_every_view(tmp_path, spm_dir, monkey
     assert_clean(at)
     src, tgt = at.selectbox(key="src_lang"), at.selectbox(key="tgt_lang")
     assert src.value == tr.tokenizer.default_src and len(tgt.options) == len(tr.languages)
+    assert at.slider(key="alpha").value == tr.default_alpha == 1.0  # generate()'s length penalty, as beam scores it
     assert "French · " + target in tgt.options and "English · " + tr.tokenizer.default_src in src.options
     at = tgt.set_value(target).run()
     at = translate(at, TEXT)

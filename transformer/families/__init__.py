@@ -30,6 +30,7 @@ class Family(Protocol):
     tokenizer_files: tuple[str, ...]  # the files its tokenizer needs
     copied_files: tuple[str, ...]  # the tokenizer files ``convert`` copies (those present)
     hub_models: tuple[str, ...]  # Hub ids the app suggests
+    metadata_defaults: dict[str, Any]  # what a checkpoint of it says without a metadata.json (decoding rules)
 
     def config(self, config_json: dict[str, Any]) -> TransformerConfig:
         """Our config from the checkpoint's ``config.json`` (``CheckpointError`` for what we cannot represent)."""

@@ -84,6 +84,7 @@ class M2M100Family:
     tokenizer_files = (SPM_FILE,)
     copied_files = (SPM_FILE, "vocab.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
     hub_models = ("facebook/nllb-200-distilled-600M", "facebook/m2m100_418M")
+    metadata_defaults = {"source": "m2m100", "beam_scoring": "transformers", "decoding": {"alpha": 1.0}}  # generate's
 
     def config(self, config_json: dict[str, Any]) -> TransformerConfig:
         return config_from_m2m100(config_json)
@@ -107,8 +108,8 @@ class M2M100Family:
         if tokenizer.vocab_size > model.config.tgt_vocab_size:
             raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but config.json says vocab_size="
                                   f"{model.config.tgt_vocab_size}")
-        metadata = {"source": "m2m100", "converted_from": name or str(path), "beam_scoring": "transformers",
-                    "decoding": {"alpha": 1.0}, "languages": len(tokenizer.languages)}  # generate()'s defaults
+        metadata = {**self.metadata_defaults, "converted_from": name or str(path),
+                    "languages": len(tokenizer.languages)}
         return model, tokenizer, metadata
 
     def check(self, path: Path) -> TransformerConfig:

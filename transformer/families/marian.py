@@ -117,6 +117,7 @@ class MarianFamily:
     copied_files = (*tokenizer_files, "tokenizer_config.json")
     hub_models = tuple(f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es",
                                                                      "es-en"))
+    metadata_defaults = {"source": "marian", "beam_scoring": "transformers"}
 
     def config(self, config_json: dict) -> TransformerConfig:
         return config_from_marian(config_json)
@@ -138,7 +139,7 @@ class MarianFamily:
         tokenizer = self.tokenizer(path)
         name = name or str(path)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
-        metadata = {"source": "marian", "converted_from": name, "language_pair": pair, "beam_scoring": "transformers"}
+        metadata = {**self.metadata_defaults, "converted_from": name, "language_pair": pair}
         return load_marian_model(path), tokenizer, metadata
 
     def check(self, path: Path) -> TransformerConfig:

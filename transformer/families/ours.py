@@ -20,6 +20,7 @@ class OursFamily:
     tokenizer_files = (TOKENIZER_FILE,)
     copied_files = tokenizer_files
     hub_models: tuple[str, ...] = ()
+    metadata_defaults: dict[str, Any] = {}
 
     def config(self, config_json: dict[str, Any]) -> TransformerConfig:
         try:
