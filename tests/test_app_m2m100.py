@@ -25,8 +25,11 @@ def spm_dir(tmp_path_factory, tiny_corpus):
 
 @pytest.mark.parametrize("name,target", [("m2m100", "fr"), ("nllb-12x16", "fra_Latn")])
 def test_a_multilingual_checkpoint_opens_in_every_view(tmp_path, spm_dir, monkeypatch, name, target):
+    from app import controls
+
     _, _, path = save_m2m100(tmp_path, spm_dir, name)
     monkeypatch.setenv("ATTN_CHECKPOINT", str(path))  # the save_pretrained directory itself, converted on load
+    monkeypatch.setattr(controls, "LARGE_VOCABULARY", 100)  # these vocabularies count as NLLB-large
     tr = transformer.load(path, device="cpu")
     at = new_app()
     assert_clean(at)
@@ -43,6 +46,9 @@ def test_a_multilingual_checkpoint_opens_in_every_view(tmp_path, spm_dir, monkey
     for view in VIEWS:
         at = set_view(at, view)
         assert_clean(at)
+        if view == "What drives each word":  # attribution says what it caps at a large vocabulary
+            assert at.segmented_control(key="drivers_method").value == "input_x_gradient"
+            assert any(f"{tr.config.tgt_vocab_size:,}-piece vocabulary" in c.value for c in at.caption)
 
 
 def test_the_picker_offers_nllb_and_m2m100_and_says_when_too_large(monkeypatch, app_env):
