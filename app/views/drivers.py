@@ -24,8 +24,10 @@ def render(ctx: ViewContext) -> None:
                              "input_x_gradient" if large else "integrated_gradients", format_func=METHODS.get,
                              required=True)
     if large:
-        st.caption(f"This model has {controls.n_parameters(ctx.tr) / 1e6:.0f}M parameters and a "
-                   f"{ctx.tr.config.tgt_vocab_size:,}-piece vocabulary: integrated gradients "
+        vocab = ctx.tr.config.tgt_vocab_size
+        st.caption(f"This model has {controls.n_parameters(ctx.tr) / 1e6:.0f}M parameters"
+                   + (f" and a {vocab:,}-piece vocabulary" if vocab > controls.LARGE_VOCABULARY else "")
+                   + ": integrated gradients "
                    "run 32 passes through it for every output piece, a minute or more on a CPU; input × gradient "
                    "is one pass (seconds).")
     data = controls.attributions(ctx, method)
