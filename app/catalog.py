@@ -84,9 +84,19 @@ ALPHA_RANGE = (0.0, 5.0)  # the length-penalty slider's range (the post-norm mod
 
 def model_alpha(checkpoint: str) -> float:
     """The length penalty a local checkpoint directory's ``metadata.json`` names (``decoding.alpha``), rounded to the
-    slider's 0.1 steps and range; 0.6 for anything else (a Hub id, no or unreadable metadata). Read from disk
-    without loading the model, so the first translation of a visit already uses it."""
-    return _alpha_of(_stamp(checkpoint))
+    slider's 0.1 steps and range; another family's directory without metadata: its family's default; 0.6 for
+    anything else (a Hub id, no or unreadable metadata). Read from disk without loading the model, so the first
+    translation of a visit already uses it."""
+    stamp = _stamp(checkpoint)
+    if stamp is None and checkpoint.strip():
+        path = Path(resolve_checkpoint(checkpoint)).expanduser()
+        if (path / "config.json").is_file():  # another family's directory: its defaults
+            from transformer.families import family_of_dir
+
+            with contextlib.suppress(transformer.CheckpointError):
+                low, high = ALPHA_RANGE
+                return round(min(max(chosen_alpha(family_of_dir(path).metadata_defaults), low), high), 1)
+    return _alpha_of(stamp)
 
 
 def _stamp(checkpoint: str) -> tuple[str, int, int] | None:
@@ -259,6 +269,34 @@ def load_heads(path: str | Path | None) -> dict | None:
 
 
 OPUS_MT = [f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")]
+# multilingual Hub models (the NLLB-200 / M2M100 family); offered for local use, in public mode only when
+# $ATTN_MODELS names them. Their download (safetensors) in MB, to say in the picker when it is over the limit.
+MULTILINGUAL = {"facebook/nllb-200-distilled-600M": ("NLLB-200, 200 languages", 2460),
+                "facebook/m2m100_418M": ("M2M100, 100 languages", 1940)}
+
+
+def hub_models() -> list[str]:
+    """The Hub ids the picker suggests: every family's (``transformer.families``), OPUS-MT first."""
+    from transformer.families import hub_models as suggested
+
+    return list(dict.fromkeys([*OPUS_MT, *suggested()]))
+
+
+def hub_label(repo_id: str) -> str:
+    """How the picker shows a suggested Hub id: its family, and for a download over ``$ATTN_MAX_DOWNLOAD_MB`` why
+    it will not open (unless already in the local cache)."""
+    if repo_id in OPUS_MT:
+        return f"{repo_id} (OPUS-MT, from the Hub)"
+    if repo_id not in MULTILINGUAL:
+        return f"{repo_id} (from the Hub)"
+    from transformer.hub import max_download_mb
+
+    what, size_mb = MULTILINGUAL[repo_id]
+    limit = max_download_mb()
+    if size_mb > limit and needs_download(repo_id):
+        return f"{repo_id} ({what}; about {size_mb:,} MB: over the {limit:,.0f} MB download limit, " \
+               "raise ATTN_MAX_DOWNLOAD_MB)"
+    return f"{repo_id} ({what}, about {size_mb:,} MB, from the Hub)"
 
 
 def public_mode() -> bool:

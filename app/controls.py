@@ -47,6 +47,7 @@ def choose(widget: Callable, label: str, options: list, key: str, default, **kwa
 
 
 LARGE_MODEL = 20_000_000  # parameters: above this, integrated gradients take a minute or more on a CPU
+LARGE_VOCABULARY = 100_000  # pieces: above this (NLLB's 256k, M2M100's 128k) too, every pass scores them all
 
 
 def n_parameters(tr: Translator) -> int:

@@ -82,10 +82,11 @@ def model_picker() -> None:
             state.adopt_model_decoding()
 
         st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
-                     format_func=lambda p: usable[p].label() if p in usable else p)
+                     format_func=lambda p: usable[p].label() if p in usable else
+                     catalog.hub_label(p) if p in catalog.MULTILINGUAL else p)
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         return
-    options = [*usable, *catalog.OPUS_MT, state.OTHER_MODEL]
+    options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
     if ss.get(state.MODEL_CHOICE) != wanted:
         ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
@@ -97,7 +98,7 @@ def model_picker() -> None:
 
     st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
                  format_func=lambda p: usable[p].label() if p in usable else
-                 f"{p} (OPUS-MT, from the Hub)" if p in catalog.OPUS_MT else p)
+                 catalog.hub_label(p) if p in options[len(usable):-1] else p)
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
     for info in infos:

@@ -33,6 +33,16 @@ class DecodeSettings:
     alpha: float = 0.6
     max_len_a: float = 1.5
     max_len_b: int = 10
+    src_lang: str | None = None  # a multilingual model's source / target language codes (None: its defaults)
+    tgt_lang: str | None = None
+
+
+def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | None]:
+    """``src_lang`` / ``tgt_lang`` for ``Translator.translate`` (codes the model does not take: its defaults)."""
+    if not tr.languages:
+        return {}
+    return {"src_lang": settings.src_lang if settings.src_lang in tr.languages else None,
+            "tgt_lang": settings.tgt_lang if settings.tgt_lang in tr.languages else None}
 
 
 @dataclass
@@ -117,7 +127,8 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
     head_mask = build_head_mask(tr, ablated)
     pieces = tr.tokenizer.encode(text)
     result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
-                          max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask)
+                          max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask,
+                          **language_args(tr, settings))
     out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
     out = tr.attentions(result.source_ids, out_ids, head_mask)
     probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
@@ -206,7 +217,8 @@ def detect_language(text: str, min_words: int = 4, min_probability: float = 0.9)
 def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:
     """Plain translations of several sentences (one batch)."""
     results = tr.translate_batch(sentences, beam_size=settings.beam_size, alpha=settings.alpha,
-                                 max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
+                                 max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
+                                 **language_args(tr, settings))
     return [r.text for r in results]
 
 

@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, catalog, controls, frame, inference, state, work
+from app import cached, catalog, controls, frame, inference, languages, state, work
 from app.controls import md_escape
 from app.views import VIEWS
 
@@ -51,6 +51,7 @@ def main() -> None:
     if tr is None:
         return
     frame.show_model_facts(tr)
+    languages.pickers(tr)  # a multilingual model: source and target language
     card = catalog.model_card(tr)
     if card and st.toggle("Show the model card (how it was trained, its scores and limits)", key=state.SHOW_CARD):
         with st.container(border=True, height=420):

@@ -17,7 +17,7 @@ import torch
 import transformer
 from transformer import Transformer, Translator
 
-from .inference import Analysis, stack_layers
+from .inference import Analysis, language_args, stack_layers
 
 
 def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
@@ -163,18 +163,14 @@ def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 3
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
     """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
     rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""
-    from transformer.interpret import logit_lens
+    from transformer.interpret import logit_lens_chosen
 
     src, tgt, labels = _pair(tr, analysis)
-    full = logit_lens(tr.model, src, tgt, k=tr.config.tgt_vocab_size)  # every piece, to read the chosen one's rank
-    probs = np.stack([p[0].cpu().numpy() for p, _ in full])  # (L, T, V) sorted
-    ids = np.stack([i[0].cpu().numpy() for _, i in full])  # (L, T, V)
-    target = labels[0].cpu().numpy()  # (T,)
-    rank = (ids == target[None, :, None]).argmax(-1)  # (L, T): 0 = the top prediction
-    chosen = np.take_along_axis(probs, rank[..., None], -1)[..., 0]  # (L, T)
-    # copies: a slice would keep the whole (L, T, V) arrays alive in the cache, uncounted
-    return {"probs": probs[..., :k].copy(), "ids": ids[..., :k].copy(), "labels": target, "rank": rank,
-            "chosen": chosen}
+    top, chosen, rank = logit_lens_chosen(tr.model, src, tgt, labels, k=min(k, tr.config.tgt_vocab_size))
+    probs = np.stack([p[0].cpu().numpy() for p, _ in top])  # (L, T, k)
+    ids = np.stack([i[0].cpu().numpy() for _, i in top])  # (L, T, k)
+    return {"probs": probs, "ids": ids, "labels": labels[0].cpu().numpy(), "rank": rank[:, 0].cpu().numpy(),
+            "chosen": chosen[:, 0].cpu().numpy()}  # rank, chosen: (L, T)
 
 
 def beam_tree(tr: Translator, analysis: Analysis) -> Any:
@@ -183,4 +179,5 @@ def beam_tree(tr: Translator, analysis: Analysis) -> Any:
     if s.beam_size <= 1:
         return None
     return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
-                        max_len_b=s.max_len_b, return_attention=False, return_tree=True).tree
+                        max_len_b=s.max_len_b, return_attention=False, return_tree=True,
+                        **language_args(tr, s)).tree

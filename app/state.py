@@ -151,7 +151,8 @@ def settings_from_state() -> DecodeSettings:
     greedy = ss.get(SEARCH, DEFAULTS[SEARCH]) == "Greedy"
     return DecodeSettings(beam_size=1 if greedy else int(ss.get(BEAM, DEFAULTS[BEAM])),
                           alpha=float(ss.get(ALPHA, DEFAULTS[ALPHA])), max_len_a=float(ss.get(MAX_A, DEFAULTS[MAX_A])),
-                          max_len_b=int(ss.get(MAX_B, DEFAULTS[MAX_B])))
+                          max_len_b=int(ss.get(MAX_B, DEFAULTS[MAX_B])),
+                          src_lang=ss.get("src_lang"), tgt_lang=ss.get("tgt_lang"))  # app.languages' pickers
 
 
 def adopt_url(params: dict[str, str], views: list[str]) -> list[str]:

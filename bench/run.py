@@ -33,7 +33,7 @@ from .common import (
     synthetic_sentences,
 )
 
-SECTIONS = ("train", "latency", "batch", "app", "marian")
+SECTIONS = ("train", "latency", "batch", "app", "marian", "m2m100")
 REQUIRED_KEYS = ("train_tok_s", "train_tok_s_nn_transformer", "train_speed_ratio", "greedy_ms_p50", "beam4_ms_p50",
                  "capture_overhead", "kv_cache_speedup", "batch_sent_s", "batch_sent_s_ctranslate2",
                  "ctranslate2_ratio", "load_s", "peak_rss_mb")
@@ -169,6 +169,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          corpus=lines))
             except Exception as err:  # report and go on
                 errors["marian"] = f"{type(err).__name__}: {err}"
+        if "m2m100" in args.sections:  # an M2M100-418M-sized model: ours against transformers
+            try:
+                from . import m2m100
+
+                result.update(m2m100.run(sentences[:8] if not args.quick else sentences[:4], args.quick,
+                                         args.threads or torch.get_num_threads(), corpus=lines))
+            except Exception as err:  # report and go on
+                errors["m2m100"] = f"{type(err).__name__}: {err}"
         if torch.cuda.is_available() and not args.no_cuda:
             result["cuda"] = run_device("cuda", args, checkpoint, sentences, lines, errors)
     result["errors"] = errors

@@ -68,6 +68,9 @@ def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
         assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result.get(key))
     assert result["marian_hf_ratio"] == pytest.approx(result["marian_batch_sent_s"] / result["marian_batch_sent_s_hf"],
                                                       abs=0.01)
+    for key in ("m2m100_batch_sent_s", "m2m100_batch_sent_s_hf", "m2m100_hf_ratio", "m2m100_greedy_ms_p50",
+                "m2m100_greedy_ms_p50_hf"):  # the M2M100-418M-sized section (tiny in --quick)
+        assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result.get(key))
     if has_ct2:  # greedy search gives the same tokens in both engines
         assert result["ctranslate2_greedy_identical"] == result["ctranslate2_greedy_compared"] > 0
         assert 0 <= result["ctranslate2_identical"] <= result["batch_sentences"]

@@ -22,12 +22,12 @@ from .model import (
     positional_encoding,
     scaled_dot_product_attention,
 )
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, TokenizerProtocol
 from .translator import TranslationResult, Translator, load
 
 __all__ = [
     "BeamNode", "BeamTree", "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput",
-    "Tokenizer",
+    "Tokenizer", "TokenizerProtocol",
     "TranslationResult", "Transformer", "TransformerConfig", "Translator", "beam_search", "causal_mask",
     "decoder_self_mask", "greedy_decode", "length_penalty", "load", "load_model_dir", "padding_mask",
     "positional_encoding", "resolve_device", "save_checkpoint", "scaled_dot_product_attention",

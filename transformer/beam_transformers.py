@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .decoding import Hypotheses, _inference, _step, output_limits
+from .decoding import Hypotheses, _force, _inference, _step, output_limits
 from .model import Transformer, padding_mask
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -31,9 +31,11 @@ _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactl
 @_inference
 def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 1.0,
                              max_len_a: float = 1.5, max_len_b: int = 10,
-                             head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
+                             head_mask: dict[str, Tensor] | None = None, forced: Tensor | None = None) -> Hypotheses:
     """Beam search scored as transformers scores it. ``src (B, S)`` -> best ``Hypotheses`` (scores: log-probability
-    divided by ``|Y| ** alpha``). Each sentence's own length limit plays transformers' ``max_new_tokens``."""
+    divided by ``|Y| ** alpha``). Each sentence's own length limit plays transformers' ``max_new_tokens``.
+    ``forced (B, P)``: the first P output tokens, as ``generate(forced_bos_token_id=...)`` imposes one (counted in
+    |Y|, log-probability 0)."""
     cfg = model.config
     dev = src.device
     b, k = src.size(0), beam_size
@@ -55,9 +57,10 @@ def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4
     batch_offset = (torch.arange(b, device=dev) * k)[:, None]  # (B, 1)
     in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
 
+    forced = forced.repeat_interleave(k, dim=0) if forced is not None else None  # (B, P) -> (B*K, P)
     work: dict[str, Tensor] = {}
     for step in range(1, max_steps + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B*K, V)
+        logp = _force(_step(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B*K, V)
         vocab = logp.size(-1)
         cand = logp.add_(running.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)

@@ -15,23 +15,26 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from .model import Transformer, TransformerConfig
-from .tokenizer import SplitTokenizer, Tokenizer
+from .tokenizer import Tokenizer, TokenizerProtocol
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.model"
 METADATA_FILE = "metadata.json"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
-SPLIT_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # Marian's tokenizer, instead of tokenizer.model
 
 
 def missing_files(path: Path) -> list[str]:
-    """Required files absent from a checkpoint directory (a Marian split tokenizer may stand in for
-    ``tokenizer.model``)."""
-    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
-    if TOKENIZER_FILE in missing and all((path / name).is_file() for name in SPLIT_TOKENIZER_FILES):
-        missing.remove(TOKENIZER_FILE)
-    return missing
+    """Required files absent from a checkpoint directory, as its family (``transformer.families``) requires them
+    (ours: config, weights and a tokenizer: ``tokenizer.model`` or a converted family's tokenizer files)."""
+    from .families import family_of_dir
+
+    try:
+        return family_of_dir(path).missing_files(Path(path))
+    except CheckpointError:  # an unknown model_type: judged as one of ours
+        from .families.ours import FAMILY
+
+        return FAMILY.missing_files(Path(path))
 
 
 class CheckpointError(Exception):
@@ -103,10 +106,7 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     config = read_config(path)
     try:
         _check_weights(path / WEIGHTS_FILE, config)
-        tokenizer = _open_tokenizer(path)
-        if tokenizer.vocab_size != config.tgt_vocab_size:
-            raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
-                                  f"tgt_vocab_size={config.tgt_vocab_size}")
+        _check_vocab(_open_tokenizer(path), config)
         _read_metadata(path)
     except CheckpointError:
         raise
@@ -144,15 +144,27 @@ def _check_weights(weights: Path, config: TransformerConfig) -> None:
         raise CheckpointError(f"{WEIGHTS_FILE} does not match config.json (e.g. {(wrong or sorted(stored))[0]})")
 
 
-def _open_tokenizer(path: Path) -> Tokenizer | SplitTokenizer:
-    """The checkpoint's tokenizer (joint ``tokenizer.model`` or Marian's split files); ``CheckpointError`` when it
-    does not open."""
-    joint = (path / TOKENIZER_FILE).is_file()
+def _open_tokenizer(path: Path) -> TokenizerProtocol:
+    """The checkpoint's tokenizer, as its family (``transformer.families``) builds it (ours: ``tokenizer.model``);
+    ``CheckpointError`` when it does not open."""
+    from .families import tokenizer_family
+
+    family = tokenizer_family(path)
     try:
-        return Tokenizer(path / TOKENIZER_FILE) if joint else SplitTokenizer.from_dir(path)
+        return family.tokenizer(path)
+    except CheckpointError:
+        raise
     except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
-        names = TOKENIZER_FILE if joint else ", ".join(SPLIT_TOKENIZER_FILES)
-        raise CheckpointError(f"{path}: {names} is not a usable sentencepiece tokenizer: {err}") from err
+        raise CheckpointError(f"{path}: {', '.join(family.tokenizer_files)} is not a usable tokenizer: {err}") from err
+
+
+def _check_vocab(tokenizer: TokenizerProtocol, config: TransformerConfig) -> None:
+    """The tokenizer's ids fit the model's vocabulary: equal, except that a converted multilingual model may have a
+    few unused rows past its tokenizer's ids (NLLB-200: 2)."""
+    exact = isinstance(tokenizer, Tokenizer) or not getattr(tokenizer, "languages", None)
+    if tokenizer.vocab_size > config.tgt_vocab_size or (exact and tokenizer.vocab_size != config.tgt_vocab_size):
+        raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
+                              f"tgt_vocab_size={config.tgt_vocab_size}")
 
 
 def _read_metadata(path: Path) -> dict:
@@ -168,14 +180,14 @@ def _read_metadata(path: Path) -> dict:
     return metadata
 
 
-def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict]:
-    """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``."""
+def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, TokenizerProtocol,
+                                                                                dict]:
+    """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``. The tokenizer is
+    ``tokenizer.model``, or the tokenizer files of the family the checkpoint was converted from."""
     path = Path(path)
     config = read_config(path)
     tokenizer = _open_tokenizer(path)
-    if tokenizer.vocab_size != config.tgt_vocab_size:
-        raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces but config.json says "
-                              f"tgt_vocab_size={config.tgt_vocab_size}")
+    _check_vocab(tokenizer, config)
     model = Transformer(config)
     try:
         load_model(model, str(path / WEIGHTS_FILE), strict=True, device="cpu")

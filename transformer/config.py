@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")  # the feed-forward's (SiLU is Marian's "swish")
+POSITIONAL_LAYOUTS = ("interleaved", "halves", "fairseq")
 
 
 @dataclass
@@ -33,7 +34,9 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
     # What real models of this architecture do differently (OPUS-MT / Marian); the defaults are the paper's.
     activation: str = "relu"  # feed-forward activation: "relu" (the paper), "swish" (= SiLU, Marian) or "gelu"
-    positional_layout: str = "interleaved"  # "interleaved" sin/cos (the paper) or "halves": sin | cos (Marian)
+    positional_layout: str = "interleaved"  # "interleaved" sin/cos (the paper), "halves": sin | cos (Marian) or
+    # "fairseq": sin | cos with frequencies exp(-log(10000) * i / (d_model/2 - 1)) in float32 (M2M100 / NLLB)
+    position_offset: int = 0  # position of the first token (M2M100 / NLLB: pad_id + 1, past the padding row)
     final_logits_bias: bool = False  # a learned bias on the output logits (Marian's ``final_logits_bias``)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
 
@@ -63,8 +66,10 @@ class TransformerConfig:
             raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
-        if self.positional_layout not in ("interleaved", "halves"):
-            raise ValueError(f"positional_layout must be 'interleaved' or 'halves', not {self.positional_layout!r}")
+        if self.positional_layout not in POSITIONAL_LAYOUTS:
+            raise ValueError(f"positional_layout must be one of {POSITIONAL_LAYOUTS}, not {self.positional_layout!r}")
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset must be >= 0, not {self.position_offset}")
 
     @property
     def d_head(self) -> int:

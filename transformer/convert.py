@@ -1,10 +1,12 @@
-"""``python -m transformer.convert --from-hf ID_OR_DIR --out DIR``: a Marian / OPUS-MT checkpoint as one of ours.
+"""``python -m transformer.convert --from-hf ID_OR_DIR --out DIR``: a Hugging Face checkpoint as one of ours.
 
-Reads a ``MarianMTModel.save_pretrained`` directory or a Hugging Face Hub id (downloaded with huggingface_hub
-after a size check), converts the weights and writes a checkpoint directory: ``config.json`` (with the Marian
-fields: swish, sin|cos positions, logits bias, decoding from ``<pad>``), ``model.safetensors``, the tokenizer
-files (``source.spm``, ``target.spm``, ``vocab.json``) and ``metadata.json`` naming the source. Our runtime
-never imports transformers.
+Reads a ``save_pretrained`` directory or a Hugging Face Hub id (downloaded with huggingface_hub after a size check)
+of any family the registry knows (``transformer.families``: Marian / OPUS-MT, NLLB-200 / M2M100), converts the
+weights and writes a checkpoint directory: ``config.json`` (our ``TransformerConfig`` with the family's fields, e.g.
+Marian's swish and sin|cos positions, NLLB's pre-norm and fairseq positions), ``model.safetensors``, the family's
+tokenizer files (Marian: ``source.spm``, ``target.spm``, ``vocab.json``; NLLB / M2M100: ``sentencepiece.bpe.model``,
+``tokenizer.json`` or ``vocab.json``) and ``metadata.json`` naming the source. Our runtime never imports
+transformers.
 """
 
 from __future__ import annotations
@@ -23,24 +25,25 @@ from .checkpoint import (
     CheckpointError,
     save_weights,
 )
+from .families import family_of_dir
 from .hub import resolve_checkpoint_dir
-from .marian import is_marian_dir
 from .translator import Translator, load
-
-TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 
 
 def convert(source: str, out: str | Path) -> Translator:
-    """Convert ``source`` (a directory or Hub id of a Marian checkpoint) into the checkpoint directory ``out``."""
+    """Convert ``source`` (a directory or Hub id of a Hugging Face checkpoint of a registered family) into the
+    checkpoint directory ``out``."""
     path = resolve_checkpoint_dir(source)
-    if not is_marian_dir(path):
-        raise CheckpointError(f"{source} is not a Marian checkpoint (its config.json has no model_type 'marian')")
+    family = family_of_dir(path)
+    if not family.model_types:
+        raise CheckpointError(f"{source} is not a Hugging Face checkpoint (its config.json has no model_type): "
+                              "it is one of ours already")
     tr = load(path, device="cpu")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tr.config.save(out / CONFIG_FILE)
     save_weights(tr.model, out / WEIGHTS_FILE)
-    for name in TOKENIZER_FILES:
+    for name in family.copied_files:
         if (path / name).is_file():
             shutil.copyfile(path / name, out / name)
     metadata = {**tr.metadata, "converted_from": str(source), "converted_by": "python -m transformer.convert",

@@ -90,10 +90,19 @@ def output_limits(model: Transformer, src: Tensor, max_len_a: float, max_len_b: 
 
 
 def _never(logp: Tensor, model: Transformer) -> Tensor:
-    """Padding and BOS are never outputs."""
+    """Padding and BOS are never outputs (BOS is, when decoding starts from ``</s>`` as in M2M100 / NLLB)."""
     logp[:, model.config.pad_id] = float("-inf")
-    logp[:, model.config.bos_id] = float("-inf")
+    if model.config.bos_id != model.config.eos_id:
+        logp[:, model.config.bos_id] = float("-inf")
     return logp
+
+
+def _force(logp: Tensor, forced: Tensor | None, step: int) -> Tensor:
+    """Forced first tokens, as transformers' ``forced_bos_token_id``: at step ``s <= P`` the token ``forced[:, s-1]``
+    gets log-probability 0 and every other token -inf. ``logp (N, V)``, ``forced (N, P)`` (one row per row)."""
+    if forced is None or step > forced.size(1):
+        return logp
+    return logp.fill_(float("-inf")).scatter_(1, forced[:, step - 1: step], 0.0)
 
 
 def _workspace(work: dict[str, Tensor], name: str, rows: int, cols: int, dtype: torch.dtype,
@@ -128,8 +137,10 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, 
 
 @_inference
 def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  use_cache: bool = True, head_mask: dict[str, Tensor] | None = None) -> Hypotheses:
-    """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``."""
+                  use_cache: bool = True, head_mask: dict[str, Tensor] | None = None,
+                  forced: Tensor | None = None) -> Hypotheses:
+    """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``. ``forced (B, P)``: the first P
+    output tokens, imposed (e.g. a target-language code), with log-probability 0."""
     cfg = model.config
     src_mask = padding_mask(src, cfg.pad_id)
     memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
@@ -141,7 +152,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
     work: dict[str, Tensor] = {}
     for step in range(1, int(limits.max()) + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B, V)
+        logp = _force(_step(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B, V)
         best_logp, best = logp.max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += best_logp.masked_fill(finished, 0.0)
@@ -155,8 +166,10 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
 @_inference
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
-                head_mask: dict[str, Tensor] | None = None, record_tree: bool = False) -> Hypotheses:
-    """Batched beam search with the GNMT length penalty. ``src (B, S)`` -> best ``Hypotheses``.
+                head_mask: dict[str, Tensor] | None = None, record_tree: bool = False,
+                forced: Tensor | None = None) -> Hypotheses:
+    """Batched beam search with the GNMT length penalty. ``src (B, S)`` -> best ``Hypotheses``. ``forced (B, P)``:
+    the first P output tokens, imposed with log-probability 0 (as in :func:`greedy_decode`).
 
     Finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``; a sentence stops when
     it has K of them or no live beam can beat its best one (live scores only fall; lp grows to
@@ -193,9 +206,10 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     fin_nodes = [[-1] * k for _ in range(b)]  # node id of each finished entry
     best_nodes = [-1] * b
 
+    forced = forced.repeat_interleave(k, dim=0) if forced is not None else None  # (B, P) -> (B*K, P)
     work: dict[str, Tensor] = {}
     for step in range(1, max_steps + 1):
-        logp = _step(model, tokens, memory, src_mask, cache, head_mask, work)  # (B*K, V)
+        logp = _force(_step(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B*K, V)
         vocab = logp.size(-1)
         cand = logp.add_(live.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
@@ -258,6 +272,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
             tokens, memory, src_mask, src_beam = (t.index_select(0, rows) for t in (tokens, memory, src_mask, src_beam))
+            forced = forced.index_select(0, rows) if forced is not None else None
             b = keep.numel()
             batch_offset = (torch.arange(b, device=dev) * k)[:, None]
         if cache is not None:  # the cached keys/values follow their beams (and leave with their sentences)

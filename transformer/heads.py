@@ -33,7 +33,6 @@ from .checkpoint import CheckpointError
 from .data import DataError, read_parallel
 from .evaluate import add_decoding_arguments, non_negative, score, translate_all
 from .interpret import require_eval
-from .tokenizer import SplitTokenizer
 from .translator import Translator, load
 
 KINDS = ("encoder", "decoder", "cross")
@@ -95,18 +94,11 @@ def head_mask_off(tr: Translator, off: Sequence[tuple[str, int, int]]) -> dict[s
     return mask
 
 
-def reference_ids(tr: Translator, text: str) -> list[int]:
-    """A reference translation's target ids (no BOS/EOS), cut so that ``[BOS] + ids`` fits the model.
-
-    A Marian tokenizer has a separate target sentencepiece model (as ``MarianTokenizer(text_target=...)``)."""
-    tok = tr.tokenizer
-    if isinstance(tok, SplitTokenizer):
-        text = tok.clean(text)
-        pieces = tok.target.encode(tok.normalize(text) if text else "", out_type=str)
-        ids = [tok.vocab.get(p, tok.unk_id) for p in pieces]
-    else:
-        ids = tok.encode(text)
-    return ids[: tr.config.max_len - 1]
+def reference_ids(tr: Translator, text: str, tgt_lang: str | None = None) -> list[int]:
+    """A reference translation's target ids (no BOS/EOS), cut so that ``[BOS] + ids`` fits the model: the
+    tokenizer's ``encode_target`` (Marian: its target sentencepiece model; NLLB / M2M100: the target language's code
+    first, ``tgt_lang`` or the tokenizer's default)."""
+    return tr.tokenizer.encode_target(text, tgt_lang)[: tr.config.max_len - 1]
 
 
 def offset_weight(w: torch.Tensor, offset: int) -> torch.Tensor:

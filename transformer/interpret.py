@@ -17,7 +17,7 @@ model object at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -123,17 +123,33 @@ def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
 
 
 @torch.no_grad()
-def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5) -> list[tuple[Tensor, Tensor]]:
-    """For every decoder layer, ``(probs (B, T, k), ids (B, T, k))``: the top-k next tokens its output would give
-    through the final norm (pre-norm) and the output projection. The last layer's equal the model's own."""
+def _lens_probs(model: Transformer, src: Tensor, tgt: Tensor) -> Iterator[Tensor]:
+    """Each decoder layer's next-token probabilities ``(B, T, V)`` through the final norm and the output projection,
+    one layer at a time (a 256k vocabulary never holds all layers' at once), from the layers' returned outputs."""
     out = model(src, tgt, return_internals=True)
-    lens = []
     for x in out.decoder_layer_outputs:  # (B, T, D) each
         if model.decoder_norm is not None:
             x = model.decoder_norm(x)
-        probs = model.generator(x).float().softmax(dim=-1)  # (B, T, V)
+        yield model.generator(x).float().softmax(dim=-1)  # (B, T, V)
+
+
+def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5) -> list[tuple[Tensor, Tensor]]:
+    """For every decoder layer, ``(probs (B, T, k), ids (B, T, k))``: the top-k next tokens its output would give
+    through the final norm (pre-norm) and the output projection. The last layer's equal the model's own."""
+    return [tuple(probs.topk(k, dim=-1)) for probs in _lens_probs(model, src, tgt)]
+
+
+def logit_lens_chosen(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor,
+                      k: int = 5) -> tuple[list[tuple[Tensor, Tensor]], Tensor, Tensor]:
+    """:func:`logit_lens` and, for the tokens ``labels (B, T)``, each layer's probability of them and their rank
+    (0 = top; ties ranked first), ``(L, B, T)`` each: counted against the whole vocabulary without sorting it."""
+    lens, chosen, rank = [], [], []
+    for probs in _lens_probs(model, src, tgt):
         lens.append(tuple(probs.topk(k, dim=-1)))
-    return lens
+        p = probs.gather(-1, labels[..., None])  # (B, T, 1)
+        chosen.append(p[..., 0])
+        rank.append((probs > p).sum(dim=-1))  # (B, T)
+    return lens, torch.stack(chosen), torch.stack(rank)
 
 
 def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_embeds: Tensor,

@@ -35,8 +35,16 @@ def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved")
     """The sinusoidal table, ``(max_len, d_model)``.
 
     PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)); with
-    ``layout="halves"`` (Marian) the same waves as all sines first, then all cosines.
+    ``layout="halves"`` (Marian) the same waves as all sines first, then all cosines; ``layout="fairseq"``
+    (M2M100 / NLLB) sines then cosines of ``pos * exp(-log(10000) * i / (d_model/2 - 1))``, in float32 as fairseq
+    computes them.
     """
+    if layout == "fairseq":
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half).float() * -(math.log(10000) / (half - 1)))  # (half,)
+        angles = torch.arange(max_len).float()[:, None] * freq[None]  # (max_len, half)
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (max_len, 2 * half)
+        return torch.cat([table, torch.zeros(max_len, d_model % 2)], dim=1)  # odd d_model: a zero column
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -296,8 +304,9 @@ class Transformer(nn.Module):
         self.config = cfg = config
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", positional_encoding(cfg.max_len, cfg.d_model, cfg.positional_layout),
-                             persistent=False)
+        # rows from ``position_offset`` on: the first token's position (0 in the paper; past the padding id in fairseq)
+        self.register_buffer("pe", positional_encoding(cfg.max_len + cfg.position_offset, cfg.d_model,
+                                                       cfg.positional_layout)[cfg.position_offset:], persistent=False)
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))

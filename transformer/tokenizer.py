@@ -1,17 +1,86 @@
-"""A sentencepiece wrapper: one joint vocabulary for source and target."""
+"""Tokenizers: the :class:`TokenizerProtocol` every model family's tokenizer meets, our sentencepiece wrapper (one
+joint vocabulary for source and target) and Marian's split one."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
-class Tokenizer:
+@runtime_checkable
+class TokenizerProtocol(Protocol):
+    """What ``Translator``, the heads command and the app ask of a tokenizer, whatever the model family.
+
+    ``encode`` gives the pieces of a text without special tokens; the family's special tokens frame them:
+    ``source_frame(lang)`` the ids before and after a source (ours and Marian: ``[]``, ``[</s>]``; NLLB / M2M100:
+    ``[lang_code]``, ``[</s>]``), ``target_prefix(lang)`` the ids decoding must produce first (NLLB / M2M100: the
+    target language's code). ``languages``: the codes a multilingual model takes (empty for one language pair).
+    """
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def languages(self) -> tuple[str, ...]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def source_frame(self, lang: str | None = None) -> tuple[list[int], list[int]]: ...
+
+    def target_prefix(self, lang: str | None = None) -> list[int]: ...
+
+    def encode_source(self, text: str, lang: str | None = None) -> list[int]: ...
+
+    def encode_target(self, text: str, lang: str | None = None) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def pieces(self, ids: Sequence[int]) -> list[str]: ...
+
+
+class Framing:
+    """The special-token framing of a one-language-pair model: sources end in ``</s>``, targets start bare."""
+
+    eos_id: int
+    languages: tuple[str, ...] = ()
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def source_frame(self, lang: str | None = None) -> tuple[list[int], list[int]]:
+        """Ids before and after a source's pieces."""
+        return [], [self.eos_id]
+
+    def target_prefix(self, lang: str | None = None) -> list[int]:
+        """Ids a translation starts with (after the decoder's start token)."""
+        return []
+
+    def encode_source(self, text: str, lang: str | None = None) -> list[int]:
+        """A source as the encoder reads it, special tokens included."""
+        before, after = self.source_frame(lang)
+        return [*before, *self.encode(text), *after]
+
+    def target_pieces(self, text: str) -> list[int]:
+        """A target text's pieces (a family with a target vocabulary of its own overrides this)."""
+        return self.encode(text)
+
+    def encode_target(self, text: str, lang: str | None = None) -> list[int]:
+        """A reference translation as the decoder would produce it, without the start token and ``</s>``."""
+        return [*self.target_prefix(lang), *self.target_pieces(text)]
+
+
+class Tokenizer(Framing):
     """Encodes text to ids and back; ``pieces`` gives the subwords as shown to a person."""
 
     def __init__(self, model_file: str | Path | None = None, model_proto: bytes | None = None) -> None:
@@ -72,7 +141,7 @@ class Tokenizer:
         return [self.sp.id_to_piece(int(i)) for i in ids]
 
 
-class SplitTokenizer:
+class SplitTokenizer(Framing):
     """Marian's tokenization (OPUS-MT): a source and a target sentencepiece model over one shared vocabulary
     (``source.spm``, ``target.spm``, ``vocab.json``), with the same interface as :class:`Tokenizer`. As
     transformers' ``MarianTokenizer``: Moses punctuation normalisation, a leading ``>>xx<<`` language code kept
@@ -128,6 +197,12 @@ class SplitTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
+
+    def target_pieces(self, text: str) -> list[int]:
+        """A target text through the target sentencepiece model (as ``MarianTokenizer(text_target=...)``)."""
+        text = self.clean(text)
+        pieces = self.target.encode(self.normalize(text) if text else "", out_type=str)
+        return [self.vocab.get(p, self.unk_id) for p in pieces]
 
     def decode(self, ids: Sequence[int]) -> str:
         pieces = [self.inverse.get(int(i), "<unk>") for i in ids if int(i) not in self.special]

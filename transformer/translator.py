@@ -11,12 +11,12 @@ import torch
 from torch import Tensor
 
 from .beam_transformers import beam_search_transformers
-from .checkpoint import CheckpointError, load_model_dir, resolve_device
+from .checkpoint import resolve_device
 from .data import pad_sequences
 from .decoding import BeamTree, beam_search, greedy_decode
 from .hub import resolve_checkpoint_dir
 from .model import Transformer
-from .tokenizer import SplitTokenizer, Tokenizer
+from .tokenizer import TokenizerProtocol
 from .weights import decoding_layout
 
 
@@ -83,7 +83,7 @@ class Translator:
     OPUS-MT model translates here exactly as there; see ``transformer.beam_transformers``); by default the rules
     named in the checkpoint's metadata (``beam_scoring``), else ``"gnmt"``."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None,
+    def __init__(self, model: Transformer, tokenizer: TokenizerProtocol, metadata: dict[str, Any] | None = None,
                  path: Path | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -111,15 +111,28 @@ class Translator:
         return next(self.model.parameters()).device
 
     @property
-    def max_source_tokens(self) -> int:
-        """Longest source (pieces, EOS excluded) the model takes."""
-        return self.config.max_len - 1
+    def languages(self) -> tuple[str, ...]:
+        """The language codes a multilingual model takes (``src_lang`` / ``tgt_lang`` below); empty otherwise."""
+        return tuple(getattr(self.tokenizer, "languages", ()))
 
-    def encode_source(self, text: str) -> tuple[list[int], bool]:
-        """Source ids with EOS; cut to the model's length (``truncated`` says so)."""
+    @property
+    def max_source_tokens(self) -> int:
+        """Longest source (pieces, special tokens such as EOS or a language code excluded) the model takes."""
+        before, after = self.tokenizer.source_frame()
+        return self.config.max_len - len(before) - len(after)
+
+    def encode_source(self, text: str, src_lang: str | None = None) -> tuple[list[int], bool]:
+        """Source ids with the family's special tokens (EOS; NLLB / M2M100: the source language's code first); cut
+        to the model's length (``truncated`` says so)."""
+        before, after = self.tokenizer.source_frame(src_lang)
         ids = self.tokenizer.encode(text)
-        truncated = len(ids) > self.max_source_tokens
-        return ids[: self.max_source_tokens] + [self.tokenizer.eos_id], truncated
+        room = self.config.max_len - len(before) - len(after)
+        return [*before, *ids[:room], *after], len(ids) > room
+
+    def _forced(self, n: int, tgt_lang: str | None) -> Tensor | None:
+        """The first output tokens every sentence must start with ``(n, P)`` (a target-language code), or None."""
+        prefix = self.tokenizer.target_prefix(tgt_lang)
+        return torch.tensor([prefix] * n, dtype=torch.long, device=self.device) if prefix else None
 
     def _pad(self, seqs: Sequence[Sequence[int]]) -> Tensor:
         return pad_sequences(seqs, self.config.pad_id).to(self.device)
@@ -127,30 +140,33 @@ class Translator:
     @torch.no_grad()
     def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float | None = None,
                  max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
-                 scoring: str | None = None) -> tuple[list[list[int]], list[float]]:
+                 scoring: str | None = None, tgt_lang: str | None = None) -> tuple[list[list[int]], list[float]]:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``alpha``:
         the length penalty (None: the checkpoint's, :attr:`default_alpha`)."""
         outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
-                                             scoring=scoring)
+                                             scoring=scoring, forced=self._forced(len(sources), tgt_lang))
         return outputs, scores
 
     def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float | None, max_len_a: float,
                 max_len_b: int, head_mask: dict[str, Tensor] | None, record_tree: bool = False,
-                scoring: str | None = None) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
+                scoring: str | None = None, forced: Tensor | None = None,
+                ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
         """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
-        with ``record_tree`` (beam search only) each sentence's search tree."""
+        with ``record_tree`` (beam search only) each sentence's search tree. ``forced (B, P)``: first output tokens
+        imposed on every sentence (they are part of the outputs)."""
         src = self._pad(sources)
         alpha = self.default_alpha if alpha is None else alpha
         scoring = scoring or self.scoring
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
         if beam_size <= 1:
-            hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask)
+            hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask, forced=forced)
         elif scoring == "transformers" and not record_tree:
-            hyp = beam_search_transformers(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask)
+            hyp = beam_search_transformers(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
+                                           forced=forced)
         else:
             hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
-                              record_tree=record_tree)
+                              record_tree=record_tree, forced=forced)
         outputs, ended = [], []
         for row in hyp.tokens.tolist():
             ids, stop = [], False
@@ -176,25 +192,30 @@ class Translator:
     def translate(self, text: str, beam_size: int = 4, alpha: float | None = None, max_len_a: float = 1.5,
                   max_len_b: int = 10, return_attention: bool = True,
                   head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
-                  scoring: str | None = None) -> TranslationResult:
+                  scoring: str | None = None, src_lang: str | None = None,
+                  tgt_lang: str | None = None) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
         tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). ``alpha=None``: the
-        checkpoint's length penalty (:attr:`default_alpha`)."""
+        checkpoint's length penalty (:attr:`default_alpha`). ``src_lang`` / ``tgt_lang``: language codes of a
+        multilingual model (:attr:`languages`; None: the tokenizer's defaults); the target code is the translation's
+        first token, forced."""
         return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask,
-                                    return_tree, scoring)[0]
+                                    return_tree, scoring, src_lang, tgt_lang)[0]
 
     def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float | None = None,
                         max_len_a: float = 1.5,
                         max_len_b: int = 10, return_attention: bool = False,
                         head_mask: dict[str, Tensor] | None = None,
-                        return_tree: bool = False, scoring: str | None = None) -> list[TranslationResult]:
-        """Translate many sentences in one batch."""
+                        return_tree: bool = False, scoring: str | None = None, src_lang: str | None = None,
+                        tgt_lang: str | None = None) -> list[TranslationResult]:
+        """Translate many sentences in one batch (languages as in :meth:`translate`)."""
         if not texts:
             return []
-        encoded = [self.encode_source(t) for t in texts]
+        encoded = [self.encode_source(t, src_lang) for t in texts]
         sources = [ids for ids, _ in encoded]
         outputs, ended, scores, trees = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
-                                                     record_tree=return_tree, scoring=scoring)
+                                                     record_tree=return_tree, scoring=scoring,
+                                                     forced=self._forced(len(texts), tgt_lang))
         results = []
         for i, ((src_ids, truncated), out_ids, eos, score) in enumerate(zip(encoded, outputs, ended, scores)):
             target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
@@ -218,24 +239,15 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
          progress: Callable[[int, int, str], None] | None = None) -> Translator:
     """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
 
-    ``device="auto"`` takes CUDA when present. A Marian / OPUS-MT checkpoint (a ``MarianMTModel.save_pretrained``
-    directory or its Hub id) is recognised and converted on load. A Hub download calls
-    ``progress(done_bytes, total_bytes, file)`` as it goes. Raises ``CheckpointError`` with a clear message.
+    ``device="auto"`` takes CUDA when present. The checkpoint's family (``transformer.families``: ours, Marian /
+    OPUS-MT, NLLB-200 / M2M100, from its ``config.json``) opens it; a ``save_pretrained`` directory or Hub id of
+    another family is converted on load. A Hub download calls ``progress(done_bytes, total_bytes, file)`` as it
+    goes. Raises ``CheckpointError`` with a clear message.
     """
-    path = resolve_checkpoint_dir(path_or_hub_id, progress)
-    from .marian import is_marian_dir, load_marian_model
+    from .families import family_of_dir
 
-    if is_marian_dir(path):
-        try:
-            tokenizer = SplitTokenizer.from_dir(path)
-        except (OSError, ValueError, KeyError) as err:
-            raise CheckpointError(f"{path} has no usable Marian tokenizer files (source.spm, target.spm, "
-                                  f"vocab.json): {err}") from err
-        model = decoding_layout(load_marian_model(path).to(resolve_device(device)))
-        name = str(path_or_hub_id)
-        pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
-        metadata = {"source": "marian", "converted_from": name, "language_pair": pair,
-                    "beam_scoring": "transformers"}
-        return Translator(model, tokenizer, metadata, path)
-    model, tokenizer, metadata = load_model_dir(path, resolve_device(device))
+    dev = resolve_device(device)
+    path = resolve_checkpoint_dir(path_or_hub_id, progress)
+    model, tokenizer, metadata = family_of_dir(path).load(path, str(path_or_hub_id))
+    model = model.to(dev).eval()
     return Translator(decoding_layout(model), tokenizer, metadata, path)  # loaded for decoding: fast layout

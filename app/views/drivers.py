@@ -18,12 +18,16 @@ def render(ctx: ViewContext) -> None:
     st.caption("For each output piece, how much each source piece and each earlier output piece drove its "
                "log-probability (captum attributions over the token embeddings; integrated gradients start from an "
                "all-zero embedding). Unlike attention weights, these follow the whole network.")
-    large = controls.n_parameters(ctx.tr) > controls.LARGE_MODEL and ctx.tr.device.type == "cpu"
+    large = (controls.n_parameters(ctx.tr) > controls.LARGE_MODEL or ctx.tr.config.tgt_vocab_size >
+             controls.LARGE_VOCABULARY) and ctx.tr.device.type == "cpu"
     method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
                              "input_x_gradient" if large else "integrated_gradients", format_func=METHODS.get,
                              required=True)
     if large:
-        st.caption(f"This model has {controls.n_parameters(ctx.tr) / 1e6:.0f}M parameters: integrated gradients "
+        vocab = ctx.tr.config.tgt_vocab_size
+        st.caption(f"This model has {controls.n_parameters(ctx.tr) / 1e6:.0f}M parameters"
+                   + (f" and a {vocab:,}-piece vocabulary" if vocab > controls.LARGE_VOCABULARY else "")
+                   + ": integrated gradients "
                    "run 32 passes through it for every output piece, a minute or more on a CPU; input × gradient "
                    "is one pass (seconds).")
     data = controls.attributions(ctx, method)
