@@ -85,25 +85,36 @@ def model_alpha(checkpoint: str) -> float:
     """The length penalty a local checkpoint directory's ``metadata.json`` names (chosen on val), rounded to the
     slider's 0.1 steps and range; 0.6 for anything else (a Hub id, no or unreadable metadata). Read from disk
     without loading the model, so the first translation of a visit already uses it."""
-    stamp = None
+    return _alpha_of(_stamp(checkpoint))[0]
+
+
+def model_alpha_tuned(checkpoint: str) -> bool:
+    """Whether :func:`model_alpha` comes from the model card (``decoding.alpha``, chosen on val), not the default."""
+    return _alpha_of(_stamp(checkpoint))[1]
+
+
+def _stamp(checkpoint: str) -> tuple[str, int, int] | None:
+    """(path, mtime, size) of a local checkpoint's ``metadata.json``, or None."""
     if checkpoint.strip():
         path = Path(resolve_checkpoint(checkpoint)).expanduser() / "metadata.json"
         with contextlib.suppress(OSError):
             stat = path.stat()
-            stamp = (str(path), stat.st_mtime_ns, stat.st_size)
-    return _alpha_of(stamp)
+            return (str(path), stat.st_mtime_ns, stat.st_size)
+    return None
 
 
 @functools.lru_cache(maxsize=64)
-def _alpha_of(stamp: tuple[str, int, int] | None) -> float:
-    """``model_alpha`` for one version of one ``metadata.json`` (path, mtime, size; None: no file): every run of
-    the page asks, so the file is parsed once per version, not per run."""
+def _alpha_of(stamp: tuple[str, int, int] | None) -> tuple[float, bool]:
+    """(``model_alpha``, ``model_alpha_tuned``) for one version of one ``metadata.json`` (path, mtime, size; None:
+    no file): every run of the page asks, so the file is parsed once per version, not per run."""
     meta: object = {}
     if stamp is not None:
         with contextlib.suppress(OSError, ValueError):
             meta = json.loads(Path(stamp[0]).read_text(encoding="utf-8"))
+    decoding = meta.get("decoding") if isinstance(meta, dict) else None
+    tuned = isinstance(decoding, dict) and chosen_alpha(meta) == decoding.get("alpha")
     low, high = ALPHA_RANGE
-    return round(min(max(chosen_alpha(meta), low), high), 1)
+    return round(min(max(chosen_alpha(meta), low), high), 1), tuned
 
 
 def model_facts(tr: Translator) -> dict[str, object]:
@@ -163,9 +174,11 @@ class CheckpointInfo:
     problem: str | None  # why it cannot be opened, or None
 
     def label(self) -> str:
-        """``"multi30k-en-de · en-de · post-norm · test BLEU 38.6"``."""
-        bleu = f" · test BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
-        return f"{Path(self.path).name} · {self.language_pair or '?'} · {self.layout}{bleu}"
+        """``"multi30k-en-de · post-norm · BLEU 38.6"`` (test BLEU; the pair only when the name lacks it)."""
+        bleu = f" · BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
+        name = Path(self.path).name
+        pair = "" if self.language_pair and self.language_pair in name else f" · {self.language_pair or '?'}"
+        return f"{name}{pair} · {self.layout}{bleu}"  # short: the sidebar's picker cuts long labels
 
 
 def list_checkpoints() -> list[CheckpointInfo]:

@@ -1,5 +1,5 @@
-"""The frame around every view: sidebar (model, device, decoding), model loading, the input box and the
-translation panel."""
+"""The frame around every view: sidebar (model, device, decoding), model loading, the input box, the view
+selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
 
@@ -35,11 +35,12 @@ def sidebar() -> tuple[str, str]:
             ss.setdefault(key, state.DEFAULTS[key])
         own_alpha = catalog.model_alpha(ss[state.CHECKPOINT])
         ss.setdefault(state.ALPHA, own_alpha)
+        origin = "from its model card, chosen on val" if catalog.model_alpha_tuned(ss[state.CHECKPOINT]) else \
+            "the default: its model card names none, not tuned"
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
-        st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA,
+        st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA, format="%.1f",
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
-                       f"This model's own: {own_alpha:g} (from its model card, chosen on val; 0.6 when it names "
-                       "none); picking a model sets it.")
+                       f"This model's own: {own_alpha:.1f} ({origin}); picking a model sets it.")
         c1, c2 = st.columns(2)
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
@@ -50,6 +51,11 @@ def sidebar() -> tuple[str, str]:
     except transformer.CheckpointError:
         device = "cpu"
     return checkpoint, device
+
+
+def number(value: float) -> str:
+    """A score as a person writes it: whole numbers without decimals (beam 5, 1000 sentences), else two."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
 
 
 def markdown_table(header: tuple[str, str], rows: list[tuple[object, object]]) -> str:
@@ -107,7 +113,7 @@ def show_model_facts(tr: Translator) -> None:
         scores = catalog.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
-            st.markdown(markdown_table(("score", "value"), [(k, f"{v:.2f}") for k, v in scores.items()]))
+            st.markdown(markdown_table(("score", "value"), [(k, number(v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
             if meta.get("training_command"):
@@ -168,10 +174,11 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
 
 
 def use_example() -> None:
-    """Callback: copy the picked example into the text area."""
+    """Callback: the picked example goes into the text area and is translated at once."""
     pick = st.session_state.get(state.EXAMPLE)
     if pick and pick in state.EXAMPLES:
         st.session_state[state.SOURCE_TEXT] = pick
+        submit()
 
 
 def language_pair(tr: Translator) -> tuple[str, str] | None:
@@ -195,13 +202,12 @@ def capability(tr: Translator) -> str:
 
 
 def submit() -> None:
-    """Callback of the Translate button: store the input (an empty box clears it)."""
+    """Callback of the text box (Ctrl+Enter, or leaving it), the examples and the Translate button: the text,
+    cleaned and cut to the limit with a notice, is what the page shows from now on."""
     ss = st.session_state
-    text = state.clean_text(ss.get(state.SOURCE_TEXT, ""))
-    ss[state.SUBMITTED] = state.Submitted(text, state.settings_from_state()) if text.strip() else None
+    ss[state.SOURCE_TEXT] = state.take_text(ss.get(state.SOURCE_TEXT, ""))
     ss.pop(state.SENTENCE, None)
-    if not text.strip():
-        ss[state.EMPTY_SUBMIT] = True
+    ss[state.EMPTY_SUBMIT] = not ss[state.SOURCE_TEXT].strip()
 
 
 def input_area(tr: Translator) -> None:
@@ -212,14 +218,17 @@ def input_area(tr: Translator) -> None:
         label = "Text to translate"
         if pair:
             label += f" ({LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])})"
-        st.text_area(label, key=state.SOURCE_TEXT, height=96, max_chars=inference.MAX_INPUT_CHARS,
-                     placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
+        st.text_area(label, key=state.SOURCE_TEXT, height=96, on_change=submit,
+                     placeholder="Type an English sentence, e.g. “A dog runs on the beach.”",
+                     help=f"Applied at once (Ctrl+Enter, or click outside the box). Longer text than "
+                          f"{inference.MAX_INPUT_CHARS:,} characters is cut there, with a notice.")
     with c2:
         st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
                      placeholder="Pick an example…")
         st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
                   on_click=submit)
     st.caption(capability(tr))
+    state.show_notices()
     if st.session_state.pop(state.EMPTY_SUBMIT, False):
         st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
 
@@ -254,9 +263,8 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
         return sub.text
     translations = cached.get_translations(checkpoint, device, tuple(sentences), sub.settings)
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
-    with st.container(border=True):
-        for i, (src, out) in enumerate(zip(sentences, translations), 1):
-            st.text(f"{i}. {src}\n   → {out}")
+    with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
+        st.text("\n".join(f"{i}. {src}\n   → {out}" for i, (src, out) in enumerate(zip(sentences, translations), 1)))
     numbers = list(range(1, len(sentences) + 1))
     number = choose(st.selectbox, "Sentence to explore", numbers, state.SENTENCE, 1,
                     format_func=lambda n: f"{n}. {sentences[n - 1][:80]}")
@@ -283,3 +291,27 @@ def show_translation(tr: Translator, result: Analysis) -> None:
             st.text("  ".join(result.source_tokens))
             st.caption("Output pieces")
             st.text("  ".join(result.target_tokens))
+
+
+def view_selector(views: dict, groups: dict[str, list[str]]) -> str:
+    """The views in groups: a group, then a view of it (each with one line of help); returns the view's name.
+    A link or Back/Forward sets the view, and its group follows."""
+    ss = st.session_state
+    if ss.get(state.VIEW) not in views:
+        ss[state.VIEW] = state.DEFAULT_VIEW
+    if ss.get(state.VIEW_GROUP) not in groups:
+        ss[state.VIEW_GROUP] = views[ss[state.VIEW]].group
+    c1, c2 = st.columns([1, 1.25], vertical_alignment="bottom")
+    group = c1.segmented_control(
+        "Views", list(groups), key=state.VIEW_GROUP, required=True,
+        help="  \n".join(f"**{g}**: {', '.join(names)}" for g, names in groups.items()))
+    names = groups[group]
+    if ss[state.VIEW] not in names:  # a new group: the view last seen in it, else its first
+        last = ss.get(f"_last_view_{group}")
+        ss[state.VIEW] = last if last in names else names[0]
+    name = c2.segmented_control("View", names, key=state.VIEW, required=True,
+                                format_func=lambda v: f"{views[v].icon} {v}",
+                                help="  \n".join(f"**{v}**: {views[v].help}" for v in names))
+    ss[f"_last_view_{group}"] = name
+    st.caption(f"**{md_escape(name)}**: {md_escape(views[name].help)}")
+    return name

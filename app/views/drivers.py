@@ -7,9 +7,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from .. import controls, figures
+from ..params import Param, one_of
 from ..state import ViewContext
 
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
+PARAMS = (Param("method", "drivers_method", one_of(*METHODS)),)
 
 
 def render(ctx: ViewContext) -> None:

@@ -8,6 +8,8 @@ import streamlit as st
 from .. import cached, controls, figures, probes
 from ..state import ViewContext
 
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM)
+
 
 def render(ctx: ViewContext) -> None:
     tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result

@@ -9,6 +9,8 @@ import streamlit as st
 from .. import cached, figures
 from ..state import ViewContext
 
+PARAMS = ()  # no choices of its own
+
 
 def render(ctx: ViewContext) -> None:
     """A heatmap of the chosen piece's probability per layer and step, and the top prediction per layer."""
