@@ -53,8 +53,11 @@ def sidebar() -> tuple[str, str]:
     return checkpoint, device
 
 
-def number(value: float) -> str:
-    """A score as a person writes it: whole numbers without decimals (beam 5, 1000 sentences), else two."""
+def number(name: str, value: float) -> str:
+    """A score as a person writes it: whole numbers without decimals (beam 5, 1000 sentences), seconds as
+    seconds, else two decimals."""
+    if name.endswith("seconds"):
+        return f"{value:.1f} s"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
 
 
@@ -99,6 +102,7 @@ def model_picker() -> None:
                  format_func=lambda p: usable[p].label() if p in usable else
                  f"{p} (OPUS-MT, from the Hub)" if p in catalog.OPUS_MT else p)
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
+                  on_change=state.adopt_model_decoding,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
     for info in infos:
         if info.problem:
@@ -113,7 +117,7 @@ def show_model_facts(tr: Translator) -> None:
         scores = catalog.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
-            st.markdown(markdown_table(("score", "value"), [(k, number(v)) for k, v in scores.items()]))
+            st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
             if meta.get("training_command"):

@@ -95,6 +95,13 @@ def test_each_model_decodes_with_its_own_length_penalty(repo):
     at.sidebar.selectbox(key="model_choice").set_value("checkpoints/pre")
     at.run()
     assert at.sidebar.slider(key="alpha").value == pytest.approx(0.6)  # the pre-norm card names none
+    # and the translation on screen is decoded again at once, with that alpha (no button to press)
+    pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")
+    example = at.text_area(key="source_text").value
+    score = pre.translate(example, beam_size=4, alpha=0.6).score
+    assert any(f"score {score:.3f}" in c.value for c in at.caption)
+    assert at.query_params["alpha"] == "0.6" and at.query_params["model"] == "checkpoints/pre"
+    assert "default: its model card names none, not tuned" in at.sidebar.slider(key="alpha").help
     at.sidebar.selectbox(key="model_choice").set_value("checkpoints/post")
     at.run()
     assert at.sidebar.slider(key="alpha").value == pytest.approx(3.5)
