@@ -112,9 +112,9 @@ def test_many_sentences_sit_in_a_bounded_scrolling_box(app_env):
 
     def walk(node) -> None:
         proto = getattr(node, "proto", None)
-        if proto is not None and getattr(getattr(proto, "height_config", None), "pixel_height", 0):
-            if any("90. Dog number 90" in getattr(t, "value", "") for t in _texts(node)):
-                boxes.append(proto.height_config.pixel_height)
+        height = getattr(getattr(proto, "height_config", None), "pixel_height", 0)
+        if height and any("90. Dog number 90" in getattr(t, "value", "") for t in _texts(node)):
+            boxes.append(height)
         for child in getattr(node, "children", {}).values():
             walk(child)
 

@@ -12,9 +12,8 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from streamlit.testing.v1.element_tree import Widget  # noqa: E402
-
 from conftest import VIEWS, assert_clean, new_app  # noqa: E402
+from streamlit.testing.v1.element_tree import Widget  # noqa: E402
 
 torch.set_num_threads(1)
 
