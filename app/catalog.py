@@ -174,11 +174,9 @@ class CheckpointInfo:
     problem: str | None  # why it cannot be opened, or None
 
     def label(self) -> str:
-        """``"multi30k-en-de · post-norm · BLEU 38.6"`` (test BLEU; the pair only when the name lacks it)."""
-        bleu = f" · BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
-        name = Path(self.path).name
-        pair = "" if self.language_pair and self.language_pair in name else f" · {self.language_pair or '?'}"
-        return f"{name}{pair} · {self.layout}{bleu}"  # short: the sidebar's picker cuts long labels
+        """``"multi30k-en-de · en-de · post-norm · test BLEU 38.6"``."""
+        bleu = f" · test BLEU {self.test_bleu:.1f}" if self.test_bleu is not None else ""
+        return f"{Path(self.path).name} · {self.language_pair or '?'} · {self.layout}{bleu}"
 
 
 def list_checkpoints() -> list[CheckpointInfo]:

@@ -3,6 +3,8 @@ selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 import torch
 
@@ -42,7 +44,7 @@ def sidebar() -> tuple[str, str]:
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
                        f"This model's own: {own_alpha:.1f} ({origin}); picking a model sets it.")
         c1, c2 = st.columns(2)
-        c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
+        c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
     checkpoint = ss[state.CHECKPOINT].strip()
@@ -85,8 +87,10 @@ def model_picker() -> None:
             state.adopt_model_decoding()
 
         st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
-                     format_func=lambda p: usable[p].label() if p in usable else p)
+                     format_func=lambda p: Path(p).name if p in usable else p)
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+        if ss[state.CHECKPOINT] in usable:
+            st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
         return
     options = [*usable, *catalog.OPUS_MT, state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
@@ -98,9 +102,11 @@ def model_picker() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
             state.adopt_model_decoding()
 
-    st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
-                 format_func=lambda p: usable[p].label() if p in usable else
+    st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,  # short names: the sidebar is narrow
+                 format_func=lambda p: Path(p).name if p in usable else
                  f"{p} (OPUS-MT, from the Hub)" if p in catalog.OPUS_MT else p)
+    if ss[state.MODEL_CHOICE] in usable:
+        st.caption(md_escape(usable[ss[state.MODEL_CHOICE]].label()))
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
                   on_change=state.adopt_model_decoding,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
@@ -305,15 +311,14 @@ def view_selector(views: dict, groups: dict[str, list[str]]) -> str:
         ss[state.VIEW] = state.DEFAULT_VIEW
     if ss.get(state.VIEW_GROUP) not in groups:
         ss[state.VIEW_GROUP] = views[ss[state.VIEW]].group
-    c1, c2 = st.columns([1, 1.25], vertical_alignment="bottom")
-    group = c1.segmented_control(
-        "Views", list(groups), key=state.VIEW_GROUP, required=True,
+    group = st.segmented_control(
+        "Views, in groups", list(groups), key=state.VIEW_GROUP, required=True,
         help="  \n".join(f"**{g}**: {', '.join(names)}" for g, names in groups.items()))
     names = groups[group]
     if ss[state.VIEW] not in names:  # a new group: the view last seen in it, else its first
         last = ss.get(f"_last_view_{group}")
         ss[state.VIEW] = last if last in names else names[0]
-    name = c2.segmented_control("View", names, key=state.VIEW, required=True,
+    name = st.segmented_control(f"{group}: its views", names, key=state.VIEW, required=True,
                                 format_func=lambda v: f"{views[v].icon} {v}",
                                 help="  \n".join(f"**{v}**: {views[v].help}" for v in names))
     ss[f"_last_view_{group}"] = name

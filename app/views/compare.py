@@ -24,9 +24,10 @@ PARAMS = (params.Param("with", WITH, lambda v: v.strip() if 0 < len(v.strip()) <
 
 
 def alpha_note(checkpoint: str) -> str:
-    """``"α 1.4, chosen on val"`` or ``"α 0.6, default, not tuned"``."""
+    """``"name: α 1.4, chosen on val"`` or ``"name: α 0.6, default, not tuned"``."""
     tuned = catalog.model_alpha_tuned(checkpoint)
-    return f"α {catalog.model_alpha(checkpoint):.1f}, {'chosen on val' if tuned else 'default, not tuned'}"
+    return (f"{Path(checkpoint).name}: α {catalog.model_alpha(checkpoint):.1f}, "
+            f"{'chosen on val' if tuned else 'default, not tuned'}")
 
 
 def head_summary(result: Analysis) -> pd.DataFrame:
@@ -60,7 +61,7 @@ def render(ctx: ViewContext) -> None:
     mine = ctx.submitted.settings
     choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
                              format_func=lambda c: f"one α for both: the sidebar's ({mine.alpha:.1f})" if c == "same"
-                             else f"each its own ({alpha_note(ctx.checkpoint)} · {alpha_note(other)})",
+                             else f"each its own ({alpha_note(ctx.checkpoint)}; {alpha_note(other)})",
                              help="With one α both models decode with exactly the same settings, so their scores "
                                   "compare. Each model's own α is the one its model card names (chosen on val), "
                                   "else the default 0.6.")

@@ -31,7 +31,8 @@ def render(ctx: ViewContext) -> None:
     data = controls.attributions(ctx, method)
     src, tgt = data["source"], data["target"]  # (T, S), (T, T)
     bound = float(max(abs(src).max(), abs(tgt).max(), 1e-9))
-    c1, c2 = st.columns([3, 2])
+    long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
+    c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     c1.plotly_chart(figures.attention_heatmap(src, result.target_tokens, result.source_tokens,
                                               title="Attribution to the source", query_title="output piece",
                                               key_title="source piece", zmin=-bound, zmax=bound,

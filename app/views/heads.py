@@ -82,10 +82,10 @@ def head_rows(data: dict) -> pd.DataFrame:
 
 def column_config(frame: pd.DataFrame) -> dict:
     """Three decimals; 'top offset' (a position difference) as a whole number; headers with their full name."""
-    config = {c: st.column_config.NumberColumn(c, format="%.3f", help=c, width="small")
+    config = {c: st.column_config.NumberColumn(c, format="%.3f", help=c)
               for c in frame.columns if c not in ("type", "layer", "head", "role")}
     if "top offset" in config:
-        config["top offset"] = st.column_config.NumberColumn("top offset", format="%+d", width="small",
+        config["top offset"] = st.column_config.NumberColumn("top offset", format="%+d",
                                                              help="the most frequent key position minus the query's")
     return config
 
