@@ -302,25 +302,3 @@ def show_translation(tr: Translator, result: Analysis) -> None:
             st.caption("Output pieces")
             st.text("  ".join(result.target_tokens))
 
-
-def view_selector(views: dict, groups: dict[str, list[str]]) -> str:
-    """The views in groups: a group, then a view of it (each with one line of help); returns the view's name.
-    A link or Back/Forward sets the view, and its group follows."""
-    ss = st.session_state
-    if ss.get(state.VIEW) not in views:
-        ss[state.VIEW] = state.DEFAULT_VIEW
-    if ss.get(state.VIEW_GROUP) not in groups:
-        ss[state.VIEW_GROUP] = views[ss[state.VIEW]].group
-    group = st.segmented_control(
-        "Views, in groups", list(groups), key=state.VIEW_GROUP, required=True,
-        help="  \n".join(f"**{g}**: {', '.join(names)}" for g, names in groups.items()))
-    names = groups[group]
-    if ss[state.VIEW] not in names:  # a new group: the view last seen in it, else its first
-        last = ss.get(f"_last_view_{group}")
-        ss[state.VIEW] = last if last in names else names[0]
-    name = st.segmented_control(f"{group}: its views", names, key=state.VIEW, required=True,
-                                format_func=lambda v: f"{views[v].icon} {v}",
-                                help="  \n".join(f"**{v}**: {views[v].help}" for v in names))
-    ss[f"_last_view_{group}"] = name
-    st.caption(f"**{md_escape(name)}**: {md_escape(views[name].help)}")
-    return name

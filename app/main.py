@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, catalog, frame, inference, state
+from app import cached, catalog, frame, inference, selector, state
 from app.controls import md_escape
 from app.views import GROUPS, VIEWS
 
@@ -58,7 +58,7 @@ def main() -> None:
     frame.input_area(tr)
     sub = state.submitted()
     result = analyse(checkpoint, device, tr, sub)
-    name = frame.view_selector(VIEWS, GROUPS)
+    name = selector.view_selector(VIEWS, GROUPS)
     if result is not None:
         frame.show_translation(tr, result)
     view = VIEWS[name]

@@ -159,3 +159,29 @@ def test_sidebar_scores_read_as_written(tiny_checkpoint, tmp_path, monkeypatch, 
     rows = dict(line.strip("| ").split(" | ") for line in table.splitlines()[2:])
     assert rows["test 2016 flickr beam"] == "5" and rows["test 2016 flickr sentences"] == "1000"
     assert rows["test 2016 flickr seconds"] == "8.6 s" and rows["test 2016 flickr bleu"] == "38.56"
+
+
+def test_positions_count_from_1_and_probabilities_show_three_decimals(app_env, tr):
+    text = "A dog runs in the park."
+    ref = tr.translate(text)
+    lens = new_app({"text": text, "view": "Layer by layer"})
+    assert_clean(lens)
+    frame = lens.dataframe[0].value
+    assert list(frame.index[:2]) == [f"1: {ref.target_tokens[0]}", f"2: {ref.target_tokens[1]}"]
+    assert all(len(cell.rsplit("(", 1)[1].rstrip(")").split(".")[1]) == 3 for cell in frame.iloc[:, 1])
+    inside = new_app({"text": text, "view": "Inside a head"})
+    assert inside.dataframe[0].value["key"].iloc[0] == f"1: {ref.source_tokens[0]}"
+    lines = new_app({"text": text, "view": "Lines", "lf": "1"})
+    assert lines.selectbox(key="lines_focus").value == 1
+    assert f"1: {ref.target_tokens[0]}" in lines.selectbox(key="lines_focus").options
+    assert "query (output (query))" not in lines.selectbox(key="lines_focus").label
+
+
+def test_a_head_table_row_is_in_the_address(app_env):
+    at = new_app({"text": "A dog runs in the park.", "view": "Head table"})
+    table = at.dataframe[0].value
+    index = int(table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 1)].index[0])
+    at.session_state["diag_table"] = {"selection": {"rows": [index], "columns": [], "cells": []}}
+    at.run()
+    assert at.query_params["row"] == "cross.2.1"
+    assert chart(new_app(dict(at.query_params)), "Cross-attention · layer 2 · head 1")

@@ -48,11 +48,13 @@ def render(ctx: ViewContext) -> None:
              rf"\alpha_{{{best + 1}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
              rf"{float(hc['weights'][best]):.3f}")
     table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys, 1)], "q·k": hc["scores"],
-                          f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": hc["mask"],
+                          f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": np.asarray(hc["mask"], dtype=bool),
                           "softmax weight": hc["weights"], "‖v_j‖": np.linalg.norm(hc["v"], axis=1)})
     c1, c2 = st.columns([3, 2])
     c1.dataframe(table, hide_index=True, width="stretch", height=min(420, 40 + 35 * len(keys)),
-                 column_config={"softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                 column_config={**{c: st.column_config.NumberColumn(format="%.3f") for c in table.columns[1:]},
+                                "allowed": st.column_config.CheckboxColumn(),
+                                "softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                                   format="%.3f")})
     fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, 1)],
                            orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
