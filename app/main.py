@@ -41,8 +41,6 @@ def main() -> None:
                        initial_sidebar_state="expanded")
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
-    st.markdown("##### :material/travel_explore: Attention explorer :gray[· inside a translation Transformer, every "
-                "attention weight visible]")
     ignored = st.session_state.get(state.IGNORED)
     if ignored:
         st.info("Parts of the link were not understood and were left at their defaults: "
@@ -52,7 +50,11 @@ def main() -> None:
         return
     frame.show_model_facts(tr)
     card = catalog.model_card(tr)
-    if card and st.toggle("Show the model card (how it was trained, its scores and limits)", key=state.SHOW_CARD):
+    name_column, card_column = st.columns([3, 2], vertical_alignment="center")
+    name_column.markdown("##### :material/travel_explore: Attention explorer :gray[· inside a translation "
+                         "Transformer, every attention weight visible]")
+    if card and card_column.toggle("Show the model card (how it was trained, its scores, its limits)",
+                                   key=state.SHOW_CARD):
         with st.container(border=True, height=420):
             st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     frame.input_area(tr)

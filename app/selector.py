@@ -25,7 +25,6 @@ def view_selector(views: dict, groups: dict[str, list[str]]) -> str:
         ss[state.VIEW] = last if last in names else names[0]
     name = st.segmented_control(f"{group}: its views", names, key=state.VIEW, required=True,
                                 format_func=lambda v: f"{views[v].icon} {v}",
-                                help="  \n".join(f"**{v}**: {views[v].help}" for v in names))
+                                help="  \n".join(f"**{md_escape(v)}**: {md_escape(views[v].help)}" for v in names))
     ss[f"_last_view_{group}"] = name
-    st.caption(f"**{md_escape(name)}**: {md_escape(views[name].help)}")
     return name
