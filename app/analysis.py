@@ -20,7 +20,7 @@ def escape(text: str) -> str:
 def unique_labels(tokens: Sequence[str]) -> list[str]:
     """Escaped display labels; a token that occurs more than once gets its position (``▁a·3``)."""
     counts = Counter(tokens)
-    return [escape(t) + (f"·{i}" if counts[t] > 1 else "") for i, t in enumerate(tokens)]
+    return [escape(t) + (f"·{i}" if counts[t] > 1 else "") for i, t in enumerate(tokens, 1)]
 
 
 def entropy(weights: np.ndarray, axis: int = -1) -> np.ndarray:

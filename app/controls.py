@@ -1,5 +1,5 @@
 """Widgets and page pieces shared by several views: attention type, layer/head pickers, colour range, the big
-heatmap. Values live in session state under the keys of :mod:`app.state`."""
+heatmap; and the address parameters they share (the views list them in their own ``PARAMS``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,20 @@ from transformer import Translator
 
 from . import cached, figures, state, work
 from .analysis import KIND_NAMES, KINDS
-from .inference import Analysis
+from .inference import Analysis, HeadKey
+from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
+
+# Session-state keys shared by several views, and their address parameters
+ATT, LAYER, HEAD, SCALE, MEASURE = "att", "layer", "head", "scale", "measure"
+SCALES = ["absolute", "stretched"]
+ATT_PARAM = Param("att", ATT, one_of(*KINDS), "cross")
+LAYER_PARAM = Param("layer", LAYER, int_in(1, 64))
+HEAD_PARAM = Param("head", HEAD, lambda v: v if v == "mean" else (str(int(v)) if int_in(1, 128)(v) else None),
+                   "mean")
+SCALE_PARAM = Param("scale", SCALE, {"abs": "absolute", "stretch": "stretched"}.get, "absolute",
+                    lambda v: "stretch" if v == "stretched" else "abs")
+MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
+KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
 AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
@@ -28,7 +41,7 @@ READING = {
              "from. Good heads often trace a soft word alignment.",
 }
 REPEATS = ("A piece that occurs more than once carries its position after a dot (▁a·3 is the piece ▁a at "
-           "position 3, counting from 0), so each keeps its own row and column.")
+           "position 3, counting from 1), so each keeps its own row and column.")
 
 
 def md_escape(text: object) -> str:
@@ -36,11 +49,72 @@ def md_escape(text: object) -> str:
     return MD_SPECIAL.sub(r"\\\1", str(text))
 
 
+def head_label(head: HeadKey) -> str:
+    """``("cross", 0, 1)`` -> ``"Cross · L1 · H2"`` (the ablation picker's label)."""
+    kind, layer, h = head
+    return f"{KIND_LABELS[kind]} · L{layer + 1} · H{h + 1}"
+
+
+def parse_head_label(label: str) -> HeadKey | None:
+    """Inverse of :func:`head_label`; None for anything else."""
+    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L(\d{1,3}) · H(\d{1,3})", str(label))
+    if not match:
+        return None
+    kind = {v: k for k, v in KIND_LABELS.items()}[match.group(1)]
+    return (kind, int(match.group(2)) - 1, int(match.group(3)) - 1)
+
+
+def head_ref(head: HeadKey) -> str:
+    """``("cross", 0, 1)`` -> ``"cross.1.2"`` (the address's way, 1-based)."""
+    return f"{head[0]}.{head[1] + 1}.{head[2] + 1}"
+
+
+def parse_head_ref(text: str) -> HeadKey | None:
+    """Inverse of :func:`head_ref`; None when malformed."""
+    match = re.fullmatch(r"(encoder|decoder|cross)\.(\d{1,3})\.(\d{1,3})", str(text).strip())
+    if not match or int(match.group(2)) < 1 or int(match.group(3)) < 1:
+        return None
+    return (match.group(1), int(match.group(2)) - 1, int(match.group(3)) - 1)
+
+
+def keep_if(key: str, valid: bool) -> None:
+    """Drop the value under ``key`` when it is not ``valid`` here (saying so when a link set it)."""
+    if key in st.session_state and not valid:
+        del st.session_state[key]
+        link_value_dropped(key)
+
+
+def follow_table(event: object, refs: list[str], key: str) -> None:
+    """A newly selected row of a dataframe (``event``, one row per head in ``refs``' order) becomes the value under
+    ``key``, which the address holds (a table's selection itself cannot be restored from a link)."""
+    rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    seen = f"_{key}_rows"
+    if rows != st.session_state.get(seen):
+        st.session_state[seen] = rows
+        if rows and 0 <= rows[0] < len(refs):
+            st.session_state[key] = refs[rows[0]]
+
+
+def head_picker(refs: list[str], key: str) -> HeadKey | None:
+    """A picker of one head among ``refs`` (``cross.1.2``...) under ``key``; the chosen head or None."""
+    keep_if(key, st.session_state.get(key) in refs + [None])
+    st.session_state.get(FROM_LINK, {}).pop(key, None)
+    st.session_state.setdefault(key, None)
+    ref = st.selectbox("Open a head (or select its row in the table)", refs, key=key, placeholder="Pick a head…",
+                       format_func=lambda r: head_label(parse_head_ref(r)))
+    return parse_head_ref(ref) if ref else None
+
+
+def head_ref_param(name: str, key: str) -> Param:
+    """An address parameter holding one head as ``cross.1.2``."""
+    return Param(name, key, lambda v: head_ref(h) if (h := parse_head_ref(v)) else None)
+
+
 def choose(widget: Callable, label: str, options: list, key: str, default, **kwargs):
     """A widget whose value lives in session state (kept while other views show) and is reset when it is not
-    among the options."""
-    if key in st.session_state and st.session_state[key] not in options:
-        del st.session_state[key]
+    among the options (with a notice when a link set it)."""
+    keep_if(key, st.session_state.get(key) in options)
+    st.session_state.get(FROM_LINK, {}).pop(key, None)  # a link's value that fits: nothing to say later
     if key not in st.session_state:
         st.session_state[key] = default
     return widget(label, options, key=key, persist_state="session", **kwargs)
@@ -84,23 +158,25 @@ def n_layers(tr: Translator, kind: str) -> int:
     return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
 
 
-def kind_control(key: str = state.ATT, with_scale: bool = True, columns: tuple | None = None) -> str:
+def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None = None) -> str:
     """Which attention type (encoder self / decoder self / cross), and the colour scale beside it (in the two
-    ``columns`` given, else in a new row)."""
+    ``columns`` given, else in a new row; inactive while weighted norms show, which have their own scale)."""
     c1, c2 = columns or (st.columns([3, 1.3]) if with_scale else (st.container(), None))
     kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
                   required=True)
     if c2 is not None:
-        choose(c2.segmented_control, "Colour scale", state.SCALES, state.SCALE, state.DEFAULTS[state.SCALE],
+        norms = st.session_state.get(MEASURE) == "norms"
+        choose(c2.segmented_control, "Colour scale", SCALES, SCALE, "absolute", disabled=norms,
                required=True, format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
-               help="0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
-                    "largest weight shown, to bring out faint patterns.")
+               help="Weighted norms run from 0 to their largest value; the scale applies to weights." if norms else
+               "0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
+               "largest weight shown, to bring out faint patterns.")
     return kind
 
 
 def colour_range(*arrays: np.ndarray) -> tuple[float, float]:
     """(zmin, zmax) for attention charts: 0 to 1, or stretched over the weights shown."""
-    if st.session_state.get(state.SCALE, "absolute") != "stretched":
+    if st.session_state.get(SCALE, "absolute") != "stretched":
         return (0.0, 1.0)
     low = min(float(np.min(a)) for a in arrays)
     high = max(float(np.max(a)) for a in arrays)
@@ -129,11 +205,11 @@ def layer_head_controls(tr: Translator, kind: str, with_head: bool = True,
     """Layer (1-based) and head ('mean' or '1'…), in the two ``columns`` given, else in a new row."""
     c1, c2 = columns or st.columns(2)
     layers = list(range(1, n_layers(tr, kind) + 1))
-    layer = choose(c1.selectbox, "Layer", layers, state.LAYER, layers[-1])
+    layer = choose(c1.selectbox, "Layer", layers, LAYER, layers[-1])
     head = "mean"
     if with_head:
         heads = ["mean"] + [str(h) for h in range(1, tr.config.n_heads + 1)]
-        head = choose(c2.selectbox, "Head", heads, state.HEAD, "mean",
+        head = choose(c2.selectbox, "Head", heads, HEAD, "mean",
                       format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
     return layer, head
 
@@ -160,7 +236,7 @@ NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖
               "shows a big weight but a small norm there.")
 
 
-def measure_control(key: str = "measure") -> str:
+def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
                   required=True)

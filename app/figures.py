@@ -64,8 +64,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     custom = np.empty((q, k, 4), dtype=object)
     custom[:, :, 0] = np.asarray(qtext, dtype=object)[:, None]
     custom[:, :, 1] = np.asarray(ktext, dtype=object)[None, :]
-    custom[:, :, 2] = (np.arange(q) + query_offset)[:, None]
-    custom[:, :, 3] = (np.arange(k) + key_offset)[None, :]
+    custom[:, :, 2] = (np.arange(q) + query_offset + 1)[:, None]  # positions count from 1
+    custom[:, :, 3] = (np.arange(k) + key_offset + 1)[None, :]
     heat = go.Heatmap(
         z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
         colorscale=colorscale or ATTENTION_SCALE, zmin=zmin,

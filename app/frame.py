@@ -1,7 +1,9 @@
-"""The frame around every view: sidebar (model, device, decoding), model loading, the input box and the
-translation panel."""
+"""The frame around every view: sidebar (model, device, decoding), model loading, the input box, the view
+selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -37,12 +39,11 @@ def sidebar() -> tuple[str, str]:
         own_alpha = catalog.model_alpha(ss[state.CHECKPOINT])
         ss.setdefault(state.ALPHA, own_alpha)
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
-        st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA,
+        st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA, format="%.1f",
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
-                       f"This model's own: {catalog.alpha_label(ss[state.CHECKPOINT])} (from its model card); "
-                       "picking a model sets it.")
+                       f"This model's own: {catalog.alpha_label(ss[state.CHECKPOINT])}; picking a model sets it.")
         c1, c2 = st.columns(2)
-        c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A)
+        c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
     checkpoint = ss[state.CHECKPOINT].strip()
@@ -51,6 +52,14 @@ def sidebar() -> tuple[str, str]:
     except transformer.CheckpointError:
         device = "cpu"
     return checkpoint, device
+
+
+def number(name: str, value: float) -> str:
+    """A score as a person writes it: whole numbers without decimals (beam 5, 1000 sentences), seconds as
+    seconds, else two decimals."""
+    if name.endswith("seconds"):
+        return f"{value:.1f} s"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
 
 
 def markdown_table(header: tuple[str, str], rows: list[tuple[object, object]]) -> str:
@@ -82,9 +91,11 @@ def model_picker() -> None:
             state.adopt_model_decoding()
 
         st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
-                     format_func=lambda p: usable[p].label() if p in usable else
+                     format_func=lambda p: Path(p).name if p in usable else
                      catalog.hub_label(p) if p in catalog.MULTILINGUAL else p)
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+        if ss[state.CHECKPOINT] in usable:
+            st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
         return
     options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
@@ -96,10 +107,13 @@ def model_picker() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
             state.adopt_model_decoding()
 
-    st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,
-                 format_func=lambda p: usable[p].label() if p in usable else
+    st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=picked,  # short names: the sidebar is narrow
+                 format_func=lambda p: Path(p).name if p in usable else
                  catalog.hub_label(p) if p in options[len(usable):-1] else p)
+    if ss[state.MODEL_CHOICE] in usable:
+        st.caption(md_escape(usable[ss[state.MODEL_CHOICE]].label()))
     st.text_input("Checkpoint: directory or Hugging Face Hub repo id", key=state.CHECKPOINT,
+                  on_change=state.adopt_model_decoding,
                   help="Defaults to $ATTN_CHECKPOINT or checkpoints/multi30k-en-de.")
     for info in infos:
         if info.problem:
@@ -114,7 +128,7 @@ def show_model_facts(tr: Translator) -> None:
         scores = catalog.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
-            st.markdown(markdown_table(("score", "value"), [(k, f"{v:.2f}") for k, v in scores.items()]))
+            st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
             if meta.get("training_command"):
@@ -175,10 +189,11 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
 
 
 def use_example() -> None:
-    """Callback: copy the picked example into the text area."""
+    """Callback: the picked example goes into the text area and is translated at once."""
     pick = st.session_state.get(state.EXAMPLE)
     if pick and pick in state.EXAMPLES:
         st.session_state[state.SOURCE_TEXT] = pick
+        submit()
 
 
 def language_pair(tr: Translator) -> tuple[str, str] | None:
@@ -202,13 +217,12 @@ def capability(tr: Translator) -> str:
 
 
 def submit() -> None:
-    """Callback of the Translate button: store the input (an empty box clears it)."""
+    """Callback of the text box (Ctrl+Enter, or leaving it), the examples and the Translate button: the text,
+    cleaned and cut to the limit with a notice, is what the page shows from now on."""
     ss = st.session_state
-    text = state.clean_text(ss.get(state.SOURCE_TEXT, ""))
-    ss[state.SUBMITTED] = state.Submitted(text, state.settings_from_state()) if text.strip() else None
+    ss[state.SOURCE_TEXT] = state.take_text(ss.get(state.SOURCE_TEXT, ""))
     ss.pop(state.SENTENCE, None)
-    if not text.strip():
-        ss[state.EMPTY_SUBMIT] = True
+    ss[state.EMPTY_SUBMIT] = not ss[state.SOURCE_TEXT].strip()
 
 
 def input_area(tr: Translator) -> None:
@@ -219,7 +233,7 @@ def input_area(tr: Translator) -> None:
         label = "Text to translate"
         if pair:
             label += f" ({LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])})"
-        st.text_area(label, key=state.SOURCE_TEXT, height=96, max_chars=inference.MAX_INPUT_CHARS,
+        st.text_area(label, key=state.SOURCE_TEXT, height=96, on_change=submit,  # Ctrl+Enter applies it at once
                      placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
     with c2:
         st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
@@ -227,6 +241,7 @@ def input_area(tr: Translator) -> None:
         st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
                   on_click=submit)
     st.caption(capability(tr))
+    state.show_notices()
     if st.session_state.pop(state.EMPTY_SUBMIT, False):
         st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
 
@@ -266,9 +281,9 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
     for group in groups[:shown]:
         translations += cached.get_translations(checkpoint, device, tuple(sentences[i] for i in group), sub.settings)
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
-    with st.container(border=True):
-        for i, src in enumerate(sentences, 1):
-            st.text(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}")
+    with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
+        st.text("\n".join(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}"
+                          for i, src in enumerate(sentences, 1)))
     if shown < len(groups):
         rest = len(sentences) - len(translations)
         st.info(f"{len(translations)} of the {len(sentences)} sentences translated so far: translating them all at "
@@ -303,3 +318,4 @@ def show_translation(tr: Translator, result: Analysis) -> None:
             st.text("  ".join(result.source_tokens))
             st.caption("Output pieces")
             st.text("  ".join(result.target_tokens))
+

@@ -29,9 +29,10 @@ def grid_block(z: np.ndarray, shape: tuple[int, int, int, int], layer: int, head
 
 
 def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], kind: str,
-              highlight: tuple[int, int] | None = None, zrange: tuple[float, float] | None = None) -> go.Figure:
+              highlight: tuple[int, int] | None = None, zrange: tuple[float, float] | None = None,
+              value_name: str = "weight") -> go.Figure:
     """All heads of one attention type, ``(layers, heads, Q, K)``: a layers x heads grid on one shared colour
-    scale (``zrange``, default 0 to the largest weight).
+    scale (``zrange``, default 0 to the largest weight; ``value_name`` names the numbers, e.g. "norm").
 
     Drawn as one tiled heatmap (blocks separated by empty cells), which is many times cheaper to build and
     draw than a subplot per head; :func:`grid_block` cuts one head back out. Up to ``GRID_CLICK_CELLS`` weights,
@@ -48,7 +49,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
             z[layer * bh: layer * bh + q, head * bw: head * bw + k] = attn[layer, head]
     zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
     heat = dict(z=z, zmin=zmin, zmax=zmax, colorscale=ATTENTION_SCALE, hoverongaps=False,
-                colorbar=dict(title=dict(text="weight"), thickness=12))
+                colorbar=dict(title=dict(text=value_name), thickness=12))
     clickable = attn.size <= GRID_CLICK_CELLS
     if clickable:  # the hover label and the click come from invisible markers on the cells
         heat.update(hoverinfo="skip")
@@ -64,11 +65,12 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
         custom[:, :, 2] = qtext[qpos][:, None]
         custom[:, :, 3] = ktext[kpos][None, :]
         heat.update(customdata=custom, hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query "
-                    "<b>%{customdata[2]}</b><br>key <b>%{customdata[3]}</b><br>weight %{z:.3f}<extra></extra>")
+                    "<b>%{customdata[2]}</b><br>key <b>%{customdata[3]}</b><br>" + value_name
+                    + " %{z:.3f}<extra></extra>")
     else:
-        heat.update(hovertemplate="weight %{z:.3f}<extra></extra>")
+        heat.update(hovertemplate=value_name + " %{z:.3f}<extra></extra>")
     fig = go.Figure(go.Heatmap(**heat))
-    fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw) if clickable else
+    fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw, value_name) if clickable else
                   _grid_targets(attn.shape, bh, bw))
     for layer in range(n_layers):  # a frame around every head, so one sees where each block ends
         for head in range(n_heads):
@@ -96,7 +98,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
 
 
 def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], bh: int,
-                bw: int) -> go.Scatter:
+                bw: int, value_name: str = "weight") -> go.Scatter:
     """Invisible markers on every cell of the tiled grid: they carry the hover label and make a click choose a
     head (plotly heatmaps cannot be selected; scatter points can). ``customdata``: layer, head (1-based), query
     token, key token, weight."""
@@ -110,7 +112,8 @@ def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Seque
     return go.Scatter(x=head * bw + ki, y=layer * bh + qi, mode="markers", customdata=custom,
                       marker=dict(symbol="square", size=10, opacity=0), selected=invisible, unselected=invisible,
                       hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query <b>%{customdata[2]}</b>"
-                                    "<br>key <b>%{customdata[3]}</b><br>weight %{customdata[4]:.3f}<extra></extra>",
+                                    "<br>key <b>%{customdata[3]}</b><br>" + value_name
+                                    + " %{customdata[4]:.3f}<extra></extra>",
                       showlegend=False, name="cells")
 
 

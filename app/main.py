@@ -12,9 +12,9 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, catalog, controls, frame, inference, languages, state, work
+from app import cached, catalog, controls, frame, inference, languages, selector, state, work
 from app.controls import md_escape
-from app.views import VIEWS
+from app.views import GROUPS, VIEWS
 
 # One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
 # slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
@@ -23,7 +23,7 @@ torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 
 
 
 def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> inference.Analysis | None:
-    """The analysis of the submitted sentence (the picked one of a longer text), or None with a message."""
+    """The analysis of the shown sentence (the picked one of a longer text), or None with a message."""
     if sub is None:
         return None
     text = frame.pick_sentence(tr, checkpoint, device, sub)
@@ -53,25 +53,23 @@ def main() -> None:
     frame.show_model_facts(tr)
     languages.pickers(tr)  # a multilingual model: source and target language
     card = catalog.model_card(tr)
-    if card and st.toggle("Show the model card (how it was trained, its scores and limits)", key=state.SHOW_CARD):
+    name_column, card_column = st.columns([3, 2], vertical_alignment="center")
+    name_column.markdown("##### :material/travel_explore: Attention explorer :gray[· inside a translation "
+                         "Transformer, every attention weight visible]")
+    if card and card_column.toggle("Show the model card (how it was trained, its scores, its limits)",
+                                   key=state.SHOW_CARD):
         with st.container(border=True, height=420):
             st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     frame.input_area(tr)
-    sub: state.Submitted | None = st.session_state.get(state.SUBMITTED)
+    sub = state.submitted()
     result = analyse(checkpoint, device, tr, sub)
-    if st.session_state.get(state.VIEW) not in VIEWS:
-        st.session_state[state.VIEW] = "Heatmap"
-    name = st.segmented_control("View", list(VIEWS), key=state.VIEW, required=True, label_visibility="collapsed",
-                                format_func=lambda v: f"{VIEWS[v].icon} {v}")
+    name = selector.view_selector(VIEWS, GROUPS)
     if result is not None:
         frame.show_translation(tr, result)
-        if sub.text != st.session_state.get(state.SOURCE_TEXT) or sub.settings != state.settings_from_state():
-            st.caption(":material/info: The text or the decoding settings changed: press **Translate** to apply them.")
     view = VIEWS[name]
     try:
         if view.needs_translation and result is None:
-            st.info("Type or pick a sentence and press **Translate** to see its attention.",
-                    icon=":material/translate:")
+            st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
         else:
             view.render(state.ViewContext(tr, checkpoint, device, result, sub))
     except Exception as err:  # never a stack trace

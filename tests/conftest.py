@@ -182,5 +182,11 @@ def shown_texts(at) -> list[str]:
 
 
 def set_view(at, view: str):
+    """Open ``view``: its group first (when another group shows), then the view."""
+    from app.views import group_of
+
+    if at.segmented_control(key="view_group").value != group_of(view):
+        at.segmented_control(key="view_group").set_value(group_of(view))
+        at.run()
     at.segmented_control(key="view").set_value(view)
     return at.run()

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
-from conftest import VIEWS, arr, assert_clean, chart, charts, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, charts, new_app, plain, set_view, shown_texts, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import analysis, catalog, grid, inference  # noqa: E402
@@ -68,12 +68,12 @@ def test_translate_and_heatmap_match_the_model(app_env, tr, model_runs):
     spec = chart(at, "Decoder self-attention · layer 1 · head 3")
     np.testing.assert_allclose(arr(spec["data"][0]["z"]),
                                ref.decoder_attentions[0][2].numpy(), atol=1e-5)
-    for view in VIEWS[1:5]:
+    for view in ["All heads", "Lines", "Step through", "Head table", "Heatmap"]:
         set_view(at, view)
         assert_clean(at)
     assert len(model_runs) == runs  # no model run for any of these changes
-    # the URL carries the input and the view
-    assert at.query_params["text"] == text and at.query_params["view"] == "Head table"
+    # the URL carries the input, the view and the view's choices
+    assert at.query_params["text"] == text and at.query_params["view"] == "Heatmap"
     assert at.query_params["att"] == "decoder" and at.query_params["head"] == "3"
 
 
@@ -212,7 +212,7 @@ def test_empty_text_gets_a_warning(app_env):
     assert_clean(at)
     assert any("empty" in w.value for w in at.warning)
     assert not [c for c in charts(at) if "attention" in str(c["layout"].get("title", "")).lower()]
-    assert any("Translate" in i.value for i in at.info)
+    assert any("Type or pick a sentence" in i.value for i in at.info)
     assert "text" not in at.query_params
 
 

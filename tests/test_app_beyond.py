@@ -24,15 +24,19 @@ def tensors(tr, ref):
 
 def test_inside_a_head_shows_the_models_numbers(app_env, tr):
     at = set_view(translate(new_app(), TEXT), "Inside a head")
-    assert any("Pick one head" in i.value for i in at.info)
-    at.selectbox(key="head").set_value("2")
-    at.selectbox(key="layer").set_value(1)
-    at.run()
-    at.selectbox(key="inside_query").set_value(1)
-    at.run()
     assert_clean(at)
     ref = tr.translate(TEXT)
     src, tgt, _ = tensors(tr, ref)
+    # it opens on head 1 of the last layer, query 1 (positions count from 1), never blank
+    assert at.selectbox(key="head").value == "1" and at.selectbox(key="inside_query").value == 1
+    opened = at.dataframe[0].value["softmax weight"].to_numpy()
+    np.testing.assert_allclose(opened, ref.cross_attentions[-1][0, 0].numpy(), atol=1e-6)
+    at.selectbox(key="head").set_value("2")
+    at.selectbox(key="layer").set_value(1)
+    at.run()
+    at.selectbox(key="inside_query").set_value(2)  # the second output step
+    at.run()
+    assert_clean(at)
     hc = head_computation(tr.model, src, tgt, "cross", 0, 1, 1)
     table = at.dataframe[0].value
     np.testing.assert_allclose(table["softmax weight"].to_numpy(), hc.weights.numpy(), atol=1e-6)
@@ -51,8 +55,14 @@ def test_weighted_norms_toggle(app_env, tr):
     np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2 · mean over heads")["data"][0]["z"]), norms,
                                atol=1e-5)
     assert any("Kobayashi" in c.value for c in at.caption)
+    assert chart(at, "Cross-attention · layer 2")["data"][0]["colorbar"]["title"]["text"] == "norm"
+    assert at.segmented_control(key="scale").proto.disabled  # the 0-1 / stretch scale is for weights only
     at = set_view(at, "All heads")
     assert_clean(at)
+    assert at.segmented_control(key="scale").proto.disabled
+    grid_chart = chart(at, "every head")
+    assert grid_chart["data"][0]["colorbar"]["title"]["text"] == "norm"
+    assert "norm" in grid_chart["data"][1]["hovertemplate"] and "weight" not in grid_chart["data"][1]["hovertemplate"]
 
 
 def test_what_drives_each_word_shows_the_attributions(app_env, tr):

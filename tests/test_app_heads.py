@@ -45,11 +45,16 @@ def test_heads_view_draws_heads_json(with_heads):
     assert [p["bleu"] for p in data["pruning"]] == list(arr(curve["data"][0]["y"]))
     table = at.dataframe[0].value
     assert len(table) == sum(len(r) for k in KINDS for r in data["importance"][k])
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["top offset"]["type_config"]["format"] == "%+d"  # a position difference, not 1.000 / -1.000
+    assert columns["entropy"]["type_config"]["format"] == "%.3f"
     index = int(table[(table["type"] == "Cross") & (table["layer"] == 1) & (table["head"] == 2)].index[0])
     at.session_state["heads_table"] = {"selection": {"rows": [index], "columns": [], "cells": []}}
     at.run()
     assert_clean(at)
     assert chart(at, "Cross-attention · layer 1 · head 2")
+    assert at.query_params["row"] == "cross.1.2"  # the selected row is in the address, and the address opens it
+    assert chart(new_app(dict(at.query_params)), "Cross-attention · layer 1 · head 2")
     top = data["most_confident"]["cross"][0][1]
     listing = "\n".join(t.value for t in at.text)
     assert sources[top[0]] in listing

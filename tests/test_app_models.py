@@ -63,8 +63,8 @@ def test_picker_lists_every_checkpoint_and_names_the_broken_ones(repo):
     assert_clean(at)
     picker = at.sidebar.selectbox(key="model_choice")
     assert picker.value == "checkpoints/post"
-    assert any("post · en-de · post-norm · test BLEU 13.2" in o for o in picker.options)
-    assert any("pre · en-de · pre-norm · test BLEU 12.5" in o for o in picker.options)
+    assert list(picker.options[:2]) == ["post", "pre"]  # short names: the sidebar cuts long ones
+    assert any("post · en-de · post-norm · test BLEU 13.2" in plain(c.value) for c in at.sidebar.caption)
     assert not any("truncated" in o or "mismatch" in o for o in picker.options)
     notes = " ".join(plain(c.value) for c in at.sidebar.caption)
     assert "checkpoints/truncated is unavailable" in notes and "checkpoints/mismatch is unavailable" in notes
@@ -95,6 +95,13 @@ def test_each_model_decodes_with_its_own_length_penalty(repo):
     at.sidebar.selectbox(key="model_choice").set_value("checkpoints/pre")
     at.run()
     assert at.sidebar.slider(key="alpha").value == pytest.approx(0.6)  # the pre-norm card names none
+    # and the translation on screen is decoded again at once, with that alpha (no button to press)
+    pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")
+    example = at.text_area(key="source_text").value
+    score = pre.translate(example, beam_size=4, alpha=0.6).score
+    assert any(f"score {score:.3f}" in c.value for c in at.caption)
+    assert at.query_params["alpha"] == "0.6" and at.query_params["model"] == "checkpoints/pre"
+    assert "default: its model card names none, not tuned" in at.sidebar.slider(key="alpha").help
     at.sidebar.selectbox(key="model_choice").set_value("checkpoints/post")
     at.run()
     assert at.sidebar.slider(key="alpha").value == pytest.approx(3.5)
@@ -186,7 +193,7 @@ def hostile_links(n: int, seed: int = 0) -> list[dict[str, str]]:
             "view", "model", "zzz", "text", "with", "wa"]
     values = {"view": ["Heatmap", "<x>", "Export", "../../etc", "All heads", "Compare models"],
               "with": ["checkpoints/pre", "/etc/passwd", "someone/huge", "x" * 1000, "\x00", "checkpoints/truncated"],
-              "wa": ["own", "sidebar", "<b>", ""], "att": ["cross", "encoder", "x", ""],
+              "wa": ["own", "same", "sidebar", "<b>", ""], "att": ["cross", "encoder", "x", ""],
               "model": ["/etc/passwd", "someone/huge", "checkpoints/pre", "../../..", "checkpoints/truncated"],
               "off": ["cross.1.1", "cross.0.0", "x.1.1", "encoder.99.99", ",,,", "cross.1.1," * 300],
               "pick": ["1.1", "99.99", "a.b", "1.1.1"], "lh": ["1,2", "0", "999", "a", ""],
@@ -219,9 +226,10 @@ def test_hostile_links_never_break_the_page(repo, monkeypatch):
             assert any("zzz" in plain(i.value) for i in at.info)
 
 
-def test_compare_view_decodes_the_second_model_with_its_own_length_penalty(repo):
-    """The partner's card names alpha 1.7 (chosen on val): by default it decodes with that, and with the
-    sidebar's alpha when asked; each translation says which it used."""
+def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
+    """By default both models decode at the sidebar's alpha (comparable scores). Asked for each model's own, the
+    partner uses the 1.7 its card names (chosen on val), the other the untuned default, and a warning says the
+    scores are not comparable."""
     meta_path = repo / "checkpoints" / "pre" / "metadata.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta_path.write_text(json.dumps({**meta, "decoding": {"beam": 5, "alpha": 1.7, "chosen_on": "val"}}))
@@ -230,14 +238,18 @@ def test_compare_view_decodes_the_second_model_with_its_own_length_penalty(repo)
     assert_clean(at)
     pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")
     captions = " ".join(plain(c.value) for c in at.caption)
-    assert "beam 3, α 0.4" in captions and "beam 3, α 1.7" in captions
-    own = pre.translate(text, beam_size=3, alpha=1.7)
-    assert f"score {own.score:.3f}" in captions
-    at.radio(key="compare_alpha").set_value("sidebar")
+    assert captions.count("beam 3, α 0.4") == 2 and "α 1.7" not in captions
+    assert f"score {pre.translate(text, beam_size=3, alpha=0.4).score:.3f}" in captions
+    assert not at.warning and "wa" not in at.query_params
+    assert "one α for both" in at.radio(key="compare_alpha").options[0]
+    at.radio(key="compare_alpha").set_value("own")
     at.run()
     assert_clean(at)
-    assert at.query_params["wa"] == "sidebar"
-    assert new_app(dict(at.query_params)).radio(key="compare_alpha").value == "sidebar"
+    own = at.radio(key="compare_alpha").options[1]
+    assert "α 1.7, chosen on val" in own and "α 0.6, default, not tuned" in own
     captions = " ".join(plain(c.value) for c in at.caption)
-    assert "beam 3, α 1.7" not in captions
-    assert f"score {pre.translate(text, beam_size=3, alpha=0.4).score:.3f}" in captions
+    assert "beam 3, α 1.7" in captions and "beam 3, α 0.6" in captions
+    assert f"score {pre.translate(text, beam_size=3, alpha=1.7).score:.3f}" in captions
+    assert any("not comparable" in w.value for w in at.warning)
+    assert at.query_params["wa"] == "own"
+    assert new_app(dict(at.query_params)).radio(key="compare_alpha").value == "own"

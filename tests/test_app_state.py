@@ -52,42 +52,44 @@ def test_back_returns_to_the_previous_sentence_and_forward_again(app_env, tr):
     assert at.segmented_control(key="view").value == "Heatmap"
 
 
-def test_a_shared_link_carries_every_choice(app_env, tr):
+def test_a_shared_link_carries_the_views_choices_and_only_its_own(app_env, tr):
     text = "A woman with a red ball walks on the beach."
     at = translate(new_app(), text)
     at.segmented_control(key="scale").set_value("stretched")
     at = set_view(at, "All heads")
     at.pills(key="grid_pick").set_value("L2 · H3")
     at.run()
+    heads_link = dict(at.query_params)
     at = set_view(at, "Step through")
     at.slider(key="step").set_value(3)
     at.run()
+    step_link = dict(at.query_params)
+    at = set_view(at, "Ablation")
+    at.multiselect(key="ablate").set_value(["Cross · L1 · H2", "Encoder · L2 · H1"])
+    at.run()
+    ablation_link = dict(at.query_params)
     at = set_view(at, "Lines")
     at.multiselect(key="lines_heads").set_value([1, 3])
     at.selectbox(key="lines_focus").set_value(2)
     at.slider(key="lines_threshold").set_value(0.1)
     at.run()
-    at = set_view(at, "Ablation")
-    at.multiselect(key="ablate").set_value(["Cross · L1 · H2", "Encoder · L2 · H1"])
-    at.run()
-    at = set_view(at, "Lines")
     assert_clean(at)
     link = dict(at.query_params)
-    assert link["scale"] == "stretch" and link["pick"] == "2.3" and link["step"] == "3"
+    assert heads_link["scale"] == "stretch" and heads_link["pick"] == "2.3" and step_link["step"] == "3"
     assert link["lh"] == "1,3" and link["lf"] == "2" and link["lt"] == "0.1"
-    assert set(link["off"].split(",")) == {"cross.1.2", "encoder.2.1"}
-    # a new visitor opening the link sees the same choices
+    assert set(ablation_link["off"].split(",")) == {"cross.1.2", "encoder.2.1"}
+    assert not {"off", "pick", "step", "scale"} & set(link)  # another view's choices leave the address with it
+    # a new visitor opening a link sees the same choices
     other = new_app(link)
     assert_clean(other)
     assert other.multiselect(key="lines_heads").value == [1, 3]
     assert other.selectbox(key="lines_focus").value == 2
     assert other.slider(key="lines_threshold").value == pytest.approx(0.1)
-    other = set_view(other, "All heads")
+    other = new_app(heads_link)
     assert other.pills(key="grid_pick").value == "L2 · H3"
     assert chart(other, "layer 2 · head 3")
-    other = set_view(other, "Step through")
-    assert other.slider(key="step").value == 3
-    other = set_view(other, "Ablation")
+    assert new_app(step_link).slider(key="step").value == 3
+    other = new_app(ablation_link)
     assert set(other.multiselect(key="ablate").value) == {"Cross · L1 · H2", "Encoder · L2 · H1"}
     assert any(m.label == "Score" for m in other.metric)  # the comparison opens at once
 
@@ -205,11 +207,11 @@ def test_lines_focus_follows_the_attention_type(app_env, tr):
     at.selectbox(key="lines_focus").set_value(1)
     at.run()
     focus = at.selectbox(key="lines_focus")
-    assert focus.value == 1 and f"1: {ref.target_tokens[1]}" in focus.options  # cross: the output pieces
+    assert focus.value == 1 and f"1: {ref.target_tokens[0]}" in focus.options  # cross: the output pieces, from 1
     at.segmented_control(key="att").set_value("encoder")
     at.run()
     assert_clean(at)
     focus = at.selectbox(key="lines_focus")
     assert focus.value == "all"  # the old index is not carried over to the other type's tokens
-    assert list(focus.options[1:]) == [f"{i}: {t}" for i, t in enumerate(ref.source_tokens)]
-    assert "source (query)" in focus.label
+    assert list(focus.options[1:]) == [f"{i}: {t}" for i, t in enumerate(ref.source_tokens, 1)]
+    assert "one source piece (query)" in focus.label

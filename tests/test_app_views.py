@@ -29,7 +29,7 @@ def test_unique_labels_keep_repeated_tokens_apart_and_escape_markup():
     tokens = ["▁a", "▁dog", "▁a", "<script>", "&"]
     labels = analysis.unique_labels(tokens)
     assert len(set(labels)) == len(tokens)
-    assert labels[0] == "▁a·0" and labels[2] == "▁a·2" and labels[1] == "▁dog"
+    assert labels[0] == "▁a·1" and labels[2] == "▁a·3"  # positions count from 1 and labels[1] == "▁dog"
     assert labels[3] == "&lt;script&gt;" and labels[4] == "&amp;"
     assert all("<" not in label for label in labels)
 
@@ -48,7 +48,7 @@ def test_heatmap_z_axes_and_hover_match_the_matrix():
     assert fig.layout.yaxis.autorange == "reversed"  # first query on top
     custom = np.asarray(heat.customdata)
     assert custom[2, 2, 0] == "&lt;unk&gt;" and custom[2, 2, 1] == "&lt;b&gt;"
-    assert custom[3, 1, 0] == "▁Hund" and custom[3, 1, 2] == 3 and custom[3, 1, 3] == 1
+    assert custom[3, 1, 0] == "▁Hund" and custom[3, 1, 2] == 4 and custom[3, 1, 3] == 2
     assert "customdata[0]" in heat.hovertemplate and "customdata[1]" in heat.hovertemplate
     assert "%{z" in heat.hovertemplate
     # no raw markup from tokens anywhere in the figure
@@ -59,7 +59,7 @@ def test_heatmap_window_offsets_show_true_positions():
     w = _rows(3, 3)
     fig = figures.attention_heatmap(w, ["a", "b", "c"], ["x", "y", "z"], query_offset=10, key_offset=20)
     custom = np.asarray(fig.data[0].customdata)
-    assert custom[0, 0, 2] == 10 and custom[2, 1, 3] == 21
+    assert custom[0, 0, 2] == 11 and custom[2, 1, 3] == 22  # 1-based, past the window start
 
 
 def test_head_grid_has_every_head_on_one_colour_scale():

@@ -1,11 +1,14 @@
-"""The views: one module each, with ``render(ctx)``. Adding a view = one module and one line in ``VIEWS``."""
+"""The views: one module each, with ``render(ctx)`` and its address parameters ``PARAMS``. Adding a view = one
+module and one line in ``VIEWS``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
-from ..state import COMPARE_VIEW, ViewContext
+from .. import params
+from ..state import ViewContext
 from . import (
     ablation,
     all_heads,
@@ -28,29 +31,58 @@ from . import (
 
 @dataclass(frozen=True)
 class View:
-    """A view of the explorer: its name (also its URL value), icon, and whether it needs a translated sentence."""
+    """A view of the explorer: its name (also its URL value), group, icon, one line of help, its module (``render``
+    and ``PARAMS``), and whether it needs a translated sentence."""
 
     name: str
+    group: str
     icon: str
-    render: Callable[[ViewContext], None]
+    help: str
+    module: ModuleType
     needs_translation: bool = True
 
+    @property
+    def render(self) -> Callable[[ViewContext], None]:
+        return self.module.render
 
+
+ATTENTION, INSIDE, BEYOND, DATA, MODELS = ("Attention", "Inside the model", "Beyond weights", "Across data",
+                                           "Models and export")
 VIEWS: dict[str, View] = {v.name: v for v in [
-    View("Heatmap", ":material/grid_on:", heatmap.render),
-    View("All heads", ":material/apps:", all_heads.render),
-    View("Lines", ":material/timeline:", lines.render),
-    View("Step through", ":material/skip_next:", step.render),
-    View("Head table", ":material/table_rows:", head_table.render),
-    View("Ablation", ":material/content_cut:", ablation.render),
-    View("Masks", ":material/visibility_off:", masks.render),
-    View("Positional encoding", ":material/waves:", positional.render, needs_translation=False),
-    View("Training evolution", ":material/history:", evolution.render),
-    View("Inside a head", ":material/calculate:", inside_head.render),
-    View("What drives each word", ":material/bolt:", drivers.render),
-    View("Layer by layer", ":material/layers:", layers.render),
-    View("Beam tree", ":material/account_tree:", beam_tree.render),
-    View("Heads across the test set", ":material/query_stats:", heads.render),
-    View(COMPARE_VIEW, ":material/compare:", compare.render),
-    View("Export", ":material/download:", export.render),
+    View("Heatmap", ATTENTION, ":material/grid_on:", "One head (or the mean of a layer) as a large heatmap.", heatmap),
+    View("All heads", ATTENTION, ":material/apps:", "Every head of one attention type at a glance; click to open one.",
+         all_heads),
+    View("Lines", ATTENTION, ":material/timeline:", "Token-to-token lines of one layer, one colour per head.", lines),
+    View("Head table", ATTENTION, ":material/table_rows:", "Per-head numbers (entropy, focus, position), sortable.",
+         head_table),
+    View("Step through", INSIDE, ":material/skip_next:", "Each output step: the candidates and where it looked.",
+         step),
+    View("Inside a head", INSIDE, ":material/calculate:", "One head and one query, q·k to softmax, with the numbers.",
+         inside_head),
+    View("Layer by layer", INSIDE, ":material/layers:", "The logit lens: when each output word becomes the top guess.",
+         layers),
+    View("Beam tree", INSIDE, ":material/account_tree:", "Every hypothesis beam search expanded, the chosen path red.",
+         beam_tree),
+    View("Masks", INSIDE, ":material/visibility_off:", "The padding and causal masks, and how they combine.", masks),
+    View("Positional encoding", INSIDE, ":material/waves:", "The sinusoidal position codes and the model's own table.",
+         positional, needs_translation=False),
+    View("What drives each word", BEYOND, ":material/bolt:", "Attribution of each output piece through the whole "
+         "network.", drivers),
+    View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation),
+    View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "
+         "test set.", heads),
+    View("Training evolution", DATA, ":material/history:", "This sentence's attention in the training snapshots.",
+         evolution),
+    View("Export", MODELS, ":material/download:", "The weights as JSON or NPZ, and a link to what you saw.", export),
+    View("Compare models", MODELS, ":material/compare:", "The same sentence through two models side by side.",
+         compare),
 ]}
+GROUPS: dict[str, list[str]] = {}
+for _view in VIEWS.values():
+    GROUPS.setdefault(_view.group, []).append(_view.name)
+    params.register(_view.name, _view.module.PARAMS)
+
+
+def group_of(view: str) -> str:
+    """The group a view belongs to."""
+    return VIEWS[view].group

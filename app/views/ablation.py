@@ -7,11 +7,27 @@ import streamlit as st
 
 from transformer.heads import KINDS, ranked_heads
 
-from .. import cached, controls, figures, inference, state
+from .. import cached, controls, figures, inference
 from ..analysis import KIND_NAMES
 from ..catalog import load_heads
+from ..controls import head_label, head_ref, parse_head_ref
 from ..inference import HeadKey
+from ..params import FROM_LINK, Param
 from ..state import ViewContext
+
+ABLATE = "ablate"
+ABLATION = "ablation"  # (text, settings, heads) of the last ablation run
+
+
+def _heads(text: str) -> list[str] | None:
+    """``"cross.1.2,encoder.2.1"`` -> the picker's labels; None when any part is malformed."""
+    heads = [parse_head_ref(part) for part in text.split(",")[:512] if part]
+    return [head_label(h) for h in sorted(set(heads))] if heads and None not in heads else None
+
+
+PARAMS = (Param("off", ABLATE, _heads, dump=lambda labels: ",".join(head_ref(controls.parse_head_label(x))
+                                                                   for x in labels)),
+          controls.ATT_PARAM, controls.SCALE_PARAM, controls.LAYER_PARAM)
 
 
 def live_mean(attn_layer: np.ndarray, kind: str, layer: int, off: tuple[HeadKey, ...]) -> tuple[np.ndarray, int]:
@@ -29,41 +45,42 @@ def render(ctx: ViewContext) -> None:
     result, sub, tr = ctx.result, ctx.submitted, ctx.tr
     st.caption("Head ablation: switch heads off (their output is multiplied by 0; their weights are still "
                "computed but no longer reach the rest of the network), translate again, and compare.")
-    labels = {state.head_label(h): h for h in inference.all_heads(tr)}
-    if not set(st.session_state.get(state.ABLATE) or []) <= set(labels):
-        st.session_state.pop(state.ABLATE)
+    labels = {head_label(h): h for h in inference.all_heads(tr)}
+    controls.keep_if(ABLATE, set(st.session_state.get(ABLATE) or []) <= set(labels))
+    from_link = st.session_state.get(FROM_LINK, {}).pop(ABLATE, None) is not None
     data = load_heads(tr.path)
     if data is not None:  # the importance of python -m transformer.heads picks the heads to switch off
-        order = [state.head_label(tuple(h)) for h in ranked_heads(data["importance"], KINDS)]
+        order = [head_label(tuple(h)) for h in ranked_heads(data["importance"], KINDS)]
 
         def least_important() -> None:
-            st.session_state[state.ABLATE] = [h for h in order[: st.session_state["ablate_n"]] if h in labels]
+            st.session_state[ABLATE] = [h for h in order[: st.session_state["ablate_n"]] if h in labels]
 
         a, b = st.columns([1, 3], vertical_alignment="bottom")
         a.number_input("N", 1, len(order), min(4, len(order)), key="ablate_n")
         b.button("Switch off the N least important heads (heads.json)", key="ablate_least",
                  on_click=least_important)
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
-    chosen = c1.multiselect("Heads to switch off", list(labels), key=state.ABLATE, placeholder="e.g. Cross · L1 · H2",
+    chosen = c1.multiselect("Heads to switch off", list(labels), key=ABLATE, placeholder="e.g. Cross · L1 · H2",
                             persist_state="session")
     heads = tuple(sorted(labels[c] for c in chosen))
     if c2.button("Translate without them", key="ablate_run", type="primary", width="stretch"):
         if not chosen:
             st.warning("Choose at least one head to switch off.")
-        st.session_state[state.ABLATION] = (result.text, sub.settings, heads)
-    last = st.session_state.get(state.ABLATION)
-    if heads and last is None and st.session_state.get(state.LAST_URL, {}).get("off"):
-        last = (result.text, sub.settings, heads)  # a shared link with heads off opens the comparison at once
-        st.session_state[state.ABLATION] = last
-    if not last or last[:2] != (result.text, sub.settings) or not last[2]:
-        st.info("Choose heads and press the button; the new translation appears beside the original.")
+        st.session_state[ABLATION] = (result.text, sub.settings, heads)
+    last = st.session_state.get(ABLATION)
+    if heads and (from_link or last is not None):  # a link opens the comparison at once; once it shows, it
+        last = (result.text, sub.settings, heads)  # follows every change of the heads, the text or the settings
+        st.session_state[ABLATION] = last
+    if not last or not heads:
+        st.info("Choose heads and press the button; the new translation appears beside the original (and then "
+                "follows every change).")
         return
     off = last[2]
     ablated = cached.get_analysis(ctx.checkpoint, ctx.device, result.text, sub.settings, off)
     ids = (tuple(result.source_ids), tuple(result.target_ids))
     forced = cached.get_forced_logprob(ctx.checkpoint, ctx.device, *ids, off)
     base = cached.get_forced_logprob(ctx.checkpoint, ctx.device, *ids, ())
-    st.caption(f"Switched off: {', '.join(state.head_label(h) for h in off)}")
+    st.caption(f"Switched off: {', '.join(head_label(h) for h in off)}")
     a, b = st.columns(2)
     with a.container(border=True):
         st.caption("Original")
@@ -77,9 +94,8 @@ def render(ctx: ViewContext) -> None:
     st.caption(f"The ablated model gives {same} translation. The original translation's log-probability under "
                f"the ablated model: {forced:.3f} (was {base:.3f}, change {forced - base:+.3f}); a big drop means "
                "these heads mattered for it.")
-    kind = controls.kind_control(key="ablate_att")
-    layers = list(range(1, controls.n_layers(tr, kind) + 1))
-    layer = controls.choose(st.selectbox, "Layer to compare", layers, "ablate_layer", layers[-1])
+    kind = controls.kind_control()
+    layer, _ = controls.layer_head_controls(tr, kind, with_head=False)
     qt, kt = controls.AXIS_TITLES[kind]
     original = result.attention(kind)[layer - 1].mean(axis=0)
     remaining, n_off = live_mean(ablated.attention(kind)[layer - 1], kind, layer - 1, off)

@@ -1,27 +1,42 @@
-"""All heads: every layer x head of one type on one colour scale; a click opens one large."""
+"""All heads: every layer x head of one type on one colour scale; a click opens one large, beside the grid."""
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
-from .. import cached, controls, figures, grid, state
+from .. import cached, controls, figures, grid
+from ..params import Param
 from ..state import ViewContext
+
+PICK = "grid_pick"
+
+
+def _pick(text: str) -> str | None:
+    """``"2.3"`` -> ``"L2 · H3"`` (layer 2, head 3); None when malformed."""
+    match = re.fullmatch(r"(\d{1,2})\.(\d{1,3})", text)
+    return match and f"L{int(match.group(1))} · H{int(match.group(2))}"
+
+
+PARAMS = (controls.ATT_PARAM, controls.SCALE_PARAM, controls.MEASURE_PARAM,
+          Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))))
 
 
 def render(ctx: ViewContext) -> None:
-    """The grid, the pills that open a head, and the opened head."""
+    """The grid, the pills that open a head, and the opened head beside the grid (on screen, no scrolling)."""
     result = ctx.result
     st.caption("Every head of one attention type at a glance, on one shared colour scale, so strong and diffuse "
-               "heads compare fairly. Click a head in the grid (or pick it below) to open it large.")
-    kind = controls.kind_control()
+               "heads compare fairly. Click a head in the grid (or pick it below) to open it large beside it.")
+    c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
+    kind = controls.kind_control(columns=(c1, c2))
     measure = controls.measure_control()
-    attn = result.attention(kind) if measure == "weights" else \
-        cached.get_beyond("norms", ctx.checkpoint, ctx.device, result)[kind]
+    norms = measure == "norms"
+    attn = cached.get_beyond("norms", ctx.checkpoint, ctx.device, result)[kind] if norms else result.attention(kind)
     queries, keys = result.axes(kind)
     options = [f"L{layer} · H{h}" for layer in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
-    if st.session_state.get(state.GRID_PICK) not in options:
-        st.session_state.pop(state.GRID_PICK, None)
-    pick = st.session_state.get(state.GRID_PICK)
+    controls.keep_if(PICK, st.session_state.get(PICK) in options)
+    pick = st.session_state.get(PICK)
     highlight = None
     if pick in options:
         index = options.index(pick)
@@ -31,19 +46,22 @@ def render(ctx: ViewContext) -> None:
         picked = grid.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
         label = picked and f"L{picked[0]} · H{picked[1]}"
         if label in options:
-            st.session_state[state.GRID_PICK] = label
+            st.session_state[PICK] = label
 
-    zrange = controls.colour_range(attn) if measure == "weights" else (0.0, max(float(attn.max()), 1e-9))
-    st.plotly_chart(grid.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange),
-                    config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart", on_select=open_clicked_head,
-                    selection_mode="points")
-    if measure == "norms":
-        st.caption(controls.NORMS_NOTE)
-    if controls.has_repeats(queries, keys):
-        st.caption(controls.REPEATS)
-    pick = st.pills("Open a head large", options, key=state.GRID_PICK, persist_state="session")
-    if pick:
+    zrange = (0.0, max(float(attn.max()), 1e-9)) if norms else controls.colour_range(attn)
+    left, right = st.columns([1, 1]) if pick else (st.container(), None)
+    with left:
+        st.plotly_chart(grid.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange,
+                                       value_name="norm" if norms else "weight"),
+                        config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart",
+                        on_select=open_clicked_head, selection_mode="points")
+        if norms:
+            st.caption(controls.NORMS_NOTE)
+        if controls.has_repeats(queries, keys):
+            st.caption(controls.REPEATS)
+        pick = st.pills("Open a head large", options, key=PICK, persist_state="session")
+    if pick and right is not None:
         layer, head = (int(x[1:]) for x in pick.split(" · "))
-        controls.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
-                              attn=None if measure == "weights" else attn,
-                              value_name="weight" if measure == "weights" else "norm")
+        with right:
+            controls.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
+                                  attn=attn if norms else None, value_name="norm" if norms else "weight")

@@ -8,6 +8,8 @@ import streamlit as st
 from .. import cached, figures
 from ..state import ViewContext
 
+PARAMS = ()  # no choices of its own
+
 COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
 
 

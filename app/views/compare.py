@@ -11,10 +11,21 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, catalog, controls, figures, state
+from .. import cached, catalog, controls, figures, params
 from ..analysis import KIND_NAMES, KINDS, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
+
+WITH, ALPHA = "compare_with", "compare_alpha"
+ALPHAS = ["same", "own"]  # both models at the sidebar's α (comparable scores), or each at its own
+PARAMS = (params.Param("with", WITH, lambda v: v.strip() if 0 < len(v.strip()) <= 300 else None),
+          params.Param("wa", ALPHA, params.one_of(*ALPHAS), "same"),
+          controls.ATT_PARAM, controls.SCALE_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM)
+
+
+def alpha_note(checkpoint: str) -> str:
+    """``"name: α 1.4, chosen on val"`` or ``"name: α 0.6, default 0.6 (not tuned)"`` (``catalog.alpha_label``)."""
+    return f"{Path(checkpoint).name}: {catalog.alpha_label(checkpoint)}"
 
 
 def head_summary(result: Analysis) -> pd.DataFrame:
@@ -22,7 +33,7 @@ def head_summary(result: Analysis) -> pd.DataFrame:
     rows = pd.DataFrame(head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys()))
     summary = rows.groupby(["kind", "layer"], sort=False)[["entropy", "max weight", "on special token"]].mean()
     summary = summary.reset_index()
-    summary["kind"] = summary["kind"].map(state.KIND_LABELS)
+    summary["kind"] = summary["kind"].map(controls.KIND_LABELS)
     return summary.rename(columns={"kind": "type"})
 
 
@@ -43,43 +54,48 @@ def render(ctx: ViewContext) -> None:
     st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
                "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
-    other = controls.choose(st.selectbox, "Compare with", options, state.COMPARE_WITH, partner(ctx, infos),
+    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.submitted.settings
-    own_alpha = catalog.model_alpha(other)
-    choice = controls.choose(st.radio, "Length penalty of the second model", state.COMPARE_ALPHAS,
-                             state.COMPARE_ALPHA, "own", horizontal=True,
-                             format_func=lambda c: f"its own ({catalog.alpha_label(other)})" if c == "own"
-                             else f"the sidebar's (α {mine.alpha:g})",
-                             help="A model's card names the length penalty chosen for it on val, or none (then the "
-                                  "untuned default 0.6); with the sidebar's, both decode with exactly the same "
-                                  "settings.")
-    settings_b = replace(mine, alpha=own_alpha) if choice == "own" else mine
+    choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
+                             format_func=lambda c: f"one α for both: the sidebar's ({mine.alpha:.1f})" if c == "same"
+                             else f"each its own ({alpha_note(ctx.checkpoint)}; {alpha_note(other)})",
+                             help="With one α both models decode with exactly the same settings, so their scores "
+                                  "compare. Each model's own α is the one its model card names (chosen on val), "
+                                  "else the default 0.6.")
+    settings_a = replace(mine, alpha=catalog.model_alpha(ctx.checkpoint)) if choice == "own" else mine
+    settings_b = replace(mine, alpha=catalog.model_alpha(other)) if choice == "own" else mine
+    if settings_a.alpha != settings_b.alpha and mine.beam_size > 1:
+        st.warning(f"The two models decode at different length penalties (α {settings_a.alpha:.1f} and "
+                   f"{settings_b.alpha:.1f}): their scores are not comparable (the score divides by a length "
+                   "penalty that depends on α). Choose one α for both to compare scores.", icon=":material/warning:")
     if not catalog.model_allowed(other):  # never load what this server does not offer
         st.error(f"{controls.md_escape(other)} is not offered on this server.")
         return
     try:
         cached.get_translator(other, ctx.device)
+        result_a = ctx.result if settings_a == mine else \
+            cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, ())
         result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, ())
     except transformer.CheckpointError as err:
         st.error(f"{controls.md_escape(other)} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")
         return
-    pair = ((ctx.checkpoint, ctx.result), (other, result_b))
+    pair = ((ctx.checkpoint, result_a), (other, result_b))
     columns = st.columns(2)
-    for col, (name, res), s in zip(columns, pair, (mine, settings_b)):
+    for col, (name, res), s in zip(columns, pair, (settings_a, settings_b)):
         with col.container(border=True):
             st.caption(labels.get(name, name))
             st.text(res.translation or "(empty)")
-            search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:g}"
+            search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:.1f}"
             st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
                        f"{res.seconds * 1000:.0f} ms")
     c1, c2, c3, c4 = st.columns([3.3, 1.2, 0.9, 1.3])
     kind = controls.kind_control(columns=(c1, c2))  # the same type, layer and head as the other views show
     depth = min(res.attention(kind).shape[0] for _, res in pair)
     heads = min(res.attention(kind).shape[1] for _, res in pair)
-    layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), state.LAYER, depth)
-    head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], state.HEAD,
+    layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), controls.LAYER, depth)
+    head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], controls.HEAD,
                            "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
     weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
     zmin, zmax = controls.colour_range(*weights)  # one colour scale for both

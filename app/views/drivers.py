@@ -7,9 +7,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from .. import controls, figures
+from ..params import Param, one_of
 from ..state import ViewContext
 
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
+PARAMS = (Param("method", "drivers_method", one_of(*METHODS)),)
 
 
 def render(ctx: ViewContext) -> None:
@@ -35,7 +37,8 @@ def render(ctx: ViewContext) -> None:
     first, end = (int(x) for x in data.get("span", (0, len(src))))
     outputs = result.target_tokens[first:end]
     bound = float(max(abs(src).max(), abs(tgt).max(), 1e-9))
-    c1, c2 = st.columns([3, 2])
+    long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
+    c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     c1.plotly_chart(figures.attention_heatmap(src, outputs, result.source_tokens,
                                               title="Attribution to the source", query_title="output piece",
                                               key_title="source piece", zmin=-bound, zmax=bound,
@@ -47,8 +50,9 @@ def render(ctx: ViewContext) -> None:
                                               colorscale=figures.DIVERGING, value_name="attribution"),
                     config=figures.plotly_config("attribution-target"), key="drivers_tgt")
     s_share = abs(src).sum(1) / (abs(src).sum(1) + abs(tgt).sum(1) + 1e-12)  # (T,)
-    fig = go.Figure([go.Bar(x=list(range(len(s_share))), y=s_share, name="source", marker_color="#3182bd"),
-                     go.Bar(x=list(range(len(s_share))), y=1 - s_share, name="earlier output", marker_color="#ff7f0e")])
+    steps = list(range(first + 1, first + 1 + len(s_share)))  # output positions, counted from 1
+    fig = go.Figure([go.Bar(x=steps, y=s_share, name="source", marker_color="#3182bd"),
+                     go.Bar(x=steps, y=1 - s_share, name="earlier output", marker_color="#ff7f0e")])
     fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
                       title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
                       xaxis=dict(tickmode="array", tickvals=list(range(len(s_share))),

@@ -8,10 +8,12 @@ import streamlit as st
 from .. import cached, controls, figures, probes, work
 from ..state import ViewContext
 
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM)
+
 
 def render(ctx: ViewContext) -> None:
-    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
     """The same sentence's attention in the training snapshots."""
+    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
     st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
                "teacher-forced on the final translation (so the axes match) and also translates on its own.")
     snaps = probes.list_snapshots(tr)
@@ -50,7 +52,7 @@ def render(ctx: ViewContext) -> None:
     st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
                                            zrange=controls.colour_range(*[w for _, w in panels])),
                     config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.table(pd.DataFrame(rows).set_index("checkpoint"))  # a table wraps long translations; a data grid cuts them
     if isinstance(history, list) and history:
         fig = figures.history_figure(history, marks=[probes.snapshot_step(p) for p in snaps])
         if fig is not None:

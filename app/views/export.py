@@ -7,6 +7,8 @@ import streamlit as st
 from .. import cached, state
 from ..state import ViewContext
 
+PARAMS = ()  # no choices of its own
+
 
 def render(ctx: ViewContext) -> None:
     """Two download buttons and the share link."""

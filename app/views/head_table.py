@@ -7,7 +7,13 @@ import streamlit as st
 
 from .. import controls
 from ..analysis import KINDS, head_diagnostics
-from ..state import KIND_LABELS, ViewContext
+from ..controls import KIND_LABELS
+from ..params import Param
+from ..state import ViewContext
+
+PICK = "table_pick"
+PARAMS = (Param("ag", "table_agreement", lambda v: True if v == "1" else None, False, lambda v: "1"),
+          controls.head_ref_param("row", PICK))
 
 
 def render(ctx: ViewContext) -> None:
@@ -29,14 +35,18 @@ def render(ctx: ViewContext) -> None:
                                             else float("nan") for r in rows]
     shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_LABELS))  # short names: room for numbers
     number = st.column_config.NumberColumn(format="%.3f")
-    share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.2f")
+    share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.3f")
              for c in ("max weight", "on special token", "on previous", "on same", "on next")}
+    refs = [controls.head_ref((r["kind"], r["layer"] - 1, r["head"] - 1)) for r in rows]
+    attribution = st.column_config.NumberColumn("attribution ρ", format="%.3f", width="small",
+                                                help="Agreement with the attribution (Spearman ρ), cross heads")
     event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
                          key="diag_table", height=360,
-                         column_config={"entropy": number, "agrees with attribution": number, **share})
-    selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
-    if selected:
-        row = frame.iloc[selected[0]]
-        controls.draw_heatmap(result, str(row["kind"]), int(row["layer"]), str(int(row["head"])), key="table_chart")
+                         column_config={"entropy": number, "agrees with attribution": attribution, **share})
+    controls.follow_table(event, refs, PICK)
+    picked = controls.head_picker(refs, PICK)
+    if picked:
+        kind, layer, head = picked
+        controls.draw_heatmap(result, kind, layer + 1, str(head + 1), key="table_chart")
     else:
         st.info("Select a row (the box at its left) to open that head's heatmap.", icon=":material/touch_app:")

@@ -11,12 +11,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import catalog, controls, figures, state
+from .. import catalog, controls, figures
 from ..analysis import KIND_NAMES, KINDS
 from ..catalog import load_heads
+from ..controls import KIND_LABELS
 from ..state import ViewContext
 
 DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
+PICK = "heads_pick"
+PARAMS = (controls.head_ref_param("row", PICK),)
 
 
 def split_sentences(split: str) -> list[str] | None:
@@ -32,7 +35,7 @@ def split_sentences(split: str) -> list[str] | None:
 def importance_figure(importance: dict[str, list]) -> go.Figure:
     """One layers x heads grid per type, side by side."""
     fig = figures.make_subplots(rows=1, cols=3, subplot_titles=[KIND_NAMES[k] for k in KINDS],
-                                horizontal_spacing=0.06)
+                                horizontal_spacing=0.08)
     for i, kind in enumerate(KINDS):
         z = np.asarray(importance[kind], dtype=float)  # (L, H)
         fig.add_trace(go.Heatmap(z=z, x=[f"H{h + 1}" for h in range(z.shape[1])],
@@ -41,7 +44,7 @@ def importance_figure(importance: dict[str, list]) -> go.Figure:
                                                "<extra></extra>"), row=1, col=i + 1)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=dict(title="importance")),
-                      height=300, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+                      height=330, margin=dict(l=10, r=10, t=80, b=10), font=figures.FONT,
                       title=dict(text="Head importance (Michel et al., normalised per layer)", x=0.0))
     return fig
 
@@ -56,9 +59,9 @@ def pruning_figure(data: dict) -> go.Figure:
                                  customdata=[p["heads_off"] for p in points],
                                  hovertemplate=f"{name}: %{{customdata}} heads off (%{{x:.0f}}%), BLEU %{{y:.2f}}"
                                                "<extra></extra>"))
-    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
                       xaxis=dict(title=dict(text="heads switched off (% of the type, or of all)")),
-                      yaxis=dict(title=dict(text="BLEU")), legend=dict(orientation="h", y=1.12),
+                      yaxis=dict(title=dict(text="BLEU")), legend=dict(orientation="h", y=-0.22, x=0),
                       title=dict(text="Pruning curve", x=0.0))
     return fig
 
@@ -70,11 +73,21 @@ def head_rows(data: dict) -> pd.DataFrame:
         stats = data["stats"][kind]
         for layer, row in enumerate(data["importance"][kind]):
             for head, imp in enumerate(row):
-                entry = {"type": state.KIND_LABELS[kind], "layer": layer + 1, "head": head + 1,
+                entry = {"type": KIND_LABELS[kind], "layer": layer + 1, "head": head + 1,
                          "role": data["roles"][kind][layer][head], "importance": imp}
                 entry.update({name.replace("_", " "): values[layer][head] for name, values in stats.items()})
                 rows.append(entry)
     return pd.DataFrame(rows)
+
+
+def column_config(frame: pd.DataFrame) -> dict:
+    """Three decimals; 'top offset' (a position difference) as a whole number; headers with their full name."""
+    config = {c: st.column_config.NumberColumn(c, format="%.3f", help=c)
+              for c in frame.columns if c not in ("type", "layer", "head", "role")}
+    if "top offset" in config:
+        config["top offset"] = st.column_config.NumberColumn("top offset", format="%+d",
+                                                             help="the most frequent key position minus the query's")
+    return config
 
 
 def render(ctx: ViewContext) -> None:
@@ -94,18 +107,18 @@ def render(ctx: ViewContext) -> None:
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
                "; ".join(f"{name}: {rule}" for name, rule in data.get("role_rules", {}).items()))
     frame = head_rows(data)
+    kinds = {v: k for k, v in KIND_LABELS.items()}
+    refs = [controls.head_ref((kinds[t], la - 1, h - 1)) for t, la, h in zip(frame["type"], frame["layer"],
+                                                                            frame["head"])]
     event = st.dataframe(frame, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
-                         key="heads_table", height=320,
-                         column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                        for c in frame.columns if c not in ("type", "layer", "head", "role")})
-    selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
-    if not selected:
+                         key="heads_table", height=320, column_config=column_config(frame))
+    controls.follow_table(event, refs, PICK)
+    picked = controls.head_picker(refs, PICK)
+    if not picked:
         st.info("Select a head (the box at a row's left) to open it on this sentence and to see the test sentences "
                 "where it is most confident.", icon=":material/touch_app:")
         return
-    row = frame.iloc[selected[0]]
-    kind = {v: k for k, v in state.KIND_LABELS.items()}[row["type"]]
-    layer, head = int(row["layer"]), int(row["head"])
+    kind, layer, head = picked[0], picked[1] + 1, picked[2] + 1
     if ctx.result is not None:
         controls.draw_heatmap(ctx.result, kind, layer, str(head), key="heads_chart")
     indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]

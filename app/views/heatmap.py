@@ -7,6 +7,9 @@ import streamlit as st
 from .. import cached, controls
 from ..state import ViewContext
 
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
+          controls.MEASURE_PARAM)
+
 
 def render(ctx: ViewContext) -> None:
     """Type, layer and head pickers over the big heatmap."""

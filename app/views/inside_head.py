@@ -11,7 +11,11 @@ import streamlit as st
 
 from .. import cached, controls, figures
 from ..analysis import KIND_NAMES
+from ..params import Param, int_in
 from ..state import ViewContext
+
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("head", controls.HEAD, controls.HEAD_PARAM.parse, "1"),
+          Param("q", "inside_query", int_in(1, 10_000), 1))
 
 
 def render(ctx: ViewContext) -> None:
@@ -20,33 +24,39 @@ def render(ctx: ViewContext) -> None:
     st.caption("Scaled dot-product attention for one head and one query, step by step: the query vector q, each "
                "key's score q·k, the scaling by √d_head, the mask, the softmax, and the weighted sum of the values "
                "— every number is the model's own.")
-    kind, layer, head = controls.heatmap_controls(tr)
-    if head == "mean":
-        st.info("Pick one head (not the mean) to look inside it.", icon=":material/touch_app:")
-        return
+    cols = st.columns([3.3, 0.9, 1.1, 1.9])
+    kind = controls.kind_control(with_scale=False, columns=(cols[0], None))
+    layers = list(range(1, controls.n_layers(tr, kind) + 1))
+    layer = controls.choose(cols[1].selectbox, "Layer", layers, controls.LAYER, layers[-1])
+    head = controls.choose(cols[2].selectbox, "Head", [str(h) for h in range(1, tr.config.n_heads + 1)],
+                           controls.HEAD, "1", format_func=lambda h: f"head {h}",
+                           help="One head at a time (the mean over heads has no single query, key and value).")
     queries, keys = result.axes(kind)
-    query = controls.choose(st.selectbox, "Query", list(range(len(queries))), "inside_query", 0,
-                            format_func=lambda i: f"{i}: {queries[i]}")
+    position = controls.choose(cols[3].selectbox, "Query", list(range(1, len(queries) + 1)), "inside_query", 1,
+                               format_func=lambda i: f"{i}: {queries[i - 1]}")
+    query = position - 1
     hc = cached.get_beyond("inside_head", ctx.checkpoint, ctx.device, result, kind, layer - 1, int(head) - 1, query)
     d = len(hc["q"])
     best = int(np.argmax(hc["weights"]))
-    st.markdown(f"**{KIND_NAMES[kind]}, layer {layer}, head {head}, query {query} "
+    st.markdown(f"**{KIND_NAMES[kind]}, layer {layer}, head {head}, query {position} "
                 f"({controls.md_escape(queries[query])})**, d_head = {d}")
     st.latex(r"\alpha_j = \mathrm{softmax}_j\Big(\frac{q \cdot k_j}{\sqrt{d_{head}}}\Big),\quad "
              r"o = \sum_j \alpha_j v_j,\quad \text{out}_h = o\,W_O^{h\top}")
     scaled_best = float(hc["scaled"][best])
-    st.latex(rf"q\cdot k_{{{best}}} = {float(hc['scores'][best]):.3f},\quad "
+    st.latex(rf"q\cdot k_{{{best + 1}}} = {float(hc['scores'][best]):.3f},\quad "
              rf"\frac{{{float(hc['scores'][best]):.3f}}}{{\sqrt{{{d}}}}} = {scaled_best:.3f},\quad "
-             rf"\alpha_{{{best}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
+             rf"\alpha_{{{best + 1}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
              rf"{float(hc['weights'][best]):.3f}")
-    table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys)], "q·k": hc["scores"],
-                          f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": hc["mask"],
+    table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys, 1)], "q·k": hc["scores"],
+                          f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": np.asarray(hc["mask"], dtype=bool),
                           "softmax weight": hc["weights"], "‖v_j‖": np.linalg.norm(hc["v"], axis=1)})
     c1, c2 = st.columns([3, 2])
     c1.dataframe(table, hide_index=True, width="stretch", height=min(420, 40 + 35 * len(keys)),
-                 column_config={"softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                 column_config={**{c: st.column_config.NumberColumn(format="%.3f") for c in table.columns[1:]},
+                                "allowed": st.column_config.CheckboxColumn(),
+                                "softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                                   format="%.3f")})
-    fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys)],
+    fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, 1)],
                            orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
     fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=figures.FONT,
                       yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),

@@ -9,6 +9,8 @@ import streamlit as st
 from .. import cached, figures
 from ..state import ViewContext
 
+PARAMS = ()  # no choices of its own
+
 
 def render(ctx: ViewContext) -> None:
     """A heatmap of the chosen piece's probability per layer and step, and the top prediction per layer."""
@@ -22,12 +24,13 @@ def render(ctx: ViewContext) -> None:
     fig = figures.attention_heatmap(chosen, layers, steps, title="Probability of the piece the model produced",
                                     query_title="decoder layer", key_title="output step (its piece)",
                                     value_name="probability")
+    fig.update_layout(height=max(int(fig.layout.height or 0), 340))  # a colour bar one can read, even at 4 layers
     st.plotly_chart(fig, config=figures.plotly_config("logit-lens"), key="lens_chart")
     first_top = [next((i + 1 for i in range(chosen.shape[0]) if data["rank"][i, t] == 0), None)
                  for t in range(len(steps))]
-    top = [[f"{tr.tokenizer.pieces([int(data['ids'][i, t, 0])])[0]} ({data['probs'][i, t, 0]:.2f})"
+    top = [[f"{tr.tokenizer.pieces([int(data['ids'][i, t, 0])])[0]} ({data['probs'][i, t, 0]:.3f})"
             for t in range(len(steps))] for i in range(chosen.shape[0])]
-    frame = pd.DataFrame(top, index=layers, columns=[f"{t}: {p}" for t, p in enumerate(steps)]).T
+    frame = pd.DataFrame(top, index=layers, columns=[f"{t}: {p}" for t, p in enumerate(steps, 1)]).T
     frame.insert(0, "top from layer", [f"{f}" if f else "never" for f in first_top])
     st.dataframe(frame, width="stretch")
     settled = [f for f in first_top if f]

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, figures, state
+from .. import controls, figures
 from ..analysis import KIND_NAMES
+from ..params import Param, float_in, int_in, int_list, join
 from ..state import ViewContext
 
 HEADINGS = {"encoder": ("source (query)", "source (key)"), "decoder": ("output (query)", "decoder input (key)"),
             "cross": ("output (query)", "source (key)")}
+HEADS, FOCUS, THRESHOLD, FOCUS_KIND = "lines_heads", "lines_focus", "lines_threshold", "_lines_focus_kind"
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("lh", HEADS, int_list(1, 128), dump=join),
+          Param("lf", FOCUS, lambda v: "all" if v == "all" else int_in(1, 10_000)(v), "all"),
+          Param("lt", THRESHOLD, float_in(0.0, 0.5), 0.05, lambda v: f"{float(v):g}"))
 
 
 def render(ctx: ViewContext) -> None:
     """Heads, one query's focus and a threshold over the lines figure."""
     result, n_heads = ctx.result, ctx.tr.config.n_heads
+    ss = st.session_state
     st.caption("Token-to-token lines for one layer, one colour per head (like BertViz's head view): queries on the "
                "left, keys on the right; stronger weights draw darker, thicker lines. Hover a token to see where "
                "each head sends it; click a head in the legend to hide it.")
@@ -24,28 +30,26 @@ def render(ctx: ViewContext) -> None:
     queries, keys = result.axes(kind)
     c1, c2, c3 = st.columns([2, 2, 1])
     all_heads = list(range(1, n_heads + 1))
-    if not set(st.session_state.get(state.LINES_HEADS) or []) <= set(all_heads):
-        st.session_state.pop(state.LINES_HEADS)
-    st.session_state.setdefault(state.LINES_HEADS, all_heads)
-    heads = c1.multiselect("Heads", all_heads, key=state.LINES_HEADS, persist_state="session")
-    # the focus options carry the type: switching type never shows another type's token under an old index
-    focus_options = ["all"] + list(range(len(queries)))
-    previous = st.session_state.get(state.LINES_FOCUS_KIND)
+    controls.keep_if(HEADS, set(ss.get(HEADS) or []) <= set(all_heads))
+    ss.setdefault(HEADS, all_heads)
+    heads = c1.multiselect("Heads", all_heads, key=HEADS, persist_state="session")
+    # positions count from 1; switching type never shows another type's token under an old position
+    focus_options = ["all"] + list(range(1, len(queries) + 1))
+    previous = ss.get(FOCUS_KIND)
     if previous is not None and previous != kind:
-        st.session_state.pop(state.LINES_FOCUS, None)
-    st.session_state[state.LINES_FOCUS_KIND] = kind
-    focus = controls.choose(c2.selectbox, f"Only the lines of query ({HEADINGS[kind][0]})", focus_options,
-                            state.LINES_FOCUS, "all",
-                            format_func=lambda i: "every query" if i == "all" else f"{i}: {queries[i]}")
-    st.session_state.setdefault(state.LINES_THRESHOLD, state.DEFAULTS[state.LINES_THRESHOLD])
-    threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=state.LINES_THRESHOLD,
-                          persist_state="session")
+        ss.pop(FOCUS, None)
+    ss[FOCUS_KIND] = kind
+    side = HEADINGS[kind][0].split(" ")[0]
+    focus = controls.choose(c2.selectbox, f"Only the lines of one {side} piece (query)", focus_options, FOCUS, "all",
+                            format_func=lambda i: "every query" if i == "all" else f"{i}: {queries[i - 1]}")
+    ss.setdefault(THRESHOLD, 0.05)
+    threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session")
     qt, kt = HEADINGS[kind]
-    fig = figures.attention_lines(attn, queries, keys, heads=[h - 1 for h in heads],
-                                  focus=None if focus == "all" else int(focus), threshold=threshold,
+    row = None if focus == "all" else int(focus) - 1
+    fig = figures.attention_lines(attn, queries, keys, heads=[h - 1 for h in heads], focus=row, threshold=threshold,
                                   title=f"{KIND_NAMES[kind]} · layer {layer}", query_title=qt, key_title=kt)
     shown = attn[[h - 1 for h in heads]] if heads else attn[:0]
-    if shown.size and (shown if focus == "all" else shown[:, int(focus)]).max() < threshold:
-        st.info(f"No weight in this selection reaches {threshold:.2f}; lower 'Hide weights below' to see lines "
+    if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
+        st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "
                 "(a head that spreads its attention evenly draws only faint ones).", icon=":material/tune:")
     st.plotly_chart(fig, config=figures.plotly_config(f"{kind}-L{layer}-lines"), key="lines_chart")

@@ -6,18 +6,23 @@ import streamlit as st
 
 from .. import figures, probes
 from ..analysis import masked_weight
+from ..params import Param, int_in
 from ..state import ViewContext
+
+PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2))
 
 
 def render(ctx: ViewContext) -> None:
-    tr, result = ctx.tr, ctx.result
     """Padding and causal masks of this sentence, and how they combine."""
+    tr, result = ctx.tr, ctx.result
     st.caption("The masks decide which keys a query may see: a blocked key's score is set to −∞ before the "
                "softmax, so its weight is exactly 0. Add padding to see the sentence as it sits in a batch next to "
                "longer ones.")
     c1, c2 = st.columns(2)
-    pad_src = c1.slider("Padding after the source", 0, 8, 2, key="pad_src")
-    pad_tgt = c2.slider("Padding after the decoder input", 0, 8, 2, key="pad_tgt")
+    for param in PARAMS:
+        st.session_state.setdefault(param.key, param.default)
+    pad_src = c1.slider("Padding after the source", 0, 8, key="pad_src")
+    pad_tgt = c2.slider("Padding after the decoder input", 0, 8, key="pad_tgt")
     masks = probes.mask_arrays(tr, result, pad_src, pad_tgt)
     src = result.source_tokens + ["<pad>"] * pad_src
     dec = result.decoder_input_tokens + ["<pad>"] * pad_tgt

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import cached, figures, probes
+from .. import cached, controls, figures, probes
+from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
+
+PARAMS = (Param("d", "pe_d", int_in(8, 1024)), Param("n", "pe_len", int_in(8, 512)),
+          Param("dims", "pe_dims", int_list(0, 1023), dump=join))
 
 
 def wave_dims(d_model: int, length: int) -> list[int]:
@@ -20,20 +24,28 @@ def wave_dims(d_model: int, length: int) -> list[int]:
 
 
 def render(ctx: ViewContext) -> None:
-    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
     """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
+    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
+    ss = st.session_state
     st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
                "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
                "wavelengths grow geometrically from 2π to 10000·2π, so nearby positions get similar codes.")
     c1, c2 = st.columns(2)
-    d_model = c1.slider("d_model", 8, 1024, int(tr.config.d_model), 8, key="pe_d")
-    length = c2.slider("Positions", 8, 512, int(min(100, max(tr.config.max_len, 8))), 1, key="pe_len")
+    controls.keep_if("pe_d", ss.get("pe_d", 8) % 8 == 0)  # the slider moves in steps of 8
+    ss.setdefault("pe_d", min(max(8, int(tr.config.d_model) // 8 * 8), 1024))
+    ss.setdefault("pe_len", int(min(100, max(tr.config.max_len, 8))))
+    d_model = c1.slider("d_model", 8, 1024, step=8, key="pe_d")
+    length = c2.slider("Positions", 8, 512, step=1, key="pe_len")
     table = probes.positional_table(length, d_model)
     a, b = st.columns(2)
     a.plotly_chart(figures.pe_heatmap(table), config=figures.plotly_config("positional-encoding"), key="pe_heat")
     with b:
-        dims = st.multiselect("Dimensions to draw", list(range(d_model)), default=wave_dims(d_model, length),
-                              key=f"pe_dims_{d_model}_{length}")
+        if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
+            ss.pop("pe_dims", None)
+        ss["_pe_dims_for"] = (d_model, length)
+        controls.keep_if("pe_dims", set(ss.get("pe_dims") or []) <= set(range(d_model)))
+        ss.setdefault("pe_dims", wave_dims(d_model, length))
+        dims = st.multiselect("Dimensions to draw", list(range(d_model)), key="pe_dims")
         st.plotly_chart(figures.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
     a, b = st.columns(2)
     with a:

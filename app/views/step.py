@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import controls, figures, state
+from .. import controls, figures
+from ..params import Param, int_in
 from ..state import ViewContext
+
+PARAMS = (Param("step", "step", int_in(1, 1000), 1), Param("k", "topk", int_in(3, 100), 8),
+          Param("sl", "step_layer", int_in(1, 64)))
 
 
 def render(ctx: ViewContext) -> None:
@@ -17,14 +21,16 @@ def render(ctx: ViewContext) -> None:
     steps = len(result.target_tokens)
     c1, c2, c3 = st.columns([3, 1, 1])
     if steps > 1:
-        if not 1 <= int(st.session_state.get(state.STEP, 1)) <= steps:
-            st.session_state.pop(state.STEP)
-        st.session_state.setdefault(state.STEP, 1)
-        step = c1.slider("Output step", 1, steps, key=state.STEP, persist_state="session")
+        controls.keep_if("step", 1 <= int(st.session_state.get("step", 1)) <= steps)
+        st.session_state.setdefault("step", 1)
+        step = c1.slider("Output step", 1, steps, key="step", persist_state="session")
     else:
         step = 1
         c1.caption("The output has a single step.")
-    k = c2.slider("Candidates", 3, result.topk_probs.shape[1], min(8, result.topk_probs.shape[1]), key="topk")
+    most = result.topk_probs.shape[1]
+    controls.keep_if("topk", 3 <= int(st.session_state.get("topk", 3)) <= most)
+    st.session_state.setdefault("topk", min(8, most))
+    k = c2.slider("Candidates", 3, most, key="topk")
     layers = list(range(1, ctx.tr.config.n_decoder_layers + 1))
     layer = controls.choose(c3.selectbox, "Cross-attention layer", layers, "step_layer", layers[-1])
     t = step - 1

@@ -1,0 +1,187 @@
+"""The page does what the visitor just asked, at once, and says so when it changes their input (AppTest, tiny
+checkpoint): issue #31's part 2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts  # noqa: E402
+
+from app import inference, state  # noqa: E402
+from app.views import GROUPS, VIEWS  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def infos(at) -> str:
+    return " ".join(plain(i.value) for i in at.info)
+
+
+def test_the_box_and_the_examples_apply_at_once(app_env, tr):
+    at = new_app()
+    text = "Two dogs play in the park."
+    at.text_area(key="source_text").set_value(text)  # Ctrl+Enter (or leaving the box): no Translate press
+    at.run()
+    assert_clean(at)
+    assert tr.translate(text).text in shown_texts(at) and at.query_params["text"] == text
+    at.selectbox(key="example").set_value(state.EXAMPLES[1])
+    at.run()
+    assert tr.translate(state.EXAMPLES[1]).text in shown_texts(at)
+    assert at.query_params["text"] == state.EXAMPLES[1]
+    at.sidebar.radio(key="search").set_value("Greedy")  # the sidebar too
+    at.run()
+    assert at.query_params["beam"] == "1"
+    assert tr.translate(state.EXAMPLES[1], beam_size=1).text in shown_texts(at)
+    assert not any("press" in c.value.lower() for c in at.caption)  # no half-applied state to point at
+
+
+def test_a_long_paste_is_cut_with_a_notice(app_env):
+    at = new_app()
+    pasted = ("A dog runs on the beach. " * 500)[:11_589]
+    at.text_area(key="source_text").set_value(pasted)
+    at.run()
+    assert_clean(at)
+    assert at.text_area(key="source_text").value == pasted[:inference.MAX_INPUT_CHARS]
+    assert "11,589" in infos(at) and f"{inference.MAX_INPUT_CHARS:,}" in infos(at)
+    linked = new_app({"text": pasted})
+    assert "11,589" in infos(linked)
+
+
+def test_bidirectional_controls_are_removed_and_the_visitor_told(app_env, tr):
+    at = new_app({"text": "A dog \u202eruns\u202c in the park."})
+    assert_clean(at)
+    assert at.text_area(key="source_text").value == "A dog runs in the park."
+    assert "U+202E" in infos(at) and "2 bidirectional" in infos(at)
+    assert tr.translate("A dog runs in the park.").text in shown_texts(at)
+    at.text_area(key="source_text").set_value("Two \u2067dogs\u2069 play.")
+    at.run()
+    assert at.text_area(key="source_text").value == "Two dogs play."
+    assert "bidirectional" in infos(at) and "\u2067" not in at.query_params["text"]
+
+
+def test_link_values_that_cannot_be_used_are_named(app_env):
+    cases = [({"view": "All heads", "pick": "9.9"}, "pick="), ({"view": "Lines", "lf": "999"}, "lf="),
+             ({"view": "Compare models", "with": "checkpoints/nowhere"}, "with="),
+             ({"view": "Heatmap", "off": "cross.1.1"}, "off (not used by the Heatmap view)"),
+             ({"view": "Heatmap", "layer": "x"}, "layer")]
+    for link, named in cases:
+        at = new_app({"text": "A dog runs.", **link})
+        assert_clean(at)
+        assert named in infos(at), (link, infos(at))
+
+
+def test_leaving_a_view_drops_its_parameters(app_env):
+    at = new_app({"text": "A dog runs.", "view": "Ablation", "off": "cross.1.2"})
+    assert at.query_params["off"] == "cross.1.2"
+    at = set_view(at, "Heatmap")
+    assert "off" not in at.query_params
+
+
+def test_a_clicked_head_opens_beside_the_grid(app_env):
+    at = new_app({"text": "A dog runs in the park.", "view": "All heads"})
+    at.pills(key="grid_pick").set_value("L1 · H2")
+    at.run()
+    assert_clean(at)
+    places: dict[str, tuple] = {}
+
+    def walk(node, path: tuple) -> None:
+        if getattr(node, "type", "") == "plotly_chart":
+            import json
+            title = json.loads(node.proto.spec)["layout"].get("title", {}).get("text", "")
+            places[title] = path
+        for i, child in getattr(node, "children", {}).items():
+            walk(child, (*path, (getattr(child, "type", ""), i)))
+
+    walk(at.main, ())
+    grid_path = next(p for t, p in places.items() if "every head" in t)
+    large_path = next(p for t, p in places.items() if "layer 1 · head 2" in t)
+    # the same row of columns, different columns: side by side, not below the grid
+    split = next(i for i, (a, b) in enumerate(zip(grid_path, large_path)) if a != b)
+    assert grid_path[split][0] == large_path[split][0] == "column"
+    assert chart(at, "layer 1 · head 2")
+
+
+def test_many_sentences_sit_in_a_bounded_scrolling_box(app_env):
+    text = " ".join(f"Dog number {i} runs in the park." for i in range(1, 91))
+    at = new_app({"text": text})
+    assert_clean(at)
+    boxes = []
+
+    def walk(node) -> None:
+        proto = getattr(node, "proto", None)
+        height = getattr(getattr(proto, "height_config", None), "pixel_height", 0)
+        if height and any("90. Dog number 90" in getattr(t, "value", "") for t in _texts(node)):
+            boxes.append(height)
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    assert boxes and max(boxes) <= 400
+
+
+def _texts(node) -> list:
+    found = [node] if getattr(node, "type", "") == "text" else []
+    for child in getattr(node, "children", {}).values():
+        found += _texts(child)
+    return found
+
+
+def test_views_come_in_groups_with_help_and_the_name_is_on_the_page(app_env):
+    at = new_app()
+    assert_clean(at)
+    assert 3 <= len(GROUPS) <= 6 and sum(len(v) for v in GROUPS.values()) == len(VIEWS)
+    assert all(view.help.strip() for view in VIEWS.values())
+    group = at.segmented_control(key="view_group")
+    assert list(group.options) == list(GROUPS) and group.help
+    view = at.segmented_control(key="view")
+    assert len(view.options) == len(GROUPS[group.value]) and view.help
+    assert all(VIEWS[v].help in plain(view.help) for v in GROUPS[group.value])  # one line of help per view
+    assert any("Attention explorer" in m.value for m in at.main.markdown)
+    at.segmented_control(key="view_group").set_value("Across data")  # a group opens on its first view
+    at.run()
+    assert at.segmented_control(key="view").value == GROUPS["Across data"][0]
+    assert at.query_params["view"] == GROUPS["Across data"][0]
+
+
+def test_sidebar_scores_read_as_written(tiny_checkpoint, tmp_path, monkeypatch, tr):
+    import transformer
+
+    ckpt = tmp_path / "scored"
+    meta = {"language_pair": "en-de", "test_2016_flickr": {"bleu": 38.56, "beam": 5, "sentences": 1000,
+                                                           "seconds": 8.6}}
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, meta)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app()
+    table = next(plain(m.value) for m in at.sidebar.markdown if m.value.startswith("| score"))
+    rows = dict(line.strip("| ").split(" | ") for line in table.splitlines()[2:])
+    assert rows["test 2016 flickr beam"] == "5" and rows["test 2016 flickr sentences"] == "1000"
+    assert rows["test 2016 flickr seconds"] == "8.6 s" and rows["test 2016 flickr bleu"] == "38.56"
+
+
+def test_positions_count_from_1_and_probabilities_show_three_decimals(app_env, tr):
+    text = "A dog runs in the park."
+    ref = tr.translate(text)
+    lens = new_app({"text": text, "view": "Layer by layer"})
+    assert_clean(lens)
+    frame = lens.dataframe[0].value
+    assert list(frame.index[:2]) == [f"1: {ref.target_tokens[0]}", f"2: {ref.target_tokens[1]}"]
+    assert all(len(cell.rsplit("(", 1)[1].rstrip(")").split(".")[1]) == 3 for cell in frame.iloc[:, 1])
+    inside = new_app({"text": text, "view": "Inside a head"})
+    assert inside.dataframe[0].value["key"].iloc[0] == f"1: {ref.source_tokens[0]}"
+    lines = new_app({"text": text, "view": "Lines", "lf": "1"})
+    assert lines.selectbox(key="lines_focus").value == 1
+    assert f"1: {ref.target_tokens[0]}" in lines.selectbox(key="lines_focus").options
+    assert "query (output (query))" not in lines.selectbox(key="lines_focus").label
+
+
+def test_a_head_table_row_is_in_the_address(app_env):
+    at = new_app({"text": "A dog runs in the park.", "view": "Head table"})
+    table = at.dataframe[0].value
+    index = int(table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 1)].index[0])
+    at.session_state["diag_table"] = {"selection": {"rows": [index], "columns": [], "cells": []}}
+    at.run()
+    assert at.query_params["row"] == "cross.2.1"
+    assert chart(new_app(dict(at.query_params)), "Cross-attention · layer 2 · head 1")

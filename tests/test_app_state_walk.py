@@ -1,0 +1,81 @@
+"""The address describes every control of every view: a walk over each view's widgets (AppTest, tiny checkpoint).
+
+For each widget a view shows: set a value other than the one shown, check that the address changed, then open a
+fresh page with only that address and check that the widget shows the value again. A widget the walk finds but
+has no other value for below fails the test, so a new control cannot be left out of the address unnoticed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from conftest import VIEWS, assert_clean, new_app  # noqa: E402
+from streamlit.testing.v1.element_tree import Widget  # noqa: E402
+
+torch.set_num_threads(1)
+
+TEXT = "A man rides a red bike in the park."
+FRAME = {"source_text", "example", "view", "view_group", "sentence", "show_card"}  # the frame's, tested elsewhere
+ACTIONS = ("button", "download_button")  # actions, not state
+# A value other than the default for each view control (the tiny model: 2 + 2 layers, 4 heads)
+CHANGES: dict[str, object] = {
+    "att": "encoder", "layer": 1, "head": "2", "scale": "stretched", "measure": "norms", "grid_pick": "L1 · H2",
+    "lines_heads": [1, 3], "lines_focus": 2, "lines_threshold": 0.1, "step": 2, "topk": 4, "step_layer": 1,
+    "table_agreement": True, "table_pick": "cross.1.2", "ablate": ["Cross · L1 · H2"], "pad_src": 3, "pad_tgt": 0,
+    "pe_d": 16, "pe_len": 20, "pe_dims": [0, 1], "inside_query": 2, "drivers_method": "input_x_gradient",
+    "compare_alpha": "own",
+}
+ALONE = {"compare_with"}  # a picker with one model to offer here (test_app_models covers with= on two models)
+
+
+def controls(at) -> dict[str, object]:
+    """The main area's widgets with a value, by key (buttons left out); fails on a widget without a key."""
+    found: dict[str, object] = {}
+
+    def walk(node) -> None:
+        kind = getattr(node, "type", "")
+        if isinstance(node, Widget) and kind not in ACTIONS:
+            key = getattr(node, "key", None)
+            assert key, f"a {kind} without a key cannot be in the address: {getattr(node, 'label', '')!r}"
+            found[key] = node
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    return {k: w for k, w in found.items() if k not in FRAME}
+
+
+def same(a: object, b: object) -> bool:
+    return a == pytest.approx(b) if isinstance(b, float) else list(a) == list(b) if isinstance(b, list) else a == b
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_env, view):
+    start = {"text": TEXT, "view": view}
+    todo = [(start, key) for key in controls(new_app(start))]
+    done: set[str] = set()
+    while todo:
+        base, key = todo.pop(0)
+        if key in done or key in ALONE:
+            continue
+        done.add(key)
+        assert key in CHANGES, f"{view}: no other value known for the control {key!r}: add one to CHANGES"
+        at = new_app(base)
+        before = dict(at.query_params)
+        widget = controls(at)[key]
+        assert not same(widget.value, CHANGES[key]), f"{key}: the change must differ from what is shown"
+        widget.set_value(CHANGES[key])
+        at.run()
+        assert_clean(at)
+        after = dict(at.query_params)
+        assert after != before, f"{view}: changing {key} left the address as it was"
+        assert after["view"] == view
+        fresh = new_app(after)  # only the address: a new visitor
+        assert_clean(fresh)
+        shown = controls(fresh)
+        assert key in shown and same(shown[key].value, CHANGES[key]), (view, key, after)
+        assert after.items() <= dict(fresh.query_params).items()  # and the page keeps the address it was given
+        todo += [(after, k) for k in controls(at) if k not in done]  # controls that appear after the change
