@@ -101,7 +101,7 @@ def test_each_model_decodes_with_its_own_length_penalty(repo):
     score = pre.translate(example, beam_size=4, alpha=0.6).score
     assert any(f"score {score:.3f}" in c.value for c in at.caption)
     assert at.query_params["alpha"] == "0.6" and at.query_params["model"] == "checkpoints/pre"
-    assert "default: its model card names none, not tuned" in at.sidebar.slider(key="alpha").help
+    assert "α 0.6, default 0.6 (not tuned)" in at.sidebar.slider(key="alpha").help
     at.sidebar.selectbox(key="model_choice").set_value("checkpoints/post")
     at.run()
     assert at.sidebar.slider(key="alpha").value == pytest.approx(3.5)
@@ -246,7 +246,7 @@ def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
     at.run()
     assert_clean(at)
     own = at.radio(key="compare_alpha").options[1]
-    assert "α 1.7, chosen on val" in own and "α 0.6, default, not tuned" in own
+    assert "α 1.7, chosen on val" in own and "α 0.6, default 0.6 (not tuned)" in own
     captions = " ".join(plain(c.value) for c in at.caption)
     assert "beam 3, α 1.7" in captions and "beam 3, α 0.6" in captions
     assert f"score {pre.translate(text, beam_size=3, alpha=1.7).score:.3f}" in captions

@@ -115,5 +115,7 @@ def test_the_app_labels_each_shipped_models_length_penalty(monkeypatch):
     assert "α 1.4, chosen on val" in at.sidebar.slider(key="alpha").help
     assert at.selectbox(key="compare_with").value == "checkpoints/multi30k-en-de-prenorm"
     options = at.radio(key="compare_alpha").options
-    assert any("α 0.6, default 0.6 (not tuned)" in o for o in options)
-    assert not any("chosen on val" in o for o in options)
+    own = next(o for o in options if "its own" in o)
+    assert "multi30k-en-de-prenorm: α 0.6, default 0.6 (not tuned)" in own
+    assert "multi30k-en-de: α 1.4, chosen on val" in own
+    assert "prenorm: α 0.6, chosen" not in own
