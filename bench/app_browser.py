@@ -28,9 +28,14 @@ from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, REPO_ROOT, machine_inf
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the x tick labels of the first heatmap on the page
-HEATMAP_TICKS_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
+# the x tick labels of the first heatmap on the page: the server-built SVG of the first screen (each label's
+# tooltip holds the whole token), else the plotly chart (the Interactive switch)
+HEATMAP_TICKS_JS = ("() => { const s = document.querySelector('[data-testid=stMarkdown] svg.attn-heatmap');"
+                    " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
+                    " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
+FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"  # a plotly heatmap drawn
+APP_HEATMAP = "[data-testid=stMarkdown] svg.attn-heatmap rect, " + FIRST_HEATMAP  # the app's first heatmap drawn
 # no script run in progress
 IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
 
@@ -123,7 +128,7 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             page.goto(url, wait_until="domcontentloaded")
             box = page.locator("[data-testid=stTextArea] textarea")
             box.wait_for(timeout=timeout_s * 1000)
-            page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=timeout_s * 1000)
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             button = page.get_by_role("button", name="Translate")
             for text, ticks in zip(sentences, labels):
                 box.fill(text)
@@ -143,7 +148,6 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             "app_source_words": [len(s.split()) for s in sentences], "app_page_errors": errors}
 
 
-FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"
 # the floors a first visit cannot beat, timed the same way: a bare Streamlit page with a text box and one plotly
 # heatmap, and one with a text box and a line of text (no plotly.js to load)
 FLOOR_PAGES = {
@@ -157,7 +161,7 @@ FLOOR_PAGES = {
 
 
 def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 120.0, script: Path | None = None,
-                 selector: str = FIRST_HEATMAP) -> dict[str, Any]:
+                 selector: str = APP_HEATMAP) -> dict[str, Any]:
     """Seconds from a new visitor's request (a fresh browser context: empty cache, new session) to the first
     heatmap on screen (``selector``). The first visitor meets a cold server (model not loaded, nothing cached);
     the others a warm one. ``script``: another Streamlit page instead of the app."""
