@@ -100,3 +100,27 @@ def test_row_summary_is_the_rows_largest_values():
     assert svg.row_summary(row, top=3) == [(1, 0.5), (3, 0.3), (0, 0.1)]
     assert [j for j, _ in svg.row_summary(row)] == [1, 3, 0, 2, 4]  # ties keep their order
 
+
+
+def test_read_a_row_lists_the_rows_largest_weights(app_env, tr):
+    """The row picker under the SVG (a click on a cell, without plotly): the row outlined, its largest weights listed
+    in order, as the model gives them."""
+    pytest.importorskip("streamlit")
+    from conftest import assert_clean, new_app, plain, svg_chart, translate
+
+    text = "Two dogs play with a ball on the beach."
+    at = translate(new_app(), text)
+    ref = tr.translate(text)
+    row = ref.cross_attentions[-1].mean(0).numpy()[2]
+    at.selectbox(key="heatmap_chart_row").set_value(2)
+    at.run()
+    assert_clean(at)
+    spec = svg_chart(at, "Cross-attention · layer 2 · mean over heads")
+    box = spec["root"].find("s:rect[@class='row-highlight']", NS)
+    ys = sorted({float(r.get("y")) for r in cells(spec["root"])})
+    assert float(box.get("y")) < ys[2] < float(box.get("y")) + float(box.get("height"))
+    listing = [plain(c.value) for c in at.caption if "takes the most from" in c.value]
+    assert len(listing) == 1 and listing[0].startswith(f"Query 2 ({ref.target_tokens[2]}) takes the most from: ")
+    order = np.argsort(-row, kind="stable")[:8]
+    expected = " · ".join(f"{ref.source_tokens[j]} {row[j]:.3f}" for j in order)
+    assert expected in listing[0]
