@@ -73,17 +73,27 @@ def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
                      script: str | Path | None = None) -> Iterator[str]:
     """``streamlit run app/main.py`` (or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``;
     yields its URL."""
+    with server_process(checkpoint, env, script) as (url, _):
+        yield url
+
+
+@contextmanager
+def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, script: str | Path | None = None,
+                   cpus: set[int] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on."""
     port = free_port()
     full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
     script = script or REPO_ROOT / "app" / "main.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -190,6 +200,29 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
             "app_first_visit_warm_s_max": max(warm), "app_first_visit_s": times, "app_page_errors": errors}
 
 
+def other_mode(args: argparse.Namespace) -> int:
+    """``--views`` or ``--split``: print the table or the lines, and the JSON with ``--json``."""
+    from . import app_split, app_views
+
+    if args.views:
+        result = app_views.view_times(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir))
+        print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of 20 words (p50 of "
+              f"{result['views_sentences']}):")
+        print(app_views.table(result, app_views.GOALS))
+        errors = result["views_page_errors"]
+    else:
+        counts = [int(c) for c in args.split.split(",") if c.strip()]
+        result = app_split.split(args.checkpoint, counts, twenty_word_sentences(sum(counts), args.data_dir))
+        print(app_split.report(result))
+        errors = result["split_page_errors"]
+    result["machine"] = machine_info()
+    if errors:
+        print("page errors:", *errors, sep="\n  ")
+    if args.json:
+        print(json.dumps(result))
+    return 1 if errors else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.app_browser", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,8 +233,14 @@ def main(argv: list[str] | None = None) -> int:
                    "(the first meets a cold server)")
     p.add_argument("--floor", action="store_true", help="also time bare Streamlit pages the same way (one "
                    "plotly heatmap; no plotly): what a first visit cannot beat on this machine")
+    p.add_argument("--views", action="store_true", help="instead: each view's time to drawn, switched to on a "
+                   "warm page after each of --repeat new 20-word sentences (a table; see bench/app_views.py)")
+    p.add_argument("--split", metavar="COUNTS", help="instead: visitors at once (e.g. 1,2,4,8) with the server "
+                   "pinned to core 0 and the browsers to the others; the server's CPU per click (bench/app_split.py)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
+    if args.views or args.split:
+        return other_mode(args)
     floors = {}
     if args.floor and args.visitors > 0:
         with tempfile.TemporaryDirectory() as tmp:
