@@ -52,13 +52,13 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
                 highlight_row: int | None = None) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
-    for "query → key: weight". ``highlight_row`` outlines one query row."""
+    for "query (position) → key (position): weight 0.123". ``highlight_row`` outlines one query row."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
     ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
     qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
-    qname, kname, vname = escape(query_title), escape(key_title), escape(value_name)
+    vname = escape(value_name)
     font = 12 if max(q, k) <= 30 else 10 if max(q, k) <= 60 else 8
     ch = 26 if max(q, k) <= 20 else 20 if max(q, k) <= 40 else 14  # cell height, as the plotly figure's rows
     cw = max(ch, min(48.0, 900.0 / k))  # cell width: wide cells for short sentences, like the plotly figure
@@ -81,8 +81,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     for i in range(q):
         y = top + i * ch
         for j in range(k):
-            hover = (f"{qname} {i + query_offset}: {qtext[i]} → {kname} {j + key_offset}: {ktext[j]}: "
-                     f"{vname} {w[i, j]:.3f}")
+            hover = f"{qtext[i]} ({i + query_offset}) → {ktext[j]} ({j + key_offset}): {vname} {w[i, j]:.3f}"
             out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
                        f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
     out.append("</g>")
