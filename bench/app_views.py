@@ -15,7 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .app_browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, IDLE_JS, SHOWS_JS, expected_ticks, streamlit_server
+from .app_browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    IDLE_JS,
+    SETTLED_JS,
+    SHOWS_JS,
+    click_until,
+    expected_ticks,
+    streamlit_server,
+)
 from .common import percentile
 
 ATTRIBUTION_VIEW = "What drives each word"
@@ -23,12 +33,6 @@ METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradien
 # the issue's goals (seconds, p50): every view 1 s, attribution by input × gradient 1.5 s, integrated gradients 3 s
 GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['input_x_gradient']}": 1.5,
          f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['integrated_gradients']}": 3.0}
-# the page is done: nothing running, nothing stale or still loading, every chart and grid drawn
-SETTLED_JS = ("(!document.querySelector('[data-testid=stStatusWidgetRunningIcon], [data-stale=true], "
-              "[data-testid=stSkeleton], [data-testid=stSpinner]')"
-              " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
-              ".every(c => c.querySelector('.main-svg'))"
-              " && [...document.querySelectorAll('[data-testid=stDataFrame]')].every(d => d.querySelector('canvas')))")
 VIEW_DONE_JS = f"view => new URLSearchParams(location.search).get('view') === view && {SETTLED_JS}"
 # the first attribution chart's numbers, to see them change when the method changes
 ATTRIBUTION_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
@@ -49,8 +53,7 @@ def switch(page, view: str, timeout_s: float) -> float:
     selector = page.locator("[data-testid=stButtonGroup]", has_text="All heads").first
     button = selector.locator("button", has_text=re.compile(rf"{re.escape(view)}$")).first
     t0 = time.perf_counter()
-    button.click()
-    page.wait_for_function(VIEW_DONE_JS, arg=view, polling="raf", timeout=timeout_s * 1000)
+    click_until(page, button, VIEW_DONE_JS, view, timeout_s)
     return time.perf_counter() - t0
 
 
@@ -82,8 +85,7 @@ def translate(page, text: str, ticks: list[str], timeout_s: float) -> None:
     box.press("Control+Enter")
     page.wait_for_timeout(300)
     _quiet(page, timeout_s)
-    page.get_by_role("button", name="Translate").click()
-    page.wait_for_function(SHOWS_JS, arg=ticks, polling="raf", timeout=timeout_s * 1000)
+    click_until(page, page.get_by_role("button", name="Translate"), SHOWS_JS, ticks, timeout_s)
 
 
 def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0) -> dict[str, Any]:
