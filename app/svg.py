@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
-from .analysis import escape, unique_labels
+from .analysis import escape as _escape
+from .analysis import unique_labels
 from .figures import ATTENTION_SCALE
 
 FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
 LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)
 COLOURBAR_W = 12
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def escape(text: object) -> str:
+    """Text for the SVG: HTML-escaped, control characters (newlines too) as spaces, so the SVG stays one block of
+    HTML with no blank line in it and valid XML."""
+    return _escape(CONTROL.sub(" ", str(text)))
 
 
 def _rgb(colour: str) -> np.ndarray:
@@ -56,6 +67,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
+    query_tokens = [CONTROL.sub(" ", str(t)) for t in query_tokens]
+    key_tokens = [CONTROL.sub(" ", str(t)) for t in key_tokens]
     ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
     qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
     vname = escape(value_name)

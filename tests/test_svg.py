@@ -76,6 +76,14 @@ def test_hostile_tokens_stay_text():
     assert root.findall("s:text[@class='axis-title']", NS)[1].text == "<q>"
 
 
+def test_control_characters_cannot_end_the_html_block():
+    """A blank line would end the raw-HTML block of Markdown the SVG is shown in; control characters are not XML."""
+    text = svg.heatmap_svg(np.ones((1, 2)) / 2, ["a\n\nb"], ["\x01c", "d\r\n"], title="t\n\nu")
+    assert "\n\n" not in text and "\r" not in text and "\x01" not in text
+    root = parse(text)
+    assert [t.find("s:title", NS).text for t in root.findall("s:text[@class='xtick']", NS)] == [" c", "d  "]
+
+
 def test_colours_follow_the_plotly_scale():
     scale = figures.ATTENTION_SCALE
     # at each stop, the stop's colour; clipped outside the range
