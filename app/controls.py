@@ -11,7 +11,7 @@ import streamlit as st
 
 from transformer import Translator
 
-from . import cached, figures, state, work
+from . import cached, figures, state, svg, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import Analysis, HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -259,9 +259,10 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
 
 
 def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,
-                 value_name: str = "weight") -> None:
+                 value_name: str = "weight", as_svg: bool = False) -> None:
     """The big heatmap of one head (or the mean), with a window for long sentences (``attn``: other numbers of the
-    same shape to draw instead of the weights, e.g. the weighted norms)."""
+    same shape to draw instead of the weights, e.g. the weighted norms). ``as_svg``: drawn as an SVG built here
+    (no plotly.js for the browser to load), with a row reader under it."""
     attn = result.attention(kind) if attn is None else attn
     weights = pick_weights(attn, layer, head)
     queries, keys = result.axes(kind)
@@ -275,12 +276,40 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))
-    fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1],
-                                    title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt,
-                                    query_offset=q0, key_offset=k0, zmin=zmin, zmax=zmax, value_name=value_name)
+    args = dict(title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
+                zmin=zmin, zmax=zmax, value_name=value_name)
     name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
-    st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
+    if as_svg:
+        svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
+    else:
+        fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], **args)
+        st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
     if value_name == "weight":
         range_caption(weights, kind)
     if has_repeats(queries, keys):
         st.caption(REPEATS)
+
+
+def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: str, name: str, **args) -> None:
+    """The heatmap as a server-built SVG (hover a cell for its weight), a "Read a row" picker that outlines a query
+    row and lists its largest values (what a click on a cell of the plotly chart gives), and an SVG download."""
+    rows = list(range(len(queries)))
+    offset = args.get("query_offset", 0)
+    row_key = f"{key}_row"
+    if st.session_state.get(row_key) not in rows:
+        st.session_state.pop(row_key, None)
+    chosen = st.session_state.get(row_key)
+    image = svg.heatmap_svg(weights, queries, keys, highlight_row=chosen, **args)
+    # a raw-HTML block of Markdown (no blank line inside, so nothing in it is read as Markdown): the SVG built
+    # above, every piece of text in it escaped
+    st.markdown(f'<div class="attn-svg">\n{image}\n</div>', unsafe_allow_html=True)
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
+                       format_func=lambda i: f"{i + offset}: {queries[i]}")
+    c2.download_button("SVG", image, file_name=f"{name}.svg", mime="image/svg+xml", icon=":material/download:",
+                       key=f"{key}_svg", width="stretch")
+    if row is not None:
+        top = svg.row_summary(weights[row])
+        listed = " · ".join(f"{md_escape(keys[j])} {value:.3f}" for j, value in top)
+        st.caption(f"Query {row + offset} ({md_escape(queries[row])}) takes the most from: {listed}"
+                   + (f" (the largest {len(top)} of {len(keys)})" if len(keys) > len(top) else ""))

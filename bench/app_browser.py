@@ -28,9 +28,20 @@ from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, REPO_ROOT, machine_inf
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the x tick labels of the first heatmap on the page
-HEATMAP_TICKS_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
+# the x tick labels of the first heatmap on the page: the server-built SVG of the first screen (each label's
+# tooltip holds the whole token), else the plotly chart (the Interactive switch)
+HEATMAP_TICKS_JS = ("() => { const s = document.querySelector('[data-testid=stMarkdown] svg.attn-heatmap');"
+                    " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
+                    " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
+FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"  # a plotly heatmap drawn
+APP_HEATMAP = "[data-testid=stMarkdown] svg.attn-heatmap rect, " + FIRST_HEATMAP  # the app's first heatmap drawn
+# the page is done: nothing running, nothing stale or still loading, every chart and data grid drawn
+SETTLED_JS = ("(!document.querySelector('[data-testid=stStatusWidgetRunningIcon], [data-stale=true], "
+              "[data-testid=stSkeleton], [data-testid=stSpinner]')"
+              " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+              ".every(c => c.querySelector('.main-svg'))"
+              " && [...document.querySelectorAll('[data-testid=stDataFrame]')].every(d => d.querySelector('canvas')))")
 # no script run in progress
 IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
 
@@ -68,17 +79,27 @@ def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
                      script: str | Path | None = None) -> Iterator[str]:
     """``streamlit run app/main.py`` (or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``;
     yields its URL."""
+    with server_process(checkpoint, env, script) as (url, _):
+        yield url
+
+
+@contextmanager
+def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, script: str | Path | None = None,
+                   cpus: set[int] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on."""
     port = free_port()
     full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
     script = script or REPO_ROOT / "app" / "main.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -106,6 +127,25 @@ def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
     return (lines + [s for s in built if s not in lines])[:n]
 
 
+def click_until(page, button, done_js: str, arg: Any, timeout_s: float, tries: int = 3) -> int:
+    """Click ``button`` and wait until ``done_js(arg)``; a click that lands as a rerun starts can be lost, so after
+    a third of the timeout click again (the caller's clock keeps running from the first click). Returns the extra
+    clicks."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    button.click()
+    for attempt in range(tries):
+        try:
+            page.wait_for_function(done_js, arg=arg, polling="raf", timeout=timeout_s * 1000 / tries)
+            return attempt
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+            page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)
+            button.click()
+    return tries
+
+
 def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0) -> dict[str, Any]:
     """Seconds from the Translate click to the new sentence's heatmap, one per sentence (none cached)."""
     from playwright.sync_api import sync_playwright
@@ -113,6 +153,7 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
     if not CHROMIUM.exists():
         raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
     labels = expected_ticks(checkpoint, sentences)
+    reclicks = 0
     times: list[float] = []
     errors: list[str] = []
     with streamlit_server(checkpoint) as url, sync_playwright() as p:
@@ -123,16 +164,17 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             page.goto(url, wait_until="domcontentloaded")
             box = page.locator("[data-testid=stTextArea] textarea")
             box.wait_for(timeout=timeout_s * 1000)
-            page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=timeout_s * 1000)
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             button = page.get_by_role("button", name="Translate")
             for text, ticks in zip(sentences, labels):
                 box.fill(text)
                 box.press("Control+Enter")  # commit the text (Streamlit reruns; the model does not run yet)
                 page.wait_for_timeout(300)
                 page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)  # that rerun is over
+                page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=timeout_s * 1000)
+                page.wait_for_timeout(250)
                 t0 = time.perf_counter()
-                button.click()
-                page.wait_for_function(SHOWS_JS, arg=ticks, polling="raf", timeout=timeout_s * 1000)
+                reclicks += click_until(page, button, SHOWS_JS, ticks, timeout_s)
                 times.append(time.perf_counter() - t0)
             if page.locator("[data-testid=stException]").count():
                 errors.append("a stack trace is on the page")
@@ -140,10 +182,10 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             browser.close()
     return {"app_translate_s_p50": percentile(times, 50), "app_translate_s_p95": percentile(times, 95),
             "app_translate_s_max": max(times), "app_translate_s": times, "app_sentences": len(times),
-            "app_source_words": [len(s.split()) for s in sentences], "app_page_errors": errors}
+            "app_source_words": [len(s.split()) for s in sentences], "app_reclicks": reclicks,
+            "app_page_errors": errors}
 
 
-FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"
 # the floors a first visit cannot beat, timed the same way: a bare Streamlit page with a text box and one plotly
 # heatmap, and one with a text box and a line of text (no plotly.js to load)
 FLOOR_PAGES = {
@@ -157,7 +199,7 @@ FLOOR_PAGES = {
 
 
 def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 120.0, script: Path | None = None,
-                 selector: str = FIRST_HEATMAP) -> dict[str, Any]:
+                 selector: str = APP_HEATMAP) -> dict[str, Any]:
     """Seconds from a new visitor's request (a fresh browser context: empty cache, new session) to the first
     heatmap on screen (``selector``). The first visitor meets a cold server (model not loaded, nothing cached);
     the others a warm one. ``script``: another Streamlit page instead of the app."""
@@ -186,6 +228,29 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
             "app_first_visit_warm_s_max": max(warm), "app_first_visit_s": times, "app_page_errors": errors}
 
 
+def other_mode(args: argparse.Namespace) -> int:
+    """``--views`` or ``--split``: print the table or the lines, and the JSON with ``--json``."""
+    from . import app_split, app_views
+
+    if args.views:
+        result = app_views.view_times(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir))
+        print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of 20 words (p50 of "
+              f"{result['views_sentences']}):")
+        print(app_views.table(result, app_views.GOALS))
+        errors = result["views_page_errors"]
+    else:
+        counts = [int(c) for c in args.split.split(",") if c.strip()]
+        result = app_split.split(args.checkpoint, counts, twenty_word_sentences(sum(counts), args.data_dir))
+        print(app_split.report(result))
+        errors = result["split_page_errors"]
+    result["machine"] = machine_info()
+    if errors:
+        print("page errors:", *errors, sep="\n  ")
+    if args.json:
+        print(json.dumps(result))
+    return 1 if errors else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.app_browser", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -196,8 +261,14 @@ def main(argv: list[str] | None = None) -> int:
                    "(the first meets a cold server)")
     p.add_argument("--floor", action="store_true", help="also time bare Streamlit pages the same way (one "
                    "plotly heatmap; no plotly): what a first visit cannot beat on this machine")
+    p.add_argument("--views", action="store_true", help="instead: each view's time to drawn, switched to on a "
+                   "warm page after each of --repeat new 20-word sentences (a table; see bench/app_views.py)")
+    p.add_argument("--split", metavar="COUNTS", help="instead: visitors at once (e.g. 1,2,4,8) with the server "
+                   "pinned to core 0 and the browsers to the others; the server's CPU per click (bench/app_split.py)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
+    if args.views or args.split:
+        return other_mode(args)
     floors = {}
     if args.floor and args.visitors > 0:
         with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .app_browser import CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, streamlit_server
+from .app_browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, streamlit_server
 from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
 
 
@@ -60,7 +60,7 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
                 heads = ",".join(f"cross.1.{h}" for h in range(1, tr.config.n_heads + 1))
                 query = f"?text={quote(texts[0])}&view=Ablation&off={heads}"
             await page.goto(url + query, wait_until="domcontentloaded")
-            await page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").first.wait_for(timeout=timeout_s * 1000)
+            await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             pages.append(page)
         for page, text in zip(pages, texts):
             box = page.locator("[data-testid=stTextArea] textarea")

@@ -156,6 +156,35 @@ def chart(at, title_part: str) -> dict:
     return found[0]
 
 
+def svg_chart(at, title_part: str) -> dict:
+    """The server-built SVG heatmap titled ``title_part`` as numbers: ``z`` from the cells' hover titles (cells
+    placed by their x/y), the tick labels, the colour range, and the parsed ``root``."""
+    import html
+    import xml.etree.ElementTree as ET
+
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    for md in at.markdown:
+        start = md.value.find("<svg")
+        if start < 0:
+            continue
+        root = ET.fromstring(md.value[start:md.value.rindex("</svg>") + 6])
+        title = root.find("s:text[@class='title']", ns)
+        if title is None or title_part not in (title.text or ""):
+            continue
+        cells = root.findall("s:g[@class='cells']/s:rect", ns)
+        xs = sorted({float(c.get("x")) for c in cells})
+        ys = sorted({float(c.get("y")) for c in cells})
+        z = np.full((len(ys), len(xs)), np.nan)
+        for c in cells:
+            weight = float(c.find("s:title", ns).text.rsplit(" ", 1)[1])  # "… → …: weight 0.123"
+            z[ys.index(float(c.get("y"))), xs.index(float(c.get("x")))] = weight
+        ticks = {axis: [t.find("s:title", ns).tail for t in root.findall(f"s:text[@class='{axis}tick']", ns)]
+                 for axis in "xy"}
+        return {"z": z, "x": ticks["x"], "y": ticks["y"], "zmin": float(root.get("data-zmin")),
+                "zmax": float(root.get("data-zmax")), "root": root, "source": html.unescape(md.value)}
+    raise AssertionError(f"no SVG heatmap titled {title_part!r}")
+
+
 def arr(value) -> np.ndarray:
     """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}``."""
     if isinstance(value, dict) and "bdata" in value:

@@ -8,7 +8,18 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
-from conftest import arr, assert_clean, chart, charts, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+from conftest import (  # noqa: E402
+    arr,
+    assert_clean,
+    chart,
+    charts,
+    new_app,
+    plain,
+    set_view,
+    shown_texts,
+    svg_chart,
+    translate,
+)
 
 import transformer  # noqa: E402
 from app import analysis, catalog, grid, inference  # noqa: E402
@@ -40,18 +51,26 @@ def test_translate_and_heatmap_match_the_model(app_env, tr, model_runs):
     assert_clean(at)
     ref = tr.translate(text)  # the app's defaults: beam 4, alpha 0.6, a 1.5, b 10
     assert ref.text in shown_texts(at)
-    # default view: cross-attention, last layer, mean over heads
-    spec = chart(at, "Cross-attention · layer 2 · mean over heads")
-    z = arr(spec["data"][0]["z"])
-    np.testing.assert_allclose(z, ref.cross_attentions[-1].mean(0).numpy(), atol=1e-5)
-    assert len(spec["layout"]["yaxis"]["ticktext"]) == len(ref.target_tokens)
-    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(ref.source_tokens)
-    assert (spec["data"][0]["zmin"], spec["data"][0]["zmax"]) == (0.0, 1.0)  # absolute colour scale by default
+    # default view: cross-attention, last layer, mean over heads, drawn as an SVG (hover titles carry 3 decimals)
+    assert not at.get("plotly_chart")  # the first screen needs no plotly.js
+    spec = svg_chart(at, "Cross-attention · layer 2 · mean over heads")
+    z = ref.cross_attentions[-1].mean(0).numpy()
+    np.testing.assert_allclose(spec["z"], z, atol=5.1e-4)
+    assert len(spec["y"]) == len(ref.target_tokens) and len(spec["x"]) == len(ref.source_tokens)
+    assert (spec["zmin"], spec["zmax"]) == (0.0, 1.0)  # absolute colour scale by default
     at.segmented_control(key="scale").set_value("stretched")
     at.run()
+    spec = svg_chart(at, "Cross-attention · layer 2 · mean over heads")
+    assert spec["zmin"] == pytest.approx(z.min(), abs=1e-5)
+    assert spec["zmax"] == pytest.approx(z.max(), abs=1e-5)
+    # the Interactive switch draws the same numbers with plotly
+    at.toggle(key="interactive").set_value(True)
+    at.run()
     spec = chart(at, "Cross-attention · layer 2 · mean over heads")
+    np.testing.assert_allclose(arr(spec["data"][0]["z"]), z, atol=1e-5)
     assert spec["data"][0]["zmin"] == pytest.approx(z.min(), abs=1e-6)
-    assert spec["data"][0]["zmax"] == pytest.approx(z.max(), abs=1e-6)
+    at.toggle(key="interactive").set_value(False)
+    at.run()
     # switching type, layer and head redraws from the cached result: the model does not run again
     runs = len(model_runs)
     assert runs >= 1
@@ -60,14 +79,12 @@ def test_translate_and_heatmap_match_the_model(app_env, tr, model_runs):
     at.selectbox(key="head").set_value("3")
     at.run()
     assert_clean(at)
-    spec = chart(at, "Encoder self-attention · layer 1 · head 3")
-    np.testing.assert_allclose(arr(spec["data"][0]["z"]),
-                               ref.encoder_attentions[0][2].numpy(), atol=1e-5)
+    spec = svg_chart(at, "Encoder self-attention · layer 1 · head 3")
+    np.testing.assert_allclose(spec["z"], ref.encoder_attentions[0][2].numpy(), atol=5.1e-4)
     at.segmented_control(key="att").set_value("decoder")
     at.run()
-    spec = chart(at, "Decoder self-attention · layer 1 · head 3")
-    np.testing.assert_allclose(arr(spec["data"][0]["z"]),
-                               ref.decoder_attentions[0][2].numpy(), atol=1e-5)
+    spec = svg_chart(at, "Decoder self-attention · layer 1 · head 3")
+    np.testing.assert_allclose(spec["z"], ref.decoder_attentions[0][2].numpy(), atol=5.1e-4)
     for view in ["All heads", "Lines", "Step through", "Head table", "Heatmap"]:
         set_view(at, view)
         assert_clean(at)
@@ -212,6 +229,7 @@ def test_empty_text_gets_a_warning(app_env):
     assert_clean(at)
     assert any("empty" in w.value for w in at.warning)
     assert not [c for c in charts(at) if "attention" in str(c["layout"].get("title", "")).lower()]
+    assert not [m for m in at.markdown if "<svg" in m.value]
     assert any("Type or pick a sentence" in i.value for i in at.info)
     assert "text" not in at.query_params
 
@@ -221,8 +239,8 @@ def test_long_text_is_truncated_with_a_notice(app_env, tr):
     at = translate(new_app(), text)
     assert_clean(at)
     assert any("only the first" in w.value and str(tr.max_source_tokens) in w.value for w in at.warning)
-    spec = chart(at, "Cross-attention")
-    assert len(spec["layout"]["xaxis"]["ticktext"]) <= tr.config.max_len
+    spec = svg_chart(at, "Cross-attention")
+    assert len(spec["x"]) <= tr.config.max_len
 
 
 def test_emoji_and_markup_are_shown_as_text(app_env, tr):
@@ -232,12 +250,16 @@ def test_emoji_and_markup_are_shown_as_text(app_env, tr):
     assert any("<unk>" in i.value for i in at.info)  # characters outside the vocabulary are named
     assert tr.translate(text).text in shown_texts(at)
     # no element lets HTML through, and token labels in the charts are escaped
-    assert all(not m.proto.allow_html for m in at.markdown)
+    raw = [m.value for m in at.markdown if m.proto.allow_html]
+    assert len(raw) == 1 and raw[0].startswith('<div class="attn-svg">\n<svg')  # only the heatmap's SVG
     pieces = shown_texts(at)  # the subword pieces are plain text
     assert any("<unk>" in p and "▁" in p for p in pieces)
-    spec = chart(at, "Cross-attention")
-    assert all("<" not in label for label in spec["layout"]["xaxis"]["ticktext"])
-    assert any("&lt;unk&gt;" in label for label in spec["layout"]["xaxis"]["ticktext"])
+    spec = svg_chart(at, "Cross-attention")
+    tags = {el.tag.split("}")[1] for el in spec["root"].iter()}
+    assert tags <= {"svg", "text", "title", "g", "rect", "defs", "linearGradient", "stop"}  # no script, no link
+    assert not [a for el in spec["root"].iter() for a in el.attrib if a.lower().startswith("on")]
+    assert any(label.startswith("<unk>") for label in spec["x"])  # shown as typed, parsed from escaped text
+    assert "&lt;unk&gt;" in raw[0] and "<unk>" not in raw[0]
 
 
 def test_bad_checkpoint_gives_a_clear_message(app_env, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, new_app, set_view, svg_chart, translate  # noqa: E402
 
 from transformer.interpret import attribute, head_computation, value_norms  # noqa: E402
 
@@ -52,6 +52,9 @@ def test_weighted_norms_toggle(app_env, tr):
     ref = tr.translate(TEXT)
     src, tgt, _ = tensors(tr, ref)
     norms = value_norms(tr.model, src, tgt).cross_attentions[-1][0].mean(0).numpy()
+    np.testing.assert_allclose(svg_chart(at, "Cross-attention · layer 2 · mean over heads")["z"], norms, atol=5.1e-4)
+    at.toggle(key="interactive").set_value(True)
+    at.run()
     np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2 · mean over heads")["data"][0]["z"]), norms,
                                atol=1e-5)
     assert any("Kobayashi" in c.value for c in at.caption)

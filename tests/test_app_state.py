@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts, translate  # noqa: E402
+from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import inference  # noqa: E402
@@ -144,13 +144,13 @@ def test_paragraph_is_split_and_each_sentence_translated(app_env, tr):
     for sentence in sentences:
         assert sentence in listing and tr.translate(sentence).text in listing
     # the first sentence is explored; picking another re-draws the views for it
-    spec = chart(at, "Cross-attention")
-    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(tr.translate(sentences[0]).source_tokens)
+    spec = svg_chart(at, "Cross-attention")
+    assert len(spec["x"]) == len(tr.translate(sentences[0]).source_tokens)
     at.selectbox(key="sentence").set_value(2)
     at.run()
     assert_clean(at)
-    spec = chart(at, "Cross-attention")
-    assert len(spec["layout"]["xaxis"]["ticktext"]) == len(tr.translate(sentences[1]).source_tokens)
+    spec = svg_chart(at, "Cross-attention")
+    assert len(spec["x"]) == len(tr.translate(sentences[1]).source_tokens)
     assert at.query_params["s"] == "2"
 
 

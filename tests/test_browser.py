@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, measure, streamlit_server, twenty_word_sentences
+from bench.app_browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, measure, streamlit_server, twenty_word_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,9 +47,9 @@ def test_translate_in_a_real_browser(server):
             # the heatmap of the new sentence: '<' is not in the tiny vocabulary, so its pieces include <unk>,
             # which must show as typed (an unescaped label would vanish as an unknown tag)
             page.wait_for_function(
-                "[...document.querySelectorAll('[data-testid=stPlotlyChart] .xtick text')]"
-                ".some(e => e.textContent.startsWith('<unk>'))", timeout=90_000)
-            page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=30_000)
+                "[...document.querySelectorAll('svg.attn-heatmap text.xtick')]"
+                ".some(e => e.lastChild.textContent.startsWith('<unk>'))", timeout=90_000)
+            page.locator(APP_HEATMAP).first.wait_for(timeout=30_000)
             page.screenshot(path=str(out / "browser.png"))
             # the translation is on the page, markup in the input stays text
             assert page.locator("[data-testid=stText]").count() >= 1
@@ -100,7 +100,7 @@ def _open(p, server: str, width: int = 1600, height: int = 1000, query: str = ""
     browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(server + query, wait_until="domcontentloaded")
-    page.locator("[data-testid=stPlotlyChart] .heatmaplayer").first.wait_for(timeout=90_000)
+    page.locator(APP_HEATMAP).first.wait_for(timeout=90_000)
     return browser, page
 
 
@@ -153,7 +153,7 @@ def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
         try:
             page.wait_for_timeout(500)
             page.screenshot(path=str(out / "first-screen.png"))
-            heatmap = page.locator("[data-testid=stPlotlyChart]").first.bounding_box()
+            heatmap = page.locator("svg.attn-heatmap").first.bounding_box()
             selector = page.locator("[data-testid=stButtonGroup]", has_text="All heads").first.bounding_box()
             assert selector is not None and 0 <= selector["y"] < 1000 - selector["height"]
             assert heatmap is not None and heatmap["y"] < 1000 - 150  # the chart starts above the fold

@@ -1,25 +1,36 @@
-"""Heatmap: one attention matrix, large."""
+"""Heatmap: one attention matrix, large. The first screen of a visit: drawn as an SVG built on the server, so a
+new visitor's browser loads no plotly.js; the "Interactive" switch draws the plotly figure instead."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from .. import cached, controls
+from .. import cached, controls, params
 from ..state import ViewContext
 
+INTERACTIVE = "interactive"  # this view's widget key: the plotly figure (zoom, pan, PNG) instead of the SVG
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
-          controls.MEASURE_PARAM)
+          controls.MEASURE_PARAM,
+          params.Param("i", INTERACTIVE, lambda v: True if v.strip() in ("1", "true") else None, False, lambda v: "1"))
 
 
 def render(ctx: ViewContext) -> None:
     """Type, layer and head pickers over the big heatmap."""
     kind, layer, head = controls.heatmap_controls(ctx.tr)
-    measure = controls.measure_control()
+    c1, c2 = st.columns([4, 1.3], vertical_alignment="bottom")
+    with c1:
+        measure = controls.measure_control()
+    interactive = c2.toggle("Interactive", key=INTERACTIVE, persist_state="session",
+                            help="Zoom, pan and a PNG button, with hover labels: loads the plotting library (about "
+                                 "5 MB of JavaScript), which the other views use too.")
     if measure == "norms":
         norms = cached.get_beyond("norms", ctx.checkpoint, ctx.device, ctx.result)[kind]
-        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm")
+        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
+                              as_svg=not interactive)
         st.caption(controls.NORMS_NOTE)
     else:
-        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart")
-    st.caption(f"{controls.READING[kind]} Hover a cell for its query token, key token and weight; the camera icon "
-               "saves a PNG.")
+        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
+    hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive else
+             "Hover a cell for its query token, key token and weight; pick a row to read its values; the switch "
+             "above makes the chart interactive (zoom, pan, PNG).")
+    st.caption(f"{controls.READING[kind]} {hover}")

@@ -1,0 +1,143 @@
+"""The first screen's heatmap as a plain SVG string built on the server: no plotly.js to fetch and parse.
+
+Same arrays and same colour scale as :func:`app.figures.attention_heatmap`; every cell is a ``<rect>`` whose
+``<title>`` (the browser's hover tooltip) names the query token, the key token and the weight. Every piece of
+text comes from the visitor's sentence, so every piece goes through :func:`app.analysis.escape`: the SVG holds
+no markup but the markup built here. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from .analysis import escape as _escape
+from .analysis import unique_labels
+from .figures import ATTENTION_SCALE
+
+FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
+LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)
+COLOURBAR_W = 12
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def escape(text: object) -> str:
+    """Text for the SVG: HTML-escaped, control characters (newlines too) as spaces, so the SVG stays one block of
+    HTML with no blank line in it and valid XML."""
+    return _escape(CONTROL.sub(" ", str(text)))
+
+
+def _rgb(colour: str) -> np.ndarray:
+    return np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64)
+
+
+def colours(values: np.ndarray, zmin: float, zmax: float, scale: list = ATTENTION_SCALE) -> np.ndarray:
+    """``#rrggbb`` per value: linear in RGB between the scale's stops (as plotly does), clipped to the range."""
+    span = zmax - zmin if zmax > zmin else 1.0
+    t = np.clip((np.asarray(values, dtype=np.float64) - zmin) / span, 0.0, 1.0)
+    stops = np.array([s for s, _ in scale])
+    rgb = np.stack([_rgb(c) for _, c in scale])  # (stops, 3)
+    channels = np.stack([np.interp(t, stops, rgb[:, c]) for c in range(3)], axis=-1)  # (..., 3)
+    ints = np.rint(channels).astype(int)
+    return np.vectorize(lambda r, g, b: f"#{r:02x}{g:02x}{b:02x}")(ints[..., 0], ints[..., 1], ints[..., 2])
+
+
+def _cut(label: str) -> str:
+    """An escaped label cut to at most ``LABEL_CHARS`` characters of text (cut unescaped, escaped again)."""
+    raw = html.unescape(label)
+    return label if len(raw) <= LABEL_CHARS else escape(raw[:LABEL_CHARS - 1]) + "…"
+
+
+def _text_width(label: str, size: int) -> float:
+    return 0.6 * size * len(html.unescape(label))
+
+
+def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
+                query_title: str = "query", key_title: str = "key", zmin: float = 0.0, zmax: float | None = None,
+                value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
+                highlight_row: int | None = None) -> str:
+    """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
+    for "query (position) → key (position): weight 0.123". ``highlight_row`` outlines one query row."""
+    w = np.asarray(weights, dtype=np.float64)
+    q, k = w.shape
+    zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
+    query_tokens = [CONTROL.sub(" ", str(t)) for t in query_tokens]
+    key_tokens = [CONTROL.sub(" ", str(t)) for t in key_tokens]
+    ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
+    qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
+    vname = escape(value_name)
+    font = 12 if max(q, k) <= 30 else 10 if max(q, k) <= 60 else 8
+    ch = 26 if max(q, k) <= 20 else 20 if max(q, k) <= 40 else 14  # cell height, as the plotly figure's rows
+    cw = max(ch, min(48.0, 900.0 / k))  # cell width: wide cells for short sentences, like the plotly figure
+    angle = 60 if k > 8 else 0
+    ywidth = max(_text_width(_cut(s), font) for s in ylabels)
+    xwidth = max(_text_width(_cut(s), font) for s in xlabels)
+    left = 28 + ywidth + 8  # axis title, labels, gap
+    top = 34 if title else 10
+    grid_w, grid_h = cw * k, ch * q
+    bottom = 10 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 22
+    width = left + grid_w + 24 + COLOURBAR_W + 60
+    height = top + grid_h + bottom
+    fill = colours(w, zmin, zmax)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
+           f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" font-family="{escape(FONT)}" '
+           f'role="img" aria-label="{escape(title)}" data-zmin="{zmin:.6g}" data-zmax="{zmax:.6g}">']
+    if title:
+        out.append(f'<text class="title" x="0" y="18" font-size="15" font-weight="600">{escape(title)}</text>')
+    out.append('<g class="cells">')
+    for i in range(q):
+        y = top + i * ch
+        for j in range(k):
+            hover = f"{qtext[i]} ({i + query_offset}) → {ktext[j]} ({j + key_offset}): {vname} {w[i, j]:.3f}"
+            out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
+                       f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
+    out.append("</g>")
+    if highlight_row is not None and 0 <= highlight_row < q:
+        out.append(f'<rect class="row-highlight" x="{left - 1:.1f}" y="{top + highlight_row * ch - 1:.1f}" '
+                   f'width="{grid_w + 1:.1f}" height="{ch + 1:.1f}" fill="none" stroke="#d62728" stroke-width="2"/>')
+    for i, label in enumerate(ylabels):
+        out.append(f'<text class="ytick" x="{left - 6:.1f}" y="{top + (i + 0.5) * ch:.1f}" font-size="{font}" '
+                   f'text-anchor="end" dominant-baseline="middle"><title>{qtext[i]}</title>{_cut(label)}</text>')
+    ty = top + grid_h + 8
+    for j, label in enumerate(xlabels):
+        x = left + (j + 0.5) * cw
+        rotate = f' transform="rotate(-{angle} {x:.1f} {ty:.1f})"' if angle else ""
+        anchor = "end" if angle else "middle"
+        out.append(f'<text class="xtick" x="{x:.1f}" y="{ty:.1f}" font-size="{font}" text-anchor="{anchor}" '
+                   f'dominant-baseline="hanging"{rotate}><title>{ktext[j]}</title>{_cut(label)}</text>')
+    out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{height - 6:.0f}" font-size="12" '
+               f'text-anchor="middle">{escape(key_title)}</text>')
+    cy = top + grid_h / 2
+    out.append(f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
+               f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')
+    out.append(_colourbar(left + grid_w + 24, top, min(grid_h, 260.0), zmin, zmax, value_name))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _colourbar(x: float, y: float, h: float, zmin: float, zmax: float, value_name: str) -> str:
+    """A vertical colour bar: the scale as a gradient (top = ``zmax``), three tick values and its name."""
+    stops = "".join(f'<stop offset="{1 - s:.3f}" stop-color="{c}"/>' for s, c in reversed(ATTENTION_SCALE))
+    parts = [f'<g class="colourbar"><defs><linearGradient id="attn-scale" x1="0" y1="0" x2="0" y2="1">{stops}'
+             f'</linearGradient></defs>',
+             f'<rect x="{x:.1f}" y="{y:.1f}" width="{COLOURBAR_W}" height="{h:.1f}" fill="url(#attn-scale)" '
+             'stroke="#ccc"/>']
+    for frac in (0.0, 0.5, 1.0):
+        value = zmax - frac * (zmax - zmin)
+        parts.append(f'<text x="{x + COLOURBAR_W + 4:.1f}" y="{y + frac * h:.1f}" font-size="11" '
+                     f'dominant-baseline="middle">{value:.3g}</text>')
+    parts.append(f'<text x="{x:.1f}" y="{y + h + 16:.1f}" font-size="11">{escape(value_name)}</text></g>')
+    return "".join(parts)
+
+
+def row_summary(weights: np.ndarray, top: int = 8) -> list[tuple[int, float]]:
+    """One query row's largest values, largest first: (key index, value) for at most ``top`` keys."""
+    row = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(-row, kind="stable")[:top]
+    return [(int(j), float(row[j])) for j in order]

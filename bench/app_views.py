@@ -1,0 +1,140 @@
+"""``python -m bench.app_browser --views``: each view's time to drawn, switched to on a warm page.
+
+One Chromium page on one server. Warm-up: every view is opened once (every JavaScript chunk loaded, plotly.js
+included). Then for each of ``--repeat`` different 20-word sentences: translate it on the Heatmap view and switch
+to every view in turn (Heatmap last), timing the click until the view is drawn: the address names the view (the
+app writes it at the end of its run), no run in progress, no stale element, no element still loading, every plotly
+chart and data grid drawn. The sentence is new to the server, so each view computes what it needs afresh (as
+for a visitor who just translated). On the attribution view the other method is timed too.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from .app_browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    IDLE_JS,
+    SETTLED_JS,
+    SHOWS_JS,
+    click_until,
+    expected_ticks,
+    streamlit_server,
+)
+from .common import percentile
+
+ATTRIBUTION_VIEW = "What drives each word"
+METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradient": "Input × gradient"}
+# the issue's goals (seconds, p50): every view 1 s, attribution by input × gradient 1.5 s, integrated gradients 3 s
+GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['input_x_gradient']}": 1.5,
+         f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['integrated_gradients']}": 3.0}
+VIEW_DONE_JS = f"view => new URLSearchParams(location.search).get('view') === view && {SETTLED_JS}"
+# the first attribution chart's numbers, to see them change when the method changes
+ATTRIBUTION_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
+                  " return c && c._fullData ? Array.from(c._fullData[0].z, r => Array.from(r).join()).join(';')"
+                  " : ''; }")
+
+
+def _quiet(page, timeout_s: float) -> None:
+    """Wait until no script runs and the page has settled, then a short pause (no click lands mid-run)."""
+    page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)
+    page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=timeout_s * 1000)
+    page.wait_for_timeout(250)
+
+
+def switch(page, view: str, timeout_s: float) -> float:
+    """Seconds from a click on ``view`` in the view selector to the view drawn."""
+    _quiet(page, timeout_s)
+    selector = page.locator("[data-testid=stButtonGroup]", has_text="All heads").first
+    button = selector.locator("button", has_text=re.compile(rf"{re.escape(view)}$")).first
+    t0 = time.perf_counter()
+    click_until(page, button, VIEW_DONE_JS, view, timeout_s)
+    return time.perf_counter() - t0
+
+
+def shown_method(page) -> str:
+    """The attribution method selected on the page."""
+    group = page.locator("[data-testid=stButtonGroup]", has_text=METHOD_NAMES["input_x_gradient"]).first
+    shown = group.locator("button[aria-checked=true]").first.inner_text()
+    return next(m for m, label in METHOD_NAMES.items() if label in shown)
+
+
+def other_method(page, timeout_s: float) -> tuple[str, float]:
+    """On the attribution view: click the method not shown; (its name, seconds until its charts are drawn)."""
+    _quiet(page, timeout_s)
+    before = page.evaluate(ATTRIBUTION_JS)
+    group = page.locator("[data-testid=stButtonGroup]", has_text=METHOD_NAMES["input_x_gradient"]).first
+    name = next(m for m in METHOD_NAMES if m != shown_method(page))
+    t0 = time.perf_counter()
+    group.locator("button", has_text=METHOD_NAMES[name]).first.click()
+    page.wait_for_function(f"before => ({ATTRIBUTION_JS})() !== before && {SETTLED_JS}", arg=before, polling="raf",
+                           timeout=timeout_s * 1000)
+    return name, time.perf_counter() - t0
+
+
+def translate(page, text: str, ticks: list[str], timeout_s: float) -> None:
+    """Type ``text``, press Translate, wait for its heatmap."""
+    _quiet(page, timeout_s)
+    box = page.locator("[data-testid=stTextArea] textarea")
+    box.fill(text)
+    box.press("Control+Enter")
+    page.wait_for_timeout(300)
+    _quiet(page, timeout_s)
+    click_until(page, page.get_by_role("button", name="Translate"), SHOWS_JS, ticks, timeout_s)
+
+
+def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0) -> dict[str, Any]:
+    """Per view: seconds from the click to the view drawn, one per sentence; and the attribution methods."""
+    from playwright.sync_api import sync_playwright
+
+    from app.views import VIEWS
+
+    if not CHROMIUM.exists():
+        raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
+    names = list(VIEWS)
+    order = names[1:] + names[:1]  # from Heatmap through every view and back to Heatmap
+    labels = expected_ticks(checkpoint, sentences)
+    times: dict[str, list[float]] = {name: [] for name in order if name != ATTRIBUTION_VIEW}
+    errors: list[str] = []
+    with streamlit_server(checkpoint) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
+            for name in order:  # warm-up: every chunk loaded
+                switch(page, name, timeout_s)
+            for text, ticks in zip(sentences, labels):
+                translate(page, text, ticks, timeout_s)
+                for name in order:
+                    seconds = switch(page, name, timeout_s)
+                    if name != ATTRIBUTION_VIEW:
+                        times[name].append(seconds)
+                        continue
+                    # one time per method: the view opens on the method picked last, then the other is picked
+                    times.setdefault(f"{name}: {METHOD_NAMES[shown_method(page)]}", []).append(seconds)
+                    method, seconds = other_method(page, timeout_s)
+                    times.setdefault(f"{name}: {METHOD_NAMES[method]}", []).append(seconds)
+                if page.locator("[data-testid=stException]").count():
+                    errors.append("a stack trace is on the page")
+        finally:
+            browser.close()
+    return {"views_s": times, "views_s_p50": {n: percentile(t, 50) for n, t in times.items()},
+            "views_sentences": len(sentences), "views_page_errors": errors}
+
+
+def table(result: dict[str, Any], goals: dict[str, float] | None = None) -> str:
+    """A Markdown table: view, p50 and max seconds, and the goal when one is given."""
+    goals = goals or {}
+    lines = ["| view | p50 s | max s | goal s |", "|---|---:|---:|---:|"]
+    for name, values in result["views_s"].items():
+        goal = goals.get(name, goals.get("*"))
+        lines.append(f"| {name} | {percentile(values, 50):.2f} | {max(values):.2f} | "
+                     f"{'' if goal is None else f'{goal:g}'} |")
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""``python -m bench.app_browser --views`` and ``--split`` on a tiny model in a real browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bench.app_browser import CHROMIUM, main
+
+pytestmark = pytest.mark.browser
+
+
+def _needs_browser() -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+
+
+def test_views_mode_times_every_view_and_both_attribution_methods(tiny_checkpoint, capsys):
+    _needs_browser()
+    from app.views import VIEWS
+    from bench.app_views import ATTRIBUTION_VIEW, METHOD_NAMES
+
+    assert main(["--checkpoint", str(tiny_checkpoint), "--views", "--repeat", "1", "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    expected = {v for v in VIEWS if v != ATTRIBUTION_VIEW} | {f"{ATTRIBUTION_VIEW}: {m}" for m in METHOD_NAMES.values()}
+    assert set(result["views_s"]) == expected
+    assert all(len(t) == 1 and t[0] > 0 for t in result["views_s"].values())
+    assert "| Heatmap |" in out and "| view | p50 s | max s | goal s |" in out
+
+
+def test_split_mode_keeps_the_browsers_off_the_servers_core(tiny_checkpoint, capsys):
+    _needs_browser()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    assert main(["--checkpoint", str(tiny_checkpoint), "--split", "1,2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert not set(result["split_server_cores"]) & set(result["split_browser_cores"])
+    assert [r["visitors"] for r in result["split_rounds"]] == [1, 2]
+    assert all(r["server_cpu_s"] > 0 and len(r["seconds"]) == r["visitors"] for r in result["split_rounds"])
+    assert result["split_server_cpu_s_per_click"] > 0
+    assert os.sched_getaffinity(0) == set(result["split_server_cores"]) | set(result["split_browser_cores"])
