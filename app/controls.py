@@ -305,11 +305,11 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
     st.markdown(f'<div class="attn-svg">\n{image}\n</div>', unsafe_allow_html=True)
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
-                       format_func=lambda i: f"{i + offset}: {queries[i]}")
+                       format_func=lambda i: f"{i + offset + 1}: {queries[i]}")
     c2.download_button("SVG", image, file_name=f"{name}.svg", mime="image/svg+xml", icon=":material/download:",
                        key=f"{key}_svg", width="stretch")
     if row is not None:
         top = svg.row_summary(weights[row])
         listed = " · ".join(f"{md_escape(keys[j])} {value:.3f}" for j, value in top)
-        st.caption(f"Query {row + offset} ({md_escape(queries[row])}) takes the most from: {listed}"
+        st.caption(f"Query {row + offset + 1} ({md_escape(queries[row])}) takes the most from: {listed}"
                    + (f" (the largest {len(top)} of {len(keys)})" if len(keys) > len(top) else ""))

@@ -63,7 +63,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
                 highlight_row: int | None = None) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
-    for "query (position) → key (position): weight 0.123". ``highlight_row`` outlines one query row."""
+    for "query (position) → key (position): weight 0.123" (positions counted from 1, as everywhere on the page).
+    ``highlight_row`` outlines one query row."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
@@ -94,7 +95,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     for i in range(q):
         y = top + i * ch
         for j in range(k):
-            hover = f"{qtext[i]} ({i + query_offset}) → {ktext[j]} ({j + key_offset}): {vname} {w[i, j]:.3f}"
+            hover = f"{qtext[i]} ({i + query_offset + 1}) → {ktext[j]} ({j + key_offset + 1}): {vname} {w[i, j]:.3f}"
             out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
                        f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
     out.append("</g>")

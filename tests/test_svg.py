@@ -34,7 +34,7 @@ def test_cells_are_the_models_weights_in_place(tr):
     for r in rects:  # each cell at its row and column, hover naming both tokens and the weight
         i, j = ys.index(float(r.get("y"))), xs.index(float(r.get("x")))
         hover = r.find("s:title", NS).text
-        assert hover.startswith(f"{ref.target_tokens[i]} ({i}) → {ref.source_tokens[j]} ({j}): weight ")
+        assert hover.startswith(f"{ref.target_tokens[i]} ({i + 1}) → {ref.source_tokens[j]} ({j + 1}): weight ")
         assert float(hover.rsplit(" ", 1)[1]) == pytest.approx(float(w[i, j]), abs=5.1e-4)
     xticks = [t.find("s:title", NS).text for t in root.findall("s:text[@class='xtick']", NS)]
     yticks = [t.find("s:title", NS).text for t in root.findall("s:text[@class='ytick']", NS)]
@@ -45,7 +45,7 @@ def test_offsets_and_highlight():
     w = np.arange(6, dtype=float).reshape(2, 3) / 10
     root = parse(svg.heatmap_svg(w, ["a", "b"], ["x", "y", "z"], query_offset=40, key_offset=7, highlight_row=1))
     hovers = [r.find("s:title", NS).text for r in cells(root)]
-    assert hovers[0] == "a (40) → x (7): weight 0.000" and hovers[-1] == "b (41) → z (9): weight 0.500"
+    assert hovers[0] == "a (41) → x (8): weight 0.000" and hovers[-1] == "b (42) → z (10): weight 0.500"
     box = root.find("s:rect[@class='row-highlight']", NS)
     assert float(box.get("y")) < float(cells(root)[3].get("y")) < float(box.get("y")) + float(box.get("height"))
 
@@ -72,7 +72,7 @@ def test_hostile_tokens_stay_text():
     assert labels[-1] == "x" * (n - 1) + "…" and labels[1] == HOSTILE[1]
     assert root.find("s:text[@class='title']", NS).text == '<b onmouseover="x">T</b>'
     script = HOSTILE[0]
-    assert cells(root)[0].find("s:title", NS).text == f"{script} (0) → {script} (0): <v> 0.125"
+    assert cells(root)[0].find("s:title", NS).text == f"{script} (1) → {script} (1): <v> 0.125"
     assert root.findall("s:text[@class='axis-title']", NS)[1].text == "<q>"
 
 
@@ -130,7 +130,7 @@ def test_read_a_row_lists_the_rows_largest_weights(app_env, tr):
     ys = sorted({float(r.get("y")) for r in cells(spec["root"])})
     assert float(box.get("y")) < ys[2] < float(box.get("y")) + float(box.get("height"))
     listing = [plain(c.value) for c in at.caption if "takes the most from" in c.value]
-    assert len(listing) == 1 and listing[0].startswith(f"Query 2 ({ref.target_tokens[2]}) takes the most from: ")
+    assert len(listing) == 1 and listing[0].startswith(f"Query 3 ({ref.target_tokens[2]}) takes the most from: ")
     order = np.argsort(-row, kind="stable")[:8]
     expected = " · ".join(f"{ref.source_tokens[j]} {row[j]:.3f}" for j in order)
     assert expected in listing[0]

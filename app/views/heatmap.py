@@ -8,10 +8,14 @@ import streamlit as st
 from .. import cached, controls, params
 from ..state import ViewContext
 
+ROW = "heatmap_chart_row"  # controls.svg_heatmap's row picker for the key "heatmap_chart"
 INTERACTIVE = "interactive"  # this view's widget key: the plotly figure (zoom, pan, PNG) instead of the SVG
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
           controls.MEASURE_PARAM,
-          params.Param("i", INTERACTIVE, lambda v: True if v.strip() in ("1", "true") else None, False, lambda v: "1"))
+          params.Param("i", INTERACTIVE, lambda v: True if v.strip() in ("1", "true") else None, False, lambda v: "1"),
+          # the SVG's "Read a row" picker: the row counted from 1 in the address, from 0 in the widget
+          params.Param("row", ROW, lambda v: (lambda n: None if n is None else n - 1)(params.int_in(1, 100_000)(v)),
+                       None, lambda v: str(int(v) + 1)))
 
 
 def render(ctx: ViewContext) -> None:
