@@ -7,6 +7,8 @@ import streamlit as st
 
 from transformer import Translator
 
+from . import params
+
 SRC_LANG, TGT_LANG = "src_lang", "tgt_lang"  # session-state keys, read by ``state.settings_from_state``
 
 # ISO 639-3 (NLLB-200's FLORES-200 codes: ``eng_Latn``) and ISO 639-1 (M2M100's: ``en``) -> English names
@@ -101,7 +103,10 @@ def pickers(tr: Translator) -> None:
         return
     ss = st.session_state
     src, tgt = chosen(tr)
-    ss[SRC_LANG], ss[TGT_LANG] = src, tgt  # a code of another model (or from a link) falls back to the defaults
+    for key, code in ((SRC_LANG, src), (TGT_LANG, tgt)):
+        if ss.get(key) not in (None, code):  # a code of another model (or from a link) falls back to the defaults
+            params.link_value_dropped(key, f"this model has no language {ss.get(key)}")
+    ss[SRC_LANG], ss[TGT_LANG] = src, tgt
     codes = sorted(tr.languages, key=lambda c: (language_name(c, tr.languages).lower(), c))
     label = {c: f"{language_name(c, tr.languages)} · {c}" for c in codes}
     with st.sidebar:

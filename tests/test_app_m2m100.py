@@ -71,3 +71,22 @@ def test_the_picker_offers_nllb_and_m2m100_and_says_when_too_large(monkeypatch, 
     assert not [o for o in new_app().selectbox(key="model_choice").options if o.startswith("facebook/")]
     monkeypatch.setenv("ATTN_MODELS", f"{app_env},facebook/m2m100_418M")
     assert any(o.startswith("facebook/m2m100_418M") for o in new_app().selectbox(key="model_choice").options)
+
+
+def test_the_languages_are_in_the_address_and_a_link_restores_them(tmp_path, spm_dir, monkeypatch):
+    _, _, path = save_m2m100(tmp_path, spm_dir, "m2m100")
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(path))
+    tr = transformer.load(path, device="cpu")
+    at = translate(new_app(), TEXT)
+    at = at.selectbox(key="tgt_lang").set_value("fr").run()
+    assert_clean(at)
+    assert at.query_params["tl"] == "fr" and at.query_params["sl"] == tr.tokenizer.default_src
+    fresh = new_app(dict(at.query_params))  # only the address: a new visitor
+    assert_clean(fresh)
+    assert fresh.selectbox(key="tgt_lang").value == "fr"
+    expected = tr.translate(TEXT, beam_size=4, alpha=1.0, tgt_lang="fr", return_attention=False)
+    assert expected.text in shown_texts(fresh)
+    odd = new_app({**dict(at.query_params), "tl": "xx"})  # a language this model does not take
+    assert_clean(odd)
+    assert odd.selectbox(key="tgt_lang").value == tr.tokenizer.default_tgt
+    assert any("tl=" in i.value and "no language xx" in i.value for i in odd.info)
