@@ -1,6 +1,7 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-Plain PyTorch (the output projection is in ``projection.py``, the returned dataclasses in
+Plain PyTorch (the output projection is in ``projection.py``, the positional table in ``positional.py``, the masks
+in ``masks.py``, the returned dataclasses in
 ``outputs.py``). Every attention weight (encoder self-attention, decoder self-attention,
 cross-attention; per layer and per head) is a *returned value*: ask for it with
 ``return_attention=True``. Without it, attention runs through ``F.scaled_dot_product_attention``.
@@ -21,59 +22,13 @@ from torch import Tensor, nn
 from .config import TransformerConfig
 from .dropout import Dropout
 from .kv_cache import KVCache, LayerCache
+from .masks import causal_mask, decoder_self_mask, padding_mask  # noqa: F401  (re-exported)
 from .outputs import AttentionInputs, DecoderOutput, EncoderOutput, Seq2SeqOutput
+from .positional import positional_encoding  # noqa: F401  (re-exported)
 from .projection import OutputProjection
-
-# ----------------------------------------------------------------------------------------------
-# Positional encoding and masks
-
 
 ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}  # by config name
 
-
-def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
-    """The sinusoidal table, ``(max_len, d_model)``.
-
-    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)); with
-    ``layout="halves"`` (Marian) the same waves as all sines first, then all cosines; ``layout="fairseq"``
-    (M2M100 / NLLB) sines then cosines of ``pos * exp(-log(10000) * i / (d_model/2 - 1))``, in float32 as fairseq
-    computes them.
-    """
-    if layout == "fairseq":
-        half = d_model // 2
-        freq = torch.exp(torch.arange(half).float() * -(math.log(10000) / (half - 1)))  # (half,)
-        angles = torch.arange(max_len).float()[:, None] * freq[None]  # (max_len, half)
-        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (max_len, 2 * half)
-        return torch.cat([table, torch.zeros(max_len, d_model % 2)], dim=1)  # odd d_model: a zero column
-    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
-    div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    if layout == "halves":
-        half = (d_model + 1) // 2
-        table[:, :half] = torch.sin(position / div)
-        table[:, half:] = torch.cos(position / div[: d_model // 2])
-        return table.float()
-    table[:, 0::2] = torch.sin(position / div)
-    table[:, 1::2] = torch.cos(position / div[: d_model // 2])
-    return table.float()
-
-
-def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """``(B, L)`` token ids -> ``(B, 1, 1, L)`` bool, True where the key is a real token."""
-    return (tokens != pad_id)[:, None, None, :]
-
-
-def causal_mask(length: int, device: torch.device | str | None = None) -> Tensor:
-    """``(1, 1, L, L)`` bool, True on and below the diagonal: query i may see keys 0..i."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
-
-
-def decoder_self_mask(tgt: Tensor, pad_id: int) -> Tensor:
-    """Padding and causal mask combined, ``(B, 1, T, T)``. Position 0 holds the start token and is never hidden,
-    even when the start token is the padding id (Marian starts decoding with ``<pad>``)."""
-    keys = padding_mask(tgt, pad_id).clone()  # (B, 1, 1, T)
-    keys[..., 0] = True
-    return keys & causal_mask(tgt.size(1), tgt.device)
 
 
 # ----------------------------------------------------------------------------------------------
