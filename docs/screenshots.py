@@ -31,9 +31,12 @@ SHOTS = {  # file name -> the page's address parameters, and where the first cha
 }
 
 
+CHART = "[data-testid=stPlotlyChart] .main-svg"  # a drawn plotly figure (the first screen's heatmap is an SVG)
+
+
 def settle(page, timeout_s: float) -> None:
     """Wait until the page has drawn its charts and Streamlit has stopped running the script."""
-    page.locator("[data-testid=stPlotlyChart] .main-svg").first.wait_for(timeout=timeout_s * 1000)
+    page.locator(f"{CHART}, .attn-svg svg").first.wait_for(timeout=timeout_s * 1000)  # plotly, or the first SVG
     end = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < end and quiet < 3:  # three quiet half-seconds in a row
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 page = browser.new_page(viewport=VIEWPORT)
                 page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
                 settle(page, args.timeout)
-                page.locator("[data-testid=stPlotlyChart]").first.evaluate(
+                page.locator(f"{CHART}, .attn-svg").first.evaluate(
                     "(e, block) => e.scrollIntoView({block})", block)
                 time.sleep(0.5)
                 path = args.out / name
