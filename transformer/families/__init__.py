@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..checkpoint import CheckpointError
+from ..checkpoint_files import CheckpointError
 from ..model import Transformer, TransformerConfig
 from ..tokenizer import TokenizerProtocol
 
@@ -97,6 +97,29 @@ def family_of_dir(path: str | Path) -> Family:
 def tokenizer_family(path: str | Path) -> Family | None:
     """The family whose tokenizer files ``path`` holds (our own checkpoints keep a converted model's tokenizer)."""
     return next((f for f in families() if f.has_tokenizer(Path(path))), None)
+
+
+def missing_files(path: str | Path) -> list[str]:
+    """Required files absent from a checkpoint directory, as its family requires them (ours: config, weights and a
+    tokenizer: ``tokenizer.model`` or a converted family's tokenizer files)."""
+    try:
+        return family_of_dir(path).missing_files(Path(path))
+    except CheckpointError:  # an unknown model_type: judged as one of ours
+        from .ours import FAMILY
+
+        return FAMILY.missing_files(Path(path))
+
+
+def open_tokenizer(path: Path) -> TokenizerProtocol:
+    """The checkpoint's tokenizer, as its family builds it (ours: ``tokenizer.model``); ``CheckpointError`` when it
+    does not open."""
+    family = tokenizer_family(path)
+    try:
+        return family.tokenizer(path)
+    except CheckpointError:
+        raise
+    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
+        raise CheckpointError(f"{path}: {', '.join(family.tokenizer_files)} is not a usable tokenizer: {err}") from err
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:

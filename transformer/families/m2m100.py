@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..checkpoint import CheckpointError
+from ..checkpoint_files import CheckpointError
 from ..model import Transformer, TransformerConfig
 from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
 from .fairseq_tokenizer import SPM_FILE, FairseqTokenizer

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..checkpoint import CheckpointError
+from ..checkpoint_files import CheckpointError
 from ..model import Transformer, TransformerConfig
 from ..tokenizer import SplitTokenizer
 from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights

@@ -7,9 +7,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import TOKENIZER_FILE, CheckpointError, check_checkpoint_dir, load_model_dir
+import torch
+
+from ..checkpoint_files import (
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    check_vocab,
+    check_weights,
+    load_config,
+    load_weights,
+    read_metadata,
+    resolve_device,
+)
 from ..model import Transformer, TransformerConfig
 from ..tokenizer import TokenizerProtocol
+from . import missing_files, open_tokenizer, tokenizer_family
+
+
+def read_config(path: Path) -> TransformerConfig:
+    """The config of a checkpoint directory whose required files are all there; ``CheckpointError`` otherwise."""
+    missing = missing_files(path)
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
+    return load_config(path)
+
+
+def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
+    """A quick look at a checkpoint directory without loading the weights: the files are there, ``config.json``
+    is valid, the safetensors header names every weight of that config with its shape, its data complete (a
+    truncated file fails), the tokenizer opens with the config's vocabulary size and ``metadata.json`` (when there)
+    is a JSON object. Returns the config; raises ``CheckpointError`` saying what is wrong, whatever went wrong."""
+    path = Path(path)
+    config = read_config(path)
+    try:
+        check_weights(path / WEIGHTS_FILE, config)
+        check_vocab(open_tokenizer(path), config)
+        read_metadata(path)
+    except CheckpointError:
+        raise
+    except Exception as err:  # anything unforeseen in a damaged directory is still one clear message
+        raise CheckpointError(f"{path.name} could not be checked: {type(err).__name__}: {err}") from err
+    return config
+
+
+def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, TokenizerProtocol,
+                                                                                dict]:
+    """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``. The tokenizer is
+    ``tokenizer.model``, or the tokenizer files of the family the checkpoint was converted from."""
+    path = Path(path)
+    config = read_config(path)
+    tokenizer = open_tokenizer(path)
+    check_vocab(tokenizer, config)
+    model = Transformer(config)
+    load_weights(model, path)
+    metadata = read_metadata(path)
+    return model.to(resolve_device(device)).eval(), tokenizer, metadata
 
 
 class OursFamily:
@@ -29,9 +83,7 @@ class OursFamily:
             raise CheckpointError(f"config.json is not a valid TransformerConfig: {err}") from err
 
     def missing_files(self, path: Path) -> list[str]:
-        from . import tokenizer_family
-
-        missing = [name for name in ("config.json", "model.safetensors") if not (path / name).is_file()]
+        missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (path / name).is_file()]
         return missing + ([] if tokenizer_family(path) is not None else [TOKENIZER_FILE])
 
     def has_tokenizer(self, path: Path) -> bool:
