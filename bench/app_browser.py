@@ -9,113 +9,29 @@ drawn above it, before it). Needs ``/usr/bin/chromium`` (``apt-get install chrom
 from __future__ import annotations
 
 import argparse
-import html
 import json
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile, read_sentences
-
-CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the x tick labels of the first heatmap on the page: the server-built SVG of the first screen (each label's
-# tooltip holds the whole token), else the plotly chart (the Interactive switch)
-HEATMAP_TICKS_JS = ("() => { const s = document.querySelector('[data-testid=stMarkdown] svg.attn-heatmap');"
-                    " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
-                    " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
-                    " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
-FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"  # a plotly heatmap drawn
-APP_HEATMAP = "[data-testid=stMarkdown] svg.attn-heatmap rect, " + FIRST_HEATMAP  # the app's first heatmap drawn
-# the page is done: nothing running, nothing stale or still loading, every chart and data grid drawn
-SETTLED_JS = ("(!document.querySelector('[data-testid=stStatusWidgetRunningIcon], [data-stale=true], "
-              "[data-testid=stSkeleton], [data-testid=stSpinner]')"
-              " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
-              ".every(c => c.querySelector('.main-svg'))"
-              " && [...document.querySelectorAll('[data-testid=stDataFrame]')].every(d => d.querySelector('canvas')))")
-# no script run in progress
-IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
-
-# true once the heatmap's labels are the new sentence's pieces (a long sentence is shown in a window from its
-# start, whose labels count repeats within the window: compare without the "·position" suffixes)
-SHOWS_JS = (f"expected => {{ const base = t => t.replace(/·\\d+$/, ''); const got = ({HEATMAP_TICKS_JS})();"
-            " return got.length >= Math.min(expected.length, 10) && got.every((t, i) => base(t) === base(expected[i]));"
-            " }")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Wait for the Streamlit server's health endpoint; raise if it exits or never answers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("the streamlit server did not come up")
-
-
-@contextmanager
-def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
-                     script: str | Path | None = None) -> Iterator[str]:
-    """``streamlit run app/main.py`` (or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``;
-    yields its URL."""
-    with server_process(checkpoint, env, script) as (url, _):
-        yield url
-
-
-@contextmanager
-def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, script: str | Path | None = None,
-                   cpus: set[int] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on."""
-    port = free_port()
-    full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
-    script = script or REPO_ROOT / "app" / "main.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=pin)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def expected_ticks(checkpoint: str | Path, texts: list[str]) -> list[list[str]]:
-    """The heatmap's x labels for each text as the page shows them: the source pieces, EOS last."""
-    import transformer
-    from app.analysis import unique_labels
-
-    tr = transformer.load(checkpoint, device="cpu")
-    return [[html.unescape(label) for label in unique_labels(tr.tokenizer.pieces(tr.encode_source(text)[0]))]
-            for text in texts]
+from .browser import (  # noqa: F401  (the helpers' old home: still importable from here)
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    FIRST_HEATMAP,
+    HEATMAP_TICKS_JS,
+    IDLE_JS,
+    SETTLED_JS,
+    SHOWS_JS,
+    click_until,
+    expected_ticks,
+    free_port,
+    server_process,
+    streamlit_server,
+    wait_healthy,
+)
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
 
 
 def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
@@ -125,25 +41,6 @@ def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
     colours = ["red", "blue", "green", "white", "black", "yellow", "brown", "grey", "pink", "orange"]
     built = [words.format(colours[i % 10], colours[(i // 10 + i + 1) % 10]) for i in range(100)]
     return (lines + [s for s in built if s not in lines])[:n]
-
-
-def click_until(page, button, done_js: str, arg: Any, timeout_s: float, tries: int = 3) -> int:
-    """Click ``button`` and wait until ``done_js(arg)``; a click that lands as a rerun starts can be lost, so after
-    a third of the timeout click again (the caller's clock keeps running from the first click). Returns the extra
-    clicks."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    button.click()
-    for attempt in range(tries):
-        try:
-            page.wait_for_function(done_js, arg=arg, polling="raf", timeout=timeout_s * 1000 / tries)
-            return attempt
-        except PlaywrightTimeout:
-            if attempt == tries - 1:
-                raise
-            page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)
-            button.click()
-    return tries
 
 
 def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0) -> dict[str, Any]:

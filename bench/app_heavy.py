@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
-from .app_browser import CHROMIUM, CHROMIUM_ARGS, free_port, wait_healthy
-from .app_load import sentences_for, visitors_round
+from .browser import CHROMIUM, CHROMIUM_ARGS, free_port, wait_healthy
 from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile
+from .visitors import sentences_for, visitors_round
 
 MODELS = "checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm"  # as the Dockerfile offers them
 ITEMS = ["red apples", "green pears", "two dogs", "a blue bike", "an old church", "three children", "a white boat",

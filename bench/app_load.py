@@ -18,81 +18,12 @@ import argparse
 import asyncio
 import json
 import os
-import re
-import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from .app_browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, streamlit_server
-from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
-
-
-def sentences_for(n: int, data_dir: str | Path | None, offset: int = 0) -> list[str]:
-    """``n`` different caption sentences (from test_2016_flickr.en when present, else built)."""
-    lines = read_sentences(data_dir) or []
-    built = [f"A man in a {c} shirt walks {n_} dogs past the old church." for n_ in ("two", "three", "four")
-             for c in ("red", "blue", "green", "white", "black", "yellow")]
-    pool = list(dict.fromkeys(lines + built))
-    return pool[offset:offset + n]
-
-
-async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bool = False,
-                         timeout_s: float = 180.0) -> dict[str, Any]:
-    """All pages press Translate at once; returns each page's seconds to its own heatmap and what it showed."""
-    from playwright.async_api import async_playwright
-
-    import transformer
-
-    tr = transformer.load(checkpoint, device="cpu")
-    expected = [tr.translate(t).text for t in texts]
-    ticks = expected_ticks(checkpoint, texts)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        pages, errors = [], []
-        for i in range(len(texts)):
-            context = await browser.new_context(viewport={"width": 1400, "height": 1200})
-            page = await context.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            query = ""
-            if ablate and i == 0:  # this visitor switches every cross head of layer 1 off meanwhile
-                heads = ",".join(f"cross.1.{h}" for h in range(1, tr.config.n_heads + 1))
-                query = f"?text={quote(texts[0])}&view=Ablation&off={heads}"
-            await page.goto(url + query, wait_until="domcontentloaded")
-            await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
-            pages.append(page)
-        for page, text in zip(pages, texts):
-            box = page.locator("[data-testid=stTextArea] textarea")
-            await box.fill(text)
-            await box.press("Control+Enter")
-        await asyncio.sleep(1.0)
-
-        async def click_and_wait(i: int, page) -> float:
-            start = time.perf_counter()
-            if ablate and i == 0:
-                await page.get_by_role("button", name="Translate without them").click()
-                await page.get_by_text(re.compile(r"^With \d+ head\(s\) off$")).first.wait_for(timeout=timeout_s * 1000)
-            else:
-                await page.get_by_role("button", name="Translate").click()
-                await page.wait_for_function(SHOWS_JS, arg=ticks[i], polling="raf", timeout=timeout_s * 1000)
-            return time.perf_counter() - start
-
-        times = await asyncio.gather(*(click_and_wait(i, page) for i, page in enumerate(pages)))
-        own, others = [], []
-        for i, page in enumerate(pages):
-            shown = " ".join(await page.locator("[data-testid=stText]").all_inner_texts())
-            if ablate and i == 0:
-                continue
-            own.append(expected[i] in shown)
-            others.append(any(e in shown for j, e in enumerate(expected) if j != i and e != expected[i]))
-            if await page.locator("[data-testid=stException], [data-testid=stAlertContentError]").count():
-                errors.append(f"visitor {i}: an error element is on the page")
-        await browser.close()
-    measured = [t for i, t in enumerate(times) if not (ablate and i == 0)]
-    return {"visitors": len(texts), "ablation": ablate, "seconds": measured, "p50": percentile(measured, 50),
-            "p95": percentile(measured, 95), "all_saw_their_own": all(own), "any_saw_another": any(others),
-            "errors": errors}
+from .browser import streamlit_server
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, read_sentences
+from .visitors import sentences_for, visitors_round
 
 
 def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str | Path | None = None) -> dict:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .app_browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, server_process
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, server_process
 from .common import percentile
 
 SERVER_CORE = 0

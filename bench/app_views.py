@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .app_browser import (
+from .browser import (
     APP_HEATMAP,
     CHROMIUM,
     CHROMIUM_ARGS,
