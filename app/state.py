@@ -58,7 +58,7 @@ SEARCHES = ["Beam search", "Greedy"]
 DEFAULT_VIEW = "Heatmap"
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: 4, ALPHA: 0.6, MAX_A: 1.5, MAX_B: 10, DEVICE: "auto"}
 FRAME_KEYS = (SEARCH, BEAM, ALPHA, MAX_A, MAX_B, VIEW, VIEW_GROUP, SENTENCE, SRC_LANG, TGT_LANG)  # set or default
-FRAME_NAMES = ("text", "model", "beam", "alpha", "a", "b", "view", "s", "sl", "tl")
+FRAME_NAMES = ("text", "model", "beam", "alpha", "a", "b", "view", "s", "src", "tgt")
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # Unicode's Bidi_Control characters
@@ -176,7 +176,7 @@ def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
         else:
             ss[CHECKPOINT] = model
     from_link: dict[str, str] = {}
-    for key, name in ((SRC_LANG, "sl"), (TGT_LANG, "tl")):
+    for key, name in ((SRC_LANG, "src"), (TGT_LANG, "tgt")):
         if name in query:
             if _LANG_CODE.fullmatch(query[name].strip()):
                 ss[key] = query[name].strip()
@@ -216,7 +216,7 @@ def url_params(view: str) -> dict[str, str]:
         s = sub.settings
         out.update(text=sub.text, beam=str(s.beam_size), alpha=f"{s.alpha:g}", a=f"{s.max_len_a:g}",
                    b=str(s.max_len_b))
-        out.update({name: lang for name, lang in (("sl", s.src_lang), ("tl", s.tgt_lang)) if lang})
+        out.update({name: lang for name, lang in (("src", s.src_lang), ("tgt", s.tgt_lang)) if lang})
     if ss.get(CHECKPOINT) and ss.get(CHECKPOINT) != default_checkpoint():
         out["model"] = str(ss[CHECKPOINT])
     if ss.get(SENTENCE) not in (None, 1):

@@ -80,13 +80,13 @@ def test_the_languages_are_in_the_address_and_a_link_restores_them(tmp_path, spm
     at = translate(new_app(), TEXT)
     at = at.selectbox(key="tgt_lang").set_value("fr").run()
     assert_clean(at)
-    assert at.query_params["tl"] == "fr" and at.query_params["sl"] == tr.tokenizer.default_src
+    assert at.query_params["tgt"] == "fr" and at.query_params["src"] == tr.tokenizer.default_src
     fresh = new_app(dict(at.query_params))  # only the address: a new visitor
     assert_clean(fresh)
     assert fresh.selectbox(key="tgt_lang").value == "fr"
     expected = tr.translate(TEXT, beam_size=4, alpha=1.0, tgt_lang="fr", return_attention=False)
     assert expected.text in shown_texts(fresh)
-    odd = new_app({**dict(at.query_params), "tl": "xx"})  # a language this model does not take
+    odd = new_app({**dict(at.query_params), "tgt": "xx"})  # a language this model does not take
     assert_clean(odd)
     assert odd.selectbox(key="tgt_lang").value == tr.tokenizer.default_tgt
-    assert any("tl=" in i.value and "no language xx" in i.value for i in odd.info)
+    assert any("tgt=" in i.value and "no language xx" in i.value for i in odd.info)

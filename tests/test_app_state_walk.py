@@ -79,3 +79,10 @@ def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_e
         assert key in shown and same(shown[key].value, CHANGES[key]), (view, key, after)
         assert after.items() <= dict(fresh.query_params).items()  # and the page keeps the address it was given
         todo += [(after, k) for k in controls(at) if k not in done]  # controls that appear after the change
+
+
+def test_no_view_parameter_shadows_a_frame_parameter():
+    from app import params, state
+
+    clashes = {p.name for p in params.all_params()} & set(state.FRAME_NAMES)
+    assert not clashes, f"view parameters named like the frame's: {clashes}"

@@ -46,7 +46,7 @@ def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkp
             shown = np.full(weights.shape, np.nan)
             for x, y, title in cells:
                 i, j = ys.index(y), xs.index(x)
-                assert title.startswith(f"{ref.target_tokens[i]} ({i}) → {ref.source_tokens[j]} ({j}): weight ")
+                assert title.startswith(f"{ref.target_tokens[i]} ({i + 1}) → {ref.source_tokens[j]} ({j + 1}): weight ")
                 shown[i, j] = float(title.rsplit(" ", 1)[1])
             np.testing.assert_allclose(shown, weights, atol=5.1e-4)
             # the Interactive switch: now the plotly chunk loads and draws the same matrix
