@@ -64,7 +64,7 @@ def crafted_links(seed: int = 0) -> dict[str, dict[str, str]]:
 
 DONE_JS = ("() => { const running = document.querySelector('[data-testid=stStatusWidget] "
            "[data-testid=stStatusWidgetRunningIcon]'); const charts = document.querySelectorAll("
-           "'[data-testid=stPlotlyChart] .js-plotly-plot'); const text = document.body.innerText;"
+           "'[data-testid=stPlotlyChart] .js-plotly-plot, .attn-svg svg'); const text = document.body.innerText;"
            " return !running && (charts.length > 0 || text.includes('could not') || text.includes('sentences "
            "translated so far')); }")
 
