@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from transformer import Tokenizer, Translator
 
@@ -237,17 +238,31 @@ def share_query(view: str) -> str:
 # ------------------------------------------------------------------------------------------------ per run
 
 
+def history_navigation() -> bool:
+    """Whether this run was started by the browser's Back or Forward button.
+
+    Streamlit marks such a run (``is_history_navigation`` of the run context); its query string is the address the visitor went back to. Any
+    other run carries whatever address the browser showed when it sent the request, which lags behind when the
+    visitor acts before the previous run's new address arrived (Ctrl+Enter, then Translate at once). Without the
+    mark (an older Streamlit), a changed address counts as navigation, as it did before."""
+    ctx = get_script_run_ctx()
+    if ctx is None or not hasattr(ctx, "is_history_navigation"):
+        return True
+    return bool(ctx.is_history_navigation)
+
+
 def start_run(views: list[str]) -> None:
-    """At the top of every run: defaults on a first visit, and adopt the address when it changed from outside
-    (first visit with a link, Back/Forward, an edited address)."""
+    """At the top of every run: defaults on a first visit, and adopt the address on a first visit (a link) and on
+    Back/Forward. Any other run keeps the session's state, which wins over an address that lags behind it; the
+    run's end writes the address anew (Streamlit's own rule for widgets bound to the address)."""
     ss = st.session_state
     ss.setdefault(CHECKPOINT, default_checkpoint())
     ss.setdefault(SOURCE_TEXT, "")
     if not model_allowed(ss[CHECKPOINT]):
         ss[CHECKPOINT] = default_checkpoint()
     current = st.query_params.to_dict()
-    if ss.get(LAST_URL) is None or current != ss[LAST_URL]:
-        first = ss.get(LAST_URL) is None
+    first = ss.get(LAST_URL) is None
+    if first or (current != ss[LAST_URL] and history_navigation()):
         ss[IGNORED] = adopt_url(current, views) if current else []
         ss.setdefault(ALPHA, model_alpha(ss[CHECKPOINT]))  # the model's own length penalty unless the link names one
         if first and not current.get("text"):  # a first visit opens on a worked example

@@ -38,6 +38,27 @@ def test_the_box_and_the_examples_apply_at_once(app_env, tr):
     assert not any("press" in c.value.lower() for c in at.caption)  # no half-applied state to point at
 
 
+
+def test_an_address_that_lags_behind_the_page_does_not_undo_the_visitors_input(app_env, tr):
+    """A click sent before the browser got the previous run's address (Ctrl+Enter, then Translate at once)
+    carries the older address; the page keeps what the visitor typed and writes the address anew. Only a first
+    visit and Back/Forward adopt the address (Back/Forward is covered in Chromium by ``test_browser.py``)."""
+    first, second = "A man rides a red bike.", "Two dogs play in the park."
+    at = new_app({"text": first})
+    stale = dict(at.query_params)
+    assert stale["text"] == first
+    at.text_area(key="source_text").set_value(second)  # Ctrl+Enter: applied, the address says the second
+    at.run()
+    assert at.query_params["text"] == second
+    at.query_params.clear()
+    at.query_params.update(stale)  # the browser still showed the first sentence's address when it clicked
+    at.button(key="translate").click()
+    at.run()
+    assert_clean(at)
+    assert at.text_area(key="source_text").value == second
+    assert tr.translate(second).text in shown_texts(at) and tr.translate(first).text not in shown_texts(at)
+    assert at.query_params["text"] == second
+
 def test_a_long_paste_is_cut_with_a_notice(app_env):
     at = new_app()
     pasted = ("A dog runs on the beach. " * 500)[:11_589]
