@@ -241,10 +241,10 @@ def share_query(view: str) -> str:
 def history_navigation() -> bool:
     """Whether this run was started by the browser's Back or Forward button.
 
-    Streamlit marks such a run (``is_history_navigation`` of the run context); its query string is the address the visitor went back to. Any
-    other run carries whatever address the browser showed when it sent the request, which lags behind when the
-    visitor acts before the previous run's new address arrived (Ctrl+Enter, then Translate at once). Without the
-    mark (an older Streamlit), a changed address counts as navigation, as it did before."""
+    Streamlit marks such a run (``is_history_navigation`` of the run context); its query string is the address
+    the visitor went back to. Any other run carries whatever address the browser showed when it sent the
+    request, which lags behind when the visitor acts before the previous run's new address arrived (Ctrl+Enter,
+    then Translate at once). Without the mark (an older Streamlit), a changed address counts as navigation."""
     ctx = get_script_run_ctx()
     if ctx is None or not hasattr(ctx, "is_history_navigation"):
         return True
