@@ -135,11 +135,6 @@ def alpha_chosen_on_val(checkpoint: str) -> bool:
             and chosen_alpha(meta) == decoding.get("alpha"))
 
 
-def model_alpha_tuned(checkpoint: str) -> bool:
-    """Whether :func:`model_alpha` was chosen on val (the model card says so), not an untuned default."""
-    return alpha_chosen_on_val(checkpoint)
-
-
 def alpha_label(checkpoint: str) -> str:
     """How the app names a model's own length penalty: ``"α 1.4, chosen on val"`` only when its model card says
     so; ``"α 0.6, default 0.6 (not tuned)"`` when it names none (the value the model then decodes with)."""

@@ -242,19 +242,49 @@ def measure_control(key: str = MEASURE) -> str:
                   required=True)
 
 
-WINDOW = 60  # rows and columns a chart of a long sentence shows at once
+WINDOW = 60  # rows and columns a chart of a long sentence shows at first
+MOST = 120  # and at the most (what the browser must draw stays bounded)
+_SPAN = re.compile(r"(\d{1,5})-(\d{1,5})")
+
+
+def _parse_span(text: str) -> tuple[int, int] | None:
+    match = _SPAN.fullmatch(text.strip())
+    if not match:
+        return None
+    a, b = int(match.group(1)), int(match.group(2))
+    return (a, b) if 1 <= a <= b else None
+
+
+def window_params(key: str) -> tuple[Param, Param]:
+    """The address parameters of a long sentence's window in the chart ``key``: rows ``qw=1-60`` and columns
+    ``kw=1-60`` (positions counted from 1, both ends included)."""
+    return tuple(Param(name, f"{key}_{axis}", _parse_span, (1, WINDOW), lambda v: f"{v[0]}-{v[1]}")
+                 for name, axis in (("qw", "qwin"), ("kw", "kwin")))
 
 
 def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
-    """``(q0, q1, k0, k1)``: everything for a short sentence; for a long one a window of at most ``WINDOW`` rows
-    and columns, chosen with two sliders (keeps big charts, and what the browser must draw, bounded)."""
+    """``(q0, q1, k0, k1)``, as slice bounds: everything for a short sentence; for a longer axis a window of it,
+    chosen with a range slider (positions from 1, at first ``WINDOW`` of them, at the most ``MOST``)."""
     if max(n_queries, n_keys) <= WINDOW:
         return 0, n_queries, 0, n_keys
-    st.caption(f"Long sentence: {WINDOW} rows and columns at a time; choose the window.")
-    c1, c2 = st.columns(2)
-    q0, q1 = c1.slider("Query rows", 0, n_queries, (0, min(n_queries, WINDOW)), key=f"{key}_qwin")
-    k0, k1 = c2.slider("Key columns", 0, n_keys, (0, min(n_keys, WINDOW)), key=f"{key}_kwin")
-    q1, k1 = min(max(q1, q0 + 1), q0 + WINDOW), min(max(k1, k0 + 1), k0 + WINDOW)
+    st.caption(f"Long sentence: a window of it at a time (at most {MOST} rows and columns); choose it below, or "
+               "drag on an interactive chart to zoom.")
+    bounds = []
+    for column, label, n, param in zip(st.columns(2), ("Query rows", "Key columns"), (n_queries, n_keys),
+                                         window_params(key)):
+        if n <= WINDOW:
+            bounds += [0, n]
+            continue
+        span = st.session_state.get(param.key)
+        keep_if(param.key, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n)
+        st.session_state.get(FROM_LINK, {}).pop(param.key, None)
+        st.session_state.setdefault(param.key, (1, WINDOW))
+        first, last = column.slider(label, 1, n, key=param.key, persist_state="session")
+        if last - first + 1 > MOST:
+            last = first + MOST - 1
+            column.caption(f"Showing {first}–{last}: at most {MOST} at a time.")
+        bounds += [first - 1, last]
+    q0, q1, k0, k1 = bounds
     return q0, q1, k0, k1
 
 
@@ -266,13 +296,7 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     attn = result.attention(kind) if attn is None else attn
     weights = pick_weights(attn, layer, head)
     queries, keys = result.axes(kind)
-    q0, q1, k0, k1 = 0, len(queries), 0, len(keys)
-    if max(len(queries), len(keys)) > 60:
-        st.caption("Long sentence: choose a window to read the tokens, or drag on the chart to zoom.")
-        c1, c2 = st.columns(2)
-        q0, q1 = c1.slider("Query rows", 0, len(queries), (0, min(len(queries), 60)), key=f"{key}_qwin")
-        k0, k1 = c2.slider("Key columns", 0, len(keys), (0, min(len(keys), 60)), key=f"{key}_kwin")
-        q1, k1 = max(q1, q0 + 1), max(k1, k0 + 1)
+    q0, q1, k0, k1 = window(len(queries), len(keys), key)
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))

@@ -6,8 +6,11 @@ public mode, and ordinary visitors beside heavy ones.
    Training evolution. Reported per link: seconds to a finished page (the view's chart drawn and no script run in
    progress), the server's resident memory before / peak / after (psutil, the server and its children, sampled
    every 50 ms) and the notices of what was capped.
-2. Mixed round: 4 ordinary visitors translate captions at once (``bench.app_load.visitors_round``: click to their
+2. Mixed round: 4 ordinary visitors translate captions at once (``bench.visitors.visitors_round``: click to their
    own heatmap) while 4 others keep opening the heaviest allowed links; against the same 4 alone, alternating.
+   The server runs through ``bench/traced_app.py``, so the server's part of each click (click to the end of that
+   visitor's script run) is reported beside the browser's click-to-heatmap: on one small machine the 8 browsers
+   compete with the server for the same cores, which the visitors of a hosted demo do not.
 
 Needs ``/usr/bin/chromium``, ``playwright`` and ``psutil``.
 """
@@ -18,17 +21,18 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
-import subprocess
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .browser import CHROMIUM, CHROMIUM_ARGS, free_port, wait_healthy
+from .browser import CHROMIUM, CHROMIUM_ARGS, server_process
 from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile
 from .visitors import sentences_for, visitors_round
 
@@ -106,25 +110,28 @@ class RssSampler:
 
 
 @contextmanager
-def public_server(env: dict[str, str]) -> Iterator[tuple[str, int]]:
-    """``streamlit run app/main.py`` in public mode as the image sets it; yields (URL, server pid)."""
-    port = free_port()
-    full_env = {**os.environ, "ATTN_PUBLIC": "1", "ATTN_MODELS": MODELS, "ATTN_CHECKPOINT": MODELS.split(",")[0],
-                "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), **env}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app" / "main.py"), "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+def public_server(env: dict[str, str], cpus: set[int] | None = None, log: str | None = None,
+                  run_log: str | None = None) -> Iterator[tuple[str, int]]:
+    """``streamlit run app/main.py`` in public mode as the image sets it; yields (URL, server pid). ``run_log``: serve
+    it through ``bench/traced_app.py``, which writes each script run there (``server_times``)."""
+    public = {"ATTN_PUBLIC": "1", "ATTN_MODELS": MODELS, "PYTHONPATH": str(REPO_ROOT), **env}
+    script = None
+    if run_log:
+        public["BENCH_RUN_LOG"], script = run_log, REPO_ROOT / "bench" / "traced_app.py"
+    with server_process(MODELS.split(",")[0], env=public, cpus=cpus, log=log, script=script) as (url, proc):
         yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+
+def server_times(run_log: str | Path, texts: list[str], clicked_at: list[float], seconds: list[float]) -> list[float]:
+    """For each visitor (its text, its click's wall time, the seconds until its browser showed the heatmap):
+    seconds from the click to the end of the last script run of that text that started in between, the run
+    whose page the visitor saw (infinite: none in the log)."""
+    runs = [json.loads(line) for line in Path(run_log).read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for text, click, shown in zip(texts, clicked_at, seconds):
+        ends = [r["end"] for r in runs if r["text"] == text[:200] and click - 0.05 <= r["start"] <= click + shown]
+        out.append(max(ends) - click if ends else math.inf)
+    return out
 
 
 async def open_link(browser, url: str, query: dict[str, str], timeout_s: float = 300.0) -> dict[str, Any]:
@@ -203,6 +210,36 @@ async def mixed_round(url: str, checkpoint: str, texts: list[str], heavy: int, s
     return {**result, "heavy_visitors": heavy, "heavy_links_finished": await runner}
 
 
+def alone_and_mixed(url: str, checkpoint: str, data_dir: str | None, rounds: int, heavy: int = 4,
+                    visitors: int = 4, run_log: str | Path | None = None) -> dict[str, Any]:
+    """``visitors`` ordinary visitors alone, then beside ``heavy`` visitors opening heavy links, ``rounds`` times
+    (alternating, new captions each time): every round, and the ordinary visitors' click-to-heatmap p50 / p95 alone
+    and mixed (a visitor that got no heatmap within the round's timeout counts as infinite). With ``run_log`` (the
+    server's :mod:`bench.traced_app` log) also the server's part: click to the end of that visitor's script run."""
+    out: dict[str, Any] = {"rounds": []}
+    for r in range(rounds):
+        for h in (0, heavy):
+            texts = sentences_for(visitors, data_dir, offset=40 * r + 8 * (h > 0))
+            res = asyncio.run(mixed_round(url, checkpoint, texts, h, seed=100 * r + h))
+            server = ""
+            if run_log:
+                res["server_seconds"] = server_times(run_log, texts, res["clicked_at"], res["seconds"])
+                server = (f"; the server's part (click -> run done) p50 {percentile(res['server_seconds'], 50):.2f} s, "
+                          f"p95 {percentile(res['server_seconds'], 95):.2f} s")
+            out["rounds"].append(res)
+            print(f"{visitors} ordinary visitors{f' + {h} heavy' if h else ' alone'} (round {r + 1}): click -> own "
+                  f"heatmap p50 {res['p50']:.2f} s, p95 {res['p95']:.2f} s{server}; each saw its own: "
+                  f"{res['all_saw_their_own']}, errors: {len(res['errors'])}"
+                  + (f", heavy links finished meanwhile: {res['heavy_links_finished']}" if h else ""), flush=True)
+    for h in (0, heavy):
+        for field, name in (("seconds", "ordinary"), ("server_seconds", "ordinary_server")):
+            times = [t for res in out["rounds"] if res["heavy_visitors"] == h for t in res.get(field, [])]
+            if times:
+                out[f"{name}_{'mixed' if h else 'alone'}"] = {"p50": percentile(times, 50),
+                                                             "p95": percentile(times, 95), "n": len(times)}
+    return out
+
+
 def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[str, Any]:
     """In process, as ``bench.app_load``'s soak: ``n`` long inputs, each through Training evolution (every
     snapshot), attribution (the plan public mode allows) and the beam tree at beam 16, plus 100 sentences at beam 16
@@ -247,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-mb", type=float, default=512.0, help="ATTN_WORK_MB of the server")
     p.add_argument("--rounds", type=int, default=2, help="alone / mixed pairs, alternating")
     p.add_argument("--skip-crafted", action="store_true")
+    p.add_argument("--pin", action="store_true",
+                   help="server on core 0, this process and every Chromium on the other cores (as --split does)")
+    p.add_argument("--log", default=None, help="append the server's output to this file")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     checkpoint = str(REPO_ROOT / MODELS.split(",")[0])
@@ -255,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     models_mb = sum(os.path.getsize(os.path.join(REPO_ROOT, m, "model.safetensors")) for m in MODELS.split(",")) / 1e6
     if not args.skip_crafted:
         print(f"crafted links, public mode, ATTN_CACHE_MB={args.cache_mb:g}, ATTN_WORK_MB={args.work_mb:g}:")
-        with public_server(env) as (url, pid):
+        with public_server(env, log=args.log) as (url, pid):
             out["crafted"] = asyncio.run(crafted_round(url, pid))
         start = min(r["rss_before_mb"] for r in out["crafted"])
         bound = start + args.cache_mb + models_mb + args.work_mb
@@ -264,22 +304,16 @@ def main(argv: list[str] | None = None) -> int:
                                 for r in out["crafted"])
         print(f"  every link under 60 s and under {bound:.0f} MB (first RSS + ATTN_CACHE_MB + models + "
               f"ATTN_WORK_MB), no error: {out['crafted_ok']}")
-    with public_server(env) as (url, _):
-        for r in range(args.rounds):
-            for heavy in (0, 4):
-                texts = sentences_for(4, args.data_dir, offset=40 * r + 8 * (heavy > 0))
-                res = asyncio.run(mixed_round(url, checkpoint, texts, heavy, seed=100 * r + heavy))
-                out["rounds"].append(res)
-                print(f"4 ordinary visitors{' + 4 heavy' if heavy else ' alone'} (round {r + 1}): click -> own "
-                      f"heatmap p50 {res['p50']:.2f} s, p95 {res['p95']:.2f} s; each saw its own: "
-                      f"{res['all_saw_their_own']}, errors: {len(res['errors'])}"
-                      + (f", heavy links finished meanwhile: {res['heavy_links_finished']}" if heavy else ""),
-                      flush=True)
-    for heavy in (0, 4):
-        times = [t for res in out["rounds"] if res["heavy_visitors"] == heavy for t in res["seconds"]]
-        if times:
-            out[f"ordinary_{'mixed' if heavy else 'alone'}"] = {"p50": percentile(times, 50),
-                                                               "p95": percentile(times, 95), "n": len(times)}
+    server_cores = browser_cores = None
+    if args.pin:
+        cores = sorted(os.sched_getaffinity(0))
+        server_cores, browser_cores = {cores[0]}, set(cores[1:]) or {cores[0]}
+        out["pinned"] = {"server": sorted(server_cores), "browsers": sorted(browser_cores)}
+    with tempfile.TemporaryDirectory() as tmp, \
+            public_server(env, cpus=server_cores, log=args.log, run_log=f"{tmp}/runs.jsonl") as (url, _):
+        if browser_cores:
+            os.sched_setaffinity(0, browser_cores)  # this process and the Chromium it starts stay off the server
+        out.update(alone_and_mixed(url, checkpoint, args.data_dir, args.rounds, run_log=f"{tmp}/runs.jsonl"))
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

@@ -4,6 +4,9 @@
    same moment; each must see its own translation and heatmap, none another's, no error element. Reported:
    click-to-heatmap p50 / p95 at 1, 4 and 8 visitors; also a round where one visitor runs an ablation meanwhile
    (head masks must never change the shared model for the others).
+   Then 4 ordinary visitors beside 4 that keep opening the heaviest links public mode allows (attribution and the
+   beam tree of a ~3,200-character list at beam 16, 100 sentences at beam 16), against the same 4 alone
+   (``bench.app_heavy.alone_and_mixed``; ``--heavy 0`` skips it).
 2. Soak: 500 distinct inputs of mixed length through the cached analysis path (``app.cached``) under a small
    ``ATTN_CACHE_MB``: resident memory after each, its peak, and the cache's bytes. Then the heavy soak
    (``bench.app_heavy.soak_heavy``): long inputs through Training evolution, attribution and the beam tree at
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-mb", type=float, default=150.0, help="ATTN_CACHE_MB during the soak")
     p.add_argument("--heavy-soak", type=int, default=30, help="long inputs through the heavy views (0: skip; "
                    "bench.app_heavy.soak_heavy)")
+    p.add_argument("--heavy", type=int, default=4, help="heavy visitors beside 4 ordinary ones (0: skip)")
+    p.add_argument("--heavy-rounds", type=int, default=1, help="alone / mixed pairs, alternating")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     result: dict[str, Any] = {"machine": machine_info(), "rounds": []}
@@ -88,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n} visitors, one of them ablating: others p50 {r['p50']:.2f} s, p95 {r['p95']:.2f} s; each saw "
                   f"its own (unablated) translation: {r['all_saw_their_own']}, errors: {len(r['errors'])}")
             failed |= not r["all_saw_their_own"] or bool(r["errors"])
+            if args.heavy:
+                from .app_heavy import alone_and_mixed
+
+                mixed = alone_and_mixed(url, args.checkpoint, args.data_dir, args.heavy_rounds, heavy=args.heavy)
+                result["heavy_rounds"] = mixed["rounds"]
+                result.update({k: v for k, v in mixed.items() if k.startswith("ordinary_")})
+                failed |= any(not r["all_saw_their_own"] or r["errors"] for r in mixed["rounds"])
     if args.soak:
         s = soak(args.checkpoint, args.soak, args.cache_mb, args.data_dir)
         result.update(s)

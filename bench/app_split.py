@@ -41,11 +41,10 @@ async def _round(url: str, server, checkpoint: str | Path, texts: list[str], tim
             page.on("pageerror", lambda e: errors.append(str(e)))
             await page.goto(url, wait_until="domcontentloaded")
             await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
-            box = page.locator("[data-testid=stTextArea] textarea")
-            await box.fill(text)
-            await box.press("Control+Enter")
+            # typed, not applied: the click applies it (Ctrl+Enter would translate it at once)
+            await page.locator("[data-testid=stTextArea] textarea").fill(text)
             pages.append(page)
-        await asyncio.sleep(1.5)  # the text commits' reruns are over
+        await asyncio.sleep(1.5)  # the pages' first runs are over
 
         async def click(i: int, page) -> float:
             start = time.perf_counter()

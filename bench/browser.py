@@ -80,8 +80,10 @@ def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
 
 @contextmanager
 def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, script: str | Path | None = None,
-                   cpus: set[int] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on."""
+                   cpus: set[int] | None = None, log: str | Path | None = None
+                   ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on; ``log``: a
+    file for the server's output (else discarded)."""
     port = free_port()
     full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
     script = script or REPO_ROOT / "app" / "main.py"
@@ -89,7 +91,8 @@ def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, sc
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT if log else out,
                             preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -101,6 +104,8 @@ def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, sc
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        if log:
+            out.close()
 
 
 def expected_ticks(checkpoint: str | Path, texts: list[str]) -> list[list[str]]:

@@ -69,6 +69,8 @@ def percentile(values: list[float], q: float) -> float:
     pos = (len(xs) - 1) * q / 100.0
     lo = int(pos)
     hi = min(lo + 1, len(xs) - 1)
+    if xs[lo] == xs[hi] or pos == lo:  # no interpolation (inf * 0 would give nan: a visitor never served)
+        return xs[lo]
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
@@ -102,6 +104,46 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int
             sync(device)
             times[name].append(time.perf_counter() - t0)
     return times
+
+
+def greedy_latency_vs_hf(prefix: str, ours: Callable[[], Any], hf: Callable[[], Any], repeat: int,
+                         hf_config: Any) -> dict[str, Any]:
+    """One sentence, greedy with every attention, ours against transformers taking turns: ``{prefix}_greedy_ms_p50``
+    (and ``_hf``), ``{prefix}_latency_hf_ratio`` (above 1: ours is faster) and ``{prefix}_model`` (the shape)."""
+    times = time_interleaved({"ours": ours, "hf": hf}, repeat, warmup=0)
+    ours_ms, hf_ms = (round(1000 * percentile(times[k], 50), 1) for k in ("ours", "hf"))
+    c = hf_config
+    return {f"{prefix}_greedy_ms_p50": ours_ms, f"{prefix}_greedy_ms_p50_hf": hf_ms,
+            f"{prefix}_latency_hf_ratio": round(hf_ms / ours_ms, 2),
+            f"{prefix}_model": f"{c.d_model}/{c.encoder_layers}+{c.decoder_layers}/{c.encoder_attention_heads}/"
+                               f"{c.encoder_ffn_dim}, vocabulary {c.vocab_size:,}"}
+
+
+def family_bench_main(prog: str, doc: str | None, run: Callable[..., dict[str, Any]], prefix: str,
+                      sentences: int, quick_sentences: int, argv: list[str] | None = None) -> int:
+    """The command line of a model-family bench (``bench.marian``, ``bench.m2m100``): ``run(sentences, quick,
+    threads, corpus=...)`` on the test captions (or built ones), printing the ``{prefix}_*`` figures."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    p.add_argument("--sentences", type=int, default=sentences)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    lines = read_sentences(args.data_dir) or [f"A man in a red shirt walks {i} dogs past the old church."
+                                             for i in range(200)]
+    n = quick_sentences if args.quick else args.sentences
+    result = run((lines * (n // len(lines) + 1))[:n], args.quick, args.threads, corpus=lines)
+    result["machine"] = machine_info()
+    for key, value in result.items():
+        if key.startswith(f"{prefix}_"):
+            print(f"{key}: {value}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
 
 
 def median(values: list[float]) -> float:

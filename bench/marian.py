@@ -10,7 +10,6 @@ saved with transformers and run three ways on the same weights, threads and sent
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .common import DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
+from .common import family_bench_main, greedy_latency_vs_hf
 
 
 def marian_dir(directory: Path, sentences: list[str], quick: bool) -> Path:
@@ -110,48 +109,24 @@ def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: in
                                                        result["marian_batch_sent_s_ctranslate2"], 2)
         sentence = next((s for s in sentences if len(s.split()) == 20), sentences[0])
         repeat = 3 if quick else 10
-        ours_ms, hf_ms = [], []
         enc = tok(sentence, return_tensors="pt")
-        for _ in range(repeat):
-            start = time.perf_counter()
-            ours.translate(sentence, beam_size=1, max_len_a=0.0, max_len_b=max_new, return_attention=True)
-            ours_ms.append(1000 * (time.perf_counter() - start))
-            start = time.perf_counter()
+
+        def hf_greedy() -> None:
             with torch.inference_mode():
                 out = hf.generate(**enc, num_beams=1, max_new_tokens=max_new, bad_words_ids=[[pad]],
                                   forced_eos_token_id=None)
                 hf(**enc, decoder_input_ids=out, output_attentions=True)  # every attention, as ours returns
-            hf_ms.append(1000 * (time.perf_counter() - start))
-        result["marian_greedy_ms_p50"] = round(percentile(ours_ms, 50), 1)
-        result["marian_greedy_ms_p50_hf"] = round(percentile(hf_ms, 50), 1)
-        result["marian_latency_hf_ratio"] = round(result["marian_greedy_ms_p50_hf"] / result["marian_greedy_ms_p50"], 2)
-        result["marian_model"] = f"{hf.config.d_model}/{hf.config.encoder_layers}+{hf.config.decoder_layers}/" \
-                                 f"{hf.config.encoder_attention_heads}/{hf.config.encoder_ffn_dim}, " \
-                                 f"vocabulary {hf.config.vocab_size:,}"
+
+        result.update(greedy_latency_vs_hf(
+            "marian", lambda: ours.translate(sentence, beam_size=1, max_len_a=0.0, max_len_b=max_new,
+                                             return_attention=True),
+            hf_greedy, repeat, hf.config))
         result["marian_sentences"] = len(sentences)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.marian", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
-    p.add_argument("--sentences", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    lines = read_sentences(args.data_dir) or [f"A man in a red shirt walks {i} dogs past the old church."
-                                             for i in range(200)]
-    n = 16 if args.quick else args.sentences
-    result = run((lines * (n // len(lines) + 1))[:n], args.quick, args.threads, corpus=lines)
-    result["machine"] = machine_info()
-    for key, value in result.items():
-        if key.startswith("marian_"):
-            print(f"{key}: {value}")
-    if args.json:
-        print(json.dumps(result))
-    return 0
+    return family_bench_main("python -m bench.marian", __doc__, run, "marian", 1000, 16, argv)
 
 
 if __name__ == "__main__":

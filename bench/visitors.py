@@ -5,6 +5,7 @@ round of Chromium pages that press Translate at the same moment, each checked fo
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from pathlib import Path
@@ -26,7 +27,9 @@ def sentences_for(n: int, data_dir: str | Path | None, offset: int = 0) -> list[
 
 async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bool = False,
                          timeout_s: float = 180.0) -> dict[str, Any]:
-    """All pages press Translate at once; returns each page's seconds to its own heatmap and what it showed."""
+    """All pages type their sentence, then press Translate at once (the click applies the typed text); returns each
+    page's seconds from the click to its own heatmap and what it showed."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
     from playwright.async_api import async_playwright
 
     import transformer
@@ -49,23 +52,28 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
             await page.goto(url + query, wait_until="domcontentloaded")
             await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             pages.append(page)
-        for page, text in zip(pages, texts):
-            box = page.locator("[data-testid=stTextArea] textarea")
-            await box.fill(text)
-            await box.press("Control+Enter")
+        for page, text in zip(pages, texts):  # typed, not yet applied (Ctrl+Enter would translate it at once)
+            await page.locator("[data-testid=stTextArea] textarea").fill(text)
         await asyncio.sleep(1.0)
 
-        async def click_and_wait(i: int, page) -> float:
-            start = time.perf_counter()
-            if ablate and i == 0:
-                await page.get_by_role("button", name="Translate without them").click()
-                await page.get_by_text(re.compile(r"^With \d+ head\(s\) off$")).first.wait_for(timeout=timeout_s * 1000)
-            else:
-                await page.get_by_role("button", name="Translate").click()
-                await page.wait_for_function(SHOWS_JS, arg=ticks[i], polling="raf", timeout=timeout_s * 1000)
-            return time.perf_counter() - start
+        async def click_and_wait(i: int, page) -> tuple[float, float]:
+            """The click's wall time, and seconds from it to the visitor's own heatmap (infinite: not within
+            ``timeout_s``)."""
+            start, clicked = time.perf_counter(), time.time()
+            try:
+                if ablate and i == 0:
+                    await page.get_by_role("button", name="Translate without them").click()
+                    await page.get_by_text(re.compile(r"^With \d+ head\(s\) off$")).first.wait_for(
+                        timeout=timeout_s * 1000)
+                else:
+                    await page.get_by_role("button", name="Translate").click()
+                    await page.wait_for_function(SHOWS_JS, arg=ticks[i], polling="raf", timeout=timeout_s * 1000)
+            except PlaywrightTimeout:
+                errors.append(f"visitor {i}: no heatmap of its own within {timeout_s:g} s")
+                return clicked, math.inf
+            return clicked, time.perf_counter() - start
 
-        times = await asyncio.gather(*(click_and_wait(i, page) for i, page in enumerate(pages)))
+        clicked_at, times = zip(*await asyncio.gather(*(click_and_wait(i, page) for i, page in enumerate(pages))))
         own, others = [], []
         for i, page in enumerate(pages):
             shown = " ".join(await page.locator("[data-testid=stText]").all_inner_texts())
@@ -77,6 +85,7 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
                 errors.append(f"visitor {i}: an error element is on the page")
         await browser.close()
     measured = [t for i, t in enumerate(times) if not (ablate and i == 0)]
+    clicked_at = [c for i, c in enumerate(clicked_at) if not (ablate and i == 0)]  # aligned with "seconds"
     return {"visitors": len(texts), "ablation": ablate, "seconds": measured, "p50": percentile(measured, 50),
             "p95": percentile(measured, 95), "all_saw_their_own": all(own), "any_saw_another": any(others),
-            "errors": errors}
+            "errors": errors, "clicked_at": clicked_at}  # wall times, for a server log

@@ -206,3 +206,21 @@ def test_a_head_table_row_is_in_the_address(app_env):
     at.run()
     assert at.query_params["row"] == "cross.2.1"
     assert chart(new_app(dict(at.query_params)), "Cross-attention · layer 2 · head 1")
+
+
+def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app_env, tr, monkeypatch):
+    from app import controls
+
+    monkeypatch.setattr(controls, "MOST", 40)  # the tiny model reads at most 64 pieces: a lower cap to pass
+    text = " ".join(["a man rides a red bike in the park"] * 20)
+    n = len(tr.encode_source(text)[0])
+    assert controls.WINDOW < n < 2 * controls.WINDOW
+    at = new_app({"text": text, "view": "Heatmap", "att": "encoder", "qw": f"{n - 9}-{n + 50}", "kw": f"3-{n}"})
+    assert_clean(at)
+    assert "qw= value was ignored" in infos(at)  # past the sentence's end
+    assert at.slider(key="heatmap_chart_qwin").value == (1, controls.WINDOW)  # the default instead
+    assert at.slider(key="heatmap_chart_kwin").value == (3, n)
+    assert "Showing 3–42: at most 40 at a time." in " ".join(c.value for c in at.caption)
+    svg = next(m.value for m in at.markdown if "attn-heatmap" in m.value)
+    assert svg.count('class="xtick"') == 40 and svg.count('class="ytick"') == 40  # rows: (1, 60) capped too
+    assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params

@@ -28,6 +28,7 @@ CHANGES: dict[str, object] = {
     "pe_d": 16, "pe_len": 20, "pe_dims": [0, 1], "inside_query": 2, "drivers_method": "input_x_gradient",
     "compare_alpha": "own", "interactive": True, "heatmap_chart_row": 2,
 }
+WINDOW_CHANGE = (5, 40)  # a long sentence's window sliders (``*_qwin``, ``*_kwin``): rows / columns 5 to 40
 ALONE = {"compare_with"}  # a picker with one model to offer here (test_app_models covers with= on two models)
 
 
@@ -49,12 +50,34 @@ def controls(at) -> dict[str, object]:
 
 
 def same(a: object, b: object) -> bool:
-    return a == pytest.approx(b) if isinstance(b, float) else list(a) == list(b) if isinstance(b, list) else a == b
+    if isinstance(b, float):
+        return a == pytest.approx(b)
+    return list(a) == list(b) if isinstance(b, (list, tuple)) else a == b
+
+
+def change_for(view: str, key: str) -> object:
+    if key.endswith(("_qwin", "_kwin")):
+        return WINDOW_CHANGE
+    assert key in CHANGES, f"{view}: no other value known for the control {key!r}: add one to CHANGES"
+    return CHANGES[key]
 
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_env, view):
-    start = {"text": TEXT, "view": view}
+    walk_controls(view, TEXT)
+
+
+@pytest.mark.parametrize("view", ["Heatmap", "All heads", "Head table"])
+def test_a_long_sentences_window_is_in_the_address_too(app_env, view):
+    """A long sentence adds two window sliders to each large chart; they are walked like every other control."""
+    keys = walk_controls(view, " ".join(["a man rides a red bike in the park"] * 10))
+    assert any(k.endswith("_qwin") for k in keys) and any(k.endswith("_kwin") for k in keys), keys
+
+
+def walk_controls(view: str, text: str) -> set[str]:
+    """Change every control ``view`` shows for ``text`` (and those that appear after a change) and check the address
+    each time; returns the keys walked."""
+    start = {"text": text, "view": view}
     todo = [(start, key) for key in controls(new_app(start))]
     done: set[str] = set()
     while todo:
@@ -62,12 +85,12 @@ def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_e
         if key in done or key in ALONE:
             continue
         done.add(key)
-        assert key in CHANGES, f"{view}: no other value known for the control {key!r}: add one to CHANGES"
+        change = change_for(view, key)
         at = new_app(base)
         before = dict(at.query_params)
         widget = controls(at)[key]
-        assert not same(widget.value, CHANGES[key]), f"{key}: the change must differ from what is shown"
-        widget.set_value(CHANGES[key])
+        assert not same(widget.value, change), f"{key}: the change must differ from what is shown"
+        widget.set_value(change)
         at.run()
         assert_clean(at)
         after = dict(at.query_params)
@@ -76,9 +99,10 @@ def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_e
         fresh = new_app(after)  # only the address: a new visitor
         assert_clean(fresh)
         shown = controls(fresh)
-        assert key in shown and same(shown[key].value, CHANGES[key]), (view, key, after)
+        assert key in shown and same(shown[key].value, change), (view, key, after)
         assert after.items() <= dict(fresh.query_params).items()  # and the page keeps the address it was given
         todo += [(after, k) for k in controls(at) if k not in done]  # controls that appear after the change
+    return done
 
 
 def test_no_view_parameter_shadows_a_frame_parameter():

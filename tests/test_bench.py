@@ -26,6 +26,20 @@ def test_percentile_and_sentences():
     assert len(sentence_of_words(20, ["too short."]).split()) == 20
     assert sentence_of_words(3, ["a b c", "d e f g"]) == "a b c"
     assert len(synthetic_sentences(7)) == 7
+    assert percentile([1.0, math.inf, math.inf], 95) == math.inf  # a visitor never served stays visible
+    assert percentile([1.0, 2.0, math.inf], 50) == 2.0
+
+
+def test_server_times_pick_the_run_whose_page_the_visitor_saw(tmp_path):
+    from bench.app_heavy import server_times
+
+    runs = [  # (start, end, text): an earlier run of the same text, a run stopped by the click's rerun, the run
+        (90.0, 91.0, "a"), (100.1, 100.2, "a"), (100.3, 101.5, "a"), (100.2, 100.9, "b"), (130.0, 131.0, "a")]
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(json.dumps({"start": s, "end": e, "cpu": 0.1, "view": "Heatmap", "text": t}) + "\n"
+                           for s, e, t in runs), encoding="utf-8")
+    got = server_times(log, ["a", "b", "c"], [100.0, 100.0, 100.0], [2.0, 1.5, 3.0])
+    assert got[0] == pytest.approx(1.5) and got[1] == pytest.approx(0.9) and got[2] == math.inf
 
 
 def test_training_peers_have_the_same_sizes_and_batches():

@@ -20,7 +20,8 @@ def _pick(text: str) -> str | None:
 
 
 PARAMS = (controls.ATT_PARAM, controls.SCALE_PARAM, controls.MEASURE_PARAM,
-          Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))))
+          Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))),
+          *controls.window_params("grid_large_chart"))
 
 
 def render(ctx: ViewContext) -> None:

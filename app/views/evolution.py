@@ -8,7 +8,8 @@ import streamlit as st
 from .. import cached, controls, figures, probes, work
 from ..state import ViewContext
 
-PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM)
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
+          *controls.window_params("evolution"))
 
 
 def render(ctx: ViewContext) -> None:

@@ -13,7 +13,7 @@ from ..state import ViewContext
 
 PICK = "table_pick"
 PARAMS = (Param("ag", "table_agreement", lambda v: True if v == "1" else None, False, lambda v: "1"),
-          controls.head_ref_param("row", PICK))
+          controls.head_ref_param("row", PICK), *controls.window_params("table_chart"))
 
 
 def render(ctx: ViewContext) -> None:

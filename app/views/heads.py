@@ -19,7 +19,7 @@ from ..state import ViewContext
 
 DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
 PICK = "heads_pick"
-PARAMS = (controls.head_ref_param("row", PICK),)
+PARAMS = (controls.head_ref_param("row", PICK), *controls.window_params("heads_chart"))
 
 
 def split_sentences(split: str) -> list[str] | None:

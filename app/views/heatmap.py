@@ -15,7 +15,8 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, control
           params.Param("i", INTERACTIVE, lambda v: True if v.strip() in ("1", "true") else None, False, lambda v: "1"),
           # the SVG's "Read a row" picker: the row counted from 1 in the address, from 0 in the widget
           params.Param("row", ROW, lambda v: (lambda n: None if n is None else n - 1)(params.int_in(1, 100_000)(v)),
-                       None, lambda v: str(int(v) + 1)))
+                       None, lambda v: str(int(v) + 1)),
+          *controls.window_params("heatmap_chart"))
 
 
 def render(ctx: ViewContext) -> None:
