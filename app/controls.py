@@ -266,6 +266,8 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
     """``(q0, q1, k0, k1)``, as slice bounds: everything for a short sentence; for a longer axis a window of it,
     chosen with a range slider (positions from 1, at first ``WINDOW`` of them, at the most ``MOST``)."""
     if max(n_queries, n_keys) <= WINDOW:
+        for param in window_params(key):  # no window to choose: a link's window does not apply
+            keep_if(param.key, False)
         return 0, n_queries, 0, n_keys
     st.caption(f"Long sentence: a window of it at a time (at most {MOST} rows and columns); choose it below, or "
                "drag on an interactive chart to zoom.")
@@ -273,6 +275,7 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
     for column, label, n, param in zip(st.columns(2), ("Query rows", "Key columns"), (n_queries, n_keys),
                                          window_params(key)):
         if n <= WINDOW:
+            keep_if(param.key, False)
             bounds += [0, n]
             continue
         span = st.session_state.get(param.key)

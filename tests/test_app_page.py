@@ -224,3 +224,5 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     svg = next(m.value for m in at.markdown if "attn-heatmap" in m.value)
     assert svg.count('class="xtick"') == 40 and svg.count('class="ytick"') == 40  # rows: (1, 60) capped too
     assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params
+    short = new_app({"text": "A man rides a red bike.", "view": "Heatmap", "qw": "5-40"})  # no window to choose
+    assert "qw= value was ignored" in infos(short) and "qw" not in short.query_params
