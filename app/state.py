@@ -271,12 +271,15 @@ def start_run(views: list[str]) -> None:
 
 
 def end_run(view: str) -> None:
-    """At the end of every run: remember the view for Export's link and write the address (a new history entry
-    when it changed)."""
+    """At the end of every run: remember the view for Export's link and write the address (the browser makes a
+    new history entry only when it changed).
+
+    Written every run, even when it equals the address the run was asked with: an earlier run's address may still
+    be on its way to the browser (a run that ended just as Back was pressed), and the last word must be this
+    run's."""
     ss = st.session_state
     if view != "Export":
         ss[PREVIOUS_VIEW] = view
     out = url_params(view)
-    if st.query_params.to_dict() != out:
-        st.query_params.from_dict(out)
+    st.query_params.from_dict(out)
     ss[LAST_URL] = out

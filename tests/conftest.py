@@ -146,6 +146,19 @@ def translate(at, text: str):
     return at.run()
 
 
+def navigate(at, query: dict[str, str]):
+    """The browser's Back or Forward to the address ``query``, then the page's run. Streamlit marks such a run as
+    history navigation (the only run besides a first visit whose address the page adopts); AppTest cannot send
+    the mark, so it is given here, for that one run."""
+    from app import state
+
+    at.query_params.clear()
+    at.query_params.update(query)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(state, "history_navigation", lambda: True)
+        return at.run()
+
+
 def charts(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 

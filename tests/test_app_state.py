@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
+from conftest import assert_clean, chart, navigate, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
 
 import transformer  # noqa: E402
 from app import inference  # noqa: E402
@@ -32,23 +32,17 @@ def test_back_returns_to_the_previous_sentence_and_forward_again(app_env, tr):
     url_second = dict(at.query_params)
     assert url_first["text"] == first and url_second["text"] == second
     # the browser's Back: the page reruns with the older address, which the app must adopt, not overwrite
-    at.query_params.clear()
-    at.query_params.update(url_first)
-    at.run()
+    at = navigate(at, url_first)
     assert_clean(at)
     assert tr.translate(first).text in shown_texts(at)
     assert at.query_params["text"] == first and at.text_area(key="source_text").value == first
     # Forward
-    at.query_params.clear()
-    at.query_params.update(url_second)
-    at.run()
+    at = navigate(at, url_second)
     assert tr.translate(second).text in shown_texts(at)
     assert at.query_params["text"] == second
     # Back across a view change returns to the view too
     at = set_view(at, "Lines")
-    at.query_params.clear()
-    at.query_params.update(url_second)
-    at.run()
+    at = navigate(at, url_second)
     assert at.segmented_control(key="view").value == "Heatmap"
 
 
