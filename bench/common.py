@@ -106,6 +106,20 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int
     return times
 
 
+def batch_throughput_vs_hf(prefix: str, sentences: list[str], batch: int, ours: Callable[[list[str]], Any],
+                           hf: Callable[[list[str]], Any], digits: int = 2) -> dict[str, float]:
+    """Sentences per second translating ``sentences`` sorted by length in batches of ``batch``, ours then
+    transformers: ``{prefix}_batch_sent_s`` and ``{prefix}_batch_sent_s_hf``."""
+    order = sorted(sentences, key=len)
+    out = {}
+    for name, translate in (("", ours), ("_hf", hf)):
+        start = time.perf_counter()
+        for i in range(0, len(order), batch):
+            translate(order[i:i + batch])
+        out[f"{prefix}_batch_sent_s{name}"] = round(len(sentences) / (time.perf_counter() - start), digits)
+    return out
+
+
 def greedy_latency_vs_hf(prefix: str, ours: Callable[[], Any], hf: Callable[[], Any], repeat: int,
                          hf_config: Any) -> dict[str, Any]:
     """One sentence, greedy with every attention, ours against transformers taking turns: ``{prefix}_greedy_ms_p50``

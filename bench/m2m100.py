@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .common import family_bench_main, greedy_latency_vs_hf
+from .common import batch_throughput_vs_hf, family_bench_main, greedy_latency_vs_hf
 
 
 def m2m100_dir(directory: Path, sentences: list[str], quick: bool) -> Path:
@@ -77,24 +76,16 @@ def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: in
         ours = transformer.load(path, device="cpu")
         batch = 64 if not quick else 8
 
-        def ours_batch() -> None:
-            order = sorted(sentences, key=len)
-            for i in range(0, len(order), batch):
-                ours.translate_batch(order[i:i + batch], beam_size=4, alpha=1.0, max_len_a=0.0, max_len_b=max_new,
-                                     src_lang="en", tgt_lang="de")
-
-        def hf_batch() -> None:
-            order = sorted(sentences, key=len)
+        def hf_batch(group: list[str]) -> None:
             with torch.inference_mode():
-                for i in range(0, len(order), batch):
-                    enc = tok(order[i:i + batch], return_tensors="pt", padding=True)
-                    hf.generate(**enc, num_beams=4, max_new_tokens=max_new, forced_bos_token_id=forced,
-                                bad_words_ids=[[1]], early_stopping=False)
+                hf.generate(**tok(group, return_tensors="pt", padding=True), num_beams=4, max_new_tokens=max_new,
+                            forced_bos_token_id=forced, bad_words_ids=[[1]], early_stopping=False)
 
-        for name, fn in (("", ours_batch), ("_hf", hf_batch)):
-            start = time.perf_counter()
-            fn()
-            result[f"m2m100_batch_sent_s{name}"] = round(len(sentences) / (time.perf_counter() - start), 3)
+        result.update(batch_throughput_vs_hf(
+            "m2m100", sentences, batch,
+            lambda group: ours.translate_batch(group, beam_size=4, alpha=1.0, max_len_a=0.0, max_len_b=max_new,
+                                               src_lang="en", tgt_lang="de"),
+            hf_batch, digits=3))
         result["m2m100_hf_ratio"] = round(result["m2m100_batch_sent_s"] / result["m2m100_batch_sent_s_hf"], 2)
         sentence = next((s for s in sentences if len(s.split()) == 20), sentences[0])
         repeat = 3

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .common import family_bench_main, greedy_latency_vs_hf
+from .common import batch_throughput_vs_hf, family_bench_main, greedy_latency_vs_hf
 
 
 def marian_dir(directory: Path, sentences: list[str], quick: bool) -> Path:
@@ -72,23 +72,14 @@ def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: in
         pad = hf.config.pad_token_id
         batch = 64 if not quick else 8
 
-        def ours_batch() -> None:
-            order = sorted(sentences, key=len)
-            for i in range(0, len(order), batch):
-                ours.translate_batch(order[i:i + batch], beam_size=4, max_len_a=0.0, max_len_b=max_new)
-
-        def hf_batch() -> None:
-            order = sorted(sentences, key=len)
+        def hf_batch(group: list[str]) -> None:
             with torch.inference_mode():
-                for i in range(0, len(order), batch):
-                    enc = tok(order[i:i + batch], return_tensors="pt", padding=True)
-                    hf.generate(**enc, num_beams=4, max_new_tokens=max_new, bad_words_ids=[[pad]],
-                                forced_eos_token_id=None)
+                hf.generate(**tok(group, return_tensors="pt", padding=True), num_beams=4, max_new_tokens=max_new,
+                            bad_words_ids=[[pad]], forced_eos_token_id=None)
 
-        for name, fn in (("", ours_batch), ("_hf", hf_batch)):
-            start = time.perf_counter()
-            fn()
-            result[f"marian_batch_sent_s{name}"] = round(len(sentences) / (time.perf_counter() - start), 2)
+        result.update(batch_throughput_vs_hf(
+            "marian", sentences, batch,
+            lambda group: ours.translate_batch(group, beam_size=4, max_len_a=0.0, max_len_b=max_new), hf_batch))
         try:
             import ctranslate2
             from ctranslate2.converters import TransformersConverter
