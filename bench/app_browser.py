@@ -24,6 +24,7 @@ from .browser import (  # noqa: F401  (the helpers' old home: still importable f
     IDLE_JS,
     SETTLED_JS,
     SHOWS_JS,
+    app_page,
     click_until,
     expected_ticks,
     free_port,
@@ -46,36 +47,22 @@ def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
 def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0) -> dict[str, Any]:
     """Seconds from the Translate click that applies a newly typed sentence to its heatmap, one per sentence (none
     cached)."""
-    from playwright.sync_api import sync_playwright
-
-    if not CHROMIUM.exists():
-        raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
     labels = expected_ticks(checkpoint, sentences)
     reclicks = 0
     times: list[float] = []
-    errors: list[str] = []
-    with streamlit_server(checkpoint) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1400})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url, wait_until="domcontentloaded")
-            box = page.locator("[data-testid=stTextArea] textarea")
-            box.wait_for(timeout=timeout_s * 1000)
-            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
-            button = page.get_by_role("button", name="Translate")
-            for text, ticks in zip(sentences, labels):
-                page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)  # the last run is over
-                page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=timeout_s * 1000)
-                page.wait_for_timeout(250)
-                box.fill(text)  # typed, not applied: the click applies it (Ctrl+Enter would translate at once)
-                t0 = time.perf_counter()
-                reclicks += click_until(page, button, SHOWS_JS, ticks, timeout_s)
-                times.append(time.perf_counter() - t0)
-            if page.locator("[data-testid=stException]").count():
-                errors.append("a stack trace is on the page")
-        finally:
-            browser.close()
+    with app_page(checkpoint, 1400, 1400, timeout_s) as (page, errors):
+        box = page.locator("[data-testid=stTextArea] textarea")
+        button = page.get_by_role("button", name="Translate")
+        for text, ticks in zip(sentences, labels):
+            page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)  # the last run is over
+            page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=timeout_s * 1000)
+            page.wait_for_timeout(250)
+            box.fill(text)  # typed, not applied: the click applies it (Ctrl+Enter would translate at once)
+            t0 = time.perf_counter()
+            reclicks += click_until(page, button, SHOWS_JS, ticks, timeout_s)
+            times.append(time.perf_counter() - t0)
+        if page.locator("[data-testid=stException]").count():
+            errors.append("a stack trace is on the page")
     return {"app_translate_s_p50": percentile(times, 50), "app_translate_s_p95": percentile(times, 95),
             "app_translate_s_max": max(times), "app_translate_s": times, "app_sentences": len(times),
             "app_source_words": [len(s.split()) for s in sentences], "app_reclicks": reclicks,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .browser import CHROMIUM, CHROMIUM_ARGS, server_process
+from .browser import CHROMIUM, CHROMIUM_ARGS, pinned, server_process, split_cores
 from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile
 from .visitors import sentences_for, visitors_round
 
@@ -306,13 +306,11 @@ def main(argv: list[str] | None = None) -> int:
               f"ATTN_WORK_MB), no error: {out['crafted_ok']}")
     server_cores = browser_cores = None
     if args.pin:
-        cores = sorted(os.sched_getaffinity(0))
-        server_cores, browser_cores = {cores[0]}, set(cores[1:]) or {cores[0]}
+        server_cores, browser_cores = split_cores()
         out["pinned"] = {"server": sorted(server_cores), "browsers": sorted(browser_cores)}
     with tempfile.TemporaryDirectory() as tmp, \
-            public_server(env, cpus=server_cores, log=args.log, run_log=f"{tmp}/runs.jsonl") as (url, _):
-        if browser_cores:
-            os.sched_setaffinity(0, browser_cores)  # this process and the Chromium it starts stay off the server
+            public_server(env, cpus=server_cores, log=args.log, run_log=f"{tmp}/runs.jsonl") as (url, _), \
+            pinned(browser_cores):  # this process and the Chromium it starts stay off the server
         out.update(alone_and_mixed(url, checkpoint, args.data_dir, args.rounds, run_log=f"{tmp}/runs.jsonl"))
     if args.json:
         print(json.dumps(out, indent=2))

@@ -11,15 +11,12 @@ largest N measured whose p95 stays within 1 s; ``1 / CPU seconds`` is the intera
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, server_process
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, pinned, server_process, split_cores
 from .common import percentile
-
-SERVER_CORE = 0
 
 
 def _cpu_seconds(proc) -> float:
@@ -65,23 +62,16 @@ def split(checkpoint: str | Path, counts: list[int], sentences: list[str], timeo
     """Rounds of ``counts`` visitors at once, server on core 0, browsers on the other cores."""
     import psutil
 
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        raise RuntimeError("--split needs 2 cores: one for the server, one for the browsers")
-    server_cores, browser_cores = {cores[SERVER_CORE]}, set(cores) - {cores[SERVER_CORE]}
+    server_cores, browser_cores = split_cores()
     rounds = []
-    before = os.sched_getaffinity(0)
-    with server_process(checkpoint, cpus=server_cores) as (url, proc):
-        os.sched_setaffinity(0, browser_cores)  # this process and the Chromium it starts stay off the server's core
-        try:
-            server = psutil.Process(proc.pid)
-            used = 0
-            for n in counts:
-                texts = sentences[used:used + n]
-                used += n
-                rounds.append(asyncio.run(_round(url, server, checkpoint, texts, timeout_s)))
-        finally:
-            os.sched_setaffinity(0, before)
+    # this process and the Chromium it starts stay off the server's core
+    with server_process(checkpoint, cpus=server_cores) as (url, proc), pinned(browser_cores):
+        server = psutil.Process(proc.pid)
+        used = 0
+        for n in counts:
+            texts = sentences[used:used + n]
+            used += n
+            rounds.append(asyncio.run(_round(url, server, checkpoint, texts, timeout_s)))
     cpu = sum(r["server_cpu_s"] for r in rounds) / max(sum(r["visitors"] for r in rounds), 1)
     served = [r["visitors"] for r in rounds if r["p95"] <= 1.0]
     return {"split_server_cores": sorted(server_cores), "split_browser_cores": sorted(browser_cores),

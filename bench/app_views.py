@@ -16,15 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .browser import (
-    APP_HEATMAP,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     IDLE_JS,
     SETTLED_JS,
     SHOWS_JS,
+    app_page,
     click_until,
     expected_ticks,
-    streamlit_server,
 )
 from .common import percentile
 
@@ -109,41 +106,28 @@ def translate(page, text: str, ticks: list[str], timeout_s: float) -> None:
 
 def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0) -> dict[str, Any]:
     """Per view: seconds from the click to the view drawn, one per sentence; and the attribution methods."""
-    from playwright.sync_api import sync_playwright
-
     from app.views import VIEWS
 
-    if not CHROMIUM.exists():
-        raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
     names = list(VIEWS)
     order = names[1:] + names[:1]  # from Heatmap through every view and back to Heatmap
     labels = expected_ticks(checkpoint, sentences)
     times: dict[str, list[float]] = {name: [] for name in order if name != ATTRIBUTION_VIEW}
-    errors: list[str] = []
-    with streamlit_server(checkpoint) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url, wait_until="domcontentloaded")
-            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
-            for name in order:  # warm-up: every chunk loaded
-                switch(page, name, timeout_s)
-            for text, ticks in zip(sentences, labels):
-                translate(page, text, ticks, timeout_s)
-                for name in order:
-                    seconds = switch(page, name, timeout_s)
-                    if name != ATTRIBUTION_VIEW:
-                        times[name].append(seconds)
-                        continue
-                    # one time per method: the view opens on the method picked last, then the other is picked
-                    times.setdefault(f"{name}: {METHOD_NAMES[shown_method(page)]}", []).append(seconds)
-                    method, seconds = other_method(page, timeout_s)
-                    times.setdefault(f"{name}: {METHOD_NAMES[method]}", []).append(seconds)
-                if page.locator("[data-testid=stException]").count():
-                    errors.append("a stack trace is on the page")
-        finally:
-            browser.close()
+    with app_page(checkpoint, 1600, 1000, timeout_s) as (page, errors):
+        for name in order:  # warm-up: every chunk loaded
+            switch(page, name, timeout_s)
+        for text, ticks in zip(sentences, labels):
+            translate(page, text, ticks, timeout_s)
+            for name in order:
+                seconds = switch(page, name, timeout_s)
+                if name != ATTRIBUTION_VIEW:
+                    times[name].append(seconds)
+                    continue
+                # one time per method: the view opens on the method picked last, then the other is picked
+                times.setdefault(f"{name}: {METHOD_NAMES[shown_method(page)]}", []).append(seconds)
+                method, seconds = other_method(page, timeout_s)
+                times.setdefault(f"{name}: {METHOD_NAMES[method]}", []).append(seconds)
+            if page.locator("[data-testid=stException]").count():
+                errors.append("a stack trace is on the page")
     return {"views_s": times, "views_s_p50": {n: percentile(t, 50) for n, t in times.items()},
             "views_sentences": len(sentences), "views_page_errors": errors}
 

@@ -108,6 +108,48 @@ def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, sc
             out.close()
 
 
+def split_cores() -> tuple[set[int], set[int]]:
+    """(the server's cores, the browsers' cores): the first core this process may use for the server, the rest
+    for this process and every Chromium it starts (``--split``, ``--pin``)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise RuntimeError("needs 2 cores: one for the server, one for the browsers")
+    return {cores[0]}, set(cores[1:])
+
+
+@contextmanager
+def pinned(cores: set[int] | None) -> Iterator[None]:
+    """This process (and what it starts meanwhile) on ``cores`` for the block (None: as it is)."""
+    before = os.sched_getaffinity(0)
+    if cores:
+        os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextmanager
+def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float) -> Iterator[tuple[Any, list[str]]]:
+    """A ``streamlit run`` server on ``checkpoint`` and one Chromium page open on it, its first heatmap drawn;
+    yields (the Playwright page, the page's errors as they come)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
+    errors: list[str] = []
+    with streamlit_server(checkpoint) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
+            yield page, errors
+        finally:
+            browser.close()
+
+
 def expected_ticks(checkpoint: str | Path, texts: list[str]) -> list[list[str]]:
     """The heatmap's x labels for each text as the page shows them: the source pieces, EOS last."""
     import transformer
