@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -130,9 +131,16 @@ def n_parameters(tr: Translator) -> int:
 
 
 def capped(notices: list[str] | tuple[str, ...]) -> None:
-    """Say what this server's work limit cut (``app.work``), one notice each."""
-    for text in notices:
-        st.info(md_escape(text), icon=":material/speed:")
+    """Record what this server's work limit cut (``app.work.cut``): the page says it once, in one notice
+    (``work_notice``)."""
+    work.cut(notices)
+
+
+def work_notice(place: Any, req: work.Request) -> None:
+    """The one notice of what this request's work limit cut, in ``place`` (an ``st.empty``), if anything was."""
+    text = req.notice()
+    if text:
+        place.info(md_escape(text), icon=":material/speed:")
 
 
 def attributions(ctx: state.ViewContext, method: str) -> dict:

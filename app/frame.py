@@ -274,21 +274,37 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
     if len(sentences) <= 1:
         st.session_state.pop(state.SENTENCE, None)
         return sub.text
-    groups = work.sentence_groups(tr, sentences, sub.settings)  # each within this server's work limit
+    # the request's work: the picked sentence's analysis first (at most half), the sentences' translations the rest
+    picked = st.session_state.get(state.SENTENCE)
+    picked = sentences[picked - 1] if isinstance(picked, int) and 1 <= picked <= len(sentences) else sentences[0]
+    ceiling = work.left()
+    ceiling -= min(work.translation_work(tr, work.source_length(tr, picked), sub.settings), ceiling / 2)
+    settings, notices = work.cap_translation(tr, max(sentences, key=lambda x: work.source_length(tr, x)),
+                                             sub.settings, ceiling)  # no sentence alone over the ceiling
+    groups = work.sentence_groups(tr, sentences, settings, ceiling)
     asked = st.session_state.get(GROUPS_SHOWN)  # (checkpoint, submitted, groups): a new text starts at one group
     shown = min(asked[2] if asked and asked[:2] == (checkpoint, sub) else 1, len(groups))
     translations: list[str] = []
-    for group in groups[:shown]:
-        translations += cached.get_translations(checkpoint, device, tuple(sentences[i] for i in group), sub.settings)
+    for k, group in enumerate(groups[:shown]):
+        part = tuple(sentences[i] for i in group)
+        if k < shown - 1 and cached.has_translations(checkpoint, device, part, settings):
+            translations += cached.get_translations(checkpoint, device, part, settings)  # shown before: no work
+            continue
+        # the newest group is this request's work (cached or not, so reruns plan alike); an earlier group that left
+        # the cache is made again and the list stops there, so one request never translates two groups
+        work.spend(sum(work.plain_work(tr, x, settings) for x in part))
+        translations += cached.get_translations(checkpoint, device, part, settings)
+        shown = k + 1
+        break
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
     with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
         st.text("\n".join(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}"
                           for i, src in enumerate(sentences, 1)))
+    work.cut(notices)
     if shown < len(groups):
         rest = len(sentences) - len(translations)
-        st.info(f"{len(translations)} of the {len(sentences)} sentences translated so far: translating them all at "
-                f"once is over this server's work limit (ATTN_MAX_WORK). Each sentence can still be explored.",
-                icon=":material/speed:")
+        work.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
+                  "button below the list; each sentence can still be explored)"])
         if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
             st.session_state[GROUPS_SHOWN] = (checkpoint, sub, shown + 1)
             st.rerun()

@@ -27,8 +27,7 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
     if sub is None:
         return None
     text = frame.pick_sentence(tr, checkpoint, device, sub)
-    controls.capped(work.cap_translation(tr, text, sub.settings)[1])  # get_analysis applies the same cap
-    try:
+    try:  # the beam capped to what is left of the request's work (the cut goes in the request's one notice)
         with st.spinner("Translating…"):
             return cached.get_analysis(checkpoint, device, text, sub.settings, ())
     except Exception as err:  # never a stack trace
@@ -38,6 +37,13 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
 
 
 def main() -> None:
+    """The page as one request of bounded work (``app.work.request``: every job it starts shares one ceiling and at
+    most one wait for a heavy slot; one notice says what was cut)."""
+    with work.request() as req:
+        page(req)
+
+
+def page(req: work.Request) -> None:
     """The page: sidebar, model, input, view selector, translation, the chosen view; then the address."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="expanded")
@@ -61,8 +67,19 @@ def main() -> None:
         with st.container(border=True, height=420):
             st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     frame.input_area(tr)
+    notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
+    view = VIEWS[selector.resolve(VIEWS, GROUPS)]
+    req.keep(view.work_share if view.needs_translation else 0.0)  # for the view's own jobs
     sub = state.submitted()
     result = analyse(checkpoint, device, tr, sub)
+    req.keep(0.0)
+    render_view(tr, checkpoint, device, sub, result)
+    controls.work_notice(notice, req)
+
+
+def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
+                result: inference.Analysis | None) -> None:
+    """The view selector, the translation panel and the chosen view; then the address."""
     name = selector.view_selector(VIEWS, GROUPS)
     if result is not None:
         frame.show_translation(tr, result)

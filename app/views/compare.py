@@ -11,7 +11,7 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, catalog, controls, figures, params
+from .. import cached, catalog, controls, figures, params, work
 from ..analysis import KIND_NAMES, KINDS, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
@@ -56,7 +56,7 @@ def render(ctx: ViewContext) -> None:
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
     other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
                             format_func=lambda p: labels.get(p, p))
-    mine = ctx.submitted.settings
+    mine = ctx.result.settings  # what the page ran (the beam may be capped to the work limit)
     choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
                              format_func=lambda c: f"one α for both: the sidebar's ({mine.alpha:.1f})" if c == "same"
                              else f"each its own ({alpha_note(ctx.checkpoint)}; {alpha_note(other)})",
@@ -72,11 +72,13 @@ def render(ctx: ViewContext) -> None:
     if not catalog.model_allowed(other):  # never load what this server does not offer
         st.error(f"{controls.md_escape(other)} is not offered on this server.")
         return
-    try:
+    try:  # one request: both models share what is left of its work, and it waits for a heavy slot at most once
         cached.get_translator(other, ctx.device)
-        result_a = ctx.result if settings_a == mine else \
-            cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, ())
-        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, ())
+        again = settings_a != ctx.result.settings  # the page's own analysis ran at other settings
+        share = work.left() / (2 if again else 1)
+        result_a = cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, (), share) \
+            if again else ctx.result
+        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:
         st.error(f"{controls.md_escape(other)} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")

@@ -13,17 +13,18 @@ PARAMS = ()  # no choices of its own
 def render(ctx: ViewContext) -> None:
     """Two download buttons and the share link."""
     st.caption("Take the numbers with you, or share what you were looking at.")
-    text, settings = ctx.result.text, ctx.submitted.settings
+    text, settings = ctx.result.text, ctx.result.settings  # what the page ran (its beam may be capped)
     c1, c2 = st.columns(2)
     with c1.container(border=True):
         st.markdown("**Attention weights**")
         st.caption("Every layer and head of the three attention types, shaped (layers, heads, queries, keys), "
-                   "with the tokens.")
-        st.download_button("Download JSON", cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "json"),
+                   "with the tokens. Each file is built when you click (a long input's JSON is tens of MB).")
+        # data as a callable: the file is made on the click, not held by every open Export tab (docs/limits.md)
+        st.download_button("Download JSON", cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "json"),
                            file_name="attention.json", mime="application/json", key="download_json",
                            icon=":material/data_object:", on_click="ignore")
         st.download_button("Download NPZ (numpy)",
-                           cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
+                           cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
                            file_name="attention.npz", mime="application/octet-stream", key="download_npz",
                            icon=":material/download:", on_click="ignore")
     with c2.container(border=True):
