@@ -251,8 +251,8 @@ class Request:
         """The one notice of what this request cut (None: nothing was)."""
         if not self.cuts:
             return None
-        return (f"This page did less than asked to stay within this server's limit of {amount(self.ceiling)} work units "
-                f"per request (ATTN_MAX_WORK), shared by everything the page runs: "
+        return (f"This page did less than asked to stay within this server's limit of {amount(self.ceiling)} work "
+                "units per request (ATTN_MAX_WORK), shared by everything the page runs: "
                 f"{'; '.join(dict.fromkeys(self.cuts))}.")
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +233,27 @@ def set_view(at, view: str):
         at.run()
     at.segmented_control(key="view").set_value(view)
     return at.run()
+
+
+class CountingSemaphore(threading.BoundedSemaphore):
+    """A heavy slot that counts how often it was taken."""
+
+    def __init__(self, value: int = 1) -> None:
+        super().__init__(value)
+        self.taken = 0
+
+    def acquire(self, *args, **kwargs) -> bool:
+        got = super().acquire(*args, **kwargs)
+        self.taken += bool(got)
+        return got
+
+
+@pytest.fixture()
+def counted_slot(monkeypatch) -> CountingSemaphore:
+    """The server's heavy slot (one), counting every time a job takes it."""
+    from app import work
+
+    jobs = work.HeavyJobs(slots=lambda: 1)
+    jobs._semaphore, jobs._size = CountingSemaphore(1), 1
+    monkeypatch.setattr(work, "HEAVY", jobs)
+    return jobs._semaphore

@@ -251,3 +251,30 @@ def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
     assert any("not comparable" in w.value for w in at.warning)
     assert at.query_params["wa"] == "own"
     assert new_app(dict(at.query_params)).radio(key="compare_alpha").value == "own"
+
+
+def test_compare_waits_for_a_heavy_slot_once_and_shares_one_ceiling(repo, monkeypatch, counted_slot):
+    """Compare models at each model's own alpha runs three analyses (the page's, this model's at its own alpha, the
+    partner's): one request, so it takes the heavy slot once, and the three together stay within ATTN_MAX_WORK."""
+    from app import work
+
+    text = "A man rides a red bike past the old church."
+    tr = transformer.load(repo / "checkpoints" / "post", device="cpu")
+    settings = cached.DecodeSettings(beam_size=6, alpha=0.6, max_len_a=2.0, max_len_b=20)
+    one = work.translation_work(tr, work.source_length(tr, text), settings)
+    monkeypatch.setenv("ATTN_MAX_WORK", str(2 * one))  # one at full beam fits, three do not
+    monkeypatch.setattr(work, "LIGHT_WORK", 0.0)  # every job heavy, as long inputs are
+    at = new_app({"view": "Compare models", "beam": "6", "alpha": "0.4", "a": "2", "b": "20", "wa": "own"})
+    cached.RESULTS.clear()
+    first = counted_slot.taken
+    at = translate(at, text)
+    assert_clean(at)
+    assert counted_slot.taken - first == 1
+    ran = [k for k in cached.RESULTS._items if k[0] == "analysis"]
+    assert len(ran) == 3
+    pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")  # the partner (the same tokenizer)
+    total = sum(work.translation_work(pre if k[1].endswith("pre") else tr, work.source_length(tr, text), k[4])
+                for k in ran)
+    assert {k[1] for k in ran} == {"checkpoints/post", "checkpoints/pre"}
+    assert total <= 2 * one * (1 + 1e-9)
+    assert len([i for i in at.info if "ATTN_MAX_WORK" in plain(i.value)]) == 1

@@ -330,3 +330,96 @@ def test_a_numpy_view_is_counted_with_the_array_it_keeps_alive():
     assert budget.size_of(big[:, :5]) == big.nbytes
     assert budget.size_of(big[:, :5].copy()) == 100 * 5 * 4
     assert budget.size_of(torch.zeros(10, 10)) == 400
+
+
+# ------------------------------------------------------------------------------------------------ a crowd (#37)
+
+
+CAPTION = "A chef cooks. People eat. A dog sleeps."
+
+
+def test_short_captions_never_take_a_heavy_slot(public, counted_slot, tr):
+    at = translate(new_app(), CAPTION)
+    assert_clean(at)
+    listed = "\n".join(x.value for x in at.text if x.value.startswith("1. "))
+    assert listed.count("→") == 3  # every sentence translated, and the first one analysed
+    assert any(k[0] == "analysis" for k in cached.RESULTS._items)
+    assert counted_slot.taken == 0  # light work: never behind a heavy job
+    # the same caption is heavy once the light share is smaller than it: then it takes the slot, once
+    cached.RESULTS.clear()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(work, "LIGHT_WORK", 0.0)
+        at = new_app()
+        first = counted_slot.taken
+        at = translate(at, CAPTION.replace("eat", "drink"))  # one request: three translations and an analysis
+    assert_clean(at)
+    assert counted_slot.taken - first == 1
+
+
+def test_ordinary_captions_are_light_on_the_shipped_model():
+    """Three caption sentences of the benchmark's kind, at the page's default settings, with the analysis of the
+    longest, stay within ``LIGHT_WORK`` on the shipped model (so they never queue for a heavy slot)."""
+    import transformer
+    from app import state
+
+    path = work.REPO_ROOT / "checkpoints" / "multi30k-en-de" if hasattr(work, "REPO_ROOT") else None
+    path = path or __import__("pathlib").Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
+    if not (path / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    big = transformer.load(path, device="cpu")
+    d = state.DEFAULTS
+    settings = DecodeSettings(beam_size=d[state.BEAM], alpha=d[state.ALPHA], max_len_a=d[state.MAX_A],
+                              max_len_b=d[state.MAX_B])
+    captions = ["Two young guys with shaggy hair look at their hands while hanging out in the yard.",
+                "A man in a blue shirt is standing on a ladder cleaning windows.",
+                "Several men in hard hats are operating a giant pulley system."]
+    longest = max(captions, key=lambda c: work.source_length(big, c))
+    total = (sum(work.plain_work(big, c, settings) for c in captions)
+             + work.translation_work(big, work.source_length(big, longest), settings))
+    assert total <= work.LIGHT_WORK
+
+
+def test_one_requests_jobs_together_stay_within_the_ceiling_with_one_notice(public, monkeypatch, tr):
+    """The page's analysis and the view's attribution share one ceiling: the sum of what ran (read back from the
+    cache keys, estimated independently of the request's ledger) stays within it, and one notice names both
+    cuts."""
+    settings = DecodeSettings(beam_size=16, alpha=0.6, max_len_a=4.0, max_len_b=50)
+    ceiling = work.translation_work(tr, work.source_length(tr, LONG), settings) / 2
+    monkeypatch.setenv("ATTN_MAX_WORK", str(ceiling))
+    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "What drives each word"})
+    assert_clean(at)
+    keys = list(cached.RESULTS._items)
+    analysis_key = next(k for k in keys if k[0] == "analysis")
+    ran = work.translation_work(tr, work.source_length(tr, LONG), analysis_key[4])
+    method, steps, span = next(k for k in keys if k[0] == "attributions")[6:9]
+    result = cached.RESULTS._items[analysis_key][0]
+    ran += work.attribution_work(work.parameters(tr), len(result.source_ids), len(result.target_ids),
+                                 span[1] - span[0], method, steps)
+    assert ran <= ceiling * (1 + 1e-9)
+    notices = capped_notices(at)
+    assert len(notices) == 1, notices
+    assert "beam size capped" in notices[0]
+    assert "integrated gradients with" in notices[0] or "input × gradient" in notices[0]
+
+
+def test_the_export_is_built_only_when_asked_and_counted(public, tr):
+    """Opening Export builds no file (the old page built a JSON and an NPZ per tab, held by Streamlit outside the
+    budget); the download's callable builds it on the click, into the byte-budgeted cache."""
+    import json as json_
+
+    from app import inference
+
+    at = new_app({"text": "a man rides a bike.", "view": "Export"})
+    assert_clean(at)
+    assert len(at.get("download_button")) == 2
+    assert not [k for k in cached.RESULTS._items if k[0] == "export"]
+    key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
+    result = cached.RESULTS._items[key][0]
+    before = cached.RESULTS.nbytes
+    data = cached.export_file(key[1], key[2], key[3], key[4], (), "json")()
+    assert json_.loads(data) == json_.loads(inference.export_json(result, key[1]))
+    assert [k for k in cached.RESULTS._items if k[0] == "export"]
+    assert cached.RESULTS.nbytes - before >= len(data)  # counted in ATTN_CACHE_MB
+    cached.RESULTS.clear()  # the analysis left the cache: the click still builds the file
+    npz = np.load(__import__("io").BytesIO(cached.export_file(key[1], key[2], key[3], key[4], (), "npz")()))
+    np.testing.assert_allclose(npz["cross"], result.cross, atol=1e-6)
