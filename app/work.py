@@ -39,7 +39,7 @@ DECODE_STEP = 10  # positions one decoding step counts, per beam
 STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
 BACKWARD = 3  # a forward and a backward pass count three forwards
 PUBLIC_MAX_WORK = 1000.0
-LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three caption
+LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three
 # Multi30k caption sentences at the page's beam 4 and the analysis of one: 40-155 units, 0.2-0.7 s of one core
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
