@@ -62,15 +62,6 @@ def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
         waiting.empty()
 
 
-def job(make: Callable[[], Any], estimate: float, what: str, always_heavy: bool = False) -> Any:
-    """Count ``estimate`` against this request, then ``make()``: at once while the request's work is light
-    (``app.work.is_light``), else in a heavy-job slot."""
-    work.spend(estimate)
-    if not always_heavy and work.is_light(estimate):
-        return make()
-    return heavy(make, what)
-
-
 def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                  ablated: tuple[HeadKey, ...] = (), ceiling: float | None = None) -> Analysis:
     """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped to
