@@ -61,16 +61,18 @@ def _text_width(label: str, size: int) -> float:
 def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
                 query_title: str = "query", key_title: str = "key", zmin: float = 0.0, zmax: float | None = None,
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
-                highlight_row: int | None = None) -> str:
+                highlight_row: int | None = None, query_first: int = 1, key_first: int = 1) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
-    for "query (position) → key (position): weight 0.123" (positions counted from 1, as everywhere on the page).
+    for "query (position) → key (position): weight 0.123" (positions numbered as everywhere on the page: from
+    ``query_first``/``key_first`` at the start of the whole axis, see ``app.analysis.FIRST_NUMBER``).
     ``highlight_row`` outlines one query row."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
     query_tokens = [CONTROL.sub(" ", str(t)) for t in query_tokens]
     key_tokens = [CONTROL.sub(" ", str(t)) for t in key_tokens]
-    ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
+    ylabels = unique_labels(query_tokens, query_offset + query_first)
+    xlabels = unique_labels(key_tokens, key_offset + key_first)
     qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
     vname = escape(value_name)
     font = 12 if max(q, k) <= 30 else 10 if max(q, k) <= 60 else 8
@@ -95,7 +97,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     for i in range(q):
         y = top + i * ch
         for j in range(k):
-            hover = f"{qtext[i]} ({i + query_offset + 1}) → {ktext[j]} ({j + key_offset + 1}): {vname} {w[i, j]:.3f}"
+            hover = (f"{qtext[i]} ({i + query_offset + query_first}) → {ktext[j]} ({j + key_offset + key_first}): "
+                     f"{vname} {w[i, j]:.3f}")
             out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
                        f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
     out.append("</g>")

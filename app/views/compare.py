@@ -12,7 +12,7 @@ import streamlit as st
 import transformer
 
 from .. import cached, catalog, controls, figures, params
-from ..analysis import KIND_NAMES, KINDS, head_diagnostics
+from ..analysis import KIND_NAMES, KINDS, first_numbers, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
 
@@ -104,8 +104,9 @@ def render(ctx: ViewContext) -> None:
     columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
         queries, keys = res.axes(kind)
+        qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
-                                        title=short.get(name, name))
+                                        title=short.get(name, name), query_first=qf, key_first=kf)
         col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy in nats, lower = more focused):")

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from .. import cached, controls, figures, probes, work
+from ..analysis import first_numbers
 from ..state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
@@ -50,8 +51,10 @@ def render(ctx: ViewContext) -> None:
     q0, q1, k0, k1 = controls.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
+    qf, kf = first_numbers(kind)
     st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
-                                           zrange=controls.colour_range(*[w for _, w in panels])),
+                                           zrange=controls.colour_range(*[w for _, w in panels]),
+                                           query_first=q0 + qf, key_first=k0 + kf),
                     config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.table(pd.DataFrame(rows).set_index("checkpoint"))  # a table wraps long translations; a data grid cuts them
     if isinstance(history, list) and history:
