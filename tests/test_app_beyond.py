@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,13 @@ def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     np.testing.assert_allclose(arr(chart(at, "Attribution to the decoder input")["data"][0]["z"]),
                                target[0].numpy(), atol=1e-5)
     assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
+    share = chart(at, "Share of the attribution")  # a bar per output step, labelled with the piece it produced
+    steps = list(range(1, len(ref.target_tokens) + 1))
+    assert [list(arr(bar["x"])) for bar in share["data"]] == [steps, steps]
+    assert list(share["layout"]["xaxis"]["tickvals"]) == steps
+    assert len(share["layout"]["xaxis"]["ticktext"]) == len(steps)
+    last = share["layout"]["xaxis"]["ticktext"][-1]
+    assert last.split("·")[0] == html.escape(ref.target_tokens[-1])
 
 
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
