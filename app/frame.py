@@ -307,9 +307,18 @@ def show_translation(tr: Translator, result: Analysis) -> None:
     if result.unknown_pieces:
         st.info(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear as "
                 "<unk> (emoji and rare scripts, for example).", icon=":material/help:")
+    if result.hit_max_len:
+        s = result.settings
+        st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (at most "
+                   f"a × source + b, with a = {s.max_len_a:g} and b = {s.max_len_b} in the sidebar) before the model "
+                   "ended the sentence, so the translation is incomplete. Raise Max length a or b to let it finish.",
+                   icon=":material/content_cut:")
     with st.container(border=True):
         beam = result.settings.beam_size
-        st.caption(f"Translation · score {result.score:.3f} (log-probability / length penalty) · "
+        score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
+                 "a whole sentence's" if result.hit_max_len else
+                 f"score {result.score:.3f} (log-probability / length penalty)")
+        st.caption(f"Translation · {score} · "
                    f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
         st.text(result.translation if result.translation.strip() else
                 "(empty output: the model ended the sentence at once)")

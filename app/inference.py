@@ -72,6 +72,7 @@ class Analysis:
     ablated: tuple[HeadKey, ...] = ()
     seconds: float = 0.0
     device: str = "cpu"
+    hit_max_len: bool = False  # the output stopped at the maximum length before the model ended it (cut)
 
     def attention(self, kind: str) -> np.ndarray:
         """``(layers, heads, Q, K)`` of ``"encoder"``, ``"decoder"`` or ``"cross"``."""
@@ -144,7 +145,7 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
         chosen_probs=chosen.cpu().numpy().astype(np.float32), settings=settings, ablated=tuple(ablated),
-        seconds=time.perf_counter() - start, device=str(tr.device),
+        seconds=time.perf_counter() - start, device=str(tr.device), hit_max_len=bool(result.hit_max_len),
     )
 
 
@@ -166,7 +167,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
     """Tokens, translation, settings and every attention weight as JSON (nested lists)."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
-        "score": analysis.score, "settings": analysis.settings.__dict__,
+        "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,
         "ablated_heads": [{"type": k, "layer": layer + 1, "head": h + 1} for k, layer, h in analysis.ablated],
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,

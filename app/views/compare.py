@@ -57,12 +57,17 @@ def render(ctx: ViewContext) -> None:
     other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.submitted.settings
+    # the options' labels never change with the partner or the sidebar: a radio whose labels change is a new widget
+    # to the browser (none selected, and the choice lost on the next change); the numbers go in the caption below
     choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
-                             format_func=lambda c: f"one α for both: the sidebar's ({mine.alpha:.1f})" if c == "same"
-                             else f"each its own ({alpha_note(ctx.checkpoint)}; {alpha_note(other)})",
+                             format_func=lambda c: "one α for both (the sidebar's)" if c == "same"
+                             else "each its own α",
                              help="With one α both models decode with exactly the same settings, so their scores "
                                   "compare. Each model's own α is the one its model card names (chosen on val), "
                                   "else the default 0.6.")
+    if choice == "own":
+        st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.checkpoint))}; "
+                   f"{controls.md_escape(alpha_note(other))}.")
     settings_a = replace(mine, alpha=catalog.model_alpha(ctx.checkpoint)) if choice == "own" else mine
     settings_b = replace(mine, alpha=catalog.model_alpha(other)) if choice == "own" else mine
     if settings_a.alpha != settings_b.alpha and mine.beam_size > 1:
