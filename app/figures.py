@@ -7,6 +7,7 @@ rows and columns.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,6 +41,20 @@ def _tick_font(n: int) -> int:
 
 def _cell_size(n: int) -> int:
     return 26 if n <= 20 else 20 if n <= 40 else 14
+
+
+AXIS_TITLE_CHAR = 7.0  # px per character of a 12 px axis title (a generous average, so the estimate is not short)
+
+
+def axis_title_room(title: str) -> float:
+    """Pixels a 12 px vertical axis title needs along the plot's height (so it never runs into the chart title)."""
+    return AXIS_TITLE_CHAR * len(html.unescape(str(title))) + 10
+
+
+def tick_room(labels: Sequence[str], angled: bool) -> float:
+    """Pixels under the plot for the x tick labels (turned by 60 degrees when ``angled``) and the axis title."""
+    longest = max((len(html.unescape(str(t))) for t in labels), default=1)
+    return (0.87 * 7.0 * longest if angled else 16) + 30
 
 
 def _axis(labels: Sequence[str], title: str, **extra) -> dict:
@@ -81,9 +96,12 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     )
     fig = go.Figure(heat)
     cell = _cell_size(max(q, k))
+    top = 50 if title else 20
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
-        height=int(min(max(260, 150 + cell * q), 2600)), margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        height=int(min(max(260, 150 + cell * q, top + axis_title_room(query_title) + tick_room(xlabels, k > 8)),
+                       2600)),
+        margin=dict(l=10, r=10, t=top, b=10),
         xaxis=_axis(xlabels, key_title, tickangle=-60 if k > 8 else 0, side="bottom"),
         yaxis=_axis(ylabels, query_title, autorange="reversed"),
         plot_bgcolor="white",

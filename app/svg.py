@@ -86,7 +86,11 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     grid_w, grid_h = cw * k, ch * q
     bottom = 10 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 22
     width = left + grid_w + 24 + COLOURBAR_W + 60
-    height = top + grid_h + bottom
+    # the query axis' title runs down beside the rows; on a short sentence it is longer than the rows, so it gets
+    # room of its own below the chart's title (never over it) and the picture grows to hold it
+    ytitle = _text_width(escape(query_title), 12)
+    cy = max(top + grid_h / 2, top + ytitle / 2)
+    height = max(top + grid_h + bottom, cy + ytitle / 2 + 6)
     fill = colours(w, zmin, zmax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" font-family="{escape(FONT)}" '
@@ -117,7 +121,6 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                    f'dominant-baseline="hanging"{rotate}><title>{ktext[j]}</title>{_cut(label)}</text>')
     out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{height - 6:.0f}" font-size="12" '
                f'text-anchor="middle">{escape(key_title)}</text>')
-    cy = top + grid_h / 2
     out.append(f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
                f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')
     out.append(_colourbar(left + grid_w + 24, top, min(grid_h, 260.0), zmin, zmax, value_name))
