@@ -131,9 +131,9 @@ def show_model_facts(tr: Translator) -> None:
             st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
-            if meta.get("training_command"):
-                st.caption("Trained with")
-                st.text(str(meta["training_command"]))
+            for caption, text in catalog.training_recipe(meta):  # how the shipped weights were really made
+                st.caption(md_escape(caption))
+                st.text(text)
             history = meta.get("history")
             if isinstance(history, list) and history:
                 st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "

@@ -43,3 +43,29 @@ def test_one_numbering_for_the_output_and_the_decoder_input(app_env, tr):
     assert line.startswith(f"Query 3 ({ref.target_tokens[2]})")
     for piece, number in re.findall(r"(\S+) \((\d+)\) \d\.\d{3}", line.split("takes the most from:")[1]):
         assert ref.decoder_input_tokens[int(number)] == piece
+
+
+def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp_path, monkeypatch, tr):
+    """Every command run, the last one shown (a run resumed with a raised --max-steps), the averaging and the decoding
+    chosen on val; the same final weights as Training evolution names them."""
+    import transformer
+    from app import catalog
+
+    base = "python -m transformer.train --run-dir runs/pn --max-steps {} --epochs {}"
+    meta = {"language_pair": "en-de", "steps": 14340, "training_command": base.format(8000, 80),
+            "commands_run": [base.format(8000, 80), base.format(16000, 200), base.format(14340, 200)],
+            "final_validation": {"averaged_checkpoints": [f"step{s:07d}.safetensors" for s in (13936, 14070, 14340)]},
+            "decoding": {"beam": 5, "alpha": 1.4, "chosen_on": "val"}}
+    ckpt = tmp_path / "made"
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, meta)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app()
+    assert_clean(at)
+    texts = [t.value for t in at.sidebar.text]
+    assert base.format(14340, 200) in texts and base.format(8000, 80) not in texts
+    captions = " ".join(plain(c.value) for c in at.sidebar.caption)
+    assert "3 runs" in captions and "up to step 14340" in captions
+    assert "the mean of 3 checkpoints, steps 13936 to 14340" in texts
+    assert "beam 5, length penalty α 1.4, chosen on val" in texts
+    assert catalog.final_label(meta) == "final (mean of steps 13936–14340)"  # Training evolution's panel name
+    assert catalog.final_label({"steps": 500}) == "final (step 500)"

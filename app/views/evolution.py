@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls, figures, probes, work
+from .. import cached, catalog, controls, figures, probes, work
 from ..analysis import first_numbers
 from ..state import ViewContext
 
@@ -43,8 +43,7 @@ def render(ctx: ViewContext) -> None:
         step = probes.snapshot_step(path)
         panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
         rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
-    steps = (tr.metadata or {}).get("steps")
-    final_name = f"final (step {steps})" if steps else "final"
+    final_name = catalog.final_label(tr.metadata)  # as the sidebar's training details say
     panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
