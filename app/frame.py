@@ -3,6 +3,7 @@ selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import streamlit as st
@@ -16,7 +17,10 @@ from .controls import choose, md_escape
 from .inference import Analysis
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
-LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian",
+             "zh": "Chinese", "ja": "Japanese", "ko": "Korean", "ru": "Russian", "uk": "Ukrainian", "ar": "Arabic",
+             "he": "Hebrew", "el": "Greek", "hi": "Hindi", "nl": "Dutch", "pt": "Portuguese", "pl": "Polish"}
+NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 
 
 def sidebar() -> tuple[str, str]:
@@ -305,8 +309,14 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                    f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
                    icon=":material/content_cut:")
     if result.unknown_pieces:
-        st.info(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear as "
-                "<unk> (emoji and rare scripts, for example).", icon=":material/help:")
+        chars = result.unknown_chars
+        named = ", ".join(f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"
+                          for c in chars[:NAMED_CHARACTERS])
+        more = f" and {len(chars) - NAMED_CHARACTERS} more" if len(chars) > NAMED_CHARACTERS else ""
+        which = f": the character(s) {named}{more}" if chars else ""
+        st.info(md_escape(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear "
+                          f"as <unk>{which}. The model sees only that something unknown stood there."),
+                icon=":material/help:")
     if result.hit_max_len:
         s = result.settings
         st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (at most "

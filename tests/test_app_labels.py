@@ -69,3 +69,33 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
     assert "beam 5, length penalty α 1.4, chosen on val" in texts
     assert catalog.final_label(meta) == "final (mean of steps 13936–14340)"  # Training evolution's panel name
     assert catalog.final_label({"steps": 500}) == "final (step 500)"
+
+
+def test_the_unk_notice_names_the_characters_and_blames_no_emoji_for_markup(app_env, tr):
+    from app.inference import unknown_characters
+
+    for text in ("A dog <b>runs</b> & {plays}", "A dog 🐕 runs ☃"):
+        at = translate(new_app(), text)
+        assert_clean(at)
+        unknown = [c for c in dict.fromkeys(text) if not c.isspace() and tr.tokenizer.unk_id in tr.tokenizer.encode(c)]
+        assert unknown and unknown_characters(tr.tokenizer, text) == unknown  # the oracle: each character alone
+        notice = next(plain(i.value) for i in at.info if "<unk>" in plain(i.value))
+        for c in unknown:
+            assert f"“{c}”" in notice
+        if "<" in text:  # markup is not blamed on emoji; its characters are named
+            assert "emoji" not in notice and "“<” (less-than sign)" in notice
+        else:
+            assert "“🐕” (dog)" in notice
+
+
+def test_a_sentence_in_another_script_gets_a_language_notice(tiny_checkpoint, tmp_path, monkeypatch, tr):
+    import transformer
+
+    ckpt = tmp_path / "en-de"
+    transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {"language_pair": "en-de"})
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    at = new_app({"text": "一个穿着蓝色衬衫的男人在街上骑自行车。"})
+    assert_clean(at)
+    assert any("looks like Chinese" in i.value and "from English" in i.value for i in at.info)
+    at = new_app({"text": "A man in a blue shirt is riding a bike."})
+    assert not [i for i in at.info if "looks like" in i.value]
