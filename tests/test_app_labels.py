@@ -99,3 +99,32 @@ def test_a_sentence_in_another_script_gets_a_language_notice(tiny_checkpoint, tm
     assert any("looks like Chinese" in i.value and "from English" in i.value for i in at.info)
     at = new_app({"text": "A man in a blue shirt is riding a bike."})
     assert not [i for i in at.info if "looks like" in i.value]
+
+
+def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
+    """``python -m transformer.heads`` writes the cited test sentences into heads.json; the view shows them with no
+    data set on the machine."""
+    import json
+    import shutil
+
+    import transformer
+    from transformer.heads import run
+
+    ckpt = tmp_path / "tiny"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    tr = transformer.load(ckpt, device="cpu")
+    sources = (tiny_corpus / "test.en").read_text().splitlines()[:8]
+    refs = (tiny_corpus / "test.de").read_text().splitlines()[:8]
+    data = run(tr, sources, refs, "de", beam=2, batch_size=8)
+    cited = {i for rows in data["most_confident"].values() for row in rows for top in row for i in top}
+    assert data["cited_sentences"] == {str(i): sources[i] for i in sorted(cited)}
+    data.update(split="test_nowhere", checkpoint=str(ckpt))
+    (ckpt / "heads.json").write_text(json.dumps(data))
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    monkeypatch.delenv("ATTN_DATA_DIR", raising=False)
+    at = new_app({"text": "A dog runs in the park.", "view": "Heads across the test set", "row": "cross.1.2"})
+    assert_clean(at)
+    listing = "\n".join(t.value for t in at.text)
+    for i in data["most_confident"]["cross"][0][1]:
+        assert f"{i + 1}. {sources[i]}" in listing
+    assert "not on this machine" not in listing
