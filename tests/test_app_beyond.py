@@ -152,3 +152,12 @@ def test_head_table_gains_the_agreement_column(app_env, tr):
     row = table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 3)].iloc[0]
     assert row["agrees with attribution"] == pytest.approx(float(expected[1, 2]), abs=1e-4)
     assert table[table["type"] == "Encoder"]["agrees with attribution"].isna().all()
+    # in view beside the head's name (not past the right edge), and a dash, not "None", for the self-attention heads
+    assert list(table.columns).index("agrees with attribution") == list(table.columns).index("head") + 1
+    import pyarrow as pa
+
+    shown = pa.ipc.open_stream(at.dataframe[0].proto.arrow_data.styler.display_values).read_pandas()
+    encoder = (table["type"] == "Encoder").to_numpy()
+    assert set(shown["agrees with attribution"][encoder]) == {"—"}
+    assert shown["agrees with attribution"][~encoder & (table["type"] == "Cross").to_numpy()].str.match(
+        r"^[+-]\d\.\d{3}$").all()
