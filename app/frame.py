@@ -240,6 +240,8 @@ def input_area(tr: Translator) -> None:
         st.text_area(label, key=state.SOURCE_TEXT, height=96, on_change=submit,  # Ctrl+Enter applies it at once
                      placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
     with c2:
+        if st.session_state.get(state.EXAMPLE) not in (None, st.session_state.get(state.SOURCE_TEXT)):
+            st.session_state[state.EXAMPLE] = None  # the visitor typed (or a link brought) other text: no example
         st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
                      placeholder="Pick an example…")
         st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",

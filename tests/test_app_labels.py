@@ -128,3 +128,19 @@ def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus,
     for i in data["most_confident"]["cross"][0][1]:
         assert f"{i + 1}. {sources[i]}" in listing
     assert "not on this machine" not in listing
+
+
+def test_the_examples_picker_lets_go_once_the_visitor_types(app_env):
+    from app import state
+
+    at = new_app()
+    example = state.EXAMPLES[2]
+    at.selectbox(key="example").set_value(example)
+    at.run()
+    assert at.text_area(key="source_text").value == example and at.selectbox(key="example").value == example
+    at = translate(at, "A dog runs on the beach.")
+    assert_clean(at)
+    assert at.selectbox(key="example").value is None
+    at.selectbox(key="example").set_value(example)  # and picking it again still works
+    at.run()
+    assert at.text_area(key="source_text").value == example and at.selectbox(key="example").value == example
