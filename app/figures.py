@@ -262,15 +262,19 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
                          hovertemplate="<b>%{customdata}</b><br>‖embedding‖·√d = %{y:.2f}<extra></extra>"))
     fig.add_trace(go.Bar(x=x, y=pe_norms, name="positional encoding", marker_color="#fd8d3c",
                          hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>"))
-    if vocab_norms is not None and len(vocab_norms):
-        fig.add_hline(y=float(np.median(vocab_norms)), line_dash="dot", line_color="#555",
-                      annotation_text="median token embedding × √d_model (whole vocabulary)",
-                      annotation_position="top right")
+    top = max(float(np.max(token_norms, initial=0.0)), float(np.max(pe_norms, initial=0.0)))
+    if vocab_norms is not None and len(vocab_norms):  # a dotted line named in the legend (a label on the line
+        median = float(np.median(vocab_norms))  # itself would sit on the bars)
+        top = max(top, median)
+        fig.add_hline(y=median, line_dash="dot", line_color="#555", name="median")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
+                                 name=f"median token embedding × √d_model, whole vocabulary ({median:.1f})"))
     fig.update_layout(barmode="group",
                       title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
-                      font=FONT, height=380, margin=dict(l=10, r=10, t=45, b=10),
+                      font=FONT, height=400, margin=dict(l=10, r=10, t=95, b=10),
                       xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
-                      yaxis=dict(title="vector length (L2)"), legend=dict(orientation="h", y=1.08))
+                      yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above bars
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))
     return fig
 
 

@@ -190,3 +190,16 @@ def test_lines_and_grid_name_every_piece_and_head(result, kind):
     fig = grid.head_grid(attn, queries, keys, kind)
     assert len(fig.layout.xaxis.ticktext) == len(fig.layout.xaxis.tickvals) == attn.shape[1]
     assert len(fig.layout.yaxis.ticktext) == len(fig.layout.yaxis.tickvals) == attn.shape[0]
+
+
+def test_size_chart_leaves_room_above_the_bars_and_names_the_median_in_the_legend(result, tr):
+    norms = probes.embedding_norms(tr, result.source_ids)
+    pe = np.full(len(norms), 4.0)
+    vocab = np.array([1.0, 2.0, float(norms.max()) * 0.99])
+    fig = figures.norms_figure(result.source_tokens, norms, pe, vocab)
+    tallest = max(float(norms.max()), 4.0)
+    assert fig.layout.yaxis.range[1] >= 1.1 * tallest  # no bar touches the top
+    assert not fig.layout.annotations  # no label drawn over the bars: the line is named in the legend
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    assert any(name.startswith("median token embedding") for name in legend)
+    assert [s.y0 for s in fig.layout.shapes] == [float(np.median(vocab))]
