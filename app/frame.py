@@ -26,10 +26,7 @@ NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 def sidebar() -> tuple[str, str]:
     """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
     ss = st.session_state
-    with st.sidebar:
-        st.header(":material/travel_explore: Attention explorer", anchor=False)
-        st.caption("Inside a translation Transformer: the encoder-decoder of Vaswani et al. (2017), written from "
-                   "scratch, every attention weight visible.")
+    with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
         model_picker()
         devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]

@@ -144,3 +144,11 @@ def test_the_examples_picker_lets_go_once_the_visitor_types(app_env):
     at.selectbox(key="example").set_value(example)  # and picking it again still works
     at.run()
     assert at.text_area(key="source_text").value == example and at.selectbox(key="example").value == example
+
+
+def test_the_app_title_appears_once(app_env):
+    at = new_app()
+    assert_clean(at)
+    everything = [m.value for m in at.markdown] + [h.value for h in at.header] + [h.value for h in at.subheader] + \
+        [h.value for h in at.title] + [c.value for c in at.caption]
+    assert sum("Attention explorer" in text for text in everything) == 1
