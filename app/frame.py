@@ -318,10 +318,9 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                 icon=":material/help:")
     if result.hit_max_len:
         s = result.settings
-        st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (at most "
-                   f"a × source + b, with a = {s.max_len_a:g} and b = {s.max_len_b} in the sidebar) before the model "
-                   "ended the sentence, so the translation is incomplete. Raise Max length a or b to let it finish.",
-                   icon=":material/content_cut:")
+        st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (a × "
+                   f"source + b, a = {s.max_len_a:g}, b = {s.max_len_b}) before the model ended the sentence. Raise "
+                   "Max length a or b in the sidebar to let it finish.", icon=":material/content_cut:")
     with st.container(border=True):
         beam = result.settings.beam_size
         score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
