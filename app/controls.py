@@ -35,8 +35,8 @@ AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
 READING = {
     "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
                "much it takes from each source piece (a row sums to 1).",
-    "decoder": "Row t is the step that produced output piece t; it may only look at the decoder inputs up to "
-               "and including its own position (<s> and the pieces already produced), never ahead.",
+    "decoder": "Row t is the step that produced output piece t; it may only look at decoder inputs 0 to t − 1 "
+               "(<s> and the pieces already produced), never ahead.",
     "cross": "Row t is the step that produced output piece t; the colours say which source pieces it read "
              "from. Good heads often trace a soft word alignment.",
 }
