@@ -309,7 +309,8 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                    icon=":material/content_cut:")
     if result.unknown_pieces:
         chars = result.unknown_chars
-        named = ", ".join(f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"
+        named = ", ".join(f"“{c}”" if unicodedata.category(c).startswith("L") else  # a letter shows itself; a
+                          f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"  # symbol gets its name too
                           for c in chars[:NAMED_CHARACTERS])
         more = f" and {len(chars) - NAMED_CHARACTERS} more" if len(chars) > NAMED_CHARACTERS else ""
         which = f": the character(s) {named}{more}" if chars else ""
