@@ -17,10 +17,21 @@ def escape(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def unique_labels(tokens: Sequence[str]) -> list[str]:
-    """Escaped display labels; a token that occurs more than once gets its position (``▁a·3``)."""
+# One numbering everywhere: source pieces and output steps count from 1; the decoder input counts from 0 (its <s>
+# is 0), so decoder input t is the piece output step t produced and both carry the same number.
+FIRST_NUMBER = {"encoder": (1, 1), "decoder": (1, 0), "cross": (1, 1)}  # (first query, first key) per type
+
+
+def first_numbers(kind: str) -> tuple[int, int]:
+    """The numbers of the first query and the first key of an attention type (see ``FIRST_NUMBER``)."""
+    return FIRST_NUMBER[kind]
+
+
+def unique_labels(tokens: Sequence[str], first: int = 1) -> list[str]:
+    """Escaped display labels; a token that occurs more than once gets its number (``▁a·3``, the number of
+    ``tokens[0]`` being ``first``)."""
     counts = Counter(tokens)
-    return [escape(t) + (f"·{i}" if counts[t] > 1 else "") for i, t in enumerate(tokens, 1)]
+    return [escape(t) + (f"·{i}" if counts[t] > 1 else "") for i, t in enumerate(tokens, first)]
 
 
 def entropy(weights: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -13,7 +13,7 @@ import streamlit as st
 from transformer import Translator
 
 from . import cached, figures, state, svg, work
-from .analysis import KIND_NAMES, KINDS
+from .analysis import KIND_NAMES, KINDS, first_numbers
 from .inference import Analysis, HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -36,13 +36,15 @@ AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
 READING = {
     "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
                "much it takes from each source piece (a row sums to 1).",
-    "decoder": "Row t is the step that produced output piece t; it may only look at the decoder inputs up to "
-               "and including its own position (<s> and the pieces already produced), never ahead.",
+    "decoder": "Row t is the step that produced output piece t; it may only look at decoder inputs 0 to t − 1 "
+               "(<s> and the pieces already produced), never ahead.",
     "cross": "Row t is the step that produced output piece t; the colours say which source pieces it read "
              "from. Good heads often trace a soft word alignment.",
 }
-REPEATS = ("A piece that occurs more than once carries its position after a dot (▁a·3 is the piece ▁a at "
-           "position 3, counting from 1), so each keeps its own row and column.")
+REPEATS = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
+           "3), so each keeps its own row and column. Source pieces and output steps count from 1; the decoder "
+           "input counts from 0 (<s> is 0), so decoder input t is the piece output step t produced, with the same "
+           "number.")
 
 
 def md_escape(text: object) -> str:
@@ -311,8 +313,9 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))
+    qf, kf = first_numbers(kind)
     args = dict(title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
-                zmin=zmin, zmax=zmax, value_name=value_name)
+                zmin=zmin, zmax=zmax, value_name=value_name, query_first=qf, key_first=kf)
     name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
     if as_svg:
         svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
@@ -329,7 +332,8 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
     """The heatmap as a server-built SVG (hover a cell for its weight), a "Read a row" picker that outlines a query
     row and lists its largest values (what a click on a cell of the plotly chart gives), and an SVG download."""
     rows = list(range(len(queries)))
-    offset = args.get("query_offset", 0)
+    qfirst = args.get("query_offset", 0) + args.get("query_first", 1)  # numbered as the chart's labels
+    kfirst = args.get("key_offset", 0) + args.get("key_first", 1)
     row_key = f"{key}_row"
     if st.session_state.get(row_key) not in rows:
         st.session_state.pop(row_key, None)
@@ -340,11 +344,12 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
     st.markdown(f'<div class="attn-svg">\n{image}\n</div>', unsafe_allow_html=True)
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
-                       format_func=lambda i: f"{i + offset + 1}: {queries[i]}")
+                       format_func=lambda i: f"{i + qfirst}: {queries[i]}")
     c2.download_button("SVG", image, file_name=f"{name}.svg", mime="image/svg+xml", icon=":material/download:",
                        key=f"{key}_svg", width="stretch")
     if row is not None:
         top = svg.row_summary(weights[row])
-        listed = " · ".join(f"{md_escape(keys[j])} {value:.3f}" for j, value in top)
-        st.caption(f"Query {row + offset + 1} ({md_escape(queries[row])}) takes the most from: {listed}"
+        numbered = [f"{t} ({j})" for j, t in enumerate(keys, kfirst)]  # which ▁a: the key's number, as on the axis
+        listed = " · ".join(f"{md_escape(numbered[j])} {value:.3f}" for j, value in top)
+        st.caption(f"Query {row + qfirst} ({md_escape(queries[row])}) takes the most from: {listed}"
                    + (f" (the largest {len(top)} of {len(keys)})" if len(keys) > len(top) else ""))

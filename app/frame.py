@@ -3,6 +3,7 @@ selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import streamlit as st
@@ -16,16 +17,16 @@ from .controls import choose, md_escape
 from .inference import Analysis
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
-LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian",
+             "zh": "Chinese", "ja": "Japanese", "ko": "Korean", "ru": "Russian", "uk": "Ukrainian", "ar": "Arabic",
+             "he": "Hebrew", "el": "Greek", "hi": "Hindi", "nl": "Dutch", "pt": "Portuguese", "pl": "Polish"}
+NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 
 
 def sidebar() -> tuple[str, str]:
     """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
     ss = st.session_state
-    with st.sidebar:
-        st.header(":material/travel_explore: Attention explorer", anchor=False)
-        st.caption("Inside a translation Transformer: the encoder-decoder of Vaswani et al. (2017), written from "
-                   "scratch, every attention weight visible.")
+    with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
         model_picker()
         devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
@@ -131,9 +132,9 @@ def show_model_facts(tr: Translator) -> None:
             st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
-            if meta.get("training_command"):
-                st.caption("Trained with")
-                st.text(str(meta["training_command"]))
+            for caption, text in catalog.training_recipe(meta):  # how the shipped weights were really made
+                st.caption(md_escape(caption))
+                st.text(text)
             history = meta.get("history")
             if isinstance(history, list) and history:
                 st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "
@@ -236,6 +237,8 @@ def input_area(tr: Translator) -> None:
         st.text_area(label, key=state.SOURCE_TEXT, height=96, on_change=submit,  # Ctrl+Enter applies it at once
                      placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
     with c2:
+        if st.session_state.get(state.EXAMPLE) not in (None, st.session_state.get(state.SOURCE_TEXT)):
+            st.session_state[state.EXAMPLE] = None  # the visitor typed (or a link brought) other text: no example
         st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
                      placeholder="Pick an example…")
         st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
@@ -321,11 +324,26 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                    f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
                    icon=":material/content_cut:")
     if result.unknown_pieces:
-        st.info(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear as "
-                "<unk> (emoji and rare scripts, for example).", icon=":material/help:")
+        chars = result.unknown_chars
+        named = ", ".join(f"“{c}”" if unicodedata.category(c).startswith("L") else  # a letter shows itself; a
+                          f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"  # symbol gets its name too
+                          for c in chars[:NAMED_CHARACTERS])
+        more = f" and {len(chars) - NAMED_CHARACTERS} more" if len(chars) > NAMED_CHARACTERS else ""
+        which = f": the character(s) {named}{more}" if chars else ""
+        st.info(md_escape(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear "
+                          f"as <unk>{which}. The model sees only that something unknown stood there."),
+                icon=":material/help:")
+    if result.hit_max_len:
+        s = result.settings
+        st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (a × "
+                   f"source + b, a = {s.max_len_a:g}, b = {s.max_len_b}) before the model ended the sentence. Raise "
+                   "Max length a or b in the sidebar to let it finish.", icon=":material/content_cut:")
     with st.container(border=True):
         beam = result.settings.beam_size
-        st.caption(f"Translation · score {result.score:.3f} (log-probability / length penalty) · "
+        score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
+                 "a whole sentence's" if result.hit_max_len else
+                 f"score {result.score:.3f} (log-probability / length penalty)")
+        st.caption(f"Translation · {score} · "
                    f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
         st.text(result.translation if result.translation.strip() else
                 "(empty output: the model ended the sentence at once)")

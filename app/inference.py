@@ -10,6 +10,7 @@ import functools
 import io
 import json
 import time
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,8 @@ class Analysis:
     ablated: tuple[HeadKey, ...] = ()
     seconds: float = 0.0
     device: str = "cpu"
+    hit_max_len: bool = False  # the output stopped at the maximum length before the model ended it (cut)
+    unknown_chars: list[str] = field(default_factory=list)  # the input's characters outside the vocabulary
 
     def attention(self, kind: str) -> np.ndarray:
         """``(layers, heads, Q, K)`` of ``"encoder"``, ``"decoder"`` or ``"cross"``."""
@@ -135,16 +138,18 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
     top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
     chosen = probs.gather(1, torch.tensor(result.target_ids, device=probs.device)[:, None])[:, 0]
     top_i_list = top_i.cpu().tolist()
+    unknown = sum(1 for i in result.source_ids if i == tr.tokenizer.unk_id)
     return Analysis(
         text=text, translation=result.text, score=float(result.score), source_tokens=list(result.source_tokens),
         target_tokens=list(result.target_tokens), decoder_input_tokens=list(result.decoder_input_tokens),
         source_ids=list(result.source_ids), target_ids=list(result.target_ids), truncated=bool(result.truncated),
-        source_pieces=len(pieces), unknown_pieces=sum(1 for i in result.source_ids if i == tr.tokenizer.unk_id),
+        source_pieces=len(pieces), unknown_pieces=unknown,
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
         chosen_probs=chosen.cpu().numpy().astype(np.float32), settings=settings, ablated=tuple(ablated),
-        seconds=time.perf_counter() - start, device=str(tr.device),
+        seconds=time.perf_counter() - start, device=str(tr.device), hit_max_len=bool(result.hit_max_len),
+        unknown_chars=unknown_characters(tr.tokenizer, text) if unknown else [],
     )
 
 
@@ -166,7 +171,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
     """Tokens, translation, settings and every attention weight as JSON (nested lists)."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
-        "score": analysis.score, "settings": analysis.settings.__dict__,
+        "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,
         "ablated_heads": [{"type": k, "layer": layer + 1, "head": h + 1} for k, layer, h in analysis.ablated],
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,
@@ -206,12 +211,35 @@ def _language_identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def latin_share(text: str) -> float | None:
+    """The share of the letters of ``text`` that are Latin (None without letters)."""
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return None
+    return sum(1 for c in letters if unicodedata.name(c, "").startswith("LATIN")) / len(letters)
+
+
 def detect_language(text: str, min_words: int = 4, min_probability: float = 0.9) -> tuple[str, float] | None:
-    """(language code, probability) of ``text`` when py3langid is confident, else None (short text is unreliable)."""
+    """(language code, probability) of ``text`` when py3langid is confident, else None (short text is unreliable).
+    Text written mostly in another script than the Latin one (Chinese, Russian...) is named from 4 letters on, with
+    py3langid's best guess however sure it is: Chinese has no spaces to count words by, and its script alone says
+    it is not English or German."""
+    share = latin_share(text)
+    if share is not None and share < 0.5 and sum(c.isalpha() for c in text) >= min_words:
+        language, probability = _language_identifier().classify(text)
+        return str(language), float(probability)
     if len(text.split()) < min_words:
         return None
     language, probability = _language_identifier().classify(text)
     return (str(language), float(probability)) if probability >= min_probability else None
+
+
+def unknown_characters(tokenizer: object, text: str, limit: int = 2000) -> list[str]:
+    """The distinct characters of ``text`` (spaces aside) that the tokenizer can only write as ``<unk>``, in order
+    of appearance; at most ``limit`` distinct characters are looked at (bounded work for any input)."""
+    distinct = list(dict.fromkeys(c for c in text if not c.isspace()))[:limit]
+    unk = tokenizer.unk_id
+    return [c for c in distinct if unk in tokenizer.encode(c)]
 
 
 def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,13 @@ def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     np.testing.assert_allclose(arr(chart(at, "Attribution to the decoder input")["data"][0]["z"]),
                                target[0].numpy(), atol=1e-5)
     assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
+    share = chart(at, "Share of the attribution")  # a bar per output step, labelled with the piece it produced
+    steps = list(range(1, len(ref.target_tokens) + 1))
+    assert [list(arr(bar["x"])) for bar in share["data"]] == [steps, steps]
+    assert list(share["layout"]["xaxis"]["tickvals"]) == steps
+    assert len(share["layout"]["xaxis"]["ticktext"]) == len(steps)
+    last = share["layout"]["xaxis"]["ticktext"][-1]
+    assert last.split("·")[0] == html.escape(ref.target_tokens[-1])
 
 
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
@@ -143,3 +152,12 @@ def test_head_table_gains_the_agreement_column(app_env, tr):
     row = table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 3)].iloc[0]
     assert row["agrees with attribution"] == pytest.approx(float(expected[1, 2]), abs=1e-4)
     assert table[table["type"] == "Encoder"]["agrees with attribution"].isna().all()
+    # in view beside the head's name (not past the right edge), and a dash, not "None", for the self-attention heads
+    assert list(table.columns).index("agrees with attribution") == list(table.columns).index("head") + 1
+    import pyarrow as pa
+
+    shown = pa.ipc.open_stream(at.dataframe[0].proto.arrow_data.styler.display_values).read_pandas()
+    encoder = (table["type"] == "Encoder").to_numpy()
+    assert set(shown["agrees with attribution"][encoder]) == {"—"}
+    assert shown["agrees with attribution"][~encoder & (table["type"] == "Cross").to_numpy()].str.match(
+        r"^[+-]\d\.\d{3}$").all()

@@ -125,7 +125,9 @@ def test_sidebar_scores_have_full_distinct_names(tiny_checkpoint, tmp_path, monk
     names = [name for name, _ in rows]
     assert len(names) == len(set(names)) >= 5  # distinct
     assert not at.sidebar.metric  # no cut-off metric labels
-    assert dict(rows)["test 2016 flickr bleu lc tok"] == "38.94" and dict(rows)["val bleu"] == "40.10"
+    assert dict(rows)["test (Flickr 2016): BLEU, lowercased and tokenized"] == "38.94"
+    assert dict(rows)["validation, end of training: BLEU"] == "40.10" and dict(rows)["validation: chrF"] == "61.68"
+    assert not [n for n in names if "_" in n or " lc " in n or "tok" in n.split()]  # plain words, no file keys
 
 
 def test_paragraph_is_split_and_each_sentence_translated(app_env, tr):

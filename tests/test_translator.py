@@ -120,6 +120,7 @@ def test_target_ends_in_eos_only_when_the_model_chose_it(translator, beam_size):
     cfg = translator.config
     cut = translator.translate(TEXTS[0], beam_size=beam_size, max_len_a=0.0, max_len_b=3)
     assert len(cut.target_ids) == 3 and cfg.eos_id not in cut.target_ids  # untrained model: never stops
+    assert cut.hit_max_len  # and the result says the output stopped at the maximum length
     assert cut.target_tokens == translator.tokenizer.pieces(cut.target_ids)
     assert cut.decoder_input_tokens == translator.tokenizer.pieces([cfg.bos_id, *cut.target_ids[:2]])
     check_attention_shapes(cut, cfg)
@@ -129,6 +130,9 @@ def test_target_ends_in_eos_only_when_the_model_chose_it(translator, beam_size):
 
     stops = eos_first_translator(translator).translate(TEXTS[0], beam_size=beam_size)
     assert stops.target_ids == [cfg.eos_id] and stops.text == ""
+    assert not stops.hit_max_len
+    batch = translator.translate_batch(TEXTS, beam_size=beam_size, max_len_a=0.0, max_len_b=3)
+    assert [r.hit_max_len for r in batch] == [cfg.eos_id not in r.target_ids for r in batch] == [True] * len(TEXTS)
     assert stops.target_tokens == ["</s>"] and stops.decoder_input_tokens == ["<s>"]
     check_attention_shapes(stops, cfg)
 

@@ -258,7 +258,15 @@ def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_l
                   beam=beam, alpha=alpha, batch_size=batch_size, sentences=len(sources),
                   seconds_importance=round(analysed - start, 1),
                   seconds_pruning=round(time.perf_counter() - analysed, 1))
+    result["cited_sentences"] = cited_sentences(result["most_confident"], sources)
     return result
+
+
+def cited_sentences(most_confident: dict[str, list], sources: Sequence[str]) -> dict[str, str]:
+    """The source sentences ``most_confident`` cites, by their 0-based line number (a JSON key, so a string): the
+    few lines a reader of ``heads.json`` needs where the data set itself is not at hand."""
+    lines = sorted({int(i) for rows in most_confident.values() for row in rows for top in row for i in top})
+    return {str(i): sources[i] for i in lines if 0 <= i < len(sources)}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

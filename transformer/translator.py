@@ -26,7 +26,10 @@ class TranslationResult:
     exactly as a teacher-forced forward pass over ``source_ids`` and ``[BOS] + target_ids`` gives them:
     ``encoder_attentions`` ``(H, S, S)``, ``decoder_attentions`` ``(H, T, T)``, ``cross_attentions`` ``(H, T, S)``.
     Query ``t`` of the decoder is the step that predicted ``target_tokens[t]``. ``target_ids`` ends in EOS when the
-    model produced it; a translation cut at the length limit has none (decoder input: BOS + ``target_ids[:-1]``).
+    model produced it; a translation cut at the length limit has none (decoder input: BOS + ``target_ids[:-1]``), and
+    ``hit_max_len`` says so: the output stopped at the maximum length (``max_len_a * source + max_len_b``) before the
+    model ended the sentence, so the text is cut and its score is a partial hypothesis's. (``truncated`` is about
+    the source: cut to the model's length before translating.)
     """
 
     text: str
@@ -41,6 +44,7 @@ class TranslationResult:
     truncated: bool = False
     decoder_input_tokens: list[str] = field(default_factory=list)
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
+    hit_max_len: bool = False  # the output stopped at the maximum length, without EOS (cut, not whole)
 
     def for_bertviz(self) -> dict[str, Any]:
         """The keyword arguments of BertViz's ``model_view`` / ``head_view`` for this translation:
@@ -224,7 +228,7 @@ class Translator:
                 source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
                 source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
                 decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *target_ids[:-1]]),
-                tree=trees[i] if trees else None,
+                tree=trees[i] if trees else None, hit_max_len=not eos,
             )
             if return_attention:
                 out = self.attentions(src_ids, target_ids[:-1], head_mask)

@@ -8,7 +8,7 @@ import streamlit as st
 from transformer.heads import KINDS, ranked_heads
 
 from .. import cached, controls, figures, inference, work
-from ..analysis import KIND_NAMES
+from ..analysis import KIND_NAMES, first_numbers
 from ..catalog import load_heads
 from ..controls import head_label, head_ref, parse_head_ref
 from ..inference import HeadKey
@@ -110,8 +110,9 @@ def render(ctx: ViewContext) -> None:
             (c1, result, original, f"original: {KIND_NAMES[kind]} · layer {layer} · mean over heads", "original"),
             (c2, ablated, remaining, right, "heads off")):
         queries, keys = res.axes(kind)
+        qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
-                                        query_title=qt, key_title=kt)
+                                        query_title=qt, key_title=kt, query_first=qf, key_first=kf)
         col.plotly_chart(fig, config=figures.plotly_config(f"ablation-{name}"), key=f"ablation_{name}_chart")
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")
