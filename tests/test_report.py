@@ -260,3 +260,25 @@ def test_the_docs_notebook_runs_in_a_real_kernel():
     assert any('class="attn-all-heads"' in h for h in shown)  # all heads
     pages = [h for h in shown if h.startswith('<iframe class="attn-page"')]
     assert pages and all(v in pages[0] for v in ("id=&quot;heatmap&quot;", "id=&quot;step&quot;"))
+
+
+def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatch):
+    from conftest import assert_clean, new_app, set_view, translate
+
+    built: list[str] = []
+    real = report.build_page
+    monkeypatch.setattr(report, "build_page", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    text = "A girl <b>walks</b> on the street."
+    at = set_view(translate(new_app(), text), "Export")
+    assert_clean(at)
+    assert len(at.get("download_button")) == 2 and not built  # the JSON and NPZ buttons; no page built yet
+    at.button(key="report_build").click()
+    at = at.run()
+    assert_clean(at)
+    buttons = at.get("download_button")
+    assert len(buttons) == 3
+    assert buttons[-1].proto.label == "Download the page (HTML)"
+    assert len(built) == 1
+    data = page_json(built[0])
+    assert data["summary"]["translation"] == tr.translate(text).text  # the sentence on screen
+    assert data["views"] == list(report.DEFAULT_VIEWS)
