@@ -297,7 +297,7 @@ def render_page(data: dict[str, Any], title: str = "Attention explorer") -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
-            f"<script>{get_plotlyjs()}</script></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>"
+            f"<script>{get_plotlyjs()}</script></head><body><h1>Attention explorer</h1><nav>{nav}</nav>"
             f"{_summary_html(data)}{left}{sections}"
             f'<script type="application/json" id="attn-data">{_script_json(data)}</script>'
             f"<script>{ASSET.read_text(encoding='utf-8')}</script></body></html>\n")
@@ -318,7 +318,8 @@ def build_page(result: TranslationResult | Analysis, translator: Translator | No
         if settings is not None:
             analysis.settings = settings
     model = model or (str(translator.path) if translator is not None and translator.path else "")
-    title = f"Attention explorer · {analysis.translation[:80]}" if analysis.translation else "Attention explorer"
+    short = analysis.translation if len(analysis.translation) <= 80 else analysis.translation[:79] + "…"
+    title = f"Attention explorer · {short}" if short else "Attention explorer"
     return render_page(page_data(analysis, translator, views, model, method, steps), title)
 
 
