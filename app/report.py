@@ -28,7 +28,7 @@ from transformer import TranslationResult, Translator
 
 from . import figures, grid, probes
 from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, escape, unique_labels
-from .inference import Analysis, DecodeSettings, analysis_of, language_args
+from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, analysis_of, language_args
 
 VIEWS = ("heatmap", "all_heads", "lines", "step", "masks", "positional", "attribution", "lens")
 DEFAULT_VIEWS = VIEWS[:6]  # attribution and the logit lens run the model again: only where asked
@@ -347,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = args.text.strip()
     if not text:
         parser.error("the text is empty: give a sentence to translate")
+    if len(text) > MAX_INPUT_CHARS:
+        parser.error(f"the text has {len(text):,} characters; the page takes one sentence of at most "
+                     f"{MAX_INPUT_CHARS:,}")
     from transformer import CheckpointError, load
 
     try:

@@ -93,7 +93,7 @@ def test_the_command_writes_the_page_and_refuses_bad_input(tmp_path, tiny_checkp
                         "--views", "heatmap,lines"]) == 0
     data = page_json(out.read_text(encoding="utf-8"))
     assert data["views"] == ["heatmap", "lines"] and data["summary"]["beam_size"] == 1
-    for argv, message in (([" ", "--out", str(out)], "empty"),
+    for argv, message in (([" ", "--out", str(out)], "empty"), (["a " * 3000, "--out", str(out)], "at most 5,000"),
                           (["x", "--out", str(out), "--views", "heatmap,nope"], "unknown view"),
                           (["x", "--out", str(out), "--checkpoint", str(tiny_checkpoint), "--src-lang", "fr"],
                            "not multilingual")):
