@@ -177,6 +177,12 @@ def test_show_takes_every_family(tmp_path, tiny_corpus):
             assert result.target_tokens[0] == "fra_Latn"
         np.testing.assert_allclose(unpacked(data["kinds"]["cross"]["weights"]),
                                    np.stack([a.numpy() for a in result.cross_attentions]), atol=5e-4 + 1e-7)
+    out = tmp_path / "nllb.html"  # the command with a multilingual model's languages
+    assert report.main(["A man rides a red bike.", "--out", str(out), "--checkpoint", str(nllb), "--beam", "1",
+                        "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn", "--views", "heatmap,step"]) == 0
+    data = page_json(out.read_text(encoding="utf-8"))
+    assert (data["summary"]["src_lang"], data["summary"]["tgt_lang"]) == ("eng_Latn", "fra_Latn")
+    assert data["target"]["raw"][0] == "fra_Latn" and data["source"]["raw"][0] == "eng_Latn"
 
 
 def test_importing_the_notebook_module_imports_no_streamlit():
