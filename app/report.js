@@ -2,15 +2,17 @@
 // Every string from the sentence arrives escaped ("html"/"labels") for plotly, or raw for text nodes.
 (function () {
   "use strict";
-  const D = JSON.parse(document.getElementById("attn-data").textContent);
-  const CONFIG = Object.assign({}, D.config, {responsive: true});
+  let D = null;  // the page's data (app.report.deflated), read at the end
+  let CONFIG = null;
   const copy = (x) => JSON.parse(JSON.stringify(x));
   const range = (n) => Array.from({length: n}, (_, i) => i);
 
+  function inflate(b64) {  // base64 of zlib data -> a Response over the inflated bytes
+    const bytes = Uint8Array.from(atob(b64.trim()), (c) => c.charCodeAt(0));
+    return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")));
+  }
   async function unpack(p) {  // app.report.pack: deflated 16-bit steps above lo, base64
-    const bytes = Uint8Array.from(atob(p.b64), (c) => c.charCodeAt(0));
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-    const view = new DataView(await new Response(stream).arrayBuffer());
+    const view = new DataView(await inflate(p.b64).arrayBuffer());
     const out = new Float32Array(view.byteLength / 2);
     for (let i = 0; i < out.length; i++) out[i] = p.lo + p.step * view.getUint16(2 * i, true);
     return {shape: p.shape, v: out};
@@ -73,7 +75,7 @@
     section.querySelector(".body").appendChild(p);
     return p;
   }
-  const kindOptions = Object.keys(D.kinds).map((k) => [k, D.kinds[k].name]);
+  const kindOptions = () => Object.keys(D.kinds).map((k) => [k, D.kinds[k].name]);
   const layersOf = (kind) => weights[kind].shape[0];
   const headsOf = (kind) => weights[kind].shape[1];
 
@@ -97,11 +99,13 @@
       state.layer = Math.min(state.layer, layersOf(state.kind) - 1);
       layerSel.value = String(state.layer); headSel.value = String(state.head);
     };
-    const kindSel = control(section, "Type", kindOptions, state.kind, (v) => { state.kind = v; fill(); draw(); });
+    const kindSel = control(section, "Type", kindOptions(), state.kind, (v) => { state.kind = v; fill(); draw(); });
     layerSel = control(section, "Layer", [], 0, (v) => { state.layer = +v; draw(); });
     headSel = control(section, "Head", [], "mean", (v) => { state.head = v === "mean" ? "mean" : +v; draw(); });
     fill();
-    note(section, "Rows are queries, columns keys; hover a cell for both tokens and the weight (colours: 0 to 1).");
+    note(section, "Rows are queries, columns keys; hover a cell for both tokens and the weight (colours: 0 to 1)." +
+                  (D.kinds.cross.decimals < 3 ? " The weights of this large model are rounded to 2 decimals, to " +
+                                                "keep the page small." : ""));
     views.openHead = (kind, layer, h) => {  // the all-heads grid opens a head here
       state.kind = kind; kindSel.value = kind; fill();
       state.layer = layer; state.head = h; layerSel.value = String(layer); headSel.value = String(h);
@@ -132,7 +136,7 @@
                          "<extra></extra>"});
       return Plotly.react(div, [tr], t.layout, CONFIG);
     };
-    control(section, "Type", kindOptions, kind, (v) => { kind = v; draw(); });
+    control(section, "Type", kindOptions(), kind, (v) => { kind = v; draw(); });
     note(section, "Every layer and head on one colour scale (0 to 1). Click a head to open it in the heatmap above.");
     return draw().then(() => div.on("plotly_click", (ev) => {
       const c = ev.points && ev.points[0] && ev.points[0].customdata;
@@ -186,7 +190,7 @@
       for (const l of range(layersOf(state.kind))) layerSel.add(new Option(`layer ${l + 1}`, String(l)));
       state.layer = Math.min(state.layer, layersOf(state.kind) - 1); layerSel.value = String(state.layer);
     };
-    control(section, "Type", kindOptions, state.kind, (v) => { state.kind = v; fill(); draw(); });
+    control(section, "Type", kindOptions(), state.kind, (v) => { state.kind = v; fill(); draw(); });
     layerSel = control(section, "Layer", [], 0, (v) => { state.layer = +v; draw(); });
     control(section, "Hide weights below", [0, 0.02, 0.05, 0.1, 0.2, 0.3].map((t) => [t, String(t)]), 0.05,
             (v) => { state.threshold = +v; draw(); });
@@ -292,7 +296,13 @@
     return done;
   };
 
-  window.attentionReport = {data: D, ready: unpackAll(D).then(() => {
+  const read = inflate(document.getElementById("attn-data").textContent).json().then((data) => {
+    D = data;
+    CONFIG = Object.assign({}, D.config, {responsive: true});
+    window.attentionReport.data = D;
+    return unpackAll(D);
+  });
+  window.attentionReport = {data: null, ready: read.then(() => {
     for (const kind of Object.keys(D.kinds)) weights[kind] = D.kinds[kind].weights;
     return Promise.all(D.views.map((v) => {
       const section = document.getElementById(v);

@@ -1,8 +1,8 @@
 """One translation as one self-contained HTML page: ``python -m app.report TEXT --out FILE.html``.
 
 The page opens offline in any browser, with no server: plotly.js is embedded once, the numbers sit inline as
-compact arrays (rounded to 3 decimals, deflated, base64; the browser inflates them with its own
-``DecompressionStream``) and a small script builds each chart from them when a selector changes. The
+compact arrays (rounded to 3 decimals, deflated, base64, and the whole data once more; the browser inflates them
+with its own ``DecompressionStream``) and a small script builds each chart from them when a selector changes. The
 charts' layouts and trace styles come from the figure builders (:mod:`app.figures`, :mod:`app.grid`) with their
 data stripped, so the page draws what the app draws. Every piece of text from the sentence is escaped (HTML-like
 input shows as text). No Streamlit here.
@@ -42,6 +42,7 @@ LINE_HEADINGS = {"encoder": ("source (query)", "source (key)"), "decoder": ("out
 MASK_PADS = (0, 2)  # the masks view's padding choices (the app's default is 2)
 PE_POSITIONS = 64
 TOP_K = 8
+ATTENTION_BUDGET = 150_000  # bytes of packed weights at 3 decimals above which they are rounded to 2 (large models)
 STRIP = ("z", "x", "y", "customdata", "text", "hovertext")  # what the page's script fills in from the arrays
 ASSET = Path(__file__).with_name("report.js")
 
@@ -104,6 +105,11 @@ def _tokens(tokens: Sequence[str]) -> dict[str, list[str]]:
 
 
 def _attention_parts(a: Analysis) -> dict[str, Any]:
+    """Each attention type's weights (3 decimals, or 2 where 3 would pass ``ATTENTION_BUDGET``), tokens and the
+    templates of its heatmap, grid and lines."""
+    packed = {kind: pack(a.attention(kind), 0.0, 1.0) for kind in KINDS}
+    if sum(len(p["b64"]) for p in packed.values()) > ATTENTION_BUDGET:
+        packed = {kind: pack(a.attention(kind), 0.0, 1.0, decimals=2) for kind in KINDS}
     kinds = {}
     for kind in KINDS:
         attn = a.attention(kind)  # (L, H, Q, K)
@@ -116,7 +122,7 @@ def _attention_parts(a: Analysis) -> dict[str, Any]:
         lines = figures.attention_lines(attn[-1][:1], queries, keys, title=KIND_NAMES[kind], query_title=lq,
                                         key_title=lk)
         kinds[kind] = {
-            "name": KIND_NAMES[kind], "weights": pack(attn, 0.0, 1.0),
+            "name": KIND_NAMES[kind], "weights": packed[kind], "decimals": 3 if packed[kind]["step"] < 0.005 else 2,
             "queries": _tokens(queries), "keys": _tokens(keys),
             "heatmap": template(heat), "grid": template(tiles, keep=[0]), "blocks": list(grid.grid_blocks(attn.shape)),
             "lines": template(lines, keep=[]),
@@ -242,10 +248,11 @@ def page_data(analysis: Analysis, translator: Translator | None = None, views: S
     return data
 
 
-def _script_json(value: Any) -> str:
-    """JSON safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` survives (``</script>`` cannot end it)."""
+def deflated(value: Any) -> str:
+    """The page's data: JSON, deflated (zlib) and base64, so the tokens' text and the templates (long tick and
+    frame lists for a large model) take a fraction of their size, and nothing in it can end its script element."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
 
 
 def _summary_html(data: dict[str, Any]) -> str:
@@ -299,7 +306,7 @@ def render_page(data: dict[str, Any], title: str = "Attention explorer") -> str:
             f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
             f"<script>{get_plotlyjs()}</script></head><body><h1>Attention explorer</h1><nav>{nav}</nav>"
             f"{_summary_html(data)}{left}{sections}"
-            f'<script type="application/json" id="attn-data">{_script_json(data)}</script>'
+            f'<script type="application/octet-stream" id="attn-data">{deflated(data)}</script>'
             f"<script>{ASSET.read_text(encoding='utf-8')}</script></body></html>\n")
 
 

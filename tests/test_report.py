@@ -26,9 +26,9 @@ HOSTILE = 'A dog <img src=x onerror="alert(1)"> runs </script><script>alert(2)</
 
 
 def page_json(page: str) -> dict:
-    match = re.search(r'<script type="application/json" id="attn-data">(.*?)</script>', page, re.S)
-    assert match, "the page holds its data in one JSON script element"
-    return json.loads(match.group(1))
+    match = re.search(r'<script type="application/octet-stream" id="attn-data">([A-Za-z0-9+/=]*)</script>', page)
+    assert match, "the page holds its data in one script element, deflated JSON in base64"
+    return json.loads(zlib.decompress(base64.b64decode(match.group(1))).decode("utf-8"))
 
 
 def unpacked(packed: dict) -> np.ndarray:
@@ -67,6 +67,17 @@ def test_the_page_holds_every_attention_weight_to_three_decimals(tr):
     assert data["attribution"]["method"] == "input_x_gradient" and "lens" in data
 
 
+def test_a_large_model_s_weights_are_rounded_to_two_decimals(tr, monkeypatch):
+    result = tr.translate("Two dogs play in the park.")
+    assert page_json(report.build_page(result))["kinds"]["cross"]["decimals"] == 3
+    monkeypatch.setattr(report, "ATTENTION_BUDGET", 0)  # as if the model were large
+    data = page_json(report.build_page(result))
+    expected = np.stack([a.numpy() for a in result.cross_attentions])
+    assert data["kinds"]["cross"]["decimals"] == 2
+    np.testing.assert_allclose(unpacked(data["kinds"]["cross"]["weights"]), expected, atol=5e-3 + 1e-7)
+    assert np.abs(unpacked(data["kinds"]["cross"]["weights"]) - expected).max() > 5e-4  # coarser than 3 decimals
+
+
 def test_the_page_is_one_file_with_nothing_to_fetch(tr):
     page = report.build_page(tr.translate("A girl walks."), tr)
     from plotly.offline import get_plotlyjs
@@ -82,7 +93,7 @@ def test_text_from_the_sentence_is_shown_as_text(tr):
     body = page.split("</head>", 1)[1]
     assert "<img src=x" not in body and "<script>alert(2)" not in body
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in body  # the summary shows it escaped
-    data = page_json(page)  # the JSON element cannot be closed early, and keeps the text exactly
+    data = page_json(page)  # the data (base64: it cannot end its element early) keeps the text exactly
     assert data["summary"]["text"] == HOSTILE
     assert all("<" not in label for label in data["source"]["html"])
 
