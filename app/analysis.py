@@ -10,6 +10,9 @@ import numpy as np
 
 KINDS = ("encoder", "decoder", "cross")
 KIND_NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention"}
+AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
+               "decoder": ("output token (query = the step producing it)", "decoder input (key)"),
+               "cross": ("output token (query = the step producing it)", "source token (key)")}
 
 
 def escape(text: str) -> str:

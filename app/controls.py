@@ -13,7 +13,7 @@ import streamlit as st
 from transformer import Translator
 
 from . import cached, figures, state, svg, work
-from .analysis import KIND_NAMES, KINDS, first_numbers
+from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
 from .inference import Analysis, HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -30,9 +30,6 @@ MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
-AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
-               "decoder": ("output token (query = the step producing it)", "decoder input (key)"),
-               "cross": ("output token (query = the step producing it)", "source token (key)")}
 READING = {
     "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
                "much it takes from each source piece (a row sums to 1).",

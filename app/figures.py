@@ -223,6 +223,16 @@ def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding")
     return fig
 
 
+def wave_dims(d_model: int, length: int) -> list[int]:
+    """Even (sine) dimensions whose wavelengths are about 2π, length/4, length/2 and 2·length, plus one cosine."""
+    dims = {0}
+    for target in (length / 4, length / 2, 2 * length):
+        i = np.log(max(target, 2 * np.pi) / (2 * np.pi)) / np.log(10000.0) * d_model  # wavelength = 2π·10000^(i/d)
+        dims.add(int(min(max(0, 2 * round(i / 2)), d_model - 2)))
+    dims.add(min(sorted(dims)[1] + 1 if len(dims) > 1 else 1, d_model - 1))
+    return sorted(dims)
+
+
 def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
     """Chosen columns of the table as curves over positions: each dimension is a sine or cosine wave."""
     p, d = table.shape

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from transformer import Translator
+from transformer import TranslationResult, Translator
 
 from .analysis import KINDS
 
@@ -128,10 +128,19 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
     """Translate ``text`` and collect every attention weight and the per-step candidates."""
     start = time.perf_counter()
     head_mask = build_head_mask(tr, ablated)
-    pieces = tr.tokenizer.encode(text)
     result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
                           max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask,
                           **language_args(tr, settings))
+    return analysis_of(tr, result, text, settings, ablated, top_k, start)
+
+
+@torch.no_grad()
+def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: DecodeSettings = DecodeSettings(),
+                ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, start: float | None = None) -> Analysis:
+    """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
+    every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
+    start = time.perf_counter() if start is None else start
+    head_mask = build_head_mask(tr, ablated)
     out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
     out = tr.attentions(result.source_ids, out_ids, head_mask)
     probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
@@ -143,7 +152,7 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings
         text=text, translation=result.text, score=float(result.score), source_tokens=list(result.source_tokens),
         target_tokens=list(result.target_tokens), decoder_input_tokens=list(result.decoder_input_tokens),
         source_ids=list(result.source_ids), target_ids=list(result.target_ids), truncated=bool(result.truncated),
-        source_pieces=len(pieces), unknown_pieces=unknown,
+        source_pieces=len(tr.tokenizer.encode(text)) if text else len(result.source_ids), unknown_pieces=unknown,
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),

@@ -38,3 +38,20 @@ def render(ctx: ViewContext) -> None:
         except Exception:  # no browser context (tests, bare mode)
             base = ""
         st.code(f"{base}?{state.share_query(previous)}", language=None, wrap_lines=True)
+    offline_page(ctx)
+
+
+def offline_page(ctx: ViewContext) -> None:
+    """The sentence on screen as one self-contained HTML page (``app.report``), built only when asked."""
+    with st.container(border=True):
+        st.markdown("**Offline page**")
+        st.caption("This translation as one HTML file that opens in any browser with no server and no network: the "
+                   "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
+                   "masks and the positional encoding (about 5 MB, most of it the plotting library).")
+        if st.button("Build the page", key="report_build", icon=":material/description:"):
+            from .. import report
+
+            with st.spinner("Building the page…"):
+                page = report.build_page(ctx.result, ctx.tr, report.DEFAULT_VIEWS, model=ctx.checkpoint)
+            st.download_button("Download the page (HTML)", page.encode("utf-8"), file_name="attention.html",
+                               mime="text/html", key="download_report", icon=":material/download:", on_click="ignore")
