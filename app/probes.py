@@ -16,8 +16,9 @@ import torch
 
 import transformer
 from transformer import Transformer, Translator
+from transformer.kinds import decoder_input
 
-from .inference import Analysis, language_args, stack_layers
+from .inference import Analysis, model_settings, stack_layers
 
 
 def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
@@ -29,7 +30,7 @@ def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
     """
     pad = tr.config.pad_id
     src = torch.tensor([analysis.source_ids + [pad] * extra_source_pad])
-    tgt = torch.tensor([[tr.config.bos_id] + analysis.target_ids[:-1] + [pad] * extra_target_pad])
+    tgt = torch.tensor([decoder_input(tr.config.bos_id, analysis.target_ids) + [pad] * extra_target_pad])
     src_pad = transformer.padding_mask(src, pad)  # (1, 1, 1, S)
     tgt_pad = transformer.padding_mask(tgt, pad)  # (1, 1, 1, T)
     causal = transformer.causal_mask(tgt.size(1))  # (1, 1, T, T)
@@ -109,15 +110,14 @@ def snapshot_attentions(tr: Translator, model: Transformer, source_ids: list[int
     snap = Translator(model, tr.tokenizer, tr.metadata, tr.path)
     out = snap.attentions(source_ids, target_ids[:-1])
     outputs, _ = snap.generate([source_ids], beam_size=1)
-    attn = {"encoder": stack_layers(out.encoder_attentions), "decoder": stack_layers(out.decoder_attentions),
-            "cross": stack_layers(out.cross_attentions)}
+    attn = {kind: stack_layers(layers) for kind, layers in out.attentions().items()}
     return attn, tr.tokenizer.decode(outputs[0])
 
 
 def _pair(tr: Translator, analysis: Analysis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(src (1, S), tgt (1, T), labels (1, T))`` of an analysed sentence on the model's device."""
     src = torch.tensor([analysis.source_ids], device=tr.device)
-    tgt = torch.tensor([[tr.config.bos_id, *analysis.target_ids[:-1]]], device=tr.device)
+    tgt = torch.tensor([decoder_input(tr.config.bos_id, analysis.target_ids)], device=tr.device)
     return src, tgt, torch.tensor([analysis.target_ids], device=tr.device)
 
 
@@ -178,6 +178,4 @@ def beam_tree(tr: Translator, analysis: Analysis) -> Any:
     s = analysis.settings
     if s.beam_size <= 1:
         return None
-    return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
-                        max_len_b=s.max_len_b, return_attention=False, return_tree=True,
-                        **language_args(tr, s)).tree
+    return tr.translate(analysis.text, model_settings(tr, s), return_attention=False, return_tree=True).tree

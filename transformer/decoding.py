@@ -225,6 +225,19 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     return Hypotheses(tokens[:, 1:], scores)
 
 
+def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
+           record_tree: bool = False, forced: Tensor | None = None) -> Hypotheses:
+    """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
+    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). ``settings.alpha`` and
+    ``settings.scoring`` must be set (``Translator.settings`` fills in the checkpoint's)."""
+    if settings.beam_size <= 1:
+        return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced)
+    scoring = "gnmt" if record_tree else (settings.scoring or "gnmt")
+    return beam_search(model, src, settings.beam_size, DEFAULT_ALPHA if settings.alpha is None else settings.alpha,
+                       settings.max_len_a, settings.max_len_b, head_mask=head_mask, record_tree=record_tree,
+                       forced=forced, scoring=scoring)
+
+
 @_inference
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = DEFAULT_ALPHA,
                 max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .kinds import KINDS as KINDS  # re-exported: interpret.KINDS
+from .kinds import check_kind
 from .model import MultiHeadAttention, Transformer, decoder_self_mask, padding_mask
 from .outputs import Seq2SeqOutput
-
-KINDS = ("encoder", "decoder", "cross")
 
 
 @dataclass
@@ -57,7 +57,7 @@ def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAtte
         return model.decoder_layers[layer].self_attn
     if kind == "cross":
         return model.decoder_layers[layer].cross_attn
-    raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    check_kind(kind)  # a ValueError that names the kinds
 
 
 def require_eval(model: Transformer, what: str) -> None:
@@ -80,7 +80,7 @@ def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, la
     module = attention_module(model, kind, layer)
     out = internals(model, src, tgt)
     inputs = out.attention_inputs[kind][layer]
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     q_all = module.split_heads(module.q_proj(inputs.query))  # (B, H, Q, d)
     k_all, v_all = module.project_kv(inputs.key_value)  # (B, H, K, d)
     d = module.d_head
@@ -110,7 +110,7 @@ class NormAttentions:
 def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
     """The norm-based view of Kobayashi et al. (2020): how much of each key each head passes on."""
     out = internals(model, src, tgt)
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     result: dict[str, list[Tensor]] = {k: [] for k in KINDS}
     for kind in KINDS:
         for i, inputs in enumerate(out.attention_inputs[kind]):
