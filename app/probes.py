@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -56,17 +55,18 @@ def model_pe(tr: Translator) -> np.ndarray:
 
 
 def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
-    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model``."""
+    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model`` (the model's
+    ``embedding_scale``: 1 for a family that does not scale, e.g. ``scale_embedding=False``)."""
     weight = tr.model.src_embed.weight.detach().float().cpu()
-    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
 def vocab_embedding_norms(tr: Translator) -> np.ndarray:
-    """``‖E[id]‖ · √d_model`` for the whole vocabulary (padding excluded)."""
+    """``‖E[id]‖ · √d_model`` (the model's ``embedding_scale``) for the whole vocabulary (padding excluded)."""
     weight = tr.model.src_embed.weight.detach().float().cpu()
     keep = torch.ones(weight.size(0), dtype=torch.bool)
     keep[tr.config.pad_id] = False
-    return (weight[keep].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+    return (weight[keep].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
 def list_snapshots(tr: Translator) -> list[Path]:
