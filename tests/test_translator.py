@@ -218,3 +218,5 @@ def test_settings_object_and_keywords_decode_alike(translator):
         transformer.DecodeSettings().but(beams=3)
     with pytest.raises(ValueError, match="scoring"):
         translator.translate(TEXTS[0], scoring="nope")
+    with pytest.raises(TypeError, match="keyword"):
+        translator.translate(TEXTS[0], 4)

@@ -139,6 +139,9 @@ class Translator:
     def settings(self, settings: DecodeSettings | None = None, **changes: Any) -> DecodeSettings:
         """``settings`` (None: the defaults) with the keyword ``changes`` that are not None, and this checkpoint's
         own length penalty and scoring rules where they name none."""
+        if settings is not None and not isinstance(settings, DecodeSettings):
+            raise TypeError(f"settings must be a DecodeSettings, not {type(settings).__name__} (beam_size=... is a "
+                            "keyword)")
         chosen = (settings or DecodeSettings()).but(**changes)
         return chosen.but(alpha=self.default_alpha if chosen.alpha is None else None,
                           scoring=self.scoring if chosen.scoring is None else None)
