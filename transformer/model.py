@@ -223,13 +223,15 @@ class DecoderLayer(SublayerStack):
         once (teacher forcing). With one (incremental decoding): ``x`` holds the next ``T`` positions after the
         ``cache.length`` cached ones, whose keys and values they join; ``self_mask`` then covers those too (None: every
         one; a single new position sees all of them)."""
+        # sub-layers' forward called directly (no module hooks are ever registered here; __call__'s dispatch is a
+        # tenth of a small model's decoding step)
         x, self_w, h_self = self.residual(
-            x, self.norm1, lambda h: self.self_attn(h, None, self_mask, need_weights, head_mask=self_head_mask,
-                                                    cache=cache))
+            x, self.norm1, lambda h: self.self_attn.forward(h, None, self_mask, need_weights,
+                                                            head_mask=self_head_mask, cache=cache))
         x, cross_w, h_cross = self.residual(
-            x, self.norm2, lambda h: self.cross_attn(h, memory, cross_mask, need_weights, head_mask=cross_head_mask,
-                                                     cache=cache))
-        x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
+            x, self.norm2, lambda h: self.cross_attn.forward(h, memory, cross_mask, need_weights,
+                                                             head_mask=cross_head_mask, cache=cache))
+        x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn.forward(h), None))
         if return_inputs:
             return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask),
                     AttentionInputs(h_cross, memory, cross_mask))
@@ -384,8 +386,8 @@ class Transformer(nn.Module):
         if head_mask is not None:
             self_masks, cross_masks = head_mask.get("decoder"), head_mask.get("cross")
         for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
-            x = layer(x, memory, self_mask, src_mask, False, None if self_masks is None else self_masks[i],
-                      None if cross_masks is None else cross_masks[i], cache=c)[0]
+            x = layer.forward(x, memory, self_mask, src_mask, False, None if self_masks is None else self_masks[i],
+                              None if cross_masks is None else cross_masks[i], cache=c)[0]
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)
