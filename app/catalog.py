@@ -14,6 +14,7 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
+from transformer.decoding import DEFAULT_ALPHA
 from transformer.translator import chosen_alpha
 
 
@@ -143,7 +144,8 @@ def alpha_label(checkpoint: str) -> str:
         return f"α {alpha:g}, chosen on val"
     meta = _metadata_of(_stamp(checkpoint))
     named = isinstance(meta, dict) and isinstance(meta.get("decoding"), dict) and "alpha" in meta["decoding"]
-    return f"α {alpha:g}, from its model card (not chosen on val)" if named else "α 0.6, default 0.6 (not tuned)"
+    untuned = f"α {DEFAULT_ALPHA:g}, default {DEFAULT_ALPHA:g} (not tuned)"
+    return f"α {alpha:g}, from its model card (not chosen on val)" if named else untuned
 
 
 def model_facts(tr: Translator) -> dict[str, object]:

@@ -11,6 +11,7 @@ import numpy as np
 import streamlit as st
 
 from transformer import Translator
+from transformer.kinds import layer_counts
 
 from . import cached, figures, state, svg, work
 from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
@@ -162,7 +163,7 @@ def attributions(ctx: state.ViewContext, method: str) -> dict:
 
 def n_layers(tr: Translator, kind: str) -> int:
     """Layers of an attention type (encoder layers, or decoder layers for decoder self and cross)."""
-    return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
+    return layer_counts(tr.config)[kind]
 
 
 def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None = None) -> str:

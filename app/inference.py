@@ -11,31 +11,18 @@ import io
 import json
 import time
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from transformer import TranslationResult, Translator
-
-from .analysis import KINDS
+from transformer import TranslationResult, Translator, kinds
+from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.inference.DecodeSettings
+from transformer.kinds import HeadKey as HeadKey  # re-exported: app.inference.HeadKey
+from transformer.kinds import all_heads as _all_heads
 
 TOP_K = 10
 MAX_INPUT_CHARS = 5000
-
-HeadKey = tuple[str, int, int]  # (kind, layer, head), 0-based
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """Decoding settings; ``beam_size`` 1 is greedy search. Maximum output length = ``a * source + b``."""
-
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    src_lang: str | None = None  # a multilingual model's source / target language codes (None: its defaults)
-    tgt_lang: str | None = None
 
 
 def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | None]:
@@ -44,6 +31,11 @@ def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | N
         return {}
     return {"src_lang": settings.src_lang if settings.src_lang in tr.languages else None,
             "tgt_lang": settings.tgt_lang if settings.tgt_lang in tr.languages else None}
+
+
+def model_settings(tr: Translator, settings: DecodeSettings) -> DecodeSettings:
+    """``settings`` as this model takes them: language codes it does not take become its defaults (None)."""
+    return replace(settings, **{"src_lang": None, "tgt_lang": None, **language_args(tr, settings)})
 
 
 @dataclass
@@ -98,23 +90,12 @@ class Analysis:
 
 def all_heads(tr: Translator) -> list[HeadKey]:
     """Every head of the model as ``(kind, layer, head)``."""
-    cfg = tr.config
-    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
-    return [(kind, layer, head) for kind in KINDS for layer in range(layers[kind]) for head in range(cfg.n_heads)]
+    return _all_heads(tr.config)
 
 
 def build_head_mask(tr: Translator, ablated: tuple[HeadKey, ...]) -> dict[str, torch.Tensor] | None:
     """``head_mask`` for the model: 1 everywhere, 0 for each ablated head; None when nothing is ablated."""
-    if not ablated:
-        return None
-    cfg = tr.config
-    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
-    masks = {kind: torch.ones(layers[kind], cfg.n_heads, device=tr.device) for kind in KINDS}
-    for kind, layer, head in ablated:
-        if kind not in masks or not (0 <= layer < layers[kind]) or not (0 <= head < cfg.n_heads):
-            raise ValueError(f"no head {kind} layer {layer + 1} head {head + 1} in this model")
-        masks[kind][layer, head] = 0.0
-    return masks
+    return kinds.head_mask(tr.config, ablated, tr.device) if ablated else None
 
 
 def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
@@ -123,22 +104,23 @@ def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
 
 
 @torch.no_grad()
-def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings(),
+def analyse(tr: Translator, text: str, settings: DecodeSettings | None = None,
             ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K) -> Analysis:
-    """Translate ``text`` and collect every attention weight and the per-step candidates."""
+    """Translate ``text`` and collect every attention weight and the per-step candidates (``settings`` None: the
+    defaults)."""
+    settings = settings or DecodeSettings()
     start = time.perf_counter()
     head_mask = build_head_mask(tr, ablated)
-    result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
-                          max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask,
-                          **language_args(tr, settings))
+    result = tr.translate(text, model_settings(tr, settings), return_attention=False, head_mask=head_mask)
     return analysis_of(tr, result, text, settings, ablated, top_k, start)
 
 
 @torch.no_grad()
-def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: DecodeSettings = DecodeSettings(),
+def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: DecodeSettings | None = None,
                 ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, start: float | None = None) -> Analysis:
     """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
     every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
+    settings = settings or DecodeSettings()
     start = time.perf_counter() if start is None else start
     head_mask = build_head_mask(tr, ablated)
     out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
@@ -185,7 +167,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,
         "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",
-        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in KINDS},
+        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in kinds.KINDS},
     }
     return json.dumps(payload, ensure_ascii=False)
 
@@ -253,9 +235,7 @@ def unknown_characters(tokenizer: object, text: str, limit: int = 2000) -> list[
 
 def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:
     """Plain translations of several sentences (one batch)."""
-    results = tr.translate_batch(sentences, beam_size=settings.beam_size, alpha=settings.alpha,
-                                 max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
-                                 **language_args(tr, settings))
+    results = tr.translate_batch(sentences, model_settings(tr, settings))
     return [r.text for r in results]
 
 

@@ -17,6 +17,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from transformer import Tokenizer, Translator
+from transformer.decoding import DEFAULT_ALPHA
 
 from . import params as P
 from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
@@ -57,7 +58,9 @@ EXAMPLES = [
 OTHER_MODEL = "Another directory or Hub id (type it below)"
 SEARCHES = ["Beam search", "Greedy"]
 DEFAULT_VIEW = "Heatmap"
-DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: 4, ALPHA: 0.6, MAX_A: 1.5, MAX_B: 10, DEVICE: "auto"}
+_DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
+DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
+                               MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
 FRAME_KEYS = (SEARCH, BEAM, ALPHA, MAX_A, MAX_B, VIEW, VIEW_GROUP, SENTENCE, SRC_LANG, TGT_LANG)  # set or default
 FRAME_NAMES = ("text", "model", "beam", "alpha", "a", "b", "view", "s", "src", "tgt")
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
@@ -113,7 +116,7 @@ def show_notices() -> None:
 
 
 def adopt_model_decoding() -> None:
-    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, else 0.6)."""
+    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, else the default)."""
     st.session_state[ALPHA] = model_alpha(st.session_state.get(CHECKPOINT, ""))
 
 

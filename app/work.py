@@ -81,8 +81,9 @@ def source_length(tr: Translator, text: str) -> int:
 
 
 def output_limit(tr: Translator, source: int, settings: DecodeSettings) -> int:
-    """The most output positions decoding may produce for ``source`` positions."""
-    return max(1, min(int(settings.max_len_a * source + settings.max_len_b), tr.config.max_len - 1) + 1)
+    """The most output positions decoding may produce for ``source`` positions: the decoder's start token and the
+    tokens the length rule allows (``DecodeSettings.max_output_length``)."""
+    return 1 + settings.max_output_length(tr.model, source)
 
 
 def units(params: int, positions: float) -> float:

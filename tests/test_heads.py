@@ -195,6 +195,7 @@ def test_roles_follow_the_stated_thresholds():
     assert role(stats(0.5, 1.0, 0.1), "decoder", 0, 0) == "mixed"
 
 
+@pytest.mark.slow  # a whole pruning run (every curve point decoded): the fast loop leaves it out
 def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_corpus, monkeypatch):
     tr = transformer.load(tiny_checkpoint, device="cpu")
     sources, refs = corpus(tiny_corpus)
@@ -274,6 +275,7 @@ def test_a_copy_model_has_a_positional_head(tmp_path):
     assert "positional" in result["role_rules"] and "90%" in result["role_rules"]["positional"]
 
 
+@pytest.mark.slow  # a whole pruning run (every curve point decoded): the fast loop leaves it out
 def test_command_writes_every_key(tiny_checkpoint, tiny_corpus, tmp_path, capsys):
     out = tmp_path / "heads.json"
     code = main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",

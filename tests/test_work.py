@@ -39,6 +39,21 @@ def capped_notices(at) -> list[str]:
 # ------------------------------------------------------------------------------------------------ estimates
 
 
+def test_the_estimate_counts_the_output_positions_decoding_may_produce(tr):
+    """The estimate's output positions are the decoder's start token and what the one length rule
+    (``DecodeSettings.max_output_length``) lets decoding produce, even where ``a * source + b`` is below one token
+    (decoding still produces one)."""
+    for a, b in ((0.0, 0), (0.0, 1), (1.5, 10), (0.3, 2), (4.0, 200)):
+        settings = DecodeSettings(beam_size=1, max_len_a=a, max_len_b=b)
+        for source in (1, 3, 7, 20):
+            produced = max(1, min(int(a * source + b), tr.config.max_len - 1))
+            assert work.output_limit(tr, source, settings) == 1 + produced
+    text = "a man rides a red bike in the park"
+    none = DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=0)
+    out = tr.translate(text, none, return_attention=False)
+    assert len(out.decoder_input_tokens) <= work.output_limit(tr, work.source_length(tr, text), none) == 2
+
+
 def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypatch):
     monkeypatch.delenv("ATTN_MAX_WORK", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)

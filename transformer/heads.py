@@ -33,9 +33,12 @@ from .checkpoint import CheckpointError
 from .data import DataError, read_parallel
 from .evaluate import add_decoding_arguments, non_negative, score, translate_all
 from .interpret import require_eval
+from .kinds import KINDS as KINDS  # re-exported: heads.KINDS, heads.offset_weight
+from .kinds import decoder_input, head_mask, query_stats, special_key
+from .kinds import layer_counts as _layer_counts
+from .kinds import offset_weight as offset_weight
 from .translator import Translator, load
 
-KINDS = ("encoder", "decoder", "cross")
 POSITIONAL_SHARE = 0.9
 SINK_SHARE = 0.5
 TOP_SENTENCES = 5
@@ -82,16 +85,13 @@ PRUNING_NOTE = ("Michel et al.'s Figure 2: heads switched off (head mask 0) from
 
 
 def layer_counts(tr: Translator) -> dict[str, int]:
-    cfg = tr.config
-    return {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
+    """Layers of each attention kind (``transformer.kinds.layer_counts``)."""
+    return _layer_counts(tr.config)
 
 
 def head_mask_off(tr: Translator, off: Sequence[tuple[str, int, int]]) -> dict[str, torch.Tensor]:
     """Head mask (1 = on) with the heads ``(kind, layer, head)`` (0-based) switched off."""
-    mask = {k: torch.ones(n, tr.config.n_heads, device=tr.device) for k, n in layer_counts(tr).items()}
-    for kind, layer, head in off:
-        mask[kind][layer, head] = 0.0
-    return mask
+    return head_mask(tr.config, off, tr.device)
 
 
 def reference_ids(tr: Translator, text: str, tgt_lang: str | None = None) -> list[int]:
@@ -99,18 +99,6 @@ def reference_ids(tr: Translator, text: str, tgt_lang: str | None = None) -> lis
     tokenizer's ``encode_target`` (Marian: its target sentencepiece model; NLLB / M2M100: the target language's code
     first, ``tgt_lang`` or the tokenizer's default)."""
     return tr.tokenizer.encode_target(text, tgt_lang)[: tr.config.max_len - 1]
-
-
-def offset_weight(w: torch.Tensor, offset: int) -> torch.Tensor:
-    """``w (H, Q, K)`` -> the weight each query ``q`` puts on key ``q + offset``, ``(H, Q)`` (0 where there is no
-    such key)."""
-    _, q, k = w.shape
-    rows = torch.arange(q)
-    cols = rows + offset
-    ok = (cols >= 0) & (cols < k)  # (Q,)
-    out = torch.zeros(w.shape[:2], dtype=w.dtype)
-    out[:, ok] = w[:, rows[ok], cols[ok]]
-    return out
 
 
 def agreement(best: torch.Tensor, n_keys: int) -> torch.Tensor:
@@ -141,14 +129,14 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
     for i in tqdm(range(n), desc="importance", unit="sent", disable=not progress, file=sys.stderr):
         ref = reference_ids(tr, references[i])
         src = torch.tensor([tr.encode_source(sources[i])[0]], device=tr.device)  # (1, S), ends in </s>
-        tgt = torch.tensor([[cfg.bos_id, *ref]], device=tr.device)  # (1, T) decoder input, starts with <s>
         gold = torch.tensor([*ref, cfg.eos_id], device=tr.device)  # (T,)
+        tgt = torch.tensor([decoder_input(cfg.bos_id, gold.tolist())], device=tr.device)  # (1, T), <s> first
         out = model(src, tgt, return_attention=True, head_mask=gates)
         loss = F.cross_entropy(out.logits[0].float(), gold, reduction="sum")
         grads = torch.autograd.grad(loss, [gates[k] for k in KINDS])
         for k, g in zip(KINDS, grads):
             importance[k] += g.detach().abs().double().cpu()
-        attn = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+        attn = out.attentions()
         with torch.no_grad():
             for kind in KINDS:
                 for layer, a in enumerate(attn[kind]):
@@ -157,12 +145,8 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
                     if layer == 0:
                         queries[kind] += q
                     peak, best = w.max(-1)  # (H, Q)
-                    special = w[:, :, k - 1] if kind != "decoder" else w[:, :, 0]  # (H, Q): </s> or <s>
-                    values = {"entropy": torch.special.entr(w).sum(-1), "max_weight": peak,
-                              "on_end_token": special if kind != "decoder" else None,
-                              "on_start_token": special if kind == "decoder" else None,
-                              "on_previous": offset_weight(w, -1), "on_same": offset_weight(w, 0),
-                              "on_next": offset_weight(w, 1)}
+                    values = query_stats(w, special_key(kind, k))  # (H, Q) each; on_special: </s> or <s>
+                    values["on_start_token" if kind == "decoder" else "on_end_token"] = values.pop("on_special")
                     for name, v in values.items():
                         if v is not None:
                             sums[kind][name][layer] += v.sum(-1).double()

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .model import MultiHeadAttention, Transformer, decoder_self_mask, padding_mask
+from .kinds import KINDS as KINDS  # re-exported: interpret.KINDS
+from .kinds import check_kind
+from .model import MultiHeadAttention, Transformer, padding_mask
 from .outputs import Seq2SeqOutput
-
-KINDS = ("encoder", "decoder", "cross")
 
 
 @dataclass
@@ -57,7 +57,7 @@ def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAtte
         return model.decoder_layers[layer].self_attn
     if kind == "cross":
         return model.decoder_layers[layer].cross_attn
-    raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    check_kind(kind)  # a ValueError that names the kinds
 
 
 def require_eval(model: Transformer, what: str) -> None:
@@ -80,7 +80,7 @@ def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, la
     module = attention_module(model, kind, layer)
     out = internals(model, src, tgt)
     inputs = out.attention_inputs[kind][layer]
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     q_all = module.split_heads(module.q_proj(inputs.query))  # (B, H, Q, d)
     k_all, v_all = module.project_kv(inputs.key_value)  # (B, H, K, d)
     d = module.d_head
@@ -110,7 +110,7 @@ class NormAttentions:
 def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
     """The norm-based view of Kobayashi et al. (2020): how much of each key each head passes on."""
     out = internals(model, src, tgt)
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     result: dict[str, list[Tensor]] = {k: [] for k in KINDS}
     for kind in KINDS:
         for i, inputs in enumerate(out.attention_inputs[kind]):
@@ -158,22 +158,13 @@ def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_em
     the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``.
     With ``positions`` ``(N,)``, only row n's output position ``positions[n]``: ``(N, V)`` (the output projection
     over the vocabulary then runs on N vectors instead of N x T)."""
-    scale = math.sqrt(model.config.d_model) if model.config.scale_embedding else 1.0
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
-    x = src_embeds * scale + model.pe[: src.size(1)].to(src_embeds.dtype)
-    for layer in model.encoder_layers:
-        x, _ = layer(x, src_mask)
-    if model.encoder_norm is not None:
-        x = model.encoder_norm(x)
-    y = tgt_embeds * scale + model.pe[: tgt.size(1)].to(tgt_embeds.dtype)
-    self_mask = decoder_self_mask(tgt, model.config.pad_id)  # (N, 1, T, T)
-    for layer in model.decoder_layers:
-        y, _, _ = layer(y, x, self_mask, src_mask)
+    memory = model.encode(src, src_mask, src_embeds=src_embeds).last_hidden_state
+    at = None  # (N, T) bool: each row's one position
     if positions is not None:
-        y = y[torch.arange(y.size(0), device=y.device), positions]  # (N, T, D) -> (N, D)
-    if model.decoder_norm is not None:
-        y = model.decoder_norm(y)
-    logits = model.generator(y)
+        at = torch.zeros(tgt.shape, dtype=torch.bool, device=tgt.device)
+        at[torch.arange(tgt.size(0), device=tgt.device), positions] = True
+    logits = model.decode(tgt, memory, src_mask, logits_mask=at, tgt_embeds=tgt_embeds).logits  # (N, T, V) or (N, V)
     return (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits).log_softmax(dim=-1)
 
 

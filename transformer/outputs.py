@@ -66,3 +66,7 @@ class Seq2SeqOutput:
     attention_inputs: dict[str, tuple[AttentionInputs, ...]] = field(default_factory=dict)
     encoder_layer_outputs: tuple[Tensor, ...] = ()
     decoder_layer_outputs: tuple[Tensor, ...] = ()
+
+    def attentions(self) -> dict[str, tuple[Tensor, ...]]:
+        """The attention weights by kind (``transformer.kinds.KINDS``): ``"encoder"``, ``"decoder"``, ``"cross"``."""
+        return {"encoder": self.encoder_attentions, "decoder": self.decoder_attentions, "cross": self.cross_attentions}
