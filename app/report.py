@@ -96,7 +96,8 @@ def analysis_from_result(result: TranslationResult, text: str = "") -> Analysis:
         source_pieces=len(result.source_ids), unknown_pieces=0, encoder=stack(result.encoder_attentions),
         decoder=stack(result.decoder_attentions), cross=stack(result.cross_attentions),
         topk_tokens=[[] for _ in range(t)], topk_ids=np.zeros((t, 0), dtype=np.int64),
-        topk_probs=np.zeros((t, 0), dtype=np.float32), chosen_probs=np.full(t, np.nan, dtype=np.float32))
+        topk_probs=np.zeros((t, 0), dtype=np.float32), chosen_probs=np.full(t, np.nan, dtype=np.float32),
+        hit_max_len=bool(result.hit_max_len))
 
 
 def _tokens(tokens: Sequence[str]) -> dict[str, list[str]]:
@@ -231,8 +232,8 @@ def page_data(analysis: Analysis, translator: Translator | None = None, views: S
         "config": figures.PLOTLY_CONFIG, "colours": figures.HEAD_COLOURS, "buckets": figures.LINE_BUCKETS,
         "summary": {"text": a.text, "translation": a.translation, "score": a.score, "model": model,
                     "beam_size": s.beam_size, "alpha": s.alpha, "src_lang": s.src_lang, "tgt_lang": s.tgt_lang,
-                    "truncated": a.truncated, "chosen_probs": [None if np.isnan(p) else round(float(p), 4)
-                                                               for p in a.chosen_probs]},
+                    "truncated": a.truncated, "hit_max_len": a.hit_max_len,
+                    "chosen_probs": [None if np.isnan(p) else round(float(p), 4) for p in a.chosen_probs]},
     }
     views = data["views"]
     if "step" in views:
@@ -260,7 +261,10 @@ def _summary_html(data: dict[str, Any]) -> str:
     rows = [("Source", s["text"] or "".join(data["source"]["raw"])), ("Translation", s["translation"]),
             ("Score", f"{s['score']:.4f} (log-probability with the length penalty)"),
             ("Decoding", ("greedy" if s["beam_size"] <= 1 else f"beam {s['beam_size']}, length penalty α "
-                          f"{s['alpha']:g}") + (" · output cut at the length limit" if s["truncated"] else ""))]
+                          f"{s['alpha'] if s['alpha'] is not None else 'default'}") +
+                         (" · source cut to the model's length" if s["truncated"] else "") +
+                         (" · output stopped at the maximum length (not a whole translation)" if s["hit_max_len"]
+                          else ""))]
     if s["model"]:
         rows.insert(0, ("Model", s["model"]))
     if s["src_lang"] or s["tgt_lang"]:
@@ -319,11 +323,12 @@ def build_page(result: TranslationResult | Analysis, translator: Translator | No
     if isinstance(result, Analysis):
         analysis = result
     elif translator is not None:
-        analysis = analysis_of(translator, result, text, settings or DecodeSettings())
+        analysis = analysis_of(translator, result, text, settings or result.settings or
+                               DecodeSettings(alpha=translator.default_alpha))
     else:
         analysis = analysis_from_result(result, text)
-        if settings is not None:
-            analysis.settings = settings
+        if (settings or result.settings) is not None:
+            analysis.settings = settings or result.settings
     model = model or (str(translator.path) if translator is not None and translator.path else "")
     short = analysis.translation if len(analysis.translation) <= 80 else analysis.translation[:79] + "…"
     title = f"Attention explorer · {short}" if short else "Attention explorer"

@@ -45,6 +45,7 @@ class TranslationResult:
     decoder_input_tokens: list[str] = field(default_factory=list)
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
     hit_max_len: bool = False  # the output stopped at the maximum length, without EOS (cut, not whole)
+    settings: DecodeSettings | None = None  # how it was decoded (the checkpoint's own alpha filled in)
 
     def for_bertviz(self) -> dict[str, Any]:
         """The keyword arguments of BertViz's ``model_view`` / ``head_view`` for this translation:
@@ -233,7 +234,7 @@ class Translator:
                 source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
                 source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
                 decoder_input_tokens=self.tokenizer.pieces(decoder_input(self.config.bos_id, target_ids)),
-                tree=trees[i] if trees else None, hit_max_len=not eos,
+                tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen,
             )
             if return_attention:
                 out = self.attentions(src_ids, target_ids[:-1], head_mask)
