@@ -160,9 +160,10 @@ class EncoderLayer(SublayerStack):
                                                                                      AttentionInputs]:
         """``x (B, S, D)`` -> ``(output (B, S, D), weights or None)``; with ``return_inputs`` also the
         self-attention's :class:`AttentionInputs`."""
+        stream = x
         x, w, h = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
         x, _, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
-        return (x, w, AttentionInputs(h, h, mask)) if return_inputs else (x, w)
+        return (x, w, AttentionInputs(h, h, mask, stream)) if return_inputs else (x, w)
 
 
 class DecoderLayer(SublayerStack):
@@ -189,14 +190,16 @@ class DecoderLayer(SublayerStack):
         """The whole target ``x (B, T, D)`` at once (teacher forcing; :meth:`step` decodes incrementally) ->
         ``(output, self-attention weights, cross-attention weights)``; with ``return_inputs`` also both
         sub-layers' :class:`AttentionInputs`."""
+        stream_self = x
         x, self_w, h_self = self.residual(
             x, self.norm1, lambda h: self.self_attn(h, h, self_mask, need_weights, head_mask=self_head_mask))
+        stream_cross = x
         x, cross_w, h_cross = self.residual(
             x, self.norm2, lambda h: self.cross_attn(h, memory, cross_mask, need_weights, head_mask=cross_head_mask))
         x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
         if return_inputs:
-            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask),
-                    AttentionInputs(h_cross, memory, cross_mask))
+            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask, stream_self),
+                    AttentionInputs(h_cross, memory, cross_mask, stream_cross))
         return x, self_w, cross_w
 
     def step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache,
