@@ -137,11 +137,12 @@ def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
 
 
 def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
+    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` of an
     analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback (attributions)
     is passed on and is not part of the key."""
     make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
-            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
+            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
+            "alti": probes.alti}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
     run = lambda: make(get_translator(checkpoint, device), analysis, *args, **progress)
     if kind in HEAVY_KINDS:
@@ -150,4 +151,4 @@ def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *arg
 
 
 HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
-               "lens": "Reading every layer's predictions…"}
+               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…"}

@@ -25,6 +25,7 @@ from . import (
     lines,
     masks,
     positional,
+    source_prefix,
     step,
 )
 
@@ -68,6 +69,8 @@ VIEWS: dict[str, View] = {v.name: v for v in [
          positional, needs_translation=False),
     View("What drives each word", BEYOND, ":material/bolt:", "Attribution of each output piece through the whole "
          "network.", drivers),
+    View("Source or prefix", BEYOND, ":material/call_split:", "How much of each output piece comes from the source "
+         "and how much from the earlier output (ALTI+).", source_prefix),
     View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation),
     View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "
          "test set.", heads),
