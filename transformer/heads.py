@@ -209,10 +209,11 @@ ALTI_NOTE = ("ALTI+ (Ferrando et al., 2022): each attention block's output split
              "alignment_agreement: share of output steps whose strongest source piece by ALTI+ (argmax of the "
              "rolled-out source contributions) is the strongest by cross-attention: per layer (the mean over the "
              "layer's heads), and for the mean over every layer and head.")
-THRESHOLD_NOTE = (f"hallucination_threshold: the {ALTI_PERCENTILE:g}th percentile of the sentences' mean source "
-                  "share (mean over the output steps) of the model's own translations (beam search, the settings "
-                  "of this command) of the calibration split; the app flags a translation whose mean source share "
-                  "is below it as one that may be a hallucination (Dale et al., 2023: low source contribution).")
+THRESHOLD_NOTE = (f"hallucination_threshold: percentile {ALTI_PERCENTILE:g} (in %) of the sentences' mean "
+                  "source share (mean over the output steps) of the model's own translations (beam search, the "
+                  "settings of this command) of the calibration split; the app flags a translation whose mean "
+                  "source share is below it as one that may be a hallucination (Dale et al., 2023: low source "
+                  "contribution).")
 
 
 def alti_summary(tr: Translator, sources: Sequence[str], references: Sequence[str],
@@ -373,7 +374,7 @@ def print_alti(section: dict[str, Any]) -> None:
     print("ALTI+ alignment = cross-attention's strongest source piece: " +
           ", ".join(f"layer {i + 1} {a:.3f}" for i, a in enumerate(agreement["by_layer"])) +
           f", mean of all layers and heads {agreement['mean_of_layers_and_heads']:.3f}")
-    print(f"hallucination threshold (mean source share, {section['threshold_percentile']:g}th percentile of "
+    print(f"hallucination threshold (mean source share, percentile {section['threshold_percentile']:g} of "
           f"{section['threshold_split']}): {section['hallucination_threshold']:.4f}")
 
 
