@@ -345,11 +345,13 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
         go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
                hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
     mean = float(share.mean()) if len(share) else 0.0
+    back = "rgba(255,255,255,0.85)"
     fig.add_hline(y=mean, line_dash="dash", line_color="#222222", annotation_text=f"mean {mean:.2f}",
-                  annotation_position="top left")
+                  annotation_position="top left", annotation_bgcolor=back, annotation_font_size=11)
     if threshold is not None:
-        fig.add_hline(y=threshold, line_dash="dot", line_color="#c62828",
-                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right")
+        fig.add_hline(y=threshold, line_dash="dot", line_width=2, line_color="#c62828",
+                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right",
+                      annotation_bgcolor=back, annotation_font_size=11, annotation_font_color="#c62828")
     fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
                       title=dict(text=title, x=0.0), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
                                                                  yanchor="bottom"),

@@ -53,15 +53,17 @@ def render(ctx: ViewContext) -> None:
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
     threshold, section = threshold_of(ctx.tr.path)
+    percentile = f"{section['threshold_percentile']:g}" if isinstance(section.get("threshold_percentile"),
+                                                                        (int, float)) else "?"
     if threshold is not None and mean < threshold:
         st.warning(f"This translation may be a hallucination: on average only {mean:.1%} of each output piece "
                    f"comes from the source, below this model's threshold of {threshold:.1%} ("
-                   f"percentile {section.get('threshold_percentile', '?')} of the mean source shares over "
+                   f"percentile {percentile} of the mean source shares over "
                    f"{section.get('threshold_split', 'val')}; Dale et al., 2023, flag low source contribution).",
                    icon=":material/report:")
     elif threshold is not None:
         st.caption(f"Mean source share {mean:.1%}: above this model's hallucination threshold of {threshold:.1%} "
-                   f"(percentile {section.get('threshold_percentile', '?')} of the sentences' mean source share "
+                   f"(percentile {percentile} of the sentences' mean source share "
                    f"over {section.get('threshold_split', 'val')}, on the model's own translations).")
     else:
         st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
