@@ -12,6 +12,8 @@ model object at once.
 - :func:`attribute`: attribution of ``log p(labels[t])`` to every source and decoder-input piece (captum:
   input x gradient, or integrated gradients from an all-zero embedding baseline).
 - :func:`logit_lens`: the top-k next tokens each decoder layer's residual stream would give.
+- :func:`contributions`: ALTI+ (Ferrando et al., 2022), each output step's contributions from every source piece and
+  every decoder-input piece, rolled out through the layers (``source_share``: how much came from the source).
 """
 
 from __future__ import annotations
