@@ -179,11 +179,12 @@ def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
 
 
 def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
+    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` of an
     analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback (attributions)
     is passed on and is not part of the key."""
     make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
-            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
+            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
+            "alti": probes.alti}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
     tr = get_translator(checkpoint, device)
     work.spend(beyond_work(tr, kind, analysis, *args))
@@ -200,10 +201,12 @@ def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> fl
         method, steps, span = args[:3]
         first, end = span or (0, target)
         return work.attribution_work(work.parameters(tr), source, target, end - first, method, steps)
+    if kind == "alti":
+        return work.alti_work(tr, source, target)
     if kind == "beam_tree":
         return work.translation_work(tr, source, analysis.settings) if analysis.settings.beam_size > 1 else 0.0
     return work.forced_work(tr, source, target, 2 if kind == "lens" else 1)
 
 
 HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
-               "lens": "Reading every layer's predictions…"}
+               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…"}

@@ -388,3 +388,52 @@ def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Fig
     fig.update_yaxes(title_text="validation loss", secondary_y=True)
     return fig
 
+
+
+SOURCE_COLOUR, PREFIX_COLOUR = "#3182bd", "#ff7f0e"
+
+
+def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], threshold: float | None = None,
+                        title: str = "Share from the source per output piece (ALTI+)") -> go.Figure:
+    """Stacked bars per output piece: ``share (T,)`` from the source, the rest from the target prefix; a dashed line
+    at the sentence's mean source share and, when given, a dotted one at the hallucination ``threshold``."""
+    share = np.asarray(share, dtype=np.float64)
+    steps = list(range(len(share)))
+    text = [escape(t) for t in output_tokens]
+    fig = go.Figure([
+        go.Bar(x=steps, y=share, name="source", marker_color=SOURCE_COLOUR, customdata=text,
+               hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
+        go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
+               hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
+    mean = float(share.mean()) if len(share) else 0.0
+    back = "rgba(255,255,255,0.85)"
+    fig.add_hline(y=mean, line_dash="dash", line_color="#222222", annotation_text=f"mean {mean:.2f}",
+                  annotation_position="top left", annotation_bgcolor=back, annotation_font_size=11)
+    if threshold is not None:
+        fig.add_hline(y=threshold, line_dash="dot", line_width=2, line_color="#c62828",
+                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right",
+                      annotation_bgcolor=back, annotation_font_size=11, annotation_font_color="#c62828")
+    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
+                      title=dict(text=title, x=0.0), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
+                                                                 yanchor="bottom"),
+                      xaxis=_axis(unique_labels(output_tokens), "output piece",
+                                  tickangle=-60 if len(share) > 8 else 0),
+                      yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
+    return fig
+
+
+def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
+                               source_tokens: Sequence[str], prefix_tokens: Sequence[str],
+                               title: str = "Contributions to each output piece (ALTI+)") -> go.Figure:
+    """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
+    input ``target (T, T)``; a line between the two parts, each row summing to 1."""
+    s = len(source_tokens)
+    matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
+    fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
+                            query_title="output piece", key_title="source piece | target prefix",
+                            value_name="contribution", zmax=max(float(matrix.max()), 1e-9))
+    fig.add_vline(x=s - 0.5, line_width=2, line_color="#444444")
+    for x, name in ((0, "source"), (s, "target prefix")):
+        fig.add_annotation(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
+                           text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
+    return fig

@@ -160,6 +160,20 @@ def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 3
             "span": np.array([first, end])}
 
 
+def alti(tr: Translator, analysis: Analysis, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """``transformer.interpret.contributions`` (ALTI+) of the analysed sentence as numpy: ``source (T, S)``,
+    ``target (T, T)`` (the decoder input), ``source_share (T,)``, ``encoder (S, S)``, and per decoder layer
+    ``cross_layers (L, T, S)`` and ``cross_residual (L, T)``; the terms held at once within ``max_bytes``."""
+    from transformer.interpret import contributions
+
+    src, tgt, _ = _pair(tr, analysis)
+    c = contributions(tr.model, src, tgt, max_bytes=max_bytes)
+    return {"source": c.source[0].cpu().numpy(), "target": c.target[0].cpu().numpy(),
+            "source_share": c.source_share[0].cpu().numpy(), "encoder": c.encoder[0].cpu().numpy(),
+            "cross_layers": torch.stack(c.cross_layers)[:, 0].cpu().numpy(),
+            "cross_residual": torch.stack(c.cross_residual)[:, 0].cpu().numpy()}
+
+
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
     """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
     rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""

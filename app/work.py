@@ -206,6 +206,29 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str, step
         f"{lead}, over the first {rows} of the {target} output pieces only ({why})",))
 
 
+def alti_work(tr: Translator, source: int, target: int) -> float:
+    """ALTI+ on a sentence: the teacher-forced pass, and per attention block the per-token terms (each key's value
+    through W_O, ``K x d_model^2``, then each query's ``K x d_model`` terms per head and their distances)."""
+    cfg = tr.config
+    d = cfg.d_model
+
+    def block(q: int, k: int) -> float:
+        return k * d * d + q * k * d * (cfg.n_heads + 4)
+
+    per_token_terms = (cfg.n_encoder_layers * block(source, source)
+                       + cfg.n_decoder_layers * (block(target, target) + block(target, source + 1)))
+    return units(parameters(tr), source + target) + per_token_terms / UNIT
+
+
+def plan_alti(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
+    """Whether ALTI+ of this sentence fits this server's work limit, and the notice when it does not."""
+    ceiling, asked = left(), alti_work(tr, source, target)
+    if asked <= ceiling:
+        return True, []
+    return False, [f"contributions (ALTI+) not computed for this sentence (about {amount(asked)} units asked; a "
+                   "shorter sentence fits)"]
+
+
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
     return units(parameters(tr), 2 * source + target + target * decode_step(1))

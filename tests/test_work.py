@@ -76,6 +76,21 @@ def test_estimates_grow_with_every_factor(tr):
     assert ig == pytest.approx(work.parameters(tr) * 12 * 22 * 32 * 3 / work.UNIT)  # params x rows x positions
 
 
+def test_alti_runs_only_within_the_ceiling(tr, monkeypatch):
+    w = work.alti_work(tr, 10, 12)
+    assert work.alti_work(tr, 20, 12) > w and work.alti_work(tr, 10, 24) > w
+    assert w > work.units(work.parameters(tr), 22)  # more than its forward pass: the per-token terms
+    monkeypatch.setenv("ATTN_MAX_WORK", str(w * 1.01))
+    assert work.plan_alti(tr, 10, 12) == (True, [])
+    fits, notices = work.plan_alti(tr, 20, 12)
+    assert not fits and len(notices) == 1 and "not computed" in notices[0]
+    with work.request() as req:  # inside a request: planned against what is left of it, said in its one notice
+        work.spend(w * 0.5)
+        assert not work.plan_alti(tr, 10, 12)[0]
+        work.cut(work.plan_alti(tr, 10, 12)[1])
+        assert "ATTN_MAX_WORK" in req.notice() and "not computed" in req.notice()
+
+
 def test_the_beam_is_capped_only_over_the_ceiling(tr, monkeypatch):
     settings = DecodeSettings(beam_size=16, max_len_a=4.0, max_len_b=50)
     source = work.source_length(tr, LONG)

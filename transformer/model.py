@@ -193,9 +193,10 @@ class EncoderLayer(SublayerStack):
                                                                                      AttentionInputs]:
         """``x (B, S, D)`` -> ``(output (B, S, D), weights or None)``; with ``return_inputs`` also the
         self-attention's :class:`AttentionInputs`."""
+        stream = x
         x, w, h = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
         x, _, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
-        return (x, w, AttentionInputs(h, h, mask)) if return_inputs else (x, w)
+        return (x, w, AttentionInputs(h, h, mask, stream)) if return_inputs else (x, w)
 
 
 class DecoderLayer(SublayerStack):
@@ -223,18 +224,20 @@ class DecoderLayer(SublayerStack):
         once (teacher forcing). With one (incremental decoding): ``x`` holds the next ``T`` positions after the
         ``cache.length`` cached ones, whose keys and values they join; ``self_mask`` then covers those too (None: every
         one; a single new position sees all of them)."""
+        stream_self = x  # the stream each sub-layer's output is added to (ALTI+'s residual term)
         # sub-layers' forward called directly (no module hooks are ever registered here; __call__'s dispatch is a
         # tenth of a small model's decoding step)
         x, self_w, h_self = self.residual(
             x, self.norm1, lambda h: self.self_attn.forward(h, None, self_mask, need_weights,
                                                             head_mask=self_head_mask, cache=cache))
+        stream_cross = x
         x, cross_w, h_cross = self.residual(
             x, self.norm2, lambda h: self.cross_attn.forward(h, memory, cross_mask, need_weights,
                                                              head_mask=cross_head_mask, cache=cache))
         x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn.forward(h), None))
         if return_inputs:
-            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask),
-                    AttentionInputs(h_cross, memory, cross_mask))
+            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask, stream_self),
+                    AttentionInputs(h_cross, memory, cross_mask, stream_cross))
         return x, self_w, cross_w
 
 

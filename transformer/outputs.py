@@ -13,11 +13,13 @@ class AttentionInputs:
     """What one attention sub-layer was called with. ``query (B, Q, D)``: its input at the queries (after the norm
     in pre-norm); ``key_value (B, K, D)``: where keys and values come from (the same tensor as ``query`` for
     self-attention, the encoder output for cross-attention); ``mask``: bool, broadcastable to ``(B, H, Q, K)``,
-    True = may attend (None: every key)."""
+    True = may attend (None: every key); ``residual (B, Q, D)``: the stream the sub-layer's output is added to (the
+    same tensor as ``query`` in post-norm; before the norm in pre-norm), what ALTI's residual term is."""
 
     query: Tensor
     key_value: Tensor
     mask: Tensor | None
+    residual: Tensor | None = None
 
 
 @dataclass

@@ -25,6 +25,7 @@ from . import (
     lines,
     masks,
     positional,
+    source_prefix,
     step,
 )
 
@@ -70,6 +71,8 @@ VIEWS: dict[str, View] = {v.name: v for v in [
          positional, needs_translation=False),
     View("What drives each word", BEYOND, ":material/bolt:", "Attribution of each output piece through the whole "
          "network.", drivers, work_share=0.5),
+    View("Source or prefix", BEYOND, ":material/call_split:", "How much of each output piece comes from the source "
+         "and how much from the earlier output (ALTI+).", source_prefix, work_share=0.5),
     View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation,
          work_share=0.5),
     View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "
