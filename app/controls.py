@@ -57,7 +57,7 @@ def head_label(head: HeadKey) -> str:
 
 def parse_head_label(label: str) -> HeadKey | None:
     """Inverse of :func:`head_label`; None for anything else."""
-    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L(\d{1,3}) · H(\d{1,3})", str(label))
+    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L([0-9]{1,3}) · H([0-9]{1,3})", str(label))
     if not match:
         return None
     kind = {v: k for k, v in KIND_LABELS.items()}[match.group(1)]
@@ -71,7 +71,7 @@ def head_ref(head: HeadKey) -> str:
 
 def parse_head_ref(text: str) -> HeadKey | None:
     """Inverse of :func:`head_ref`; None when malformed."""
-    match = re.fullmatch(r"(encoder|decoder|cross)\.(\d{1,3})\.(\d{1,3})", str(text).strip())
+    match = re.fullmatch(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})", str(text).strip())
     if not match or int(match.group(2)) < 1 or int(match.group(3)) < 1:
         return None
     return (match.group(1), int(match.group(2)) - 1, int(match.group(3)) - 1)
@@ -244,7 +244,7 @@ def measure_control(key: str = MEASURE) -> str:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
-_SPAN = re.compile(r"(\d{1,5})-(\d{1,5})")
+_SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
 def _parse_span(text: str) -> tuple[int, int] | None:

@@ -43,10 +43,7 @@ def main() -> None:
                        initial_sidebar_state="expanded")
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
-    ignored = st.session_state.get(state.IGNORED)
-    if ignored:
-        st.info("Parts of the link were not understood and were left at their defaults: "
-                f"{md_escape(', '.join(ignored[:12]))}.", icon=":material/link_off:")
+    state.show_ignored()
     tr = frame.load_model(checkpoint, device)
     if tr is None:
         return
