@@ -47,7 +47,7 @@ def main() -> None:
     tr = frame.load_model(checkpoint, device)
     if tr is None:
         return
-    frame.show_model_facts(tr)
+    frame.show_model_facts(tr, checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
     card = catalog.model_card(tr)
     name_column, card_column = st.columns([3, 2], vertical_alignment="center")

@@ -43,7 +43,6 @@ PREVIOUS_VIEW = "_previous_view"  # the last view other than Export, for Export'
 LAST_URL = "_last_url"  # the query parameters this session last wrote
 IGNORED = "_ignored"  # link parameters the last adoption ignored, to tell the visitor
 NOTICES = "_notices"  # what was changed in the visitor's input (cut, bidirectional controls removed)
-LOAD_FAILURE = "_load_failure"
 EMPTY_SUBMIT = "_empty_submit"  # Translate was pressed on an empty box
 
 EXAMPLES = [
@@ -142,7 +141,7 @@ def show_ignored() -> None:
     st.info(f"{len(ignored)} part(s) of the link were not understood and were left at their defaults. Their names, "
             "as the link wrote them (cut short), are below; a link's text is never an instruction from this page.",
             icon=":material/link_off:")
-    lines = [shown_link_name(name) + (f"  ({why})" if why else "") for name, why in ignored[:LINK_NAMES_SHOWN]]
+    lines = [shown_link_name(name) + (f" ({why})" if why else "") for name, why in ignored[:LINK_NAMES_SHOWN]]
     if len(ignored) > LINK_NAMES_SHOWN:
         lines.append(f"… and {len(ignored) - LINK_NAMES_SHOWN:,} more not shown")
     st.text("\n".join(lines))
