@@ -44,9 +44,20 @@ REPEATS = ("A piece that occurs more than once carries its position after a dot 
            "position 3, counting from 1), so each keeps its own row and column.")
 
 
+# What GitHub-flavoured Markdown turns into a link even when escaped (Streamlit's Markdown finds bare addresses in
+# the text after escapes are resolved): "www.", "scheme://" and "name@host". A word joiner (U+2060, invisible) inside
+# each keeps it text.
+_AUTOLINK = re.compile(r"(?i)(www)(\.)|(:)(//)|(@)")
+WORD_JOINER = "\u2060"
+
+
 def md_escape(text: object) -> str:
-    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed."""
-    return MD_SPECIAL.sub(r"\\\1", str(text))
+    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed, and never
+    as a link: a bare address (``www.x``, ``https://x``, ``a@b.c``) gets an invisible word joiner that stops GFM's
+    autolinks (a backslash does not)."""
+    text = _AUTOLINK.sub(lambda m: WORD_JOINER.join(g for g in m.groups() if g) if m.group(5) is None
+                         else WORD_JOINER + "@", str(text))
+    return MD_SPECIAL.sub(r"\\\1", text)
 
 
 def head_label(head: HeadKey) -> str:

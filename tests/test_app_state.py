@@ -131,6 +131,25 @@ def test_a_link_puts_no_markdown_and_no_link_into_the_page(app_env):
     assert any(line.startswith("n" * 32 + "… (+4,968 characters)") for line in lines)
 
 
+def test_escaped_text_holds_no_bare_address_markdown_would_link():
+    """md_escape's text is never a link: GitHub-flavoured Markdown (Streamlit's) links bare addresses found in the
+    text after escapes are resolved, so a backslash is not enough (seen in Chromium: ``?model=www.evil.example``
+    made a live link in the load error). The oracle: the patterns of mdast-util-gfm-autolink-literal, run on the
+    text a visitor reads."""
+    import re
+
+    from app.controls import md_escape
+
+    url = re.compile(r"(https?://|www(?=\.))([-.\w]+)", re.IGNORECASE)
+    email = re.compile(r"([-.\w+]+)@([-\w]+(?:\.[-\w]+)+)")
+    for text in ("Sign in at https://evil.example/login", "www.evil.example", "WWW.Evil.example", "mail x@evil.example",
+                 "ftp://a.b and http://c.d"):
+        shown = plain(md_escape(text))
+        assert not url.search(shown) and not email.search(shown), shown
+        assert shown.replace("\u2060", "") == text  # reads (and copies, but for an invisible joiner) as written
+    assert md_escape("checkpoints/a.b (c)") == "checkpoints/a\\.b \\(c\\)"  # everything else as before
+
+
 def test_link_numbers_are_ascii_digits_only():
     """Issue #37, 5: ``layer=٣`` (Arabic-Indic three), ``1_0`` or a fullwidth digit are not numbers in a link."""
     from app import controls, params
