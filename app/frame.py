@@ -181,7 +181,7 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
         except Exception as err:  # anything else from loading: still one clear message
             message = catalog.visitor_message(f"{type(err).__name__}: {err}")
         cached.LOAD_FAILURES.remember(checkpoint, device, message)
-        if checkpoint == catalog.default_checkpoint() and fallback_model(checkpoint, device):
+        if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(checkpoint, device):
             st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
@@ -195,19 +195,20 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
 
 
 def fallback_model(broken: str, device: str) -> str | None:
-    """A model to open instead of ``broken``: the first checkpoint directory that passes its check and has not
-    failed to load here (in public mode, of the allow-list), or None."""
+    """A model to open instead of ``broken``: the first allow-listed checkpoint directory that passes its check and
+    has not failed to load here, or None."""
     usable = [i.path for i in cached.get_checkpoint_list() if i.problem is None]
-    candidates = [m for m in catalog.allowed_models() if m in usable] if catalog.public_mode() else usable
-    return next((m for m in candidates if m != broken and cached.LOAD_FAILURES.get(m, device) is None), None)
+    return next((m for m in catalog.allowed_models()
+                 if m in usable and m != broken and cached.LOAD_FAILURES.get(m, device) is None), None)
 
 
 def fall_back_from_a_broken_default(device: str) -> None:
-    """When the page would open the default model and it is broken (its check fails, or it failed to load on this
-    server), open a working model instead, with a notice naming both (short names only) and why."""
+    """Public mode: when the page would open the default model and it is broken (its check fails, or it failed to
+    load on this server), open a working allow-listed model instead, with a notice naming both (short names only)
+    and why. A local server shows the default's error instead (whoever runs it can fix it or pick another)."""
     ss = st.session_state
     default = catalog.default_checkpoint()
-    if ss.get(state.CHECKPOINT, "").strip() != default:
+    if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
         return
     problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
         or cached.LOAD_FAILURES.get(default, device)
