@@ -77,6 +77,11 @@ class LoadFailures:
         with self._lock:
             self._items.pop((checkpoint, device), None)
 
+    def clear(self) -> None:
+        """Forget every failure."""
+        with self._lock:
+            self._items.clear()
+
 
 LOAD_FAILURES = LoadFailures()
 
