@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import re
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
-from transformer.checkpoint_files import METADATA_FILE, read_metadata
+from transformer.checkpoint_files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.translator import chosen_alpha
 
 
@@ -296,7 +295,7 @@ def _heads_problem(folder: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, MAX_METADATA_BYTES)  # size and nesting bounded as metadata.json's
     except (OSError, ValueError) as err:
         return f"heads.json is not valid JSON: {err}"
     return None if isinstance(data, dict) and "importance" in data else "heads.json holds no head importance"
@@ -307,7 +306,7 @@ def load_heads(path: str | Path | None) -> dict | None:
     if path is None or not (Path(path) / "heads.json").is_file():
         return None
     try:
-        data = json.loads((Path(path) / "heads.json").read_text(encoding="utf-8"))
+        data = read_json(Path(path) / "heads.json", MAX_METADATA_BYTES)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and "importance" in data else None

@@ -9,7 +9,6 @@ imports transformers. The registry (``transformer.families``) opens them through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -23,11 +22,7 @@ from . import check_renamed, load_renamed, missing_hf_files, read_config_json, r
 
 def is_marian_dir(path: str | Path) -> bool:
     """Whether ``path`` holds a Hugging Face Marian checkpoint (its ``config.json`` says ``model_type: marian``)."""
-    config = Path(path) / "config.json"
-    try:
-        return json.loads(config.read_text(encoding="utf-8")).get("model_type") == "marian"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return (read_config_json(path) or {}).get("model_type") == "marian"
 
 
 def config_from_marian(hf: dict) -> TransformerConfig:
