@@ -12,6 +12,8 @@ request. Exports are built when a visitor asks for the file, never while the pag
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,47 @@ def get_translator(checkpoint: str, device: str) -> Translator:
 
 
 RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
+
+
+class LoadFailures:
+    """The models that failed to load in this server process, for every session: (checkpoint, device) -> (the
+    checkpoint's files as they were, the visitor's message), the last ``most``. A second visitor is told at once
+    instead of repeating the failure; a change to the checkpoint's files, or "Try again", forgets it."""
+
+    def __init__(self, most: int = 64) -> None:
+        self.most = most
+        self._items: OrderedDict[tuple[str, str], tuple[object, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, checkpoint: str, device: str) -> str | None:
+        """The remembered message, or None (never failed, or its files changed since)."""
+        stamp = catalog.files_stamp(checkpoint)
+        with self._lock:
+            found = self._items.get((checkpoint, device))
+            if found is None or found[0] != stamp:
+                return None
+            self._items.move_to_end((checkpoint, device))
+            return found[1]
+
+    def remember(self, checkpoint: str, device: str, message: str) -> None:
+        stamp = catalog.files_stamp(checkpoint)
+        with self._lock:
+            self._items[(checkpoint, device)] = (stamp, message)
+            self._items.move_to_end((checkpoint, device))
+            while len(self._items) > self.most:
+                self._items.popitem(last=False)
+
+    def forget(self, checkpoint: str, device: str) -> None:
+        with self._lock:
+            self._items.pop((checkpoint, device), None)
+
+    def clear(self) -> None:
+        """Forget every failure."""
+        with self._lock:
+            self._items.clear()
+
+
+LOAD_FAILURES = LoadFailures()
 
 
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:

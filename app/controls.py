@@ -45,9 +45,20 @@ REPEATS = ("A piece that occurs more than once carries its number after a dot (�
            "number.")
 
 
+# What GitHub-flavoured Markdown turns into a link even when escaped (Streamlit's Markdown finds bare addresses in
+# the text after escapes are resolved): "www.", "scheme://" and "name@host". A word joiner (U+2060, invisible) inside
+# each keeps it text.
+_AUTOLINK = re.compile(r"(?i)(www)(\.)|(:)(//)|(@)")
+WORD_JOINER = "\u2060"
+
+
 def md_escape(text: object) -> str:
-    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed."""
-    return MD_SPECIAL.sub(r"\\\1", str(text))
+    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed, and never
+    as a link: a bare address (``www.x``, ``https://x``, ``a@b.c``) gets an invisible word joiner that stops GFM's
+    autolinks (a backslash does not)."""
+    text = _AUTOLINK.sub(lambda m: WORD_JOINER.join(g for g in m.groups() if g) if m.group(5) is None
+                         else WORD_JOINER + "@", str(text))
+    return MD_SPECIAL.sub(r"\\\1", text)
 
 
 def head_label(head: HeadKey) -> str:
@@ -58,7 +69,7 @@ def head_label(head: HeadKey) -> str:
 
 def parse_head_label(label: str) -> HeadKey | None:
     """Inverse of :func:`head_label`; None for anything else."""
-    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L(\d{1,3}) · H(\d{1,3})", str(label))
+    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L([0-9]{1,3}) · H([0-9]{1,3})", str(label))
     if not match:
         return None
     kind = {v: k for k, v in KIND_LABELS.items()}[match.group(1)]
@@ -72,7 +83,7 @@ def head_ref(head: HeadKey) -> str:
 
 def parse_head_ref(text: str) -> HeadKey | None:
     """Inverse of :func:`head_ref`; None when malformed."""
-    match = re.fullmatch(r"(encoder|decoder|cross)\.(\d{1,3})\.(\d{1,3})", str(text).strip())
+    match = re.fullmatch(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})", str(text).strip())
     if not match or int(match.group(2)) < 1 or int(match.group(3)) < 1:
         return None
     return (match.group(1), int(match.group(2)) - 1, int(match.group(3)) - 1)
@@ -252,7 +263,7 @@ def measure_control(key: str = MEASURE) -> str:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
-_SPAN = re.compile(r"(\d{1,5})-(\d{1,5})")
+_SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
 def _parse_span(text: str) -> tuple[int, int] | None:

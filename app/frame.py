@@ -28,6 +28,7 @@ def sidebar() -> tuple[str, str]:
     ss = st.session_state
     with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
+        fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))
         model_picker()
         devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
                                      if torch.cuda.is_available() else [])
@@ -47,12 +48,15 @@ def sidebar() -> tuple[str, str]:
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
-    checkpoint = ss[state.CHECKPOINT].strip()
+    return ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE])
+
+
+def _device(choice: str) -> str:
+    """The device a choice of the Device picker resolves to (``"auto"``: CUDA when present); CPU when unusable."""
     try:
-        device = str(transformer.resolve_device(ss[state.DEVICE]))
+        return str(transformer.resolve_device(choice))
     except transformer.CheckpointError:
-        device = "cpu"
-    return checkpoint, device
+        return "cpu"
 
 
 def number(name: str, value: float) -> str:
@@ -77,13 +81,12 @@ def model_picker() -> None:
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
     if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
-        allowed = [m for m in catalog.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
-            [catalog.default_checkpoint()]
         broken = {i.path: i.problem for i in infos if i.problem}
+        allowed = [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
         if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
-            st.warning(f"{md_escape(ss[state.CHECKPOINT])} is unavailable on this server "
+            st.warning(f"{md_escape(catalog.short_name(ss[state.CHECKPOINT]))} is unavailable on this server "
                        f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
-                       f"{md_escape(allowed[0])} opens instead.", icon=":material/block:")
+                       f"{md_escape(catalog.short_name(allowed[0]))} opens instead.", icon=":material/block:")
         if ss.get(state.MODEL_CHOICE) not in allowed:
             ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
 
@@ -91,9 +94,9 @@ def model_picker() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
             state.adopt_model_decoding()
 
-        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
+        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,  # never a path of the server
                      format_func=lambda p: Path(p).name if p in usable else
-                     catalog.hub_label(p) if p in catalog.MULTILINGUAL else p)
+                     catalog.hub_label(p) if p in catalog.MULTILINGUAL else catalog.short_name(p))
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         if ss[state.CHECKPOINT] in usable:
             st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
@@ -121,8 +124,9 @@ def model_picker() -> None:
             st.caption(f":material/block: {md_escape(info.path)} is unavailable: {md_escape(info.problem)}")
 
 
-def show_model_facts(tr: Translator) -> None:
-    """Sizes, parameters and the scores of the model card, in the sidebar."""
+def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
+    """Sizes, parameters and the scores of the model card, in the sidebar (where it was loaded from: in public mode
+    the model's short name, never the server's path)."""
     with st.sidebar:
         facts = catalog.model_facts(tr)
         st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
@@ -141,7 +145,8 @@ def show_model_facts(tr: Translator) -> None:
                            "view.")
             if not meta:
                 st.caption("No metadata.json in this checkpoint.")
-            st.caption(f"Loaded from {md_escape(tr.path)}")
+            where = catalog.short_name(checkpoint or Path(str(tr.path)).name) if catalog.public_mode() else tr.path
+            st.caption(f"Loaded from {md_escape(where)}")
 
 
 class DownloadProgress:
@@ -163,12 +168,11 @@ class DownloadProgress:
 
 
 def load_model(checkpoint: str, device: str) -> Translator | None:
-    """The cached model, or None after showing a clear message (failures are remembered per session)."""
-    ss = st.session_state
-    failure = ss.get(state.LOAD_FAILURE)
-    if failure and failure[:2] == (checkpoint, device):
-        message = failure[2]
-    else:
+    """The cached model, or None after showing a clear message. Failures are remembered for the whole server
+    (``cached.LOAD_FAILURES``), so the next visitor is told at once; when the default model fails, the run starts
+    again and :func:`fall_back_from_a_broken_default` opens a working one."""
+    message = cached.LOAD_FAILURES.get(checkpoint, device)
+    if message is None:
         try:
             if catalog.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
                 catalog.download(checkpoint, DownloadProgress(checkpoint))
@@ -177,16 +181,47 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
             message = catalog.visitor_message(err)
         except Exception as err:  # anything else from loading: still one clear message
             message = catalog.visitor_message(f"{type(err).__name__}: {err}")
-        ss[state.LOAD_FAILURE] = (checkpoint, device, message)
+        cached.LOAD_FAILURES.remember(checkpoint, device, message)
+        if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(checkpoint, device):
+            st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")
     if st.button("Try again", key="retry_load"):
-        ss.pop(state.LOAD_FAILURE, None)
+        cached.LOAD_FAILURES.forget(checkpoint, device)
         st.rerun()
     return None
+
+
+def fallback_model(broken: str, device: str) -> str | None:
+    """A model to open instead of ``broken``: the first allow-listed checkpoint directory that passes its check and
+    has not failed to load here, or None."""
+    usable = [i.path for i in cached.get_checkpoint_list() if i.problem is None]
+    return next((m for m in catalog.allowed_models()
+                 if m in usable and m != broken and cached.LOAD_FAILURES.get(m, device) is None), None)
+
+
+def fall_back_from_a_broken_default(device: str) -> None:
+    """Public mode: when the page would open the default model and it is broken (its check fails, or it failed to
+    load on this server), open a working allow-listed model instead, with a notice naming both (short names only)
+    and why. A local server shows the default's error instead (whoever runs it can fix it or pick another)."""
+    ss = st.session_state
+    default = catalog.default_checkpoint()
+    if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
+        return
+    problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
+        or cached.LOAD_FAILURES.get(default, device)
+    other = fallback_model(default, device) if problem else None
+    if other is None:
+        return
+    ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE] = other  # the picker is drawn after this
+    if "alpha" not in (ss.get(state.LAST_URL) or {}):  # the model's own length penalty, unless the link set one
+        state.adopt_model_decoding()
+    st.warning(f"The default model {md_escape(catalog.short_name(default))} could not be opened "
+               f"({md_escape(catalog.visitor_message(problem))}); {md_escape(catalog.short_name(other))} opens "
+               "instead.", icon=":material/swap_horiz:")
 
 
 def use_example() -> None:

@@ -49,14 +49,11 @@ def page(req: work.Request) -> None:
                        initial_sidebar_state="expanded")
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
-    ignored = st.session_state.get(state.IGNORED)
-    if ignored:
-        st.info("Parts of the link were not understood and were left at their defaults: "
-                f"{md_escape(', '.join(ignored[:12]))}.", icon=":material/link_off:")
+    state.show_ignored()
     tr = frame.load_model(checkpoint, device)
     if tr is None:
         return
-    frame.show_model_facts(tr)
+    frame.show_model_facts(tr, checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
     card = catalog.model_card(tr)
     name_column, card_column = st.columns([3, 2], vertical_alignment="center")

@@ -50,6 +50,18 @@ def make_corpus(directory: Path, src: str = "en", tgt: str = "de", sizes: dict[s
     return directory
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_load_failures():
+    """The app remembers load failures for the whole server process (``app.cached.LOAD_FAILURES``); the tests share
+    one process, so each test starts with none (a Hub id that one test made fail must not fail the next)."""
+    yield
+    import sys
+
+    cached = sys.modules.get("app.cached")
+    if cached is not None:
+        cached.LOAD_FAILURES.clear()
+
+
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("corpus"))

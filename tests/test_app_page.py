@@ -17,7 +17,8 @@ torch.set_num_threads(1)
 
 
 def infos(at) -> str:
-    return " ".join(plain(i.value) for i in at.info)
+    """The page's notices, with the names of a link's ignored parameters listed as plain text below one."""
+    return " ".join([plain(i.value) for i in at.info] + [t.value for t in at.text])
 
 
 def test_the_box_and_the_examples_apply_at_once(app_env, tr):
