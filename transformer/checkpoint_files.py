@@ -137,7 +137,7 @@ def check_vocab(tokenizer: TokenizerProtocol, config: TransformerConfig) -> None
 _TEXT = ("language_pair", "domain", "training_command", "data_dir", "device", "torch", "source", "converted_from",
          "beam_scoring")
 _COUNTS = ("steps", "parameters", "world_size", "languages")
-_OBJECTS = ("final_validation", "val_beam5", "decoding")
+_OBJECTS = ("final_validation", "val_beam5")  # "decoding": read leniently (chosen_alpha: else the default)
 _LISTS = ("history", "commands_run", "val_choice")
 
 
@@ -148,7 +148,7 @@ def _is_number(value: object) -> bool:
 def metadata_problem(metadata: object) -> str | None:
     """Why parsed ``metadata.json`` cannot be used, or None: it must be an object whose keys that the code reads
     have their types (text, counts, objects, lists; ``history``: objects with numeric ``step``, ``val_bleu``,
-    ``val_loss``; ``decoding.alpha`` a number; a ``test...`` score a number or an object)."""
+    ``val_loss``; a ``test...`` score a number or an object)."""
     if not isinstance(metadata, dict):
         return "it is not a JSON object"
     wrong = [k for k in _TEXT if k in metadata and not isinstance(metadata[k], str)]
@@ -162,8 +162,6 @@ def metadata_problem(metadata: object) -> str | None:
     if any(not isinstance(h, dict) or any(k in h and not _is_number(h[k]) for k in ("step", "val_bleu", "val_loss"))
            for h in metadata.get("history", [])):
         return "'history' holds an entry that is not an object of numbers (step, val_bleu, val_loss)"
-    if "alpha" in metadata.get("decoding", {}) and not _is_number(metadata["decoding"]["alpha"]):
-        return "'decoding.alpha' is not a number"
     return None
 
 
