@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from transformer import kinds
-from transformer.kinds import KIND_NAMES as KIND_NAMES  # re-exported: app.analysis.KINDS, KIND_NAMES
-from transformer.kinds import KINDS as KINDS
+from transformer.network import kinds
+from transformer.network.kinds import KIND_NAMES as KIND_NAMES  # re-exported: app.analysis.KINDS, KIND_NAMES
+from transformer.network.kinds import KINDS as KINDS
 
 AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
                "decoder": ("output token (query = the step producing it)", "decoder input (key)"),

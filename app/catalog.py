@@ -13,7 +13,7 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
-from transformer.checkpoint_files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
+from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.decoding import DEFAULT_ALPHA
 from transformer.translator import chosen_alpha
 
@@ -46,7 +46,7 @@ def resolve_checkpoint(checkpoint: str) -> str:
 def needs_download(checkpoint: str) -> bool:
     """Whether loading ``checkpoint`` would download it: a Hub id (not a local directory) whose files are not in the
     local Hugging Face cache yet (looked up on disk only)."""
-    from transformer.hub import looks_like_hub_id
+    from transformer.checkpoint.hub import looks_like_hub_id
 
     name = resolve_checkpoint(checkpoint)
     if not name or Path(name).expanduser().exists() or not looks_like_hub_id(name):
@@ -65,7 +65,7 @@ def needs_download(checkpoint: str) -> bool:
 def download(checkpoint: str, progress: Callable[[int, int, str], None]) -> None:
     """Fetch a Hub checkpoint into the local cache, telling ``progress(done_bytes, total_bytes, file)``; raises
     ``transformer.CheckpointError`` (too large, unknown, offline) with a clear message."""
-    from transformer.hub import resolve_checkpoint_dir
+    from transformer.checkpoint.hub import resolve_checkpoint_dir
 
     resolve_checkpoint_dir(resolve_checkpoint(checkpoint), progress)
 
@@ -92,7 +92,7 @@ def model_alpha(checkpoint: str) -> float:
     if stamp is None and checkpoint.strip():
         path = Path(resolve_checkpoint(checkpoint)).expanduser()
         if (path / "config.json").is_file():  # another family's directory: its defaults
-            from transformer.families import family_of_dir
+            from transformer.checkpoint.families import family_of_dir
 
             with contextlib.suppress(transformer.CheckpointError):
                 low, high = ALPHA_RANGE
@@ -314,8 +314,8 @@ def local_dir(checkpoint: str) -> Path | None:
 def _checkpoint_info(folder: Path, name: str) -> CheckpointInfo:
     """One checkpoint directory as the picker lists it, as ``name`` (its problem, when the check fails)."""
     from transformer.checkpoint import check_checkpoint_dir
-    from transformer.families import family_of_dir
-    from transformer.families.ours import FAMILY as OURS
+    from transformer.checkpoint.families import family_of_dir
+    from transformer.checkpoint.families.ours import FAMILY as OURS
 
     meta = read_metadata_or_none(folder / METADATA_FILE)  # unusable metadata: listed without scores
     test = meta.get("test_2016_flickr")
@@ -347,7 +347,7 @@ def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int], ...] | None:
 def short_name(checkpoint: str) -> str:
     """How the page names a model: ``checkpoints/...`` and a Hub id as written (what a link names), any other local
     directory by its last part (never the server's path)."""
-    from transformer.hub import looks_like_hub_id
+    from transformer.checkpoint.hub import looks_like_hub_id
 
     if checkpoint.startswith("checkpoints/") and ".." not in checkpoint:
         return checkpoint
@@ -388,7 +388,7 @@ MULTILINGUAL = {"facebook/nllb-200-distilled-600M": ("NLLB-200, 200 languages", 
 
 def hub_models() -> list[str]:
     """The Hub ids the picker suggests: every family's (``transformer.families``), OPUS-MT first."""
-    from transformer.families import hub_models as suggested
+    from transformer.checkpoint.families import hub_models as suggested
 
     return list(dict.fromkeys([*OPUS_MT, *suggested()]))
 
@@ -400,7 +400,7 @@ def hub_label(repo_id: str) -> str:
         return f"{repo_id} (OPUS-MT, from the Hub)"
     if repo_id not in MULTILINGUAL:
         return f"{repo_id} (from the Hub)"
-    from transformer.hub import max_download_mb
+    from transformer.checkpoint.hub import max_download_mb
 
     what, size_mb = MULTILINGUAL[repo_id]
     limit = max_download_mb()

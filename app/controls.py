@@ -11,7 +11,7 @@ import numpy as np
 import streamlit as st
 
 from transformer import Translator
-from transformer.kinds import layer_counts
+from transformer.network.kinds import layer_counts
 
 from . import cached, figures, state, svg, work
 from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from transformer import TranslationResult, Translator, kinds
+from transformer import TranslationResult, Translator
 from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.inference.DecodeSettings
-from transformer.kinds import HeadKey as HeadKey  # re-exported: app.inference.HeadKey
-from transformer.kinds import all_heads as _all_heads
+from transformer.network import kinds
+from transformer.network.kinds import HeadKey as HeadKey  # re-exported: app.inference.HeadKey
+from transformer.network.kinds import all_heads as _all_heads
 
 TOP_K = 10
 MAX_INPUT_CHARS = 5000

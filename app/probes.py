@@ -15,7 +15,7 @@ import torch
 
 import transformer
 from transformer import Transformer, Translator
-from transformer.kinds import decoder_input
+from transformer.network.kinds import decoder_input
 
 from .inference import Analysis, model_settings, stack_layers
 

@@ -117,7 +117,7 @@ class CT2Batch:
 
 
 def export_for_bench(translator: Translator, out_dir: str | Path) -> Path:
-    from transformer.ctranslate2_export import export_ctranslate2
+    from transformer.exchange.ctranslate2_export import export_ctranslate2
 
     return export_ctranslate2(translator.path, Path(out_dir) / "ct2", force=True)
 

@@ -54,9 +54,9 @@ def import_base(tree: Path, tmp: Path) -> Any:
 
 def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) -> dict[str, Any]:
     import transformer as ours
-    from transformer.beam_transformers import beam_search_transformers
-    from transformer.kinds import head_mask
-    from transformer.weights import decoding_layout
+    from transformer.decoding.beam_transformers import beam_search_transformers
+    from transformer.network.kinds import head_mask
+    from transformer.network.weights import decoding_layout
 
     reps = 3 if quick else 1
     result: dict[str, Any] = {}

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.model import Transformer, TransformerConfig, positional_encoding
-from transformer.training import keep_freed_memory, training_loss
+from transformer.network.model import Transformer, TransformerConfig, positional_encoding
+from transformer.training.step import keep_freed_memory, training_loss
 
 from .common import median, percentile, sync, time_interleaved
 

@@ -11,7 +11,7 @@ import sentencepiece as spm
 import torch
 import transformers
 
-from transformer.families.fairseq_codes import NLLB_CODES
+from transformer.checkpoint.families.fairseq_codes import NLLB_CODES
 
 # (tokenizer, encoder layers, decoder layers, d_model, heads, ffn, activation, scale_embedding, tied)
 CONFIGS = {

@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from transformer import Transformer
-from transformer.families.m2m100 import config_from_m2m100
-from transformer.families.marian import config_from_marian
+from transformer.checkpoint.families.m2m100 import config_from_m2m100
+from transformer.checkpoint.families.marian import config_from_marian
 from transformer.interpret import block_terms, contributions
-from transformer.masks import decoder_self_mask, padding_mask
-from transformer.model import TransformerConfig
+from transformer.network.masks import decoder_self_mask, padding_mask
+from transformer.network.model import TransformerConfig
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,7 @@ pytest.importorskip("streamlit")
 from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from transformer.heads import KINDS, ranked_heads, run  # noqa: E402
+from transformer.interpret.heads import KINDS, ranked_heads, run  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -108,7 +108,7 @@ def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus,
     import shutil
 
     import transformer
-    from transformer.heads import run
+    from transformer.interpret.heads import run
 
     ckpt = tmp_path / "tiny"
     shutil.copytree(tiny_checkpoint, ckpt)

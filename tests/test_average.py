@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transformer import Transformer, TransformerConfig, load_model_dir, save_checkpoint
-from transformer.average import main, save_step_file, unique_state
+from transformer.training.average import main, save_step_file, unique_state
 
 
 def models(tokenizer, n: int, **overrides) -> list[Transformer]:

@@ -7,7 +7,7 @@ from conftest import tiny_model
 
 import transformer
 from transformer import Transformer, beam_search, length_penalty
-from transformer.model import padding_mask
+from transformer.network.model import padding_mask
 
 torch.set_num_threads(1)
 

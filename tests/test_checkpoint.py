@@ -182,7 +182,7 @@ HOSTILE_CONFIGS = {  # issue #37, 2: each took the server down (memory) or minut
 
 @pytest.mark.parametrize("name", HOSTILE_CONFIGS)
 def test_a_hostile_config_is_refused_before_anything_is_allocated(ckpt, monkeypatch, name):
-    import transformer.model as model_module
+    import transformer.network.model as model_module
     from transformer.checkpoint import check_checkpoint_dir
 
     built = []
@@ -228,7 +228,7 @@ def test_an_oversized_or_deeply_nested_config_is_refused(ckpt):
          positional_layout="fairseq"),
 ])
 def test_model_bytes_is_what_the_model_holds(config):
-    from transformer.config import model_bytes
+    from transformer.network.config import model_bytes
 
     cfg = TransformerConfig(**config)
     with torch.device("meta"):
@@ -238,9 +238,9 @@ def test_model_bytes_is_what_the_model_holds(config):
 
 
 def test_the_memory_limit_admits_the_real_models_the_app_offers_and_is_set_by_the_environment(ckpt, monkeypatch):
-    from transformer.config import max_model_mb, model_bytes
-    from transformer.families.m2m100 import config_from_m2m100
-    from transformer.families.marian import config_from_marian
+    from transformer.checkpoint.families.m2m100 import config_from_m2m100
+    from transformer.checkpoint.families.marian import config_from_marian
+    from transformer.network.config import max_model_mb, model_bytes
 
     monkeypatch.delenv("ATTN_MAX_MODEL_MB", raising=False)
     nllb = config_from_m2m100({"vocab_size": 256206, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,

@@ -11,8 +11,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 import transformer  # noqa: E402
 from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa: E402
-from transformer.ctranslate2_export import export_ctranslate2, main  # noqa: E402
 from transformer.decoding import output_limits  # noqa: E402
+from transformer.exchange.ctranslate2_export import export_ctranslate2, main  # noqa: E402
 
 SENTENCES = ["A man rides a bike.", "Two people are walking on the beach.", "A girl plays with a red ball in the park.",
              "The dog runs.", "A woman in a blue street with two children", "boy"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.data import DataError, download_multi30k, read_parallel, token_batches
+from transformer.training.data import DataError, download_multi30k, read_parallel, token_batches
 
 
 def test_read_parallel_reads_aligned_lines(tiny_corpus: Path) -> None:
@@ -93,7 +93,7 @@ def test_download_reports_missing_file(local_server, tmp_path: Path) -> None:
 
 
 def test_pad_sequences_matches_a_hand_written_loop():
-    from transformer.data import pad_sequences
+    from transformer.network.masks import pad_sequences
 
     seqs = [[5, 6, 7], [8], [], [9, 10]]
     out = pad_sequences(seqs, pad_id=0)

@@ -243,8 +243,8 @@ def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
     """The decoding fast paths (``column_major_weights``: every matrix stored column-major; ``decode_step`` writing
     into a reused ``out``; searches keeping their logits in two reused buffers) agree with the plain model."""
     from transformer import save_checkpoint
-    from transformer.tokenizer import Tokenizer
-    from transformer.weights import column_major_weights
+    from transformer.checkpoint.tokenizer import Tokenizer
+    from transformer.network.weights import column_major_weights
 
     plain = make_model(11, **MODELS[name])
     fast = column_major_weights(copy.deepcopy(plain))
@@ -289,7 +289,7 @@ def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
 def test_prepacked_output_projection_agrees_and_steps_aside(name):
     """``OutputProjection.pack`` (oneDNN's prepacked GEMM for CPU decoding) gives the plain layer's numbers and the
     same translations; it is not used with gradients, after the weight changes in place, or in a copy."""
-    from transformer.weights import decoding_layout
+    from transformer.network.weights import decoding_layout
 
     plain = make_model(12, **MODELS[name])
     fast = decoding_layout(copy.deepcopy(plain))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer import evaluate
+from transformer.training import evaluate
 
 
 def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture) -> None:

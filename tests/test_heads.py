@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 import transformer
-import transformer.heads as heads
+import transformer.interpret.heads as heads
 from transformer import Tokenizer, Transformer, TransformerConfig
-from transformer.evaluate import score, translate_all
-from transformer.heads import KINDS, analyse_heads, head_mask_off, main, reference_ids, role, run
+from transformer.interpret.heads import KINDS, analyse_heads, head_mask_off, main, reference_ids, role, run
+from transformer.training.evaluate import score, translate_all
 
 torch.set_num_threads(1)
 
@@ -254,8 +254,8 @@ def test_a_copy_model_has_a_positional_head(tmp_path):
     ids = [tok.encode(s) for s in lines]
     for _ in range(250):
         rows = [ids[rng.randrange(len(ids))] for _ in range(32)]
-        src = transformer.data.pad_sequences([r + [cfg.eos_id] for r in rows], cfg.pad_id)
-        tgt = transformer.data.pad_sequences([[cfg.bos_id] + r + [cfg.eos_id] for r in rows], cfg.pad_id)
+        src = transformer.network.masks.pad_sequences([r + [cfg.eos_id] for r in rows], cfg.pad_id)
+        tgt = transformer.network.masks.pad_sequences([[cfg.bos_id] + r + [cfg.eos_id] for r in rows], cfg.pad_id)
         logits = model(src, tgt[:, :-1]).logits
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), ignore_index=cfg.pad_id)
         optimizer.zero_grad()

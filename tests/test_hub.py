@@ -8,7 +8,7 @@ import pytest
 
 import transformer
 from transformer import CheckpointError
-from transformer.hub import check_repo_size, download_repo, files_to_fetch, max_download_mb, repo_size_mb
+from transformer.checkpoint.hub import check_repo_size, download_repo, files_to_fetch, max_download_mb, repo_size_mb
 
 
 class FakeApi:

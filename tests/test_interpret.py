@@ -154,7 +154,7 @@ def test_integrated_gradients_are_complete():
 @pytest.mark.parametrize("method,steps,per_item", [("integrated_gradients", 32, 4), ("integrated_gradients", 20, 3),
                                                     ("input_x_gradient", 32, 1)])
 def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeypatch):
-    import transformer.interpret as interpret
+    import transformer.interpret.methods as interpret
 
     model = tiny(False)
     calls, forward = [], []

@@ -14,7 +14,7 @@ from conftest import tiny_model
 
 from transformer import beam_search, greedy_decode
 from transformer.interpret import KINDS, attribute, head_computation, logit_lens, value_norms
-from transformer.model import Transformer, decoder_self_mask, padding_mask
+from transformer.network.model import Transformer, decoder_self_mask, padding_mask
 
 torch.set_num_threads(1)
 
@@ -209,7 +209,7 @@ def test_interpretation_is_unaffected_by_another_visitor():
 def test_attribute_and_analyse_heads_refuse_a_training_model_and_leave_it_so(tr):
     """Switching a shared model to eval mode and back would change it under every other visitor: a model in
     training mode is refused instead, and left as it was."""
-    from transformer.heads import analyse_heads
+    from transformer.interpret.heads import analyse_heads
 
     model = tiny(False).train()
     with pytest.raises(ValueError, match="eval mode"):

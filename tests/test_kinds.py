@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from transformer import TransformerConfig, kinds
+from transformer import TransformerConfig
+from transformer.network import kinds
 
 
 def random_weights(h: int, q: int, k: int, seed: int = 0) -> torch.Tensor:

@@ -11,9 +11,9 @@ import torch
 from conftest import tiny_model
 
 from transformer import beam_search, greedy_decode, length_penalty
-from transformer.beam_transformers import beam_search_transformers
-from transformer.kv_cache import KVCache
-from transformer.model import Transformer, padding_mask
+from transformer.decoding.beam_transformers import beam_search_transformers
+from transformer.network.kv_cache import KVCache
+from transformer.network.model import Transformer, padding_mask
 
 torch.set_num_threads(1)
 

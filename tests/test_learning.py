@@ -76,7 +76,7 @@ def test_tiny_model_learns_to_copy(norm_first: bool):
 
 
 def test_branch_init_scale_touches_exactly_the_residual_branches():
-    from transformer.weights import scale_residual_branches
+    from transformer.network.weights import scale_residual_branches
 
     cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=2,
                             n_decoder_layers=2, d_ff=32)

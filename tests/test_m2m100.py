@@ -14,10 +14,10 @@ transformers = pytest.importorskip("transformers")
 from m2m100_models import CONFIGS, LANGS, lang_id, save_m2m100, train_spm  # noqa: E402
 
 import transformer  # noqa: E402
-from transformer.families import family_for, family_of_dir  # noqa: E402
-from transformer.families.fairseq_codes import NLLB_CODES  # noqa: E402
-from transformer.families.fairseq_tokenizer import FairseqTokenizer  # noqa: E402
-from transformer.families.m2m100 import load_m2m100_model  # noqa: E402
+from transformer.checkpoint.families import family_for, family_of_dir  # noqa: E402
+from transformer.checkpoint.families.fairseq_codes import NLLB_CODES  # noqa: E402
+from transformer.checkpoint.families.fairseq_tokenizer import FairseqTokenizer  # noqa: E402
+from transformer.checkpoint.families.m2m100 import load_m2m100_model  # noqa: E402
 
 torch.set_num_threads(1)
 SENTENCES = ["A man rides a red bike.", "Two dogs play in the park!", "A girl, a boy and a dog walk home.",
@@ -66,7 +66,7 @@ def test_the_positional_table_is_fairseqs():
 def test_tokenization_equals_transformers(tmp_path, spm_dir, kind):
     _, ref, path = save_m2m100(tmp_path, spm_dir, "nllb" if kind == "nllb" else "m2m100")
     tok = FairseqTokenizer.from_dir(path)
-    assert isinstance(tok, transformer.tokenizer.TokenizerProtocol)
+    assert isinstance(tok, transformer.checkpoint.tokenizer.TokenizerProtocol)
     en, de, fr = LANGS[kind]
     assert {en, de, fr} <= set(tok.languages) and (tok.default_src, tok.default_tgt) == (en, de)
     for text in [*SENTENCES, "", "spaced   out", "x" * 50]:  # (edge spaces: see FairseqTokenizer.encode)
@@ -149,7 +149,7 @@ def test_the_gnmt_search_and_the_beam_tree_force_the_language_too(tmp_path, spm_
 
 def test_convert_from_hf_equals_direct_loading(tmp_path, spm_dir, capsys):
     from transformer.checkpoint import check_checkpoint_dir
-    from transformer.convert import main
+    from transformer.exchange.convert import main
 
     for name in ("nllb", "m2m100"):
         _, _, path = save_m2m100(tmp_path, spm_dir, name)
@@ -222,7 +222,7 @@ def test_the_logit_lens_ranks_without_sorting_the_vocabulary(tmp_path, spm_dir):
 def test_the_heads_command_reads_references_with_the_target_language(tmp_path, spm_dir):
     """A reference translation's ids as the decoder produces them: the target code, then the pieces (as
     ``tokenizer(text_target=...)`` without its </s>)."""
-    from transformer.heads import reference_ids
+    from transformer.interpret.heads import reference_ids
 
     _, tok, path = save_m2m100(tmp_path, spm_dir, "nllb")
     tr = transformer.load(path, device="cpu")

@@ -14,7 +14,7 @@ import sentencepiece as spm  # noqa: E402
 
 import transformer  # noqa: E402
 from transformer import TransformerConfig  # noqa: E402
-from transformer.marian import load_marian_model  # noqa: E402
+from transformer.checkpoint.families.marian import load_marian_model  # noqa: E402
 
 torch.set_num_threads(1)
 SENTENCES = ["A man rides a red bike.", "Two dogs play in the park!", "A girl, a boy and a dog walk home.",
@@ -86,7 +86,7 @@ def test_tokenization_and_greedy_translation_equal_transformers(tmp_path, marian
     hf, path = save_marian(tmp_path, vocab, files=marian_files)
     ref_tok = MarianTokenizer.from_pretrained(path)
     tr = transformer.load(path, device="cpu")
-    assert isinstance(tr.tokenizer, transformer.tokenizer.SplitTokenizer) and tr.config.activation == "swish"
+    assert isinstance(tr.tokenizer, transformer.checkpoint.tokenizer.SplitTokenizer) and tr.config.activation == "swish"
     for text in SENTENCES:
         assert tr.encode_source(text)[0] == ref_tok(text)["input_ids"]
     pad = vocab["<pad>"]
@@ -176,7 +176,7 @@ def test_old_config_files_load_with_the_papers_defaults():
 
 def test_convert_writes_one_of_our_checkpoints(tmp_path, marian_files, capsys):
     from transformer.checkpoint import check_checkpoint_dir
-    from transformer.convert import main
+    from transformer.exchange.convert import main
 
     hf, path = save_marian(tmp_path, marian_files[1], files=marian_files)
     out = tmp_path / "converted"

@@ -414,7 +414,7 @@ def test_logits_mask_gives_the_full_logits_rows():
 def test_cpu_dropout_drops_p_and_rescales_the_rest():
     """The CPU training dropout: the dropped fraction is p (within 5 standard errors over 10^6 units), kept units
     are scaled by 1 / (1 - p) so the mean is kept, the gradient is the same mask, and evaluation is the identity."""
-    from transformer.dropout import Dropout
+    from transformer.network.dropout import Dropout
 
     p, n = 0.3, 1_000_000
     drop = Dropout(p).train()
@@ -440,7 +440,7 @@ def test_cpu_dropout_drops_p_and_rescales_the_rest():
 def test_attention_dropout_in_cpu_training_is_the_explicit_arithmetic():
     """Training on a CPU with attention dropout: the output is (dropout(softmax(QK^T / sqrt d)) V) W_o, with
     the dropout mask recomputed by hand from the same seed."""
-    from transformer.model import MultiHeadAttention
+    from transformer.network.model import MultiHeadAttention
 
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 2, dropout=0.4).train()
@@ -544,7 +544,7 @@ def test_one_attention_with_and_without_a_cache():
     """A decoder layer fed one position at a time through its cache gives the numbers (and, asked, the weights) of
     the whole target at once: the same attention, residual and norm code; the fused Q|K|V matrix projects as the
     three separate ones do."""
-    from transformer.kv_cache import LayerCache
+    from transformer.network.kv_cache import LayerCache
 
     model = tiny_model(seed=3)
     layer, sa = model.decoder_layers[1], model.decoder_layers[1].self_attn

@@ -248,7 +248,7 @@ def test_the_image_names_the_models_it_offers():
 def test_hub_files_come_from_the_revision_whose_sizes_were_checked(monkeypatch, tmp_path):
     import huggingface_hub
 
-    from transformer.hub import download_repo
+    from transformer.checkpoint.hub import download_repo
 
     storage = tmp_path / "models--someone--model"
     calls = []
@@ -273,7 +273,7 @@ def test_hub_files_come_from_the_revision_whose_sizes_were_checked(monkeypatch, 
 
 
 def test_visitors_never_see_internal_urls_or_paths(repo, monkeypatch):
-    import transformer.hub as hub
+    import transformer.checkpoint.hub as hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("ATTN_MODELS", "checkpoints/good,someone/model")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import transformer
-from transformer.data import read_parallel
-from transformer.evaluate import score, translate_all
+from transformer.training.data import read_parallel
+from transformer.training.evaluate import score, translate_all
 
 
 def _scored(folder: Path) -> bool:

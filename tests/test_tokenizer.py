@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transformer import Tokenizer
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer.checkpoint.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 NASTY = [
     "",

@@ -16,7 +16,7 @@ from conftest import tiny_model
 from safetensors.torch import load_file
 
 import transformer
-from transformer import train
+from transformer.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,9 +103,9 @@ def _read(path: Path) -> str:
 
 
 def test_non_finite_loss_stops_without_writing(tiny_corpus: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    import transformer.training
+    import transformer.training.step
 
-    real = transformer.training.smoothed_cross_entropy
+    real = transformer.training.step.smoothed_cross_entropy
     calls = {"n": 0}
 
     def poisoned(*args, **kwargs):
@@ -113,7 +113,7 @@ def test_non_finite_loss_stops_without_writing(tiny_corpus: Path, tmp_path: Path
         loss = real(*args, **kwargs)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(transformer.training, "smoothed_cross_entropy", poisoned)
+    monkeypatch.setattr(transformer.training.step, "smoothed_cross_entropy", poisoned)
     run = tmp_path / "run"
     assert train.main(small_args(tiny_corpus, run, 20, "--save-every", "100", "--eval-every", "100")) == 1
     assert "loss became nan at step 5" in capsys.readouterr().err
@@ -175,7 +175,7 @@ def test_smoothed_cross_entropy_equals_torchs(eps: float) -> None:
     """The hand-written loss and gradient equal ``F.cross_entropy`` with label smoothing, row by row."""
     import torch.nn.functional as F
 
-    from transformer.training import smoothed_cross_entropy
+    from transformer.training.step import smoothed_cross_entropy
 
     g = torch.Generator().manual_seed(3)
     logits = (3 * torch.randn(40, 57, generator=g, dtype=torch.float64)).requires_grad_()
@@ -216,7 +216,7 @@ def test_keep_freed_memory_on_glibc() -> None:
     """On glibc (this project's Linux machines) the malloc settings are taken; elsewhere nothing happens."""
     import platform
 
-    from transformer.training import keep_freed_memory
+    from transformer.training.step import keep_freed_memory
 
     result = keep_freed_memory()
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":

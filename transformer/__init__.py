@@ -8,8 +8,11 @@
     result = translator.translate("A man rides a bike.", beam_size=4)
 """
 
-from .checkpoint import CheckpointError, load_model_dir, resolve_device, save_checkpoint
-from .decoding import (
+from .checkpoint.families.ours import load_model_dir
+from .checkpoint.files import CheckpointError, resolve_device
+from .checkpoint.save import save_checkpoint
+from .checkpoint.tokenizer import Tokenizer, TokenizerProtocol
+from .decoding.search import (
     DEFAULT_ALPHA,
     BeamNode,
     BeamTree,
@@ -19,7 +22,7 @@ from .decoding import (
     greedy_decode,
     length_penalty,
 )
-from .model import (
+from .network.model import (
     DecoderOutput,
     EncoderOutput,
     Seq2SeqOutput,
@@ -31,7 +34,6 @@ from .model import (
     positional_encoding,
     scaled_dot_product_attention,
 )
-from .tokenizer import Tokenizer, TokenizerProtocol
 from .translator import TranslationResult, Translator, load
 
 __all__ = [

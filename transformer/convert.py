@@ -1,73 +1,8 @@
-"""``python -m transformer.convert --from-hf ID_OR_DIR --out DIR``: a Hugging Face checkpoint as one of ours.
+"""``python -m transformer.convert``, the command as the docs show it. The code lives in
+``transformer.exchange.convert``; this module only runs it and hands its names on."""
 
-Reads a ``save_pretrained`` directory or a Hugging Face Hub id (downloaded with huggingface_hub after a size check)
-of any family the registry knows (``transformer.families``: Marian / OPUS-MT, NLLB-200 / M2M100), converts the
-weights and writes a checkpoint directory: ``config.json`` (our ``TransformerConfig`` with the family's fields, e.g.
-Marian's swish and sin|cos positions, NLLB's pre-norm and fairseq positions), ``model.safetensors``, the family's
-tokenizer files (Marian: ``source.spm``, ``target.spm``, ``vocab.json``; NLLB / M2M100: ``sentencepiece.bpe.model``,
-``tokenizer.json`` or ``vocab.json``) and ``metadata.json`` naming the source. Our runtime never imports
-transformers.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
-import shutil
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-
-from .checkpoint import (
-    CONFIG_FILE,
-    METADATA_FILE,
-    WEIGHTS_FILE,
-    CheckpointError,
-    save_weights,
-)
-from .families import family_of_dir
-from .hub import resolve_checkpoint_dir
-from .translator import Translator, load
-
-
-def convert(source: str, out: str | Path) -> Translator:
-    """Convert ``source`` (a directory or Hub id of a Hugging Face checkpoint of a registered family) into the
-    checkpoint directory ``out``."""
-    path = resolve_checkpoint_dir(source)
-    family = family_of_dir(path)
-    if not family.model_types:
-        raise CheckpointError(f"{source} is not a Hugging Face checkpoint (its config.json has no model_type): "
-                              "it is one of ours already")
-    tr = load(path, device="cpu")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tr.config.save(out / CONFIG_FILE)
-    save_weights(tr.model, out / WEIGHTS_FILE)
-    for name in family.copied_files:
-        if (path / name).is_file():
-            shutil.copyfile(path / name, out / name)
-    metadata = {**tr.metadata, "converted_from": str(source), "converted_by": "python -m transformer.convert",
-                "parameters": tr.model.num_parameters()}
-    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-    return load(out, device="cpu")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m transformer.convert", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from-hf", required=True, help="Hub id (e.g. Helsinki-NLP/opus-mt-en-de) or a local directory")
-    p.add_argument("--out", required=True, help="the checkpoint directory to write")
-    args = p.parse_args(argv)
-    try:
-        tr = convert(args.from_hf, args.out)
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    cfg = tr.config
-    print(f"wrote {args.out}: {tr.model.num_parameters():,} parameters, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
-          f"layers, d_model {cfg.d_model}, {cfg.n_heads} heads, vocabulary {cfg.tgt_vocab_size:,}")
-    return 0
-
+from .exchange.convert import *  # noqa: F403
+from .exchange.convert import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,14 +10,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import resolve_device
-from .data import pad_sequences
-from .decoding import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, search
-from .hub import resolve_checkpoint_dir
-from .kinds import decoder_input
-from .model import Transformer
-from .tokenizer import TokenizerProtocol
-from .weights import decoding_layout
+from .checkpoint.families import family_of_dir
+from .checkpoint.files import resolve_device
+from .checkpoint.hub import resolve_checkpoint_dir
+from .checkpoint.tokenizer import TokenizerProtocol
+from .decoding.search import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, search
+from .network.kinds import decoder_input
+from .network.masks import pad_sequences
+from .network.model import Transformer
+from .network.weights import decoding_layout
 
 
 @dataclass
@@ -254,8 +255,6 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
     another family is converted on load. A Hub download calls ``progress(done_bytes, total_bytes, file)`` as it
     goes. Raises ``CheckpointError`` with a clear message.
     """
-    from .families import family_of_dir
-
     dev = resolve_device(device)
     path = resolve_checkpoint_dir(path_or_hub_id, progress)
     model, tokenizer, metadata = family_of_dir(path).load(path, str(path_or_hub_id))

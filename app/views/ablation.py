@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from transformer.heads import KINDS, ranked_heads
+from transformer.interpret.heads import KINDS, ranked_heads
 
 from .. import cached, controls, figures, inference, work
 from ..analysis import KIND_NAMES, first_numbers

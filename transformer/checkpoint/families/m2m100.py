@@ -15,11 +15,11 @@ from typing import Any
 
 from torch import Tensor
 
-from ..checkpoint_files import CheckpointError, loadable
-from ..model import Transformer, TransformerConfig
-from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
+from ...network.model import Transformer, TransformerConfig
+from ..files import CheckpointError, loadable
 from .fairseq_tokenizer import SPM_FILE, FairseqTokenizer
 from .marian import state_dict_from_marian
+from .shared import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 

@@ -1,13 +1,5 @@
-"""The model families the explorer opens, one module each, and the registry that picks one for a checkpoint.
-
-A family maps a checkpoint's ``config.json`` (Hugging Face ``model_type``, or our own ``TransformerConfig``) to our
-``TransformerConfig``, renames and checks its weights, and builds its tokenizer (a
-:class:`transformer.tokenizer.TokenizerProtocol`). ``transformer.load``, ``transformer.convert --from-hf``, the
-checkpoint check, the app's catalog and the heads command ask the registry; none holds a family-specific branch.
-
-Adding a family = one module with a ``FAMILY`` object meeting :class:`Family` + one line in :data:`FAMILIES` + its
-tests (see ``docs/families.md``).
-"""
+"""What every model family shares: the :class:`Family` protocol and the helpers that read a Hugging Face
+checkpoint directory (its ``config.json``, its weights, renamed and checked against our ``Transformer``)."""
 
 from __future__ import annotations
 
@@ -15,9 +7,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 
-from ..checkpoint_files import MAX_CONFIG_BYTES, CheckpointError, read_json
-from ..model import Transformer, TransformerConfig
+from ...network.model import Transformer, TransformerConfig
+from ..files import MAX_CONFIG_BYTES, CheckpointError, read_json
 from ..tokenizer import TokenizerProtocol
 
 
@@ -61,73 +55,10 @@ def read_config_json(path: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _families() -> list[Family]:
-    from . import m2m100, marian, ours
-
-    return [ours.FAMILY, marian.FAMILY, m2m100.FAMILY]  # ours first: a config.json of ours has no model_type
-
-
-FAMILIES: list[Family] = []  # filled on first use (the modules import this package's helpers)
-
-
-def families() -> list[Family]:
-    """Every registered family, ours first."""
-    if not FAMILIES:
-        FAMILIES.extend(_families())
-    return FAMILIES
-
-
-def family_for(config_json: dict[str, Any] | None) -> Family:
-    """The family of a checkpoint, from its ``config.json`` (None or no ``model_type``: ours). An unknown
-    ``model_type`` is a ``CheckpointError`` naming the ones we open."""
-    model_type = (config_json or {}).get("model_type")
-    for family in families():
-        if model_type in family.model_types or (model_type is None and not family.model_types):
-            return family
-    known = sorted(t for f in families() for t in f.model_types)
-    raise CheckpointError(f"model_type {model_type!r} is not a family this explorer opens (it opens our own "
-                          f"checkpoints and model_type {', '.join(map(repr, known))})")
-
-
-def family_of_dir(path: str | Path) -> Family:
-    """The family of a checkpoint directory (``family_for`` its ``config.json``)."""
-    return family_for(read_config_json(path))
-
-
-def tokenizer_family(path: str | Path) -> Family | None:
-    """The family whose tokenizer files ``path`` holds (our own checkpoints keep a converted model's tokenizer)."""
-    return next((f for f in families() if f.has_tokenizer(Path(path))), None)
-
-
-def missing_files(path: str | Path) -> list[str]:
-    """Required files absent from a checkpoint directory, as its family requires them (ours: config, weights and a
-    tokenizer: ``tokenizer.model`` or a converted family's tokenizer files)."""
-    try:
-        return family_of_dir(path).missing_files(Path(path))
-    except CheckpointError:  # an unknown model_type: judged as one of ours
-        from .ours import FAMILY
-
-        return FAMILY.missing_files(Path(path))
-
-
-def open_tokenizer(path: Path) -> TokenizerProtocol:
-    """The checkpoint's tokenizer, as its family builds it (ours: ``tokenizer.model``); ``CheckpointError`` when it
-    does not open."""
-    family = tokenizer_family(path)
-    try:
-        return family.tokenizer(path)
-    except CheckpointError:
-        raise
-    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
-        raise CheckpointError(f"{path}: {', '.join(family.tokenizer_files)} is not a usable tokenizer: {err}") from err
-
-
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The state dict of a Hugging Face directory: ``model.safetensors``, else ``pytorch_model.bin`` (tensors only,
     ``torch.load(weights_only=True)``: never unpickles code)."""
     if (path / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
         return load_file(str(path / "model.safetensors"))
     if (path / "pytorch_model.bin").is_file():
         return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
@@ -137,8 +68,6 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 def weight_shapes(path: Path) -> dict[str, list[int]]:
     """Names and shapes of the weights in ``model.safetensors`` (header only) or ``pytorch_model.bin`` (loaded)."""
     if (path / "model.safetensors").is_file():
-        from safetensors import safe_open
-
         try:
             with safe_open(str(path / "model.safetensors"), "pt") as f:
                 return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
@@ -161,11 +90,6 @@ def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], fami
             model.tgt_embed.weight.copy_(state["tgt_embed.weight"])
             model.generator.weight.copy_(state["generator.weight"])
     return model.eval()
-
-
-def hub_models() -> list[str]:
-    """The Hub ids every family suggests, in registry order."""
-    return [m for f in families() for m in f.hub_models]
 
 
 def check_renamed(path: Path, config: TransformerConfig, rename: Any, family: str) -> TransformerConfig:

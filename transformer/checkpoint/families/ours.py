@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ..checkpoint_files import (
+from ...network.model import Transformer, TransformerConfig
+from ..files import (
     CONFIG_FILE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
@@ -22,9 +23,38 @@ from ..checkpoint_files import (
     read_metadata,
     resolve_device,
 )
-from ..model import Transformer, TransformerConfig
-from ..tokenizer import TokenizerProtocol
-from . import missing_files, open_tokenizer, tokenizer_family
+from ..tokenizer import Tokenizer, TokenizerProtocol
+from .converted import CONVERTED, converted_family
+from .shared import Family, read_config_json
+
+
+def tokenizer_family(path: str | Path) -> Family | None:
+    """The family whose tokenizer files ``path`` holds: ours (``tokenizer.model``) first, then the converted families
+    (a checkpoint of ours converted from one keeps its tokenizer)."""
+    return next((f for f in (FAMILY, *CONVERTED) if f.has_tokenizer(Path(path))), None)
+
+
+def open_tokenizer(path: Path) -> TokenizerProtocol:
+    """The checkpoint's tokenizer, as its family builds it (ours: ``tokenizer.model``); ``CheckpointError`` when it
+    does not open."""
+    family = tokenizer_family(path)
+    try:
+        return family.tokenizer(path)
+    except CheckpointError:
+        raise
+    except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
+        raise CheckpointError(f"{path}: {', '.join(family.tokenizer_files)} is not a usable tokenizer: {err}") from err
+
+
+def missing_files(path: str | Path) -> list[str]:
+    """Required files absent from a checkpoint directory, as its family requires them (ours: config, weights and a
+    tokenizer: ``tokenizer.model`` or a converted family's tokenizer files; an unknown ``model_type`` is judged as
+    one of ours)."""
+    try:
+        family = converted_family(read_config_json(path)) or FAMILY
+    except CheckpointError:
+        family = FAMILY
+    return family.missing_files(Path(path))
 
 
 def read_config(path: Path) -> TransformerConfig:
@@ -92,8 +122,6 @@ class OursFamily:
         return (path / TOKENIZER_FILE).is_file()
 
     def tokenizer(self, path: Path) -> TokenizerProtocol:
-        from ..tokenizer import Tokenizer
-
         try:
             return Tokenizer(path / TOKENIZER_FILE)
         except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto

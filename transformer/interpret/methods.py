@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .kinds import KINDS as KINDS  # re-exported: interpret.KINDS
-from .kinds import check_kind
-from .model import MultiHeadAttention, Transformer, padding_mask
-from .outputs import Seq2SeqOutput
+from ..network.kinds import KINDS as KINDS  # re-exported: interpret.KINDS
+from ..network.kinds import check_kind
+from ..network.model import MultiHeadAttention, Transformer, padding_mask
+from ..network.outputs import Seq2SeqOutput
 
 
 @dataclass

@@ -4,7 +4,7 @@ OPUS-MT models are the paper's architecture with a few differences, each a named
 SiLU ("swish") feed-forward activation, a sin-half / cos-half positional table, a bias on the output logits,
 and decoding that starts from ``<pad>``. This module reads the Hugging Face files directly (``config.json``,
 ``model.safetensors`` or, only through ``torch.load(weights_only=True)``, ``pytorch_model.bin``); it never
-imports transformers. The registry (``transformer.families``) opens them through :data:`FAMILY`.
+imports transformers. The registry (``transformer.checkpoint.families``) opens them through :data:`FAMILY`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..checkpoint_files import CheckpointError, loadable
-from ..model import Transformer, TransformerConfig
+from ...network.model import Transformer, TransformerConfig
+from ..files import CheckpointError, loadable
 from ..tokenizer import SplitTokenizer
-from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
+from .shared import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
 
 
 def is_marian_dir(path: str | Path) -> bool:

@@ -34,8 +34,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-from .kv_cache import KVCache
-from .model import Transformer, padding_mask
+from ..network.kv_cache import KVCache
+from ..network.model import Transformer, padding_mask
 
 SCORINGS = ("gnmt", "transformers")
 DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoints that name none

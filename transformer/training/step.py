@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .data import pad_sequences
+from ..checkpoint.tokenizer import Tokenizer
+from ..network.masks import pad_sequences
+from ..network.model import Transformer
+from ..translator import Translator
 from .evaluate import translate_all
-from .model import Transformer
-from .tokenizer import Tokenizer
-from .translator import Translator
 
 
 def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int = 0, cooldown: int = 0) -> float:

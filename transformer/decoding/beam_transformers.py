@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .decoding import Hypotheses, beam_search
-from .model import Transformer
+from ..network.model import Transformer
+from .search import Hypotheses, beam_search
 
 
 def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 1.0,

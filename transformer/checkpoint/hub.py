@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import REQUIRED_FILES, CheckpointError
+from .files import REQUIRED_FILES, CheckpointError
 
 DEFAULT_MAX_DOWNLOAD_MB = 1500.0
 # other frameworks' weights and exports that a load never reads (OPUS-MT repos carry TensorFlow, Rust and Flax

@@ -1,11 +1,5 @@
-"""Checkpoint directories: ``config.json``, ``model.safetensors``, ``tokenizer.model``, ``metadata.json``.
-
-No pickle anywhere. ``load`` takes a local directory or a Hugging Face Hub repo id.
-
-Saving lives here; checking and loading are the registry's (``transformer.families``, our own format in
-``transformer.families.ours``) and the file names and low-level readers are ``transformer.checkpoint_files``'s.
-Every name is re-exported here, so ``transformer.checkpoint`` stays the public entry point.
-"""
+"""Saving a checkpoint directory: ``config.json``, ``model.safetensors`` (no pickle), ``tokenizer.model``,
+``metadata.json``."""
 
 from __future__ import annotations
 
@@ -16,25 +10,9 @@ from typing import Any
 
 from safetensors.torch import save_model
 
-from .checkpoint_files import (
-    CONFIG_FILE,
-    METADATA_FILE,
-    REQUIRED_FILES,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
-    CheckpointError,
-    resolve_device,
-)
-from .families import missing_files
-from .families.ours import check_checkpoint_dir, load_model_dir, read_config
-from .model import Transformer
+from ..network.model import Transformer
+from .files import CONFIG_FILE, METADATA_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from .tokenizer import Tokenizer
-
-__all__ = [
-    "CONFIG_FILE", "METADATA_FILE", "REQUIRED_FILES", "TOKENIZER_FILE", "WEIGHTS_FILE", "CheckpointError",
-    "check_checkpoint_dir", "load_model_dir", "missing_files", "read_config", "resolve_device", "save_checkpoint",
-    "save_weights",
-]
 
 
 def save_weights(model: Transformer, path: str | Path) -> None:

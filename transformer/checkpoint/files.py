@@ -1,7 +1,7 @@
 """The files of one of our checkpoint directories and their low-level readers (no model family involved).
 
-``transformer.checkpoint`` (saving and the public entry points) and ``transformer.families`` (which opens each
-family's checkpoints) both build on this module; it imports neither.
+``transformer.checkpoint`` (saving and the public entry points) and ``transformer.checkpoint.families`` (which opens
+each family's checkpoints) both build on this module; it imports neither.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 
-from .config import check_loadable
-from .model import Transformer, TransformerConfig
+from ..network.config import check_loadable
+from ..network.model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer, TokenizerProtocol
 
 CONFIG_FILE = "config.json"

@@ -1,0 +1,30 @@
+"""Decoding (the paper's section 6.1): greedy and beam search with the length penalty, over the model's key/value
+cache.
+
+    search.py             ``DecodeSettings``, the length rule, greedy search and the one beam search with its two
+                          scoring rules (GNMT / fairseq and Hugging Face transformers)
+    beam_transformers.py  ``beam_search_transformers``: that beam search under transformers' rules (Marian / OPUS-MT)
+
+The names below are the public entry point (``from transformer.decoding import DecodeSettings``).
+"""
+
+from .beam_transformers import beam_search_transformers
+from .search import (
+    DEFAULT_ALPHA,
+    SCORINGS,
+    BeamNode,
+    BeamTree,
+    DecodeSettings,
+    Hypotheses,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    max_output_length,
+    output_limits,
+    search,
+)
+
+__all__ = [
+    "DEFAULT_ALPHA", "SCORINGS", "BeamNode", "BeamTree", "DecodeSettings", "Hypotheses", "beam_search",
+    "beam_search_transformers", "greedy_decode", "length_penalty", "max_output_length", "output_limits", "search",
+]
