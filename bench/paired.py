@@ -52,6 +52,15 @@ def import_base(tree: Path, tmp: Path) -> Any:
     return importlib.import_module("transformer_base")
 
 
+def base_module(home: str, flat: str) -> Any:
+    """A module of the base tree: where it lives in this layout (``transformer/network/weights.py``), else where an
+    older, flat ``transformer/`` kept it (``transformer/weights.py``)."""
+    try:
+        return importlib.import_module(f"transformer_base.{home}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"transformer_base.{flat}")
+
+
 def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) -> dict[str, Any]:
     import transformer as ours
     from transformer.decoding.beam_transformers import beam_search_transformers
@@ -62,8 +71,8 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-paired-") as tmp:
         base = import_base(base_tree, Path(tmp))
-        base_bst = importlib.import_module("transformer_base.beam_transformers").beam_search_transformers
-        base_layout = importlib.import_module("transformer_base.weights").decoding_layout
+        base_bst = base_module("decoding.beam_transformers", "beam_transformers").beam_search_transformers
+        base_layout = base_module("network.weights", "weights").decoding_layout
         t_ours, t_base = ours.load(checkpoint, device="cpu"), base.load(checkpoint, device="cpu")
         lines = read_sentences(data_dir) or [f"A man in a red shirt walks {i} dogs past the old church."
                                              for i in range(64)]
