@@ -85,7 +85,7 @@ def chosen_alpha(metadata: object) -> float:
 class Translator:
     """A model, its tokenizer and decoding settings. Beam search scores hypotheses by the ``scoring`` rules:
     ``"gnmt"`` (fairseq's search, GNMT length penalty) or ``"transformers"`` (Hugging Face ``generate``'s, so an
-    OPUS-MT model translates here exactly as there; see ``transformer.beam_transformers``); by default the rules
+    OPUS-MT model translates here exactly as there; see ``decoding.beam_transformers``); by default the rules
     named in the checkpoint's metadata (``beam_scoring``), else ``"gnmt"``."""
 
     def __init__(self, model: Transformer, tokenizer: TokenizerProtocol, metadata: dict[str, Any] | None = None,
@@ -250,7 +250,7 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
          progress: Callable[[int, int, str], None] | None = None) -> Translator:
     """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
 
-    ``device="auto"`` takes CUDA when present. The checkpoint's family (``transformer.families``: ours, Marian /
+    ``device="auto"`` takes CUDA when present. The checkpoint's family (``checkpoint.families``: ours, Marian /
     OPUS-MT, NLLB-200 / M2M100, from its ``config.json``) opens it; a ``save_pretrained`` directory or Hub id of
     another family is converted on load. A Hub download calls ``progress(done_bytes, total_bytes, file)`` as it
     goes. Raises ``CheckpointError`` with a clear message.

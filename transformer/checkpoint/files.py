@@ -75,7 +75,7 @@ def read_json(path: Path, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> ob
 
 
 def loadable(config: TransformerConfig, where: str) -> TransformerConfig:
-    """``config`` when a process may build it (``transformer.config.check_loadable``: sizes within bounds, the model
+    """``config`` when a process may build it (``network.config.check_loadable``: sizes within bounds, the model
     within ``$ATTN_MAX_MODEL_MB``); else ``CheckpointError`` naming ``where`` (the config's file)."""
     try:
         check_loadable(config)

@@ -120,7 +120,7 @@ def looks_like_hub_id(text: str) -> bool:
 def resolve_checkpoint_dir(path_or_hub_id: str | Path, progress: Callable[[int, int, str], None] | None = None) -> Path:
     """A local directory as it is; otherwise download the files a load needs from the Hugging Face Hub repo of that
     id (sizes checked against ``$ATTN_MAX_DOWNLOAD_MB`` first; ``progress(done_bytes, total_bytes, file)`` told as
-    it goes, see ``transformer.hub.download_repo``)."""
+    it goes, see ``transformer.checkpoint.hub.download_repo``)."""
     path = Path(path_or_hub_id).expanduser()
     if path.exists():
         if not path.is_dir():

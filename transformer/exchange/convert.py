@@ -1,7 +1,7 @@
 """``python -m transformer.convert --from-hf ID_OR_DIR --out DIR``: a Hugging Face checkpoint as one of ours.
 
 Reads a ``save_pretrained`` directory or a Hugging Face Hub id (downloaded with huggingface_hub after a size check)
-of any family the registry knows (``transformer.families``: Marian / OPUS-MT, NLLB-200 / M2M100), converts the
+of any family the registry knows (``checkpoint.families``: Marian / OPUS-MT, NLLB-200 / M2M100), converts the
 weights and writes a checkpoint directory: ``config.json`` (our ``TransformerConfig`` with the family's fields, e.g.
 Marian's swish and sin|cos positions, NLLB's pre-norm and fairseq positions), ``model.safetensors``, the family's
 tokenizer files (Marian: ``source.spm``, ``target.spm``, ``vocab.json``; NLLB / M2M100: ``sentencepiece.bpe.model``,

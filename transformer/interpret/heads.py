@@ -90,7 +90,7 @@ PRUNING_NOTE = ("Michel et al.'s Figure 2: heads switched off (head mask 0) from
 
 
 def layer_counts(tr: Translator) -> dict[str, int]:
-    """Layers of each attention kind (``transformer.kinds.layer_counts``)."""
+    """Layers of each attention kind (``transformer.network.kinds.layer_counts``)."""
     return _layer_counts(tr.config)
 
 

@@ -114,7 +114,7 @@ class MultiHeadAttention(nn.Module):
         ``query``) or precomputed ``kv``.
 
         ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off). ``cache`` (incremental
-        decoding, as transformers' ``past_key_value``): a decoder layer's :class:`~transformer.kv_cache.LayerCache`;
+        decoding, as transformers' ``past_key_value``): a decoder layer's :class:`~.kv_cache.LayerCache`;
         self-attention's new keys and values join it and attend over all of it, cross-attention projects
         ``key_value`` once into it (see :meth:`_cached_qkv`); ``mask`` then covers the cached positions too.
         Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -362,7 +362,7 @@ class Transformer(nn.Module):
                              tuple(cross_inputs), tuple(outputs))
 
     def new_cache(self) -> KVCache:
-        """An empty key/value cache for :meth:`decode_step`, one :class:`~transformer.kv_cache.LayerCache` per
+        """An empty key/value cache for :meth:`decode_step`, one :class:`~.kv_cache.LayerCache` per
         decoder layer (a search's own object: nothing is kept on the model)."""
         return KVCache(len(self.decoder_layers), self.config.max_len)
 
@@ -375,7 +375,7 @@ class Transformer(nn.Module):
 
         The numbers of :meth:`decode` on the whole prefix at its last position (up to float rounding; tested), at
         inference (no dropout), through the same layers and attention as :meth:`decode`, each with its
-        :class:`~transformer.kv_cache.LayerCache` (see :meth:`DecoderLayer.forward`).
+        :class:`~.kv_cache.LayerCache` (see :meth:`DecoderLayer.forward`).
         ``head_mask``: ``forward``'s dict; its ``"decoder"`` and ``"cross"`` ``(layers, H)`` apply here (the
         encoder's applies where ``memory`` was computed). ``out``: an ``(N, V)`` tensor of the model's dtype to
         write the logits into (a search reuses one across steps: a fresh N x V tensor each step costs more in page

@@ -70,5 +70,5 @@ class Seq2SeqOutput:
     decoder_layer_outputs: tuple[Tensor, ...] = ()
 
     def attentions(self) -> dict[str, tuple[Tensor, ...]]:
-        """The attention weights by kind (``transformer.kinds.KINDS``): ``"encoder"``, ``"decoder"``, ``"cross"``."""
+        """The attention weights by kind (``kinds.KINDS``): ``"encoder"``, ``"decoder"``, ``"cross"``."""
         return {"encoder": self.encoder_attentions, "decoder": self.decoder_attentions, "cross": self.cross_attentions}

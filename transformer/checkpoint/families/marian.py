@@ -27,7 +27,7 @@ def is_marian_dir(path: str | Path) -> bool:
 
 def config_from_marian(hf: dict) -> TransformerConfig:
     """Our config from a Marian ``config.json`` (raises ``CheckpointError`` for what we cannot represent, for a
-    field of the wrong type and for sizes a process should not build: ``checkpoint_files.loadable``)."""
+    field of the wrong type and for sizes a process should not build: ``transformer.checkpoint.files.loadable``)."""
     try:
         return loadable(_config_from_marian(hf), "config.json")
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
