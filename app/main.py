@@ -40,7 +40,8 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
 def main() -> None:
     """The page: sidebar, model, input, view selector, translation, the chosen view; then the address."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
-                       initial_sidebar_state="expanded")
+                       initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
+    frame.page_style()
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
     ignored = st.session_state.get(state.IGNORED)
@@ -52,18 +53,19 @@ def main() -> None:
         return
     frame.show_model_facts(tr)
     languages.pickers(tr)  # a multilingual model: source and target language
-    card = catalog.model_card(tr)
-    name_column, card_column = st.columns([3, 2], vertical_alignment="center")
-    name_column.markdown("##### :material/travel_explore: Attention explorer :gray[· inside a translation "
-                         "Transformer, every attention weight visible]")
-    if card and card_column.toggle("Show the model card (how it was trained, its scores, its limits)",
-                                   key=state.SHOW_CARD):
-        with st.container(border=True, height=420):
-            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
+    # the page's name: on a phone only (on a wider screen the sidebar shows it, and the first screen is the chart's)
+    st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
+                                            "translation Transformer, every attention weight visible]")
     frame.input_area(tr)
     sub = state.submitted()
     result = analyse(checkpoint, device, tr, sub)
-    name = selector.view_selector(VIEWS, GROUPS)
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
+    name = selector.view_selector(VIEWS, GROUPS, row)
+    card = catalog.model_card(tr)
+    if card and row.toggle("Model card", key=state.SHOW_CARD,
+                           help="Show the model card: how it was trained, its scores, its limits."):
+        with st.container(border=True, height=420):
+            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     if result is not None:
         frame.show_translation(tr, result)
     view = VIEWS[name]
