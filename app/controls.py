@@ -200,7 +200,7 @@ def range_caption(weights: np.ndarray, kind: str) -> None:
 def heatmap_controls(tr: Translator) -> tuple[str, int, str]:
     """Type, layer, head and colour scale, stacked (in the narrow column beside a chart): (kind, layer, head)."""
     kind = kind_control(with_scale=False)
-    layer, head = layer_head_controls(tr, kind)
+    layer, head = layer_head_controls(tr, kind, columns=(st.container(), st.container()))  # "mean over heads" whole
     scale_control()
     return kind, layer, head
 

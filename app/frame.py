@@ -21,15 +21,22 @@ LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es
 
 # The page's own layout rules: less empty space above and beside the content (so that on a 1280 x 720 laptop the
 # first heatmap is on screen without scrolling), the SVG heatmap scrolls sideways rather than shrinking its labels,
-# and wide formulas scroll inside their box instead of being cut at the screen's edge.
+# wide formulas scroll inside their box instead of being cut at the screen's edge; on a phone, plotly's toolbar
+# (which would cover the charts' titles) is hidden and the densest charts keep a readable width and scroll sideways.
 PAGE_CSS = """<style>
 [data-testid=stMainBlockContainer] {padding: 2.75rem 1.5rem 3rem 1.5rem;}
 [data-testid=stHeader] {background: transparent;}
 [data-testid=stMainBlockContainer] [data-testid=stVerticalBlock] {gap: 0.75rem;}
 .st-key-page_title {display: none;}
+@media (min-width: 641px) {
+  [data-testid=stColumn]:has(.st-key-opened_head) {position: sticky; top: 3rem; align-self: flex-start;}
+}
 @media (max-width: 640px) {
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
   .st-key-page_title {display: flex;}
+  .js-plotly-plot .modebar-container {display: none;}
+  .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
+  .st-key-wide_chart > div {min-width: 860px;}
 }
 .attn-svg {overflow-x: auto; overflow-y: hidden;}
 .attn-svg svg {display: block;}

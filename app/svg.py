@@ -133,9 +133,9 @@ def _colourbar(x: float, y: float, h: float, zmin: float, zmax: float, value_nam
              'stroke="#ccc"/>']
     for frac in (0.0, 0.5, 1.0):
         value = zmax - frac * (zmax - zmin)
-        parts.append(f'<text x="{x + COLOURBAR_W + 4:.1f}" y="{y + frac * h:.1f}" font-size="11" '
+        parts.append(f'<text x="{x + COLOURBAR_W + 4:.1f}" y="{y + frac * h:.1f}" font-size="12" '
                      f'dominant-baseline="middle">{value:.3g}</text>')
-    parts.append(f'<text x="{x:.1f}" y="{y + h + 16:.1f}" font-size="11">{escape(value_name)}</text></g>')
+    parts.append(f'<text x="{x:.1f}" y="{y + h + 16:.1f}" font-size="12">{escape(value_name)}</text></g>')
     return "".join(parts)
 
 
