@@ -35,6 +35,7 @@ PAGE_CSS = """<style>
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
   .st-key-page_title {display: flex;}
   .js-plotly-plot .modebar-container {display: none;}
+  .js-plotly-plot .gtitle {font-size: 12px !important;}
   .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
   .st-key-wide_chart > div {min-width: 860px;}
 }
