@@ -83,12 +83,12 @@ def test_the_translation_and_the_whole_first_heatmap_are_on_the_first_screen(shi
             _settled(page)
             heatmap = page.locator("svg.attn-heatmap").first.bounding_box()
             assert heatmap is not None and heatmap["height"] > 200  # the default sentence's 17 x 15 cells
-            assert 0 <= heatmap["y"] and heatmap["y"] + heatmap["height"] <= height, (size, heatmap)
-            assert 0 <= heatmap["x"] and heatmap["x"] + heatmap["width"] <= width, (size, heatmap)
+            assert heatmap["y"] >= 0 and heatmap["y"] + heatmap["height"] <= height, (size, heatmap)
+            assert heatmap["x"] >= 0 and heatmap["x"] + heatmap["width"] <= width, (size, heatmap)
             translation = page.locator("[data-testid=stMain] [data-testid=stText]").first
             assert translation.inner_text().startswith("Ein Mann")
             box = translation.bounding_box()
-            assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= height
+            assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
             scroller = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTop")
             assert scroller == 0  # seen without scrolling
         finally:
