@@ -96,6 +96,10 @@ class ByteLRU:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._items
+
     def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
         """The cached value of ``key``, or ``make()`` stored (the newest entry always stays)."""
         with self._lock:

@@ -4,12 +4,16 @@ The model lives in ``st.cache_resource`` (one copy per checkpoint and device, sh
 session); analyses, exports, translations of longer texts, training snapshots and their attentions live in one
 byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
 checkpoint and ablated heads, so changing layer, head or view never runs the model again; small results live in
-``st.cache_data`` (every cache and its bound: docs/limits.md). Work that is not in a cache yet is capped by
-``app.work`` and, when heavy, waits for one of the server's heavy-job slots.
+``st.cache_data`` (every cache and its bound: docs/limits.md). Every job is planned against what is left of
+the request's work (``app.work``: one ceiling for all the jobs of one request) and counts its estimate; light work
+(a request's few short sentences) runs at once, heavy work waits for one of the server's heavy-job slots, once per
+request. Exports are built when a visitor asks for the file, never while the page is drawn.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +47,47 @@ def get_translator(checkpoint: str, device: str) -> Translator:
 RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
 
 
+class LoadFailures:
+    """The models that failed to load in this server process, for every session: (checkpoint, device) -> (the
+    checkpoint's files as they were, the visitor's message), the last ``most``. A second visitor is told at once
+    instead of repeating the failure; a change to the checkpoint's files, or "Try again", forgets it."""
+
+    def __init__(self, most: int = 64) -> None:
+        self.most = most
+        self._items: OrderedDict[tuple[str, str], tuple[object, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, checkpoint: str, device: str) -> str | None:
+        """The remembered message, or None (never failed, or its files changed since)."""
+        stamp = catalog.files_stamp(checkpoint)
+        with self._lock:
+            found = self._items.get((checkpoint, device))
+            if found is None or found[0] != stamp:
+                return None
+            self._items.move_to_end((checkpoint, device))
+            return found[1]
+
+    def remember(self, checkpoint: str, device: str, message: str) -> None:
+        stamp = catalog.files_stamp(checkpoint)
+        with self._lock:
+            self._items[(checkpoint, device)] = (stamp, message)
+            self._items.move_to_end((checkpoint, device))
+            while len(self._items) > self.most:
+                self._items.popitem(last=False)
+
+    def forget(self, checkpoint: str, device: str) -> None:
+        with self._lock:
+            self._items.pop((checkpoint, device), None)
+
+    def clear(self) -> None:
+        """Forget every failure."""
+        with self._lock:
+            self._items.clear()
+
+
+LOAD_FAILURES = LoadFailures()
+
+
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
     """``make()`` in one of the server's heavy-job slots (``app.work.HEAVY``), saying how long it has waited for
     one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
@@ -61,29 +106,43 @@ def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
 
 
 def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
-                 ablated: tuple[HeadKey, ...] = ()) -> Analysis:
+                 ablated: tuple[HeadKey, ...] = (), ceiling: float | None = None) -> Analysis:
     """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped to
-    this server's work limit (``app.work.cap_translation``: ``result.settings`` says what ran)."""
+    what is left of this request's work, or ``ceiling`` when lower (``app.work.cap_translation``: the cut is
+    recorded for the page's notice, ``result.settings`` says what ran)."""
     tr = get_translator(checkpoint, device)
-    settings, _ = work.cap_translation(tr, text, settings)
+    limit = work.left() if ceiling is None else min(ceiling, work.left())
+    settings, notices = work.cap_translation(tr, text, settings, limit)
+    work.cut(notices)
+    estimate = work.translation_work(tr, work.source_length(tr, text), settings)
+    work.spend(estimate)
+    light = work.is_light(estimate)
 
     def make() -> Analysis:
         run = lambda: inference.analyse(tr, text, settings, ablated)
-        big = work.translation_work(tr, work.source_length(tr, text), settings) > work.LIGHT_WORK
-        return heavy(run, "Translating a long input…") if big else run()
+        return run() if light else heavy(run, "Translating a long input…")
 
     return RESULTS.get(("analysis", checkpoint, device, text, settings, tuple(ablated)), make)
 
 
+def translations_key(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> tuple:
+    return ("translations", checkpoint, device, sentences, settings)
+
+
+def has_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> bool:
+    """Whether these sentences' translations are in the cache already (showing them again starts no work)."""
+    return translations_key(checkpoint, device, sentences, settings) in RESULTS
+
+
 def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
-    """Plain translations of some sentences of a longer text (a heavy job; kept within the byte budget). The beam
-    is capped as for the longest of them."""
+    """Plain translations of some sentences of a longer text (kept within the byte budget): light while the
+    request's work is (a caption of a few short sentences), else a heavy job. The caller plans and counts the work
+    (``app.frame.pick_sentence``)."""
     tr = get_translator(checkpoint, device)
-    longest = max(sentences, key=lambda x: work.source_length(tr, x))
-    settings, _ = work.cap_translation(tr, longest, settings)
-    return RESULTS.get(("translations", checkpoint, device, sentences, settings),
-                       lambda: heavy(lambda: inference.translate_sentences(tr, list(sentences), settings),
-                                     f"Translating {len(sentences)} sentences…"))
+    run = lambda: inference.translate_sentences(tr, list(sentences), settings)
+    light = work.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
+    return RESULTS.get(translations_key(checkpoint, device, sentences, settings),
+                       lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
 
 
 def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
@@ -95,9 +154,11 @@ def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transform
 def get_snapshot_attentions(checkpoint: str, device: str, snapshot: str, source_ids: tuple[int, ...],
                             target_ids: tuple[int, ...]) -> tuple[dict[str, np.ndarray], str]:
     """A snapshot's attentions on the same sentence and translation, and its own greedy translation (a heavy
-    job; kept within the byte budget)."""
+    job, counted against the request's work; kept within the byte budget)."""
+    tr = get_translator(checkpoint, device)
+    work.spend(work.snapshot_work(tr, len(source_ids), len(target_ids)))
+
     def make() -> tuple[dict[str, np.ndarray], str]:
-        tr = get_translator(checkpoint, device)
         model = get_snapshot_model(checkpoint, device, snapshot)
         return probes.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
 
@@ -113,14 +174,38 @@ def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
 
 def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings,
                ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
-    """JSON or NPZ bytes of an analysis (built once per result, kept within the byte budget)."""
+    """JSON or NPZ bytes of an analysis, built when a visitor asks for the file (``export_file``) and kept within
+    the byte budget like every result. ``settings``: those that ran (``Analysis.settings``). Runs outside a script
+    run too (Streamlit calls a download's data on a thread of its own): an analysis that left the cache is made
+    again in a heavy slot, without any page element."""
     def make() -> bytes:
-        analysis = get_analysis(checkpoint, device, text, settings, ablated)
+        key = ("analysis", checkpoint, device, text, settings, tuple(ablated))
+        tr = get_translator(checkpoint, device)
+        analysis = RESULTS.get(key, lambda: _quietly_heavy(lambda: inference.analyse(tr, text, settings, ablated)))
         if fmt == "json":
             return inference.export_json(analysis, checkpoint).encode("utf-8")
         return inference.export_npz(analysis)
 
     return RESULTS.get(("export", checkpoint, device, text, settings, tuple(ablated), fmt), make)
+
+
+def _quietly_heavy(make: Callable[[], Any]) -> Any:
+    with work.HEAVY.slot():
+        return make()
+
+
+def export_file(checkpoint: str, device: str, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
+                fmt: str) -> Callable[[], bytes]:
+    """The ``data`` of a download button: a callable that builds the file when the visitor clicks (it holds the
+    request's key only, never the bytes or the analysis)."""
+    return lambda: get_export(checkpoint, device, text, settings, tuple(ablated), fmt)
+
+
+def forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
+                   ablated: tuple[HeadKey, ...]) -> float:
+    """``get_forced_logprob``, its teacher-forced pass counted against the request's work."""
+    work.spend(work.forced_work(get_translator(checkpoint, device), len(source_ids), len(target_ids)))
+    return get_forced_logprob(checkpoint, device, source_ids, target_ids, ablated)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -137,17 +222,34 @@ def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
 
 
 def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` of an
+    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` of an
     analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback (attributions)
     is passed on and is not part of the key."""
     make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
-            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree}[kind]
+            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
+            "alti": probes.alti}[kind]
     key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
-    run = lambda: make(get_translator(checkpoint, device), analysis, *args, **progress)
+    tr = get_translator(checkpoint, device)
+    work.spend(beyond_work(tr, kind, analysis, *args))
+    run = lambda: make(tr, analysis, *args, **progress)
     if kind in HEAVY_KINDS:
         return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
-    return RESULTS.get(key, run)
+    return RESULTS.get(key, run) if work.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
+
+
+def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:
+    """The estimate of one of ``get_beyond``'s jobs (attributions: ``args`` = method, steps, span, ...)."""
+    source, target = len(analysis.source_ids), len(analysis.target_ids)
+    if kind == "attributions":
+        method, steps, span = args[:3]
+        first, end = span or (0, target)
+        return work.attribution_work(work.parameters(tr), source, target, end - first, method, steps)
+    if kind == "alti":
+        return work.alti_work(tr, source, target)
+    if kind == "beam_tree":
+        return work.translation_work(tr, source, analysis.settings) if analysis.settings.beam_size > 1 else 0.0
+    return work.forced_work(tr, source, target, 2 if kind == "lens" else 1)
 
 
 HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
-               "lens": "Reading every layer's predictions…"}
+               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…"}

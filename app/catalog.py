@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import re
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
+from transformer.checkpoint_files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
+from transformer.decoding import DEFAULT_ALPHA
 from transformer.translator import chosen_alpha
 
 
@@ -109,15 +110,19 @@ def _stamp(checkpoint: str) -> tuple[str, int, int] | None:
     return None
 
 
+def read_metadata_or_none(path: Path) -> dict:
+    """A ``metadata.json`` as ``transformer`` reads it (size, nesting and the types of its keys checked), or {}
+    when it is absent or unusable (the model's check then names why)."""
+    with contextlib.suppress(OSError, ValueError, transformer.CheckpointError):
+        return read_metadata(path.parent) if path.name == METADATA_FILE else {}
+    return {}
+
+
 @functools.lru_cache(maxsize=64)
 def _metadata_of(stamp: tuple[str, int, int] | None) -> object:
     """One version of one ``metadata.json`` (path, mtime, size; None: no file), parsed once per version, not
-    per run of the page."""
-    meta: object = {}
-    if stamp is not None:
-        with contextlib.suppress(OSError, ValueError):
-            meta = json.loads(Path(stamp[0]).read_text(encoding="utf-8"))
-    return meta
+    per run of the page; {} when it is unusable (too large, nested too deeply, a key of the wrong type)."""
+    return {} if stamp is None else read_metadata_or_none(Path(stamp[0]))
 
 
 def _alpha_of(stamp: tuple[str, int, int] | None) -> float:
@@ -143,7 +148,8 @@ def alpha_label(checkpoint: str) -> str:
         return f"α {alpha:g}, chosen on val"
     meta = _metadata_of(_stamp(checkpoint))
     named = isinstance(meta, dict) and isinstance(meta.get("decoding"), dict) and "alpha" in meta["decoding"]
-    return f"α {alpha:g}, from its model card (not chosen on val)" if named else "α 0.6, default 0.6 (not tuned)"
+    untuned = f"α {DEFAULT_ALPHA:g}, default {DEFAULT_ALPHA:g} (not tuned)"
+    return f"α {alpha:g}, from its model card (not chosen on val)" if named else untuned
 
 
 def model_facts(tr: Translator) -> dict[str, object]:
@@ -160,22 +166,87 @@ def model_facts(tr: Translator) -> dict[str, object]:
     return facts
 
 
+SPLIT_NAMES = {"final_validation": "validation, end of training", "val_beam5": "validation",
+               "test_2016_flickr": "test (Flickr 2016)", "test_2017_flickr": "test (Flickr 2017)",
+               "test_2017_mscoco": "test (MSCOCO 2017)", "test_2018_flickr": "test (Flickr 2018)"}
+METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "bleu_lc_tok": "BLEU, lowercased and tokenized", "beam": "beam size",
+                "alpha": "length penalty α", "sentences": "sentences", "seconds": "seconds", "val_bleu": "BLEU",
+                "val_loss": "loss", "loss": "loss"}
+
+
+def _plain(key: str, names: dict[str, str]) -> str:
+    return names.get(key, key.replace("_", " "))
+
+
 def model_scores(tr: Translator) -> dict[str, float]:
-    """Numeric scores in the model card: validation (``final_validation``) and any test scores."""
+    """Numeric scores in the model card, named in plain words ("test (Flickr 2016): BLEU"): validation at the end of
+    training (``final_validation``), the val scores of the shipped decoding (``val_beam5``) and any test scores."""
     meta = tr.metadata or {}
     scores: dict[str, float] = {}
     for key, value in (meta.get("final_validation") or {}).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key.startswith("val"):
-            scores[key.replace("_", " ")] = float(value)
+            scores[f"{SPLIT_NAMES['final_validation']}: {_plain(key, METRIC_NAMES)}"] = float(value)
     for key, value in meta.items():
-        if "test" in key.lower():
+        if "test" in key.lower() or key == "val_beam5":
+            split = _plain(key, SPLIT_NAMES)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                scores[key.replace("_", " ")] = float(value)
+                scores[split] = float(value)
             elif isinstance(value, dict):
                 for k2, v2 in value.items():
                     if isinstance(v2, (int, float)) and not isinstance(v2, bool):
-                        scores[f"{key} {k2}".replace("_", " ")] = float(v2)
+                        scores[f"{split}: {_plain(k2, METRIC_NAMES)}"] = float(v2)
     return scores
+
+
+def _step_of(name: object) -> int | None:
+    match = re.search(r"step0*(\d+)", str(name))
+    return int(match.group(1)) if match else None
+
+
+def averaged_steps(meta: object) -> list[int]:
+    """The training steps of the checkpoints the shipped weights are the mean of (``final_validation``'s
+    ``averaged_checkpoints``, ``stepNNNNNNN.safetensors``); empty when the weights are one checkpoint's."""
+    final = meta.get("final_validation") if isinstance(meta, dict) else None
+    names = final.get("averaged_checkpoints") if isinstance(final, dict) else None
+    steps = [_step_of(n) for n in names] if isinstance(names, list) else []
+    return sorted(s for s in steps if s is not None)
+
+
+def final_label(meta: object) -> str:
+    """What the shipped weights are, in a few words: ``"final (mean of steps 11926–14340)"`` or
+    ``"final (step 14340)"`` (the Training evolution view's name for them, and the sidebar's)."""
+    averaged = averaged_steps(meta)
+    if len(averaged) > 1:
+        return f"final (mean of steps {averaged[0]}–{averaged[-1]})"
+    steps = meta.get("steps") if isinstance(meta, dict) else None
+    return f"final (step {steps})" if steps else "final"
+
+
+def training_recipe(meta: object) -> list[tuple[str, str]]:
+    """How the shipped weights were made, from ``metadata.json``, as (caption, text) pairs: the training command
+    that finished the run (the last of ``commands_run``; a run stopped and resumed with raised limits repeats it),
+    how many times it ran, the averaging and the decoding chosen on val."""
+    if not isinstance(meta, dict):
+        return []
+    runs = [str(c) for c in meta.get("commands_run") or [] if c] or \
+        ([str(meta["training_command"])] if meta.get("training_command") else [])
+    out: list[tuple[str, str]] = []
+    if runs:
+        steps = meta.get("steps")
+        until = f", up to step {steps}" if steps else ""
+        if len(runs) == 1:
+            out.append((f"Trained with (one run{until})", runs[-1]))
+        else:
+            out.append((f"Trained with: {len(runs)} runs of the training command, each resuming the one before; "
+                        f"the last one{until}", runs[-1]))
+    averaged = averaged_steps(meta)
+    if len(averaged) > 1:
+        out.append(("Weights", f"the mean of {len(averaged)} checkpoints, steps {averaged[0]} to {averaged[-1]}"))
+    decoding = meta.get("decoding")
+    if isinstance(decoding, dict) and decoding.get("alpha") is not None:
+        chosen = f", chosen on {decoding['chosen_on']}" if decoding.get("chosen_on") else ""
+        out.append(("Decoding", f"beam {decoding.get('beam', '?')}, length penalty α {decoding['alpha']}{chosen}"))
+    return out
 
 
 def model_card(tr: Translator, limit: int = 20_000) -> str | None:
@@ -209,40 +280,80 @@ class CheckpointInfo:
 
 
 def list_checkpoints() -> list[CheckpointInfo]:
-    """Every directory under the repository's ``checkpoints/``, checked without loading the weights: whatever goes
-    wrong while reading one (its files, config, safetensors header, tokenizer, metadata or heads.json) marks it
-    unavailable with the reason, never breaks the list."""
+    """Every directory under the repository's ``checkpoints/`` and, in public mode, every local directory
+    ``$ATTN_MODELS`` names elsewhere, checked without loading the weights: whatever goes wrong while reading one (its
+    files, config, safetensors header, tokenizer, metadata or heads.json) marks it unavailable with the reason,
+    never breaks the list."""
     root = REPO_ROOT / "checkpoints"
-    found: list[CheckpointInfo] = []
     try:
         folders = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
     except OSError:
         folders = []
-    for folder in folders:
+    listed = [(f"checkpoints/{folder.name}", folder) for folder in folders]
+    if public_mode():  # allow-listed directories outside checkpoints/ are checked the same way
+        listed += [(m, local_dir(m)) for m in allowed_models()
+                   if not m.startswith("checkpoints/") and local_dir(m) is not None]
+    found: list[CheckpointInfo] = []
+    for name, folder in listed:
         try:
-            found.append(_checkpoint_info(folder))
+            found.append(_checkpoint_info(folder, name))
         except Exception as err:  # any damage is one "unavailable" line
-            found.append(CheckpointInfo(f"checkpoints/{folder.name}", "", "?", None, f"{type(err).__name__}: {err}"))
+            found.append(CheckpointInfo(name, "", "?", None, f"{type(err).__name__}: {err}"))
     return found
 
 
-def _checkpoint_info(folder: Path) -> CheckpointInfo:
-    """One checkpoint directory as the picker lists it (its problem, when the check fails)."""
-    from transformer.checkpoint import check_checkpoint_dir
+def local_dir(checkpoint: str) -> Path | None:
+    """The local directory ``checkpoint`` names, or None (a Hub id, or nothing there)."""
+    path = Path(resolve_checkpoint(checkpoint)).expanduser()
+    try:
+        return path if path.is_dir() else None
+    except OSError:
+        return None
 
-    meta: object = {}
-    with contextlib.suppress(OSError, ValueError):  # no or unreadable metadata: listed without scores
-        meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
-    meta = meta if isinstance(meta, dict) else {}
+
+def _checkpoint_info(folder: Path, name: str) -> CheckpointInfo:
+    """One checkpoint directory as the picker lists it, as ``name`` (its problem, when the check fails)."""
+    from transformer.checkpoint import check_checkpoint_dir
+    from transformer.families import family_of_dir
+    from transformer.families.ours import FAMILY as OURS
+
+    meta = read_metadata_or_none(folder / METADATA_FILE)  # unusable metadata: listed without scores
     test = meta.get("test_2016_flickr")
     bleu = test.get("bleu") if isinstance(test, dict) and isinstance(test.get("bleu"), (int, float)) else None
     try:
-        config = check_checkpoint_dir(folder)
+        family = family_of_dir(folder)
+        config = check_checkpoint_dir(folder) if family is OURS else family.check(folder)
         layout, problem = ("pre-norm" if config.norm_first else "post-norm"), _heads_problem(folder)
     except transformer.CheckpointError as err:
         layout, problem = "?", str(err)
-    return CheckpointInfo(f"checkpoints/{folder.name}", str(meta.get("language_pair", "")), layout,
+    return CheckpointInfo(name, str(meta.get("language_pair", "")), layout,
                           float(bleu) if bleu is not None else None, problem)
+
+
+def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int], ...] | None:
+    """(name, mtime, size) of the files in a local checkpoint directory (the first 256 by name), to tell when they
+    changed; None for anything else (a Hub id)."""
+    path = local_dir(checkpoint)
+    if path is None:
+        return None
+    try:
+        with os.scandir(path) as entries:
+            names = sorted(e.name for e in entries)[:256]
+        return tuple((n, (st := (path / n).stat()).st_mtime_ns, st.st_size) for n in names)
+    except OSError:
+        return ()
+
+
+def short_name(checkpoint: str) -> str:
+    """How the page names a model: ``checkpoints/...`` and a Hub id as written (what a link names), any other local
+    directory by its last part (never the server's path)."""
+    from transformer.hub import looks_like_hub_id
+
+    if checkpoint.startswith("checkpoints/") and ".." not in checkpoint:
+        return checkpoint
+    if local_dir(checkpoint) is not None or not looks_like_hub_id(checkpoint):
+        return Path(checkpoint.rstrip("/")).name or checkpoint
+    return checkpoint
 
 
 def _heads_problem(folder: Path) -> str | None:
@@ -251,7 +362,7 @@ def _heads_problem(folder: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, MAX_METADATA_BYTES)  # size and nesting bounded as metadata.json's
     except (OSError, ValueError) as err:
         return f"heads.json is not valid JSON: {err}"
     return None if isinstance(data, dict) and "importance" in data else "heads.json holds no head importance"
@@ -262,7 +373,7 @@ def load_heads(path: str | Path | None) -> dict | None:
     if path is None or not (Path(path) / "heads.json").is_file():
         return None
     try:
-        data = json.loads((Path(path) / "heads.json").read_text(encoding="utf-8"))
+        data = read_json(Path(path) / "heads.json", MAX_METADATA_BYTES)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and "importance" in data else None

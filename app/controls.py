@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import streamlit as st
 
 from transformer import Translator
+from transformer.kinds import layer_counts
 
 from . import cached, figures, state, svg, work
-from .analysis import KIND_NAMES, KINDS
+from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
 from .inference import Analysis, HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -29,24 +31,34 @@ MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
-AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
-               "decoder": ("output token (query = the step producing it)", "decoder input (key)"),
-               "cross": ("output token (query = the step producing it)", "source token (key)")}
 READING = {
     "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
                "much it takes from each source piece (a row sums to 1).",
-    "decoder": "Row t is the step that produced output piece t; it may only look at the decoder inputs up to "
-               "and including its own position (<s> and the pieces already produced), never ahead.",
+    "decoder": "Row t is the step that produced output piece t; it may only look at decoder inputs 0 to t − 1 "
+               "(<s> and the pieces already produced), never ahead.",
     "cross": "Row t is the step that produced output piece t; the colours say which source pieces it read "
              "from. Good heads often trace a soft word alignment.",
 }
-REPEATS = ("A piece that occurs more than once carries its position after a dot (▁a·3 is the piece ▁a at "
-           "position 3, counting from 1), so each keeps its own row and column.")
+REPEATS = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
+           "3), so each keeps its own row and column. Source pieces and output steps count from 1; the decoder "
+           "input counts from 0 (<s> is 0), so decoder input t is the piece output step t produced, with the same "
+           "number.")
+
+
+# What GitHub-flavoured Markdown turns into a link even when escaped (Streamlit's Markdown finds bare addresses in
+# the text after escapes are resolved): "www.", "scheme://" and "name@host". A word joiner (U+2060, invisible) inside
+# each keeps it text.
+_AUTOLINK = re.compile(r"(?i)(www)(\.)|(:)(//)|(@)")
+WORD_JOINER = "\u2060"
 
 
 def md_escape(text: object) -> str:
-    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed."""
-    return MD_SPECIAL.sub(r"\\\1", str(text))
+    """Backslash-escape Markdown, so user-made text (a path, an error about it) shows exactly as typed, and never
+    as a link: a bare address (``www.x``, ``https://x``, ``a@b.c``) gets an invisible word joiner that stops GFM's
+    autolinks (a backslash does not)."""
+    text = _AUTOLINK.sub(lambda m: WORD_JOINER.join(g for g in m.groups() if g) if m.group(5) is None
+                         else WORD_JOINER + "@", str(text))
+    return MD_SPECIAL.sub(r"\\\1", text)
 
 
 def head_label(head: HeadKey) -> str:
@@ -57,7 +69,7 @@ def head_label(head: HeadKey) -> str:
 
 def parse_head_label(label: str) -> HeadKey | None:
     """Inverse of :func:`head_label`; None for anything else."""
-    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L(\d{1,3}) · H(\d{1,3})", str(label))
+    match = re.fullmatch(r"(Encoder|Decoder self|Cross) · L([0-9]{1,3}) · H([0-9]{1,3})", str(label))
     if not match:
         return None
     kind = {v: k for k, v in KIND_LABELS.items()}[match.group(1)]
@@ -71,7 +83,7 @@ def head_ref(head: HeadKey) -> str:
 
 def parse_head_ref(text: str) -> HeadKey | None:
     """Inverse of :func:`head_ref`; None when malformed."""
-    match = re.fullmatch(r"(encoder|decoder|cross)\.(\d{1,3})\.(\d{1,3})", str(text).strip())
+    match = re.fullmatch(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})", str(text).strip())
     if not match or int(match.group(2)) < 1 or int(match.group(3)) < 1:
         return None
     return (match.group(1), int(match.group(2)) - 1, int(match.group(3)) - 1)
@@ -130,9 +142,16 @@ def n_parameters(tr: Translator) -> int:
 
 
 def capped(notices: list[str] | tuple[str, ...]) -> None:
-    """Say what this server's work limit cut (``app.work``), one notice each."""
-    for text in notices:
-        st.info(md_escape(text), icon=":material/speed:")
+    """Record what this server's work limit cut (``app.work.cut``): the page says it once, in one notice
+    (``work_notice``)."""
+    work.cut(notices)
+
+
+def work_notice(place: Any, req: work.Request) -> None:
+    """The one notice of what this request's work limit cut, in ``place`` (an ``st.empty``), if anything was."""
+    text = req.notice()
+    if text:
+        place.info(md_escape(text), icon=":material/speed:")
 
 
 def attributions(ctx: state.ViewContext, method: str) -> dict:
@@ -155,7 +174,7 @@ def attributions(ctx: state.ViewContext, method: str) -> dict:
 
 def n_layers(tr: Translator, kind: str) -> int:
     """Layers of an attention type (encoder layers, or decoder layers for decoder self and cross)."""
-    return tr.config.n_encoder_layers if kind == "encoder" else tr.config.n_decoder_layers
+    return layer_counts(tr.config)[kind]
 
 
 def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None = None) -> str:
@@ -249,7 +268,7 @@ def measure_control(key: str = MEASURE) -> str:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
-_SPAN = re.compile(r"(\d{1,5})-(\d{1,5})")
+_SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
 def _parse_span(text: str) -> tuple[int, int] | None:
@@ -308,8 +327,9 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))
+    qf, kf = first_numbers(kind)
     args = dict(title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
-                zmin=zmin, zmax=zmax, value_name=value_name)
+                zmin=zmin, zmax=zmax, value_name=value_name, query_first=qf, key_first=kf)
     name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
     if as_svg:
         svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
@@ -326,7 +346,8 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
     """The heatmap as a server-built SVG (hover a cell for its weight), a "Read a row" picker that outlines a query
     row and lists its largest values (what a click on a cell of the plotly chart gives), and an SVG download."""
     rows = list(range(len(queries)))
-    offset = args.get("query_offset", 0)
+    qfirst = args.get("query_offset", 0) + args.get("query_first", 1)  # numbered as the chart's labels
+    kfirst = args.get("key_offset", 0) + args.get("key_first", 1)
     row_key = f"{key}_row"
     if st.session_state.get(row_key) not in rows:
         st.session_state.pop(row_key, None)
@@ -337,11 +358,12 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
     st.markdown(f'<div class="attn-svg">\n{image}\n</div>', unsafe_allow_html=True)
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
-                       format_func=lambda i: f"{i + offset + 1}: {queries[i]}")
+                       format_func=lambda i: f"{i + qfirst}: {queries[i]}")
     c2.download_button("SVG", image, file_name=f"{name}.svg", mime="image/svg+xml", icon=":material/download:",
                        key=f"{key}_svg", width="stretch")
     if row is not None:
         top = svg.row_summary(weights[row])
-        listed = " · ".join(f"{md_escape(keys[j])} {value:.3f}" for j, value in top)
-        st.caption(f"Query {row + offset + 1} ({md_escape(queries[row])}) takes the most from: {listed}"
+        numbered = [f"{t} ({j})" for j, t in enumerate(keys, kfirst)]  # which ▁a: the key's number, as on the axis
+        listed = " · ".join(f"{md_escape(numbered[j])} {value:.3f}" for j, value in top)
+        st.caption(f"Query {row + qfirst} ({md_escape(queries[row])}) takes the most from: {listed}"
                    + (f" (the largest {len(top)} of {len(keys)})" if len(keys) > len(top) else ""))

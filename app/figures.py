@@ -7,6 +7,7 @@ rows and columns.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,6 +46,20 @@ def _cell_size(n: int) -> int:
     return 26 if n <= 20 else 20 if n <= 40 else 14
 
 
+AXIS_TITLE_CHAR = 7.0  # px per character of a 12 px axis title (a generous average, so the estimate is not short)
+
+
+def axis_title_room(title: str) -> float:
+    """Pixels a 12 px vertical axis title needs along the plot's height (so it never runs into the chart title)."""
+    return AXIS_TITLE_CHAR * len(html.unescape(str(title))) + 10
+
+
+def tick_room(labels: Sequence[str], angled: bool) -> float:
+    """Pixels under the plot for the x tick labels (turned by 60 degrees when ``angled``) and the axis title."""
+    longest = max((len(html.unescape(str(t))) for t in labels), default=1)
+    return (0.87 * 7.0 * longest if angled else 16) + 30
+
+
 def _axis(labels: Sequence[str], title: str, **extra) -> dict:
     n = len(labels)
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
@@ -54,21 +69,25 @@ def _axis(labels: Sequence[str], title: str, **extra) -> dict:
 def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
                       query_title: str = "query", key_title: str = "key", zmax: float | None = None,
                       colorscale: list | str | None = None, zmin: float = 0.0, value_name: str = "weight",
-                      query_offset: int = 0, key_offset: int = 0) -> go.Figure:
+                      query_offset: int = 0, key_offset: int = 0, query_first: int = 1,
+                      key_first: int = 1) -> go.Figure:
     """One attention matrix ``(Q, K)``: rows are queries, columns keys; hover names both tokens and the weight.
 
-    ``query_offset``/``key_offset`` say where a cropped window starts, so hover shows the true positions.
+    ``query_offset``/``key_offset`` say where a cropped window starts, so labels and hover show the true positions;
+    ``query_first``/``key_first`` are the numbers of the axes' first positions (1; 0 for the decoder input, see
+    ``app.analysis.FIRST_NUMBER``).
     """
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
-    ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
+    ylabels = unique_labels(query_tokens, query_offset + query_first)
+    xlabels = unique_labels(key_tokens, key_offset + key_first)
     qtext = [escape(t) for t in query_tokens]
     ktext = [escape(t) for t in key_tokens]
     custom = np.empty((q, k, 4), dtype=object)
     custom[:, :, 0] = np.asarray(qtext, dtype=object)[:, None]
     custom[:, :, 1] = np.asarray(ktext, dtype=object)[None, :]
-    custom[:, :, 2] = (np.arange(q) + query_offset + 1)[:, None]  # positions count from 1
-    custom[:, :, 3] = (np.arange(k) + key_offset + 1)[None, :]
+    custom[:, :, 2] = (np.arange(q) + query_offset + query_first)[:, None]  # numbered as the labels
+    custom[:, :, 3] = (np.arange(k) + key_offset + key_first)[None, :]
     heat = go.Heatmap(
         z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
         colorscale=colorscale or ATTENTION_SCALE, zmin=zmin,
@@ -80,9 +99,12 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     )
     fig = go.Figure(heat)
     cell = _cell_size(max(q, k))
+    top = 50 if title else 20
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
-        height=int(min(max(260, 150 + cell * q), 2600)), margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        height=int(min(max(260, 150 + cell * q, top + axis_title_room(query_title) + tick_room(xlabels, k > 8)),
+                       2600)),
+        margin=dict(l=10, r=10, t=top, b=10),
         xaxis=_axis(xlabels, key_title, tickangle=-60 if k > 8 else 0, side="bottom"),
         yaxis=_axis(ylabels, query_title, autorange="reversed"),
         plot_bgcolor="white",
@@ -95,7 +117,8 @@ LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.5
 
 def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str],
                     heads: Sequence[int] | None = None, focus: int | None = None, threshold: float = 0.05,
-                    title: str = "", query_title: str = "query", key_title: str = "key") -> go.Figure:
+                    title: str = "", query_title: str = "query", key_title: str = "key", query_first: int = 1,
+                    key_first: int = 1) -> go.Figure:
     """Token-to-token lines for one layer ``(H, Q, K)``: queries on the left, keys on the right (headed by
     ``query_title`` and ``key_title``), one colour per head, line strength by weight (weights below ``threshold``
     hidden). ``focus`` keeps one query's lines."""
@@ -132,7 +155,7 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     klabels = [escape(t) for t in key_tokens]
     hover_q = []
     for i in range(q):
-        parts = [f"query {i}: <b>{qlabels[i]}</b>"]
+        parts = [f"query {i + query_first}: <b>{qlabels[i]}</b>"]
         for head in heads:
             j = int(np.argmax(attn[head, i]))
             parts.append(f"head {head + 1} → {klabels[j]} ({attn[head, i, j]:.2f})")
@@ -142,7 +165,7 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                              textfont=dict(size=_tick_font(q) + 1)))
     fig.add_trace(go.Scatter(x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
                              marker=dict(size=7, color="#444"),
-                             hovertext=[f"key {j}: <b>{klabels[j]}</b>" for j in range(k)],
+                             hovertext=[f"key {j + key_first}: <b>{klabels[j]}</b>" for j in range(k)],
                              hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
     fig.update_layout(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
@@ -159,7 +182,8 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
 
 
 def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str,
-                query_title: str = "query", key_title: str = "key") -> go.Figure:
+                query_title: str = "query", key_title: str = "key", query_first: int = 1,
+                key_first: int = 1) -> go.Figure:
     """A boolean mask ``(Q, K)``: green = may attend, pink = blocked (weight forced to exactly 0)."""
     m = np.asarray(allowed, dtype=float)
     q, k = m.shape
@@ -183,8 +207,9 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
         margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
-        xaxis=_axis(unique_labels(key_tokens), key_title, tickangle=-90 if k > 30 else -60 if k > 8 else 0),
-        yaxis=_axis(unique_labels(query_tokens), query_title, autorange="reversed"),
+        xaxis=_axis(unique_labels(key_tokens, key_first), key_title,
+                    tickangle=-90 if k > 30 else -60 if k > 8 else 0),
+        yaxis=_axis(unique_labels(query_tokens, query_first), query_title, autorange="reversed"),
     )
     return fig
 
@@ -199,6 +224,16 @@ def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding")
                       margin=dict(l=10, r=10, t=45, b=10),
                       xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed"))
     return fig
+
+
+def wave_dims(d_model: int, length: int) -> list[int]:
+    """Even (sine) dimensions whose wavelengths are about 2π, length/4, length/2 and 2·length, plus one cosine."""
+    dims = {0}
+    for target in (length / 4, length / 2, 2 * length):
+        i = np.log(max(target, 2 * np.pi) / (2 * np.pi)) / np.log(10000.0) * d_model  # wavelength = 2π·10000^(i/d)
+        dims.add(int(min(max(0, 2 * round(i / 2)), d_model - 2)))
+    dims.add(min(sorted(dims)[1] + 1 if len(dims) > 1 else 1, d_model - 1))
+    return sorted(dims)
 
 
 def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
@@ -240,15 +275,19 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
                          hovertemplate="<b>%{customdata}</b><br>‖embedding‖·√d = %{y:.2f}<extra></extra>"))
     fig.add_trace(go.Bar(x=x, y=pe_norms, name="positional encoding", marker_color="#fd8d3c",
                          hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>"))
-    if vocab_norms is not None and len(vocab_norms):
-        fig.add_hline(y=float(np.median(vocab_norms)), line_dash="dot", line_color="#555",
-                      annotation_text="median token embedding × √d_model (whole vocabulary)",
-                      annotation_position="top right")
+    top = max(float(np.max(token_norms, initial=0.0)), float(np.max(pe_norms, initial=0.0)))
+    if vocab_norms is not None and len(vocab_norms):  # a dotted line named in the legend (a label on the line
+        median = float(np.median(vocab_norms))  # itself would sit on the bars)
+        top = max(top, median)
+        fig.add_hline(y=median, line_dash="dot", line_color="#555", name="median")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
+                                 name=f"median token embedding × √d_model, whole vocabulary ({median:.1f})"))
     fig.update_layout(barmode="group",
                       title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
-                      font=FONT, height=380, margin=dict(l=10, r=10, t=45, b=10),
+                      font=FONT, height=400, margin=dict(l=10, r=10, t=95, b=10),
                       xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
-                      yaxis=dict(title="vector length (L2)"), legend=dict(orientation="h", y=1.08))
+                      yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above bars
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))
     return fig
 
 
@@ -281,8 +320,29 @@ def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], outp
     return fig
 
 
+def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: int = 0) -> go.Figure:
+    """The share of each output step's attribution that goes to the source (the rest: the earlier output), as
+    stacked bars. ``outputs[i]`` is the piece output step ``first + i + 1`` produced (steps count from 1); each
+    bar sits at its step and is labelled with the piece that step produced."""
+    share = np.asarray(source_share, dtype=float)
+    steps = list(range(first + 1, first + 1 + len(share)))  # output steps, counted from 1
+    pieces = [escape(t) for t in outputs]
+    fig = go.Figure([go.Bar(x=steps, y=share, name="source", marker_color="#3182bd", customdata=pieces,
+                            hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
+                     go.Bar(x=steps, y=1 - share, name="earlier output", marker_color="#ff7f0e", customdata=pieces,
+                            hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")])
+    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
+                      title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
+                      xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
+                                 title=dict(text="output piece (the step that produced it)"),
+                                 tickangle=-60 if len(steps) > 8 else 0),
+                      yaxis=dict(range=[0, 1], title=dict(text="share")))
+    return fig
+
+
 def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
-                     key_tokens: Sequence[str], title: str, zrange: tuple[float, float] | None = None) -> go.Figure:
+                     key_tokens: Sequence[str], title: str, zrange: tuple[float, float] | None = None,
+                     query_first: int = 1, key_first: int = 1) -> go.Figure:
     """The same attention matrix in several checkpoints side by side, one shared colour scale."""
     n = len(panels)
     fig = make_subplots(rows=1, cols=n, subplot_titles=[escape(name) for name, _ in panels], horizontal_spacing=0.02)
@@ -298,11 +358,12 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                                                "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
                       row=1, col=i + 1)
     fig.update_xaxes(showticklabels=True, showgrid=False, zeroline=False, tickmode="array", tickvals=list(range(k)),
-                     ticktext=unique_labels(key_tokens), tickfont=dict(size=_tick_font(k * n)),
+                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=_tick_font(k * n)),
                      tickangle=-90)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
-                     ticktext=unique_labels(query_tokens), tickfont=dict(size=_tick_font(q)), row=1, col=1)
+                     ticktext=unique_labels(query_tokens, query_first), tickfont=dict(size=_tick_font(q)), row=1,
+                     col=1)
     zmin, zmax = zrange if zrange is not None else (0.0, max(max(float(np.max(w)) for _, w in panels), 1e-9))
     width_share = 1100 / max(n, 1)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(thickness=12)),
@@ -330,3 +391,52 @@ def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Fig
     fig.update_yaxes(title_text="validation loss", secondary_y=True)
     return fig
 
+
+
+SOURCE_COLOUR, PREFIX_COLOUR = "#3182bd", "#ff7f0e"
+
+
+def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], threshold: float | None = None,
+                        title: str = "Share from the source per output piece (ALTI+)") -> go.Figure:
+    """Stacked bars per output piece: ``share (T,)`` from the source, the rest from the target prefix; a dashed line
+    at the sentence's mean source share and, when given, a dotted one at the hallucination ``threshold``."""
+    share = np.asarray(share, dtype=np.float64)
+    steps = list(range(len(share)))
+    text = [escape(t) for t in output_tokens]
+    fig = go.Figure([
+        go.Bar(x=steps, y=share, name="source", marker_color=SOURCE_COLOUR, customdata=text,
+               hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
+        go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
+               hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
+    mean = float(share.mean()) if len(share) else 0.0
+    back = "rgba(255,255,255,0.85)"
+    fig.add_hline(y=mean, line_dash="dash", line_color="#222222", annotation_text=f"mean {mean:.2f}",
+                  annotation_position="top left", annotation_bgcolor=back, annotation_font_size=11)
+    if threshold is not None:
+        fig.add_hline(y=threshold, line_dash="dot", line_width=2, line_color="#c62828",
+                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right",
+                      annotation_bgcolor=back, annotation_font_size=11, annotation_font_color="#c62828")
+    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
+                      title=dict(text=title, x=0.0), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
+                                                                 yanchor="bottom"),
+                      xaxis=_axis(unique_labels(output_tokens), "output piece",
+                                  tickangle=-60 if len(share) > 8 else 0),
+                      yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
+    return fig
+
+
+def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
+                               source_tokens: Sequence[str], prefix_tokens: Sequence[str],
+                               title: str = "Contributions to each output piece (ALTI+)") -> go.Figure:
+    """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
+    input ``target (T, T)``; a line between the two parts, each row summing to 1."""
+    s = len(source_tokens)
+    matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
+    fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
+                            query_title="output piece", key_title="source piece | target prefix",
+                            value_name="contribution", zmax=max(float(matrix.max()), 1e-9))
+    fig.add_vline(x=s - 0.5, line_width=2, line_color="#444444")
+    for x, name in ((0, "source"), (s, "target prefix")):
+        fig.add_annotation(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
+                           text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
+    return fig

@@ -3,6 +3,7 @@ selector and the translation panel. Every change applies at once."""
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import streamlit as st
@@ -16,7 +17,10 @@ from .controls import choose, md_escape
 from .inference import Analysis
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
-LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian"}
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian",
+             "zh": "Chinese", "ja": "Japanese", "ko": "Korean", "ru": "Russian", "uk": "Ukrainian", "ar": "Arabic",
+             "he": "Hebrew", "el": "Greek", "hi": "Hindi", "nl": "Dutch", "pt": "Portuguese", "pl": "Polish"}
+NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 
 
 # The page's own layout rules: less empty space above and beside the content (so that on a 1280 x 720 laptop the
@@ -53,11 +57,9 @@ def page_style() -> None:
 def sidebar() -> tuple[str, str]:
     """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
     ss = st.session_state
-    with st.sidebar:
-        st.header(":material/travel_explore: Attention explorer", anchor=False)
-        st.caption("Inside a translation Transformer: the encoder-decoder of Vaswani et al. (2017), written from "
-                   "scratch, every attention weight visible.")
+    with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
+        fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))
         model_picker()
         devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
                                      if torch.cuda.is_available() else [])
@@ -77,12 +79,15 @@ def sidebar() -> tuple[str, str]:
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
-    checkpoint = ss[state.CHECKPOINT].strip()
+    return ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE])
+
+
+def _device(choice: str) -> str:
+    """The device a choice of the Device picker resolves to (``"auto"``: CUDA when present); CPU when unusable."""
     try:
-        device = str(transformer.resolve_device(ss[state.DEVICE]))
+        return str(transformer.resolve_device(choice))
     except transformer.CheckpointError:
-        device = "cpu"
-    return checkpoint, device
+        return "cpu"
 
 
 def number(name: str, value: float) -> str:
@@ -107,13 +112,12 @@ def model_picker() -> None:
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
     if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
-        allowed = [m for m in catalog.allowed_models() if m in usable or not m.startswith("checkpoints/")] or \
-            [catalog.default_checkpoint()]
         broken = {i.path: i.problem for i in infos if i.problem}
+        allowed = [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
         if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
-            st.warning(f"{md_escape(ss[state.CHECKPOINT])} is unavailable on this server "
+            st.warning(f"{md_escape(catalog.short_name(ss[state.CHECKPOINT]))} is unavailable on this server "
                        f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
-                       f"{md_escape(allowed[0])} opens instead.", icon=":material/block:")
+                       f"{md_escape(catalog.short_name(allowed[0]))} opens instead.", icon=":material/block:")
         if ss.get(state.MODEL_CHOICE) not in allowed:
             ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
 
@@ -121,9 +125,9 @@ def model_picker() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
             state.adopt_model_decoding()
 
-        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,
+        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,  # never a path of the server
                      format_func=lambda p: Path(p).name if p in usable else
-                     catalog.hub_label(p) if p in catalog.MULTILINGUAL else p)
+                     catalog.hub_label(p) if p in catalog.MULTILINGUAL else catalog.short_name(p))
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         if ss[state.CHECKPOINT] in usable:
             st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
@@ -151,8 +155,9 @@ def model_picker() -> None:
             st.caption(f":material/block: {md_escape(info.path)} is unavailable: {md_escape(info.problem)}")
 
 
-def show_model_facts(tr: Translator) -> None:
-    """Sizes, parameters and the scores of the model card, in the sidebar."""
+def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
+    """Sizes, parameters and the scores of the model card, in the sidebar (where it was loaded from: in public mode
+    the model's short name, never the server's path)."""
     with st.sidebar:
         facts = catalog.model_facts(tr)
         st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
@@ -162,16 +167,17 @@ def show_model_facts(tr: Translator) -> None:
             st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
-            if meta.get("training_command"):
-                st.caption("Trained with")
-                st.text(str(meta["training_command"]))
+            for caption, text in catalog.training_recipe(meta):  # how the shipped weights were really made
+                st.caption(md_escape(caption))
+                st.text(text)
             history = meta.get("history")
             if isinstance(history, list) and history:
                 st.caption(f"{len(history)} validations during training; the curves are in the Training evolution "
                            "view.")
             if not meta:
                 st.caption("No metadata.json in this checkpoint.")
-            st.caption(f"Loaded from {md_escape(tr.path)}")
+            where = catalog.short_name(checkpoint or Path(str(tr.path)).name) if catalog.public_mode() else tr.path
+            st.caption(f"Loaded from {md_escape(where)}")
 
 
 class DownloadProgress:
@@ -193,12 +199,11 @@ class DownloadProgress:
 
 
 def load_model(checkpoint: str, device: str) -> Translator | None:
-    """The cached model, or None after showing a clear message (failures are remembered per session)."""
-    ss = st.session_state
-    failure = ss.get(state.LOAD_FAILURE)
-    if failure and failure[:2] == (checkpoint, device):
-        message = failure[2]
-    else:
+    """The cached model, or None after showing a clear message. Failures are remembered for the whole server
+    (``cached.LOAD_FAILURES``), so the next visitor is told at once; when the default model fails, the run starts
+    again and :func:`fall_back_from_a_broken_default` opens a working one."""
+    message = cached.LOAD_FAILURES.get(checkpoint, device)
+    if message is None:
         try:
             if catalog.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
                 catalog.download(checkpoint, DownloadProgress(checkpoint))
@@ -207,16 +212,47 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
             message = catalog.visitor_message(err)
         except Exception as err:  # anything else from loading: still one clear message
             message = catalog.visitor_message(f"{type(err).__name__}: {err}")
-        ss[state.LOAD_FAILURE] = (checkpoint, device, message)
+        cached.LOAD_FAILURES.remember(checkpoint, device, message)
+        if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(checkpoint, device):
+            st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")
     if st.button("Try again", key="retry_load"):
-        ss.pop(state.LOAD_FAILURE, None)
+        cached.LOAD_FAILURES.forget(checkpoint, device)
         st.rerun()
     return None
+
+
+def fallback_model(broken: str, device: str) -> str | None:
+    """A model to open instead of ``broken``: the first allow-listed checkpoint directory that passes its check and
+    has not failed to load here, or None."""
+    usable = [i.path for i in cached.get_checkpoint_list() if i.problem is None]
+    return next((m for m in catalog.allowed_models()
+                 if m in usable and m != broken and cached.LOAD_FAILURES.get(m, device) is None), None)
+
+
+def fall_back_from_a_broken_default(device: str) -> None:
+    """Public mode: when the page would open the default model and it is broken (its check fails, or it failed to
+    load on this server), open a working allow-listed model instead, with a notice naming both (short names only)
+    and why. A local server shows the default's error instead (whoever runs it can fix it or pick another)."""
+    ss = st.session_state
+    default = catalog.default_checkpoint()
+    if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
+        return
+    problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
+        or cached.LOAD_FAILURES.get(default, device)
+    other = fallback_model(default, device) if problem else None
+    if other is None:
+        return
+    ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE] = other  # the picker is drawn after this
+    if "alpha" not in (ss.get(state.LAST_URL) or {}):  # the model's own length penalty, unless the link set one
+        state.adopt_model_decoding()
+    st.warning(f"The default model {md_escape(catalog.short_name(default))} could not be opened "
+               f"({md_escape(catalog.visitor_message(problem))}); {md_escape(catalog.short_name(other))} opens "
+               "instead.", icon=":material/swap_horiz:")
 
 
 def use_example() -> None:
@@ -267,6 +303,8 @@ def input_area(tr: Translator) -> None:
     c1.text_area(label, key=state.SOURCE_TEXT, height=68, on_change=submit,  # Ctrl+Enter applies it at once
                  placeholder=f"{label}: type a sentence, e.g. “A dog runs on the beach.”",
                  label_visibility="collapsed")
+    if st.session_state.get(state.EXAMPLE) not in (None, st.session_state.get(state.SOURCE_TEXT)):
+        st.session_state[state.EXAMPLE] = None  # the visitor typed (or a link brought) other text: no example
     c2.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
                  placeholder="Examples…", label_visibility="collapsed")
     c3.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
@@ -304,21 +342,37 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
     if len(sentences) <= 1:
         st.session_state.pop(state.SENTENCE, None)
         return sub.text
-    groups = work.sentence_groups(tr, sentences, sub.settings)  # each within this server's work limit
+    # the request's work: the picked sentence's analysis first (at most half), the sentences' translations the rest
+    picked = st.session_state.get(state.SENTENCE)
+    picked = sentences[picked - 1] if isinstance(picked, int) and 1 <= picked <= len(sentences) else sentences[0]
+    ceiling = work.left()
+    ceiling -= min(work.translation_work(tr, work.source_length(tr, picked), sub.settings), ceiling / 2)
+    settings, notices = work.cap_translation(tr, max(sentences, key=lambda x: work.source_length(tr, x)),
+                                             sub.settings, ceiling)  # no sentence alone over the ceiling
+    groups = work.sentence_groups(tr, sentences, settings, ceiling)
     asked = st.session_state.get(GROUPS_SHOWN)  # (checkpoint, submitted, groups): a new text starts at one group
     shown = min(asked[2] if asked and asked[:2] == (checkpoint, sub) else 1, len(groups))
     translations: list[str] = []
-    for group in groups[:shown]:
-        translations += cached.get_translations(checkpoint, device, tuple(sentences[i] for i in group), sub.settings)
+    for k, group in enumerate(groups[:shown]):
+        part = tuple(sentences[i] for i in group)
+        if k < shown - 1 and cached.has_translations(checkpoint, device, part, settings):
+            translations += cached.get_translations(checkpoint, device, part, settings)  # shown before: no work
+            continue
+        # the newest group is this request's work (cached or not, so reruns plan alike); an earlier group that left
+        # the cache is made again and the list stops there, so one request never translates two groups
+        work.spend(sum(work.plain_work(tr, x, settings) for x in part))
+        translations += cached.get_translations(checkpoint, device, part, settings)
+        shown = k + 1
+        break
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
     with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
         st.text("\n".join(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}"
                           for i, src in enumerate(sentences, 1)))
+    work.cut(notices)
     if shown < len(groups):
         rest = len(sentences) - len(translations)
-        st.info(f"{len(translations)} of the {len(sentences)} sentences translated so far: translating them all at "
-                f"once is over this server's work limit (ATTN_MAX_WORK). Each sentence can still be explored.",
-                icon=":material/speed:")
+        work.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
+                  "button below the list; each sentence can still be explored)"])
         if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
             st.session_state[GROUPS_SHOWN] = (checkpoint, sub, shown + 1)
             st.rerun()
@@ -335,14 +389,29 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                    f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
                    icon=":material/content_cut:")
     if result.unknown_pieces:
-        st.info(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear as "
-                "<unk> (emoji and rare scripts, for example).", icon=":material/help:")
+        chars = result.unknown_chars
+        named = ", ".join(f"“{c}”" if unicodedata.category(c).startswith("L") else  # a letter shows itself; a
+                          f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"  # symbol gets its name too
+                          for c in chars[:NAMED_CHARACTERS])
+        more = f" and {len(chars) - NAMED_CHARACTERS} more" if len(chars) > NAMED_CHARACTERS else ""
+        which = f": the character(s) {named}{more}" if chars else ""
+        st.info(md_escape(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear "
+                          f"as <unk>{which}. The model sees only that something unknown stood there."),
+                icon=":material/help:")
+    if result.hit_max_len:
+        s = result.settings
+        st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (a × "
+                   f"source + b, a = {s.max_len_a:g}, b = {s.max_len_b}) before the model ended the sentence. Raise "
+                   "Max length a or b in the sidebar to let it finish.", icon=":material/content_cut:")
     beam = result.settings.beam_size
+    score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
+             "a whole sentence's" if result.hit_max_len else
+             f"score {result.score:.3f} (log-probability / length penalty)")
     text, pieces = st.columns([3, 1.3], vertical_alignment="center")  # one row on a wide screen, no frame: low
     with text.container(gap=None):
         st.text(result.translation if result.translation.strip() else
                 "(empty output: the model ended the sentence at once)")
-        st.caption(f"Translation · score {result.score:.3f} (log-probability / length penalty) · "
+        st.caption(f"Translation · {score} · "
                    f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
     with pieces, st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
         st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")

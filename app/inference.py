@@ -10,31 +10,19 @@ import functools
 import io
 import json
 import time
-from dataclasses import dataclass, field
+import unicodedata
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from transformer import Translator
-
-from .analysis import KINDS
+from transformer import TranslationResult, Translator, kinds
+from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.inference.DecodeSettings
+from transformer.kinds import HeadKey as HeadKey  # re-exported: app.inference.HeadKey
+from transformer.kinds import all_heads as _all_heads
 
 TOP_K = 10
 MAX_INPUT_CHARS = 5000
-
-HeadKey = tuple[str, int, int]  # (kind, layer, head), 0-based
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """Decoding settings; ``beam_size`` 1 is greedy search. Maximum output length = ``a * source + b``."""
-
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    src_lang: str | None = None  # a multilingual model's source / target language codes (None: its defaults)
-    tgt_lang: str | None = None
 
 
 def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | None]:
@@ -43,6 +31,11 @@ def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | N
         return {}
     return {"src_lang": settings.src_lang if settings.src_lang in tr.languages else None,
             "tgt_lang": settings.tgt_lang if settings.tgt_lang in tr.languages else None}
+
+
+def model_settings(tr: Translator, settings: DecodeSettings) -> DecodeSettings:
+    """``settings`` as this model takes them: language codes it does not take become its defaults (None)."""
+    return replace(settings, **{"src_lang": None, "tgt_lang": None, **language_args(tr, settings)})
 
 
 @dataclass
@@ -72,6 +65,8 @@ class Analysis:
     ablated: tuple[HeadKey, ...] = ()
     seconds: float = 0.0
     device: str = "cpu"
+    hit_max_len: bool = False  # the output stopped at the maximum length before the model ended it (cut)
+    unknown_chars: list[str] = field(default_factory=list)  # the input's characters outside the vocabulary
 
     def attention(self, kind: str) -> np.ndarray:
         """``(layers, heads, Q, K)`` of ``"encoder"``, ``"decoder"`` or ``"cross"``."""
@@ -95,23 +90,12 @@ class Analysis:
 
 def all_heads(tr: Translator) -> list[HeadKey]:
     """Every head of the model as ``(kind, layer, head)``."""
-    cfg = tr.config
-    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
-    return [(kind, layer, head) for kind in KINDS for layer in range(layers[kind]) for head in range(cfg.n_heads)]
+    return _all_heads(tr.config)
 
 
 def build_head_mask(tr: Translator, ablated: tuple[HeadKey, ...]) -> dict[str, torch.Tensor] | None:
     """``head_mask`` for the model: 1 everywhere, 0 for each ablated head; None when nothing is ablated."""
-    if not ablated:
-        return None
-    cfg = tr.config
-    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
-    masks = {kind: torch.ones(layers[kind], cfg.n_heads, device=tr.device) for kind in KINDS}
-    for kind, layer, head in ablated:
-        if kind not in masks or not (0 <= layer < layers[kind]) or not (0 <= head < cfg.n_heads):
-            raise ValueError(f"no head {kind} layer {layer + 1} head {head + 1} in this model")
-        masks[kind][layer, head] = 0.0
-    return masks
+    return kinds.head_mask(tr.config, ablated, tr.device) if ablated else None
 
 
 def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
@@ -120,31 +104,43 @@ def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
 
 
 @torch.no_grad()
-def analyse(tr: Translator, text: str, settings: DecodeSettings = DecodeSettings(),
+def analyse(tr: Translator, text: str, settings: DecodeSettings | None = None,
             ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K) -> Analysis:
-    """Translate ``text`` and collect every attention weight and the per-step candidates."""
+    """Translate ``text`` and collect every attention weight and the per-step candidates (``settings`` None: the
+    defaults)."""
+    settings = settings or DecodeSettings()
     start = time.perf_counter()
     head_mask = build_head_mask(tr, ablated)
-    pieces = tr.tokenizer.encode(text)
-    result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, max_len_a=settings.max_len_a,
-                          max_len_b=settings.max_len_b, return_attention=False, head_mask=head_mask,
-                          **language_args(tr, settings))
+    result = tr.translate(text, model_settings(tr, settings), return_attention=False, head_mask=head_mask)
+    return analysis_of(tr, result, text, settings, ablated, top_k, start)
+
+
+@torch.no_grad()
+def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: DecodeSettings | None = None,
+                ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, start: float | None = None) -> Analysis:
+    """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
+    every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
+    settings = settings or DecodeSettings()
+    start = time.perf_counter() if start is None else start
+    head_mask = build_head_mask(tr, ablated)
     out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
     out = tr.attentions(result.source_ids, out_ids, head_mask)
     probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
     top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
     chosen = probs.gather(1, torch.tensor(result.target_ids, device=probs.device)[:, None])[:, 0]
     top_i_list = top_i.cpu().tolist()
+    unknown = sum(1 for i in result.source_ids if i == tr.tokenizer.unk_id)
     return Analysis(
         text=text, translation=result.text, score=float(result.score), source_tokens=list(result.source_tokens),
         target_tokens=list(result.target_tokens), decoder_input_tokens=list(result.decoder_input_tokens),
         source_ids=list(result.source_ids), target_ids=list(result.target_ids), truncated=bool(result.truncated),
-        source_pieces=len(pieces), unknown_pieces=sum(1 for i in result.source_ids if i == tr.tokenizer.unk_id),
+        source_pieces=len(tr.tokenizer.encode(text)) if text else len(result.source_ids), unknown_pieces=unknown,
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
         chosen_probs=chosen.cpu().numpy().astype(np.float32), settings=settings, ablated=tuple(ablated),
-        seconds=time.perf_counter() - start, device=str(tr.device),
+        seconds=time.perf_counter() - start, device=str(tr.device), hit_max_len=bool(result.hit_max_len),
+        unknown_chars=unknown_characters(tr.tokenizer, text) if unknown else [],
     )
 
 
@@ -166,12 +162,12 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
     """Tokens, translation, settings and every attention weight as JSON (nested lists)."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
-        "score": analysis.score, "settings": analysis.settings.__dict__,
+        "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,
         "ablated_heads": [{"type": k, "layer": layer + 1, "head": h + 1} for k, layer, h in analysis.ablated],
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,
         "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",
-        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in KINDS},
+        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in kinds.KINDS},
     }
     return json.dumps(payload, ensure_ascii=False)
 
@@ -206,19 +202,40 @@ def _language_identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def latin_share(text: str) -> float | None:
+    """The share of the letters of ``text`` that are Latin (None without letters)."""
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return None
+    return sum(1 for c in letters if unicodedata.name(c, "").startswith("LATIN")) / len(letters)
+
+
 def detect_language(text: str, min_words: int = 4, min_probability: float = 0.9) -> tuple[str, float] | None:
-    """(language code, probability) of ``text`` when py3langid is confident, else None (short text is unreliable)."""
+    """(language code, probability) of ``text`` when py3langid is confident, else None (short text is unreliable).
+    Text written mostly in another script than the Latin one (Chinese, Russian...) is named from 4 letters on, with
+    py3langid's best guess however sure it is: Chinese has no spaces to count words by, and its script alone says
+    it is not English or German."""
+    share = latin_share(text)
+    if share is not None and share < 0.5 and sum(c.isalpha() for c in text) >= min_words:
+        language, probability = _language_identifier().classify(text)
+        return str(language), float(probability)
     if len(text.split()) < min_words:
         return None
     language, probability = _language_identifier().classify(text)
     return (str(language), float(probability)) if probability >= min_probability else None
 
 
+def unknown_characters(tokenizer: object, text: str, limit: int = 2000) -> list[str]:
+    """The distinct characters of ``text`` (spaces aside) that the tokenizer can only write as ``<unk>``, in order
+    of appearance; at most ``limit`` distinct characters are looked at (bounded work for any input)."""
+    distinct = list(dict.fromkeys(c for c in text if not c.isspace()))[:limit]
+    unk = tokenizer.unk_id
+    return [c for c in distinct if unk in tokenizer.encode(c)]
+
+
 def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:
     """Plain translations of several sentences (one batch)."""
-    results = tr.translate_batch(sentences, beam_size=settings.beam_size, alpha=settings.alpha,
-                                 max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
-                                 **language_args(tr, settings))
+    results = tr.translate_batch(sentences, model_settings(tr, settings))
     return [r.text for r in results]
 
 

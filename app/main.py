@@ -27,8 +27,7 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
     if sub is None:
         return None
     text = frame.pick_sentence(tr, checkpoint, device, sub)
-    controls.capped(work.cap_translation(tr, text, sub.settings)[1])  # get_analysis applies the same cap
-    try:
+    try:  # the beam capped to what is left of the request's work (the cut goes in the request's one notice)
         with st.spinner("Translating…"):
             return cached.get_analysis(checkpoint, device, text, sub.settings, ())
     except Exception as err:  # never a stack trace
@@ -38,27 +37,43 @@ def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> in
 
 
 def main() -> None:
+    """The page as one request of bounded work (``app.work.request``: every job it starts shares one ceiling and at
+    most one wait for a heavy slot; one notice says what was cut)."""
+    with work.request() as req:
+        page(req)
+
+
+def page(req: work.Request) -> None:
     """The page: sidebar, model, input, view selector, translation, the chosen view; then the address."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
     frame.page_style()
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
-    ignored = st.session_state.get(state.IGNORED)
-    if ignored:
-        st.info("Parts of the link were not understood and were left at their defaults: "
-                f"{md_escape(', '.join(ignored[:12]))}.", icon=":material/link_off:")
+    state.show_ignored()
     tr = frame.load_model(checkpoint, device)
     if tr is None:
         return
-    frame.show_model_facts(tr)
+    frame.show_model_facts(tr, checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
     # the page's name: on a phone only (on a wider screen the sidebar shows it, and the first screen is the chart's)
     st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
                                             "translation Transformer, every attention weight visible]")
     frame.input_area(tr)
+    notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
+    view = VIEWS[selector.resolve(VIEWS, GROUPS)]
+    req.keep(view.work_share if view.needs_translation else 0.0)  # for the view's own jobs
     sub = state.submitted()
     result = analyse(checkpoint, device, tr, sub)
+    req.keep(0.0)
+    render_view(tr, checkpoint, device, sub, result)
+    controls.work_notice(notice, req)
+
+
+def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
+                result: inference.Analysis | None) -> None:
+    """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
+    then the address."""
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
     name = selector.view_selector(VIEWS, GROUPS, row)
     card = catalog.model_card(tr)

@@ -10,6 +10,7 @@ address.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,15 +66,19 @@ def link_value_dropped(key: str, why: str = "it does not fit this model or sente
 
 
 # ------------------------------------------------------------------------------------------------ parsers
+# Numbers as a link writes them: ASCII digits only (``int("٣")`` and ``float("1_0")`` are numbers to Python, not to
+# an address), no "nan" or "inf"
+_INT = re.compile(r"[+-]?[0-9]{1,30}")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
 
 
 def int_in(low: int, high: int) -> Callable[[str], int | None]:
     """A parser for an int within [low, high]."""
     def parse(value: str) -> int | None:
-        try:
-            v = int(str(value).strip())
-        except (TypeError, ValueError):
+        text = str(value).strip(" ")
+        if not _INT.fullmatch(text):
             return None
+        v = int(text)
         return v if low <= v <= high else None
     return parse
 
@@ -81,10 +86,10 @@ def int_in(low: int, high: int) -> Callable[[str], int | None]:
 def float_in(low: float, high: float, digits: int = 2) -> Callable[[str], float | None]:
     """A parser for a finite float within [low, high], rounded to ``digits``."""
     def parse(value: str) -> float | None:
-        try:
-            v = float(str(value).strip())
-        except (TypeError, ValueError, OverflowError):
+        text = str(value).strip(" ")
+        if not _FLOAT.fullmatch(text):
             return None
+        v = float(text)
         return round(v, digits) if math.isfinite(v) and low <= v <= high else None
     return parse
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +15,9 @@ import torch
 
 import transformer
 from transformer import Transformer, Translator
+from transformer.kinds import decoder_input
 
-from .inference import Analysis, language_args, stack_layers
+from .inference import Analysis, model_settings, stack_layers
 
 
 def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
@@ -29,7 +29,7 @@ def mask_arrays(tr: Translator, analysis: Analysis, extra_source_pad: int = 0,
     """
     pad = tr.config.pad_id
     src = torch.tensor([analysis.source_ids + [pad] * extra_source_pad])
-    tgt = torch.tensor([[tr.config.bos_id] + analysis.target_ids[:-1] + [pad] * extra_target_pad])
+    tgt = torch.tensor([decoder_input(tr.config.bos_id, analysis.target_ids) + [pad] * extra_target_pad])
     src_pad = transformer.padding_mask(src, pad)  # (1, 1, 1, S)
     tgt_pad = transformer.padding_mask(tgt, pad)  # (1, 1, 1, T)
     causal = transformer.causal_mask(tgt.size(1))  # (1, 1, T, T)
@@ -55,17 +55,18 @@ def model_pe(tr: Translator) -> np.ndarray:
 
 
 def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
-    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model``."""
+    """Length of each token's embedding as the model adds it to the encoding: ``‖E[id]‖ · √d_model`` (the model's
+    ``embedding_scale``: 1 for a family that does not scale, e.g. ``scale_embedding=False``)."""
     weight = tr.model.src_embed.weight.detach().float().cpu()
-    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+    return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
 def vocab_embedding_norms(tr: Translator) -> np.ndarray:
-    """``‖E[id]‖ · √d_model`` for the whole vocabulary (padding excluded)."""
+    """``‖E[id]‖ · √d_model`` (the model's ``embedding_scale``) for the whole vocabulary (padding excluded)."""
     weight = tr.model.src_embed.weight.detach().float().cpu()
     keep = torch.ones(weight.size(0), dtype=torch.bool)
     keep[tr.config.pad_id] = False
-    return (weight[keep].norm(dim=-1) * math.sqrt(tr.config.d_model)).numpy()
+    return (weight[keep].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
 def list_snapshots(tr: Translator) -> list[Path]:
@@ -109,15 +110,14 @@ def snapshot_attentions(tr: Translator, model: Transformer, source_ids: list[int
     snap = Translator(model, tr.tokenizer, tr.metadata, tr.path)
     out = snap.attentions(source_ids, target_ids[:-1])
     outputs, _ = snap.generate([source_ids], beam_size=1)
-    attn = {"encoder": stack_layers(out.encoder_attentions), "decoder": stack_layers(out.decoder_attentions),
-            "cross": stack_layers(out.cross_attentions)}
+    attn = {kind: stack_layers(layers) for kind, layers in out.attentions().items()}
     return attn, tr.tokenizer.decode(outputs[0])
 
 
 def _pair(tr: Translator, analysis: Analysis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(src (1, S), tgt (1, T), labels (1, T))`` of an analysed sentence on the model's device."""
     src = torch.tensor([analysis.source_ids], device=tr.device)
-    tgt = torch.tensor([[tr.config.bos_id, *analysis.target_ids[:-1]]], device=tr.device)
+    tgt = torch.tensor([decoder_input(tr.config.bos_id, analysis.target_ids)], device=tr.device)
     return src, tgt, torch.tensor([analysis.target_ids], device=tr.device)
 
 
@@ -160,6 +160,20 @@ def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 3
             "span": np.array([first, end])}
 
 
+def alti(tr: Translator, analysis: Analysis, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """``transformer.interpret.contributions`` (ALTI+) of the analysed sentence as numpy: ``source (T, S)``,
+    ``target (T, T)`` (the decoder input), ``source_share (T,)``, ``encoder (S, S)``, and per decoder layer
+    ``cross_layers (L, T, S)`` and ``cross_residual (L, T)``; the terms held at once within ``max_bytes``."""
+    from transformer.interpret import contributions
+
+    src, tgt, _ = _pair(tr, analysis)
+    c = contributions(tr.model, src, tgt, max_bytes=max_bytes)
+    return {"source": c.source[0].cpu().numpy(), "target": c.target[0].cpu().numpy(),
+            "source_share": c.source_share[0].cpu().numpy(), "encoder": c.encoder[0].cpu().numpy(),
+            "cross_layers": torch.stack(c.cross_layers)[:, 0].cpu().numpy(),
+            "cross_residual": torch.stack(c.cross_residual)[:, 0].cpu().numpy()}
+
+
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
     """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
     rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""
@@ -178,6 +192,4 @@ def beam_tree(tr: Translator, analysis: Analysis) -> Any:
     s = analysis.settings
     if s.beam_size <= 1:
         return None
-    return tr.translate(analysis.text, beam_size=s.beam_size, alpha=s.alpha, max_len_a=s.max_len_a,
-                        max_len_b=s.max_len_b, return_attention=False, return_tree=True,
-                        **language_args(tr, s)).tree
+    return tr.translate(analysis.text, model_settings(tr, s), return_attention=False, return_tree=True).tree

@@ -17,6 +17,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from transformer import Tokenizer, Translator
+from transformer.decoding import DEFAULT_ALPHA
 
 from . import params as P
 from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
@@ -43,7 +44,6 @@ PREVIOUS_VIEW = "_previous_view"  # the last view other than Export, for Export'
 LAST_URL = "_last_url"  # the query parameters this session last wrote
 IGNORED = "_ignored"  # link parameters the last adoption ignored, to tell the visitor
 NOTICES = "_notices"  # what was changed in the visitor's input (cut, bidirectional controls removed)
-LOAD_FAILURE = "_load_failure"
 EMPTY_SUBMIT = "_empty_submit"  # Translate was pressed on an empty box
 
 EXAMPLES = [
@@ -57,7 +57,9 @@ EXAMPLES = [
 OTHER_MODEL = "Another directory or Hub id (type it below)"
 SEARCHES = ["Beam search", "Greedy"]
 DEFAULT_VIEW = "Heatmap"
-DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: 4, ALPHA: 0.6, MAX_A: 1.5, MAX_B: 10, DEVICE: "auto"}
+_DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
+DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
+                               MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
 FRAME_KEYS = (SEARCH, BEAM, ALPHA, MAX_A, MAX_B, VIEW, VIEW_GROUP, SENTENCE, SRC_LANG, TGT_LANG)  # set or default
 FRAME_NAMES = ("text", "model", "beam", "alpha", "a", "b", "view", "s", "src", "tgt")
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
@@ -94,6 +96,10 @@ def take_text(text: str) -> str:
     """The visitor's text as the page uses it: cleaned and cut to ``MAX_INPUT_CHARS``, with a notice for each
     change (shown by the next :func:`show_notices`)."""
     notices = st.session_state.setdefault(NOTICES, [])
+    control = len(_CONTROL.findall(text))
+    if control:
+        notices.append(f"Removed {control} control character(s) (invisible characters such as NUL or ESC; "
+                       "newlines and tabs are kept) from the text.")
     bidi = len(_BIDI.findall(text))
     if bidi:
         notices.append(f"Removed {bidi} bidirectional control character(s) (such as U+202E, which reverses how "
@@ -112,8 +118,40 @@ def show_notices() -> None:
         st.info(notice, icon=":material/content_cut:")
 
 
+LINK_NAME_CHARS = 32  # a link's parameter name is shown cut to this many characters
+LINK_NAMES_SHOWN = 12  # and at most this many of them
+
+
+def shown_link_name(name: str) -> str:
+    """A link's parameter name as the page may show it: invisible and format characters (controls, bidirectional
+    controls, zero-width joiners) removed, other spacing made a plain space, cut to ``LINK_NAME_CHARS`` with the
+    count of what was cut."""
+    kept = "".join(" " if unicodedata.category(c).startswith("Z") else c for c in name
+                   if not unicodedata.category(c).startswith("C"))
+    if len(kept) > LINK_NAME_CHARS:
+        kept = f"{kept[:LINK_NAME_CHARS]}… (+{len(kept) - LINK_NAME_CHARS:,} characters)"
+    return kept if kept.strip() else "(a name of invisible characters)"
+
+
+def show_ignored() -> None:
+    """Say which parts of the link were not understood. Nothing a link carries is shown as Markdown: the notice's
+    words are the page's own, and the names follow as plain text (``st.text``: no formatting, no links), each
+    cut to ``LINK_NAME_CHARS``, at most ``LINK_NAMES_SHOWN`` of them with the count of the rest. The link's
+    values are never shown."""
+    ignored = st.session_state.get(IGNORED)
+    if not ignored:
+        return
+    st.info(f"{len(ignored)} part(s) of the link were not understood and were left at their defaults. Their names, "
+            "as the link wrote them (cut short), are below; a link's text is never an instruction from this page.",
+            icon=":material/link_off:")
+    lines = [shown_link_name(name) + (f" ({why})" if why else "") for name, why in ignored[:LINK_NAMES_SHOWN]]
+    if len(ignored) > LINK_NAMES_SHOWN:
+        lines.append(f"… and {len(ignored) - LINK_NAMES_SHOWN:,} more not shown")
+    st.text("\n".join(lines))
+
+
 def adopt_model_decoding() -> None:
-    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, else 0.6)."""
+    """After a model is picked: its own length penalty (``decoding.alpha`` of its metadata, else the default)."""
     st.session_state[ALPHA] = model_alpha(st.session_state.get(CHECKPOINT, ""))
 
 
@@ -136,8 +174,9 @@ def submitted() -> Submitted | None:
 # ------------------------------------------------------------------------------------------------ URL -> state
 
 
-def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
-    """Set the session state from a link's query parameters; returns what was ignored (with why, where useful).
+def adopt_url(query: dict[str, str], views: list[str]) -> list[tuple[str, str]]:
+    """Set the session state from a link's query parameters; returns what was ignored: (the link's parameter name,
+    why in the page's own words, or "") pairs, shown by :func:`show_ignored` as text, never as Markdown.
 
     Every value is checked (type, range, known names); a bad one is ignored and its key keeps its default. A
     parameter the link's view does not use is ignored too. Values that depend on the model (layer and head
@@ -146,10 +185,10 @@ def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
     ss = st.session_state
     for key in (*FRAME_KEYS, *(p.key for p in P.all_params())):
         ss.pop(key, None)
-    ignored: list[str] = []
+    ignored: list[tuple[str, str]] = []
     view = query.get("view", DEFAULT_VIEW)
     if view not in views:
-        ignored.append("view")
+        ignored.append(("view", ""))
         view = DEFAULT_VIEW
     ss[VIEW] = view
     if "text" in query:
@@ -165,15 +204,15 @@ def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
         if value is not None:
             ss[key] = value
         elif name in query:
-            ignored.append(name)
+            ignored.append((name, ""))
     if "beam" in query and beam is None:
-        ignored.append("beam")
+        ignored.append(("beam", ""))
     if "model" in query:
         model = clean_text(query["model"]).strip()
         if not (0 < len(model) <= 300):
-            ignored.append("model")
+            ignored.append(("model", ""))
         elif not model_allowed(model):
-            ignored.append("model (not offered on this server; the default opens instead)")
+            ignored.append(("model", "not offered on this server; the default opens instead"))
         else:
             ss[CHECKPOINT] = model
     from_link: dict[str, str] = {}
@@ -183,7 +222,7 @@ def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
                 ss[key] = query[name].strip()
                 from_link[key] = name
             else:
-                ignored.append(name)
+                ignored.append((name, ""))
     own = {p.name: p for p in P.of_view(view)}
     elsewhere = {p.name for p in P.all_params()}
     for name, raw in query.items():
@@ -191,11 +230,11 @@ def adopt_url(query: dict[str, str], views: list[str]) -> list[str]:
             continue
         param = own.get(name)
         if param is None:
-            ignored.append(f"{name} (not used by the {view} view)" if name in elsewhere else name)
+            ignored.append((name, f"not used by the {view} view" if name in elsewhere else ""))
             continue
         value = param.parse(raw)
         if value is None:
-            ignored.append(name)
+            ignored.append((name, ""))
         else:
             ss[param.key] = value
             from_link[param.key] = name

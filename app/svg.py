@@ -62,16 +62,18 @@ def _text_width(label: str, size: int) -> float:
 def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
                 query_title: str = "query", key_title: str = "key", zmin: float = 0.0, zmax: float | None = None,
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
-                highlight_row: int | None = None) -> str:
+                highlight_row: int | None = None, query_first: int = 1, key_first: int = 1) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
-    for "query (position) → key (position): weight 0.123" (positions counted from 1, as everywhere on the page).
+    for "query (position) → key (position): weight 0.123" (positions numbered as everywhere on the page: from
+    ``query_first``/``key_first`` at the start of the whole axis, see ``app.analysis.FIRST_NUMBER``).
     ``highlight_row`` outlines one query row."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
     query_tokens = [CONTROL.sub(" ", str(t)) for t in query_tokens]
     key_tokens = [CONTROL.sub(" ", str(t)) for t in key_tokens]
-    ylabels, xlabels = unique_labels(query_tokens), unique_labels(key_tokens)
+    ylabels = unique_labels(query_tokens, query_offset + query_first)
+    xlabels = unique_labels(key_tokens, key_offset + key_first)
     qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
     vname = escape(value_name)
     font = 12 if max(q, k) <= 30 else MIN_FONT
@@ -85,7 +87,11 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     grid_w, grid_h = cw * k, ch * q
     bottom = 4 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 20
     width = left + grid_w + 24 + COLOURBAR_W + 60
-    height = top + grid_h + bottom
+    # the query axis' title runs down beside the rows; on a short sentence it is longer than the rows, so it gets
+    # room of its own below the chart's title (never over it) and the picture grows to hold it
+    ytitle = _text_width(escape(query_title), 12)
+    cy = max(top + grid_h / 2, top + ytitle / 2)
+    height = max(top + grid_h + bottom, cy + ytitle / 2 + 6)
     fill = colours(w, zmin, zmax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;min-width:{width * MIN_FONT / font:.0f}px;'
@@ -97,7 +103,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     for i in range(q):
         y = top + i * ch
         for j in range(k):
-            hover = f"{qtext[i]} ({i + query_offset + 1}) → {ktext[j]} ({j + key_offset + 1}): {vname} {w[i, j]:.3f}"
+            hover = (f"{qtext[i]} ({i + query_offset + query_first}) → {ktext[j]} ({j + key_offset + key_first}): "
+                     f"{vname} {w[i, j]:.3f}")
             out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
                        f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
     out.append("</g>")
@@ -116,7 +123,6 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                    f'dominant-baseline="hanging"{rotate}><title>{ktext[j]}</title>{_cut(label)}</text>')
     out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{height - 6:.0f}" font-size="12" '
                f'text-anchor="middle">{escape(key_title)}</text>')
-    cy = top + grid_h / 2
     out.append(f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
                f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')
     out.append(_colourbar(left + grid_w + 24, top, min(grid_h, 260.0), zmin, zmax, value_name))

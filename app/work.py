@@ -5,11 +5,16 @@ One estimate per request, in **work units**: parameters x token positions x pass
 1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``
 positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole sequences; a backward
 pass counts two).
-``$ATTN_MAX_WORK`` is the ceiling per request: 1000 units in public mode (``ATTN_PUBLIC=1``), unlimited otherwise.
-Over it the page does less and says so: beam capped, long texts translated a group of sentences at a time,
-integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
-snapshots subsampled. Heavy jobs also queue behind ``$ATTN_HEAVY_JOBS`` slots per server process
-(:data:`HEAVY`), and hand their freed memory back to the system when they end.
+``$ATTN_MAX_WORK`` is the ceiling per request: 1000 units in public mode (``ATTN_PUBLIC=1``), unlimited otherwise,
+for the **sum** of every job one request (one script run, :func:`request`) starts: its sentences, its analysis,
+the view's own jobs (a second model, ablation, attribution, snapshots). Each job is planned against what is
+:func:`left` of it and :func:`spend` s its estimate; over it the page does less and :func:`cut` records what, shown
+once per request: beam capped, long texts translated a group of sentences at a time, integrated gradients with
+fewer steps, then over the first output pieces only, then input x gradient, training snapshots subsampled.
+
+Light work (a request whose jobs together stay within ``LIGHT_WORK``: the translation and attentions of a few short
+sentences) runs at once; heavy work queues behind ``$ATTN_HEAVY_JOBS`` slots per server process (:data:`HEAVY`),
+one wait per request (a request keeps its slot until it ends), and hands freed memory back to the system.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from transformer import Translator
 
@@ -34,7 +39,8 @@ DECODE_STEP = 10  # positions one decoding step counts, per beam
 STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
 BACKWARD = 3  # a forward and a backward pass count three forwards
 PUBLIC_MAX_WORK = 1000.0
-LIGHT_WORK = 100.0  # an analysis above this many units queues with the heavy jobs
+LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three
+# Multi30k caption sentences at the page's beam 4 and the analysis of one: 40-155 units, 0.2-0.7 s of one core
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0
@@ -75,8 +81,9 @@ def source_length(tr: Translator, text: str) -> int:
 
 
 def output_limit(tr: Translator, source: int, settings: DecodeSettings) -> int:
-    """The most output positions decoding may produce for ``source`` positions."""
-    return max(1, min(int(settings.max_len_a * source + settings.max_len_b), tr.config.max_len - 1) + 1)
+    """The most output positions decoding may produce for ``source`` positions: the decoder's start token and the
+    tokens the length rule allows (``DecodeSettings.max_output_length``)."""
+    return 1 + settings.max_output_length(tr.model, source)
 
 
 def units(params: int, positions: float) -> float:
@@ -95,15 +102,17 @@ def decode_step(beam: int) -> int:
     return beam * DECODE_STEP + STEP_OVERHEAD
 
 
-def over(estimate: float, ceiling: float) -> str:
-    return (f"the full request is about {estimate:,.0f} work units, over this server's limit of {ceiling:,.0f} per "
-            "request (ATTN_MAX_WORK)")
+def forced_work(tr: Translator, source: int, target: int, passes: int = 1) -> float:
+    """``passes`` teacher-forced passes over a sentence (weighted norms, inside a head, the logit lens, ablation's
+    log-probabilities)."""
+    return units(parameters(tr), (source + target) * passes)
 
 
-def cap_translation(tr: Translator, text: str, settings: DecodeSettings) -> tuple[DecodeSettings, list[str]]:
-    """The decoding settings to use for ``text`` (the beam capped when the estimate is over the ceiling), and a
-    notice for each cut."""
-    ceiling = max_work()
+def cap_translation(tr: Translator, text: str, settings: DecodeSettings,
+                    ceiling: float | None = None) -> tuple[DecodeSettings, list[str]]:
+    """The decoding settings to use for ``text`` (the beam capped when the estimate is over ``ceiling``, default
+    what is :func:`left` of this request), and a notice for each cut."""
+    ceiling = left() if ceiling is None else ceiling
     source = source_length(tr, text)
     asked = translation_work(tr, source, settings)
     if asked <= ceiling or settings.beam_size <= 1:
@@ -111,20 +120,31 @@ def cap_translation(tr: Translator, text: str, settings: DecodeSettings) -> tupl
     beam = settings.beam_size
     while beam > 1 and translation_work(tr, source, replace(settings, beam_size=beam)) > ceiling:
         beam -= 1
-    return replace(settings, beam_size=beam), [f"Beam size capped at {beam} (of {settings.beam_size}): "
-                                               f"{over(asked, ceiling)}."]
+    return replace(settings, beam_size=beam), [f"beam size capped at {beam} (of {settings.beam_size}) for "
+                                               f"about {amount(asked)} units asked"]
 
 
-def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[list[int]]:
-    """The sentences' indices in groups, each group's plain translation within the ceiling (one sentence at
-    least); the page translates the first group and the rest on request."""
-    ceiling = max_work()
+def amount(value: float) -> str:
+    """Work units as the notices write them: whole units, or three digits below ten."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.3g}"
+
+
+def plain_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float:
+    """A plain translation of one sentence (no attention pass)."""
+    source = source_length(tr, sentence)
+    return units(parameters(tr), source + output_limit(tr, source, settings) * decode_step(settings.beam_size))
+
+
+def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettings,
+                    ceiling: float | None = None) -> list[list[int]]:
+    """The sentences' indices in groups, each group's plain translation within ``ceiling`` (default what is
+    :func:`left` of this request; one sentence at least); the page translates the first group and the rest on
+    request."""
+    ceiling = left() if ceiling is None else ceiling
     groups: list[list[int]] = [[]]
     total = 0.0
     for i, sentence in enumerate(sentences):
-        source = source_length(tr, sentence)
-        out = output_limit(tr, source, settings)
-        cost = units(parameters(tr), source + out * decode_step(settings.beam_size))
+        cost = plain_work(tr, sentence, settings)
         if groups[-1] and total + cost > ceiling:
             groups.append([])
             total = 0.0
@@ -150,12 +170,12 @@ def attribution_work(params: int, source: int, target: int, rows: int, method: s
     return units(params, rows * (source + target) * points * BACKWARD)
 
 
-def plan_attribution(tr: Translator, source: int, target: int, method: str,
-                     steps: int = IG_STEPS[0]) -> AttributionPlan:
+def plan_attribution(tr: Translator, source: int, target: int, method: str, steps: int = IG_STEPS[0],
+                     ceiling: float | None = None) -> AttributionPlan:
     """The attribution to run for a sentence of ``source`` positions and ``target`` output steps: integrated
     gradients with fewer steps, then over the first output pieces only, then input x gradient, until the estimate
-    is within the ceiling."""
-    ceiling, params = max_work(), parameters(tr)
+    is within ``ceiling`` (default what is :func:`left` of this request)."""
+    ceiling, params = (left() if ceiling is None else ceiling), parameters(tr)
     full = (0, target)
 
     def cost(m: str, s: int, rows: int) -> float:
@@ -164,26 +184,49 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str,
     asked = cost(method, steps, target)
     if asked <= ceiling:
         return AttributionPlan(method, steps, full, asked, ())
-    why = over(asked, ceiling)
+    why = f"about {amount(asked)} units asked"
     if method == "integrated_gradients":
         for s in (n for n in IG_STEPS if n < steps):
             if cost(method, s, target) <= ceiling:
                 return AttributionPlan(method, s, full, cost(method, s, target), (
-                    f"Integrated gradients with {s} steps instead of {steps}: {why}.",))
+                    f"integrated gradients with {s} steps instead of {steps} ({why})",))
         s = min(min(IG_STEPS), steps)
         rows = int(ceiling // cost(method, s, 1))
         if rows >= min(MIN_IG_SPAN, target):
             return AttributionPlan(method, s, (0, rows), cost(method, s, rows), (
-                f"Integrated gradients with {s} steps instead of {steps}, over the first {rows} of the {target} "
-                f"output pieces only: {why}.",))
-        method, lead = "input_x_gradient", "Input × gradient instead of integrated gradients"
+                f"integrated gradients with {s} steps instead of {steps}, over the first {rows} of the {target} "
+                f"output pieces only ({why})",))
+        method, lead = "input_x_gradient", "input × gradient instead of integrated gradients"
     else:
-        lead = "Input × gradient"
+        lead = "input × gradient"
     if cost(method, 1, target) <= ceiling:
-        return AttributionPlan(method, 1, full, cost(method, 1, target), (f"{lead}: {why}.",))
+        return AttributionPlan(method, 1, full, cost(method, 1, target), (f"{lead} ({why})",))
     rows = max(1, int(ceiling // cost(method, 1, 1)))
     return AttributionPlan(method, 1, (0, rows), cost(method, 1, rows), (
-        f"{lead}, over the first {rows} of the {target} output pieces only: {why}.",))
+        f"{lead}, over the first {rows} of the {target} output pieces only ({why})",))
+
+
+def alti_work(tr: Translator, source: int, target: int) -> float:
+    """ALTI+ on a sentence: the teacher-forced pass, and per attention block the per-token terms (each key's value
+    through W_O, ``K x d_model^2``, then each query's ``K x d_model`` terms per head and their distances)."""
+    cfg = tr.config
+    d = cfg.d_model
+
+    def block(q: int, k: int) -> float:
+        return k * d * d + q * k * d * (cfg.n_heads + 4)
+
+    per_token_terms = (cfg.n_encoder_layers * block(source, source)
+                       + cfg.n_decoder_layers * (block(target, target) + block(target, source + 1)))
+    return units(parameters(tr), source + target) + per_token_terms / UNIT
+
+
+def plan_alti(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
+    """Whether ALTI+ of this sentence fits this server's work limit, and the notice when it does not."""
+    ceiling, asked = left(), alti_work(tr, source, target)
+    if asked <= ceiling:
+        return True, []
+    return False, [f"contributions (ALTI+) not computed for this sentence (about {amount(asked)} units asked; a "
+                   "shorter sentence fits)"]
 
 
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
@@ -191,9 +234,11 @@ def snapshot_work(tr: Translator, source: int, target: int) -> float:
     return units(parameters(tr), 2 * source + target + target * decode_step(1))
 
 
-def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list) -> tuple[list, list[str]]:
-    """The snapshots to run (all, or an even subsample keeping the first and the last), and a notice when cut."""
-    ceiling, each = max_work(), snapshot_work(tr, source, target)
+def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list,
+                   ceiling: float | None = None) -> tuple[list, list[str]]:
+    """The snapshots to run (all, or an even subsample keeping the first and the last, within ``ceiling``, default
+    what is :func:`left` of this request), and a notice when cut."""
+    ceiling, each = (left() if ceiling is None else ceiling), snapshot_work(tr, source, target)
     if each * len(snapshots) <= ceiling:
         return list(snapshots), []
     fit = max(1, int(ceiling // each))
@@ -202,8 +247,90 @@ def pick_snapshots(tr: Translator, source: int, target: int, snapshots: list) ->
     else:
         chosen = [snapshots[round(i * (len(snapshots) - 1) / (fit - 1))] for i in range(fit)]
         chosen = list(dict.fromkeys(chosen))
-    return chosen, [f"{len(chosen)} of the {len(snapshots)} training snapshots shown: "
-                    f"{over(each * len(snapshots), ceiling)}."]
+    return chosen, [f"{len(chosen)} of the {len(snapshots)} training snapshots shown (about "
+                    f"{amount(each * len(snapshots))} units asked)"]
+
+
+# ------------------------------------------------------------------------------------------------ one request
+
+
+@dataclass
+class Request:
+    """One request's work (one script run): the ceiling for all of its jobs together, what they were given, what
+    the view keeps for its own jobs while the page's analysis runs, and what was cut to stay within the ceiling."""
+
+    ceiling: float
+    spent: float = 0.0
+    reserved: float = 0.0
+    cuts: list[str] = field(default_factory=list)
+    on_end: list[Callable[[], None]] = field(default_factory=list)  # a heavy slot held until the request ends
+
+    def left(self) -> float:
+        return max(0.0, self.ceiling - self.spent - self.reserved) if math.isfinite(self.ceiling) else math.inf
+
+    def keep(self, share: float) -> None:
+        """Keep ``share`` of the ceiling for jobs still to come (the view's own), out of what is left now."""
+        self.reserved = self.ceiling * share if math.isfinite(self.ceiling) else 0.0
+
+    def notice(self) -> str | None:
+        """The one notice of what this request cut (None: nothing was)."""
+        if not self.cuts:
+            return None
+        return (f"This page did less than asked to stay within this server's limit of {amount(self.ceiling)} work "
+                "units per request (ATTN_MAX_WORK), shared by everything the page runs: "
+                f"{'; '.join(dict.fromkeys(self.cuts))}.")
+
+
+_local = threading.local()
+
+
+def current() -> Request | None:
+    """The request this thread is serving, if any."""
+    return getattr(_local, "request", None)
+
+
+@contextmanager
+def request() -> Iterator[Request]:
+    """One request's work ledger for the block (the page's script run); a heavy slot it took is freed at the end.
+    Inside another request, that one."""
+    outer = current()
+    if outer is not None:
+        yield outer
+        return
+    req = _local.request = Request(max_work())
+    try:
+        yield req
+    finally:
+        _local.request = None
+        for end in req.on_end:
+            end()
+
+
+def left() -> float:
+    """Units this request may still start (``max_work()`` outside a request)."""
+    req = current()
+    return max_work() if req is None else req.left()
+
+
+def spend(estimate: float) -> None:
+    """Count a job's estimate against this request (cached or not, so a page plans the same way on every rerun)."""
+    req = current()
+    if req is not None:
+        req.spent += estimate
+
+
+def cut(notices: list[str] | tuple[str, ...]) -> None:
+    """Record what was cut; the page shows it once, in one notice."""
+    req = current()
+    if req is not None:
+        req.cuts.extend(notices)
+
+
+def is_light(estimate: float) -> bool:
+    """Whether a job runs at once, off the heavy slots: this request's work with it stays within ``LIGHT_WORK``
+    (outside a request: the job's own estimate)."""
+    req = current()
+    return (estimate if req is None else req.spent) <= LIGHT_WORK
 
 
 # ------------------------------------------------------------------------------------------------ heavy jobs
@@ -243,8 +370,8 @@ class HeavyJobs:
 
     @contextmanager
     def slot(self, waiting: Callable[[float], None] | None = None, poll: float = 0.5) -> Iterator[None]:
-        """Hold one slot for the block (calling ``waiting(seconds waited)`` while none is free); memory is
-        released when the block ends."""
+        """Hold one slot for the block, or inside a :func:`request` until the request ends (calling
+        ``waiting(seconds waited)`` while none is free); memory is released when the slot is freed."""
         if getattr(self._local, "held", False):
             yield
             return
@@ -256,14 +383,22 @@ class HeavyJobs:
         with self._lock:
             self.running += 1
         self._local.held = True
+        req = current()
+        if req is not None:  # kept until the request ends: a request waits for a slot once, not once per job
+            req.on_end.append(lambda: self._free(semaphore))
+            yield
+            return
         try:
             yield
         finally:
-            self._local.held = False
-            with self._lock:
-                self.running -= 1
-            semaphore.release()
-            release_memory()
+            self._free(semaphore)
+
+    def _free(self, semaphore: threading.BoundedSemaphore) -> None:
+        self._local.held = False
+        with self._lock:
+            self.running -= 1
+        semaphore.release()
+        release_memory()
 
 
 HEAVY = HeavyJobs()

@@ -11,6 +11,11 @@ public mode, and ordinary visitors beside heavy ones.
    The server runs through ``bench/traced_app.py``, so the server's part of each click (click to the end of that
    visitor's script run) is reported beside the browser's click-to-heatmap: on one small machine the 8 browsers
    compete with the server for the same cores, which the visitors of a hosted demo do not.
+3. ``--crowd`` (issue #37's goals, instead of 2): one ordinary visitor types captions of 1, 2 and 3 short sentences
+   in turn and presses Translate (``--clicks`` times, click to the heatmap of its first sentence, with its own
+   translation), while ``--heavy`` visitors keep opening the heaviest links. Reported: the ordinary visitor's p50 /
+   p95 (browser and the server's part) and every heavy link's duration (the longest, and any still running when
+   the round ended), against the goals: p95 < 2 s and every link within 60 s. Run it with ``--pin``.
 
 Needs ``/usr/bin/chromium``, ``playwright`` and ``psutil``.
 """
@@ -32,8 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .browser import CHROMIUM, CHROMIUM_ARGS, pinned, server_process, split_cores
-from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, pinned, server_process, split_cores
+from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile, read_sentences, synthetic_sentences
 from .visitors import sentences_for, visitors_round
 
 MODELS = "checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm"  # as the Dockerfile offers them
@@ -173,12 +178,16 @@ async def crafted_round(url: str, pid: int, seed: int = 0) -> list[dict[str, Any
     return rows
 
 
-async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int) -> int:
-    """``n`` visitors opening heavy links (attribution, 100 sentences at beam 16) one after another until ``stop``;
-    returns how many links they finished."""
+async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
+                         durations: list[float] | None = None, unfinished: list[float] | None = None) -> int:
+    """``n`` visitors opening heavy links (attribution, beam tree, 100 sentences at beam 16) one after another until
+    ``stop``; returns how many links they finished. ``durations``: each finished link's seconds (infinite: it did
+    not finish within ``open_link``'s timeout) are appended; ``unfinished``: the seconds of the links still running
+    at ``stop``."""
     from playwright.async_api import async_playwright
 
     done = [0]
+    started: dict[int, float] = {}
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
@@ -186,17 +195,116 @@ async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int) -> in
             i = 0
             while not stop.is_set():
                 links = list(crafted_links(seed + 1000 * k + 10 * i).values())
-                await open_link(browser, url, links[(k + i) % 3])  # attribution, beam tree, 100 sentences
+                started[k] = time.perf_counter()
+                try:
+                    row = await open_link(browser, url, links[(k + i) % 3])  # attribution, beam tree, 100 sentences
+                    seconds = row["seconds"]
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a link that never finished counts as infinite
+                    seconds = math.inf
+                started.pop(k, None)
+                if durations is not None:
+                    durations.append(seconds)
                 done[0] += 1
                 i += 1
 
         tasks = [asyncio.create_task(visitor(k)) for k in range(n)]
         await stop.wait()
+        now = time.perf_counter()
+        if unfinished is not None:
+            unfinished.extend(round(now - t, 2) for t in started.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await browser.close()
     return done[0]
+
+
+def crowd_captions(n: int, data_dir: str | None, offset: int = 0) -> list[str]:
+    """``n`` distinct captions of 1, 2 and 3 caption sentences in turn (Multi30k's when present, else built)."""
+    pool = (read_sentences(data_dir) or [])[offset:offset + 2 * n] or synthetic_sentences(2 * n, seed=offset)
+    pool = [s.rstrip() if s.rstrip().endswith((".", "!", "?")) else s.rstrip() + "." for s in pool]
+    out, i = [], 0
+    for k in range(n):
+        size = 1 + k % 3
+        out.append(" ".join(pool[i:i + size]))
+        i += size
+    return out
+
+
+async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: float = 2.0,
+                           timeout_s: float = 120.0) -> dict[str, Any]:
+    """One visitor: for each text, type it, press Translate, wait for the heatmap of its first sentence (the one
+    the page explores), and check the page shows that sentence's own translation; ``pause`` s between clicks."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+    from playwright.async_api import async_playwright
+
+    import transformer
+    from app.inference import split_sentences
+
+    firsts = [split_sentences(t, "en")[0] for t in texts]
+    tr = transformer.load(checkpoint, device="cpu")
+    expected = [tr.translate(f).text for f in firsts]
+    ticks = expected_ticks(checkpoint, firsts)
+    seconds, clicked_at, own, errors = [], [], [], []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = await (await browser.new_context(viewport={"width": 1400, "height": 1200})).new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(url, wait_until="domcontentloaded")
+        await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
+        for text, tick, want in zip(texts, ticks, expected):
+            await page.locator("[data-testid=stTextArea] textarea").fill(text)
+            await asyncio.sleep(0.3)
+            start, clicked = time.perf_counter(), time.time()
+            try:
+                await page.get_by_role("button", name="Translate").click()
+                await page.wait_for_function(SHOWS_JS, arg=tick, polling="raf", timeout=timeout_s * 1000)
+                seconds.append(time.perf_counter() - start)
+            except PlaywrightTimeout:
+                errors.append(f"no heatmap of its own within {timeout_s:g} s: {text[:60]}")
+                seconds.append(math.inf)
+            clicked_at.append(clicked)
+            own.append(want in " ".join(await page.locator("[data-testid=stText]").all_inner_texts()))
+            await asyncio.sleep(pause)
+        await browser.close()
+    return {"texts": texts, "sentences": [len(split_sentences(t, "en")) for t in texts], "seconds": seconds,
+            "clicked_at": clicked_at, "p50": percentile(seconds, 50), "p95": percentile(seconds, 95),
+            "all_saw_their_own": all(own), "errors": errors}
+
+
+async def crowd_round_async(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
+    stop, durations, unfinished = asyncio.Event(), [], []
+    runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed, durations, unfinished))
+    await asyncio.sleep(8.0 if heavy else 0.0)  # the heavy links are in flight before the ordinary visitor clicks
+    result = await ordinary_visitor(url, checkpoint, texts)
+    stop.set()
+    await runner
+    return {**result, "heavy_visitors": heavy, "heavy_seconds": durations, "heavy_unfinished_seconds": unfinished}
+
+
+def crowd(url: str, checkpoint: str, data_dir: str | None, clicks: int, heavy: int,
+          run_log: str | Path | None = None) -> dict[str, Any]:
+    """Issue #37's measurement: one ordinary visitor with captions of 1-3 sentences beside ``heavy`` visitors
+    opening the heaviest links; its p50 / p95 (and the server's part), the heavy links' durations, the goals."""
+    texts = crowd_captions(clicks, data_dir, offset=500)
+    res = asyncio.run(crowd_round_async(url, checkpoint, texts, heavy, seed=37))
+    out: dict[str, Any] = {"crowd": res}
+    line = f"1 ordinary visitor (captions of 1-3 sentences) + {heavy} heavy: click -> own heatmap p50 " \
+           f"{res['p50']:.2f} s, p95 {res['p95']:.2f} s"
+    if run_log:
+        res["server_seconds"] = server_times(run_log, texts, res["clicked_at"], res["seconds"])
+        res["server_p50"], res["server_p95"] = (percentile(res["server_seconds"], q) for q in (50, 95))
+        line += f"; the server's part p50 {res['server_p50']:.2f} s, p95 {res['server_p95']:.2f} s"
+    longest = max([*res["heavy_seconds"], *res["heavy_unfinished_seconds"]], default=0.0)
+    res["heavy_max_s"] = longest
+    res["goals_met"] = res["p95"] < 2.0 and longest <= 60.0 and res["all_saw_their_own"] and not res["errors"]
+    print(f"{line}; each saw its own: {res['all_saw_their_own']}, errors: {len(res['errors'])}", flush=True)
+    print(f"heavy links: {len(res['heavy_seconds'])} finished, the longest {longest:.1f} s (still running at the "
+          f"end: {res['heavy_unfinished_seconds']}); goals (p95 < 2 s, every link within 60 s): {res['goals_met']}",
+          flush=True)
+    return out
 
 
 async def mixed_round(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
@@ -284,11 +392,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-mb", type=float, default=512.0, help="ATTN_WORK_MB of the server")
     p.add_argument("--rounds", type=int, default=2, help="alone / mixed pairs, alternating")
     p.add_argument("--skip-crafted", action="store_true")
+    p.add_argument("--crowd", action="store_true",
+                   help="issue #37's round instead of the mixed rounds: one ordinary visitor with captions of 1-3 "
+                        "sentences beside --heavy visitors (with --pin)")
+    p.add_argument("--clicks", type=int, default=30, help="--crowd: the ordinary visitor's captions")
+    p.add_argument("--heavy", type=int, default=4, help="visitors opening the heaviest links")
     p.add_argument("--pin", action="store_true",
                    help="server on core 0, this process and every Chromium on the other cores (as --split does)")
     p.add_argument("--log", default=None, help="append the server's output to this file")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    args.skip_crafted = args.skip_crafted or args.crowd
     checkpoint = str(REPO_ROOT / MODELS.split(",")[0])
     env = {"ATTN_CACHE_MB": f"{args.cache_mb:g}", "ATTN_WORK_MB": f"{args.work_mb:g}"}
     out: dict[str, Any] = {"machine": machine_info(), "env": env, "crafted": [], "rounds": []}
@@ -311,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, \
             public_server(env, cpus=server_cores, log=args.log, run_log=f"{tmp}/runs.jsonl") as (url, _), \
             pinned(browser_cores):  # this process and the Chromium it starts stay off the server
-        out.update(alone_and_mixed(url, checkpoint, args.data_dir, args.rounds, run_log=f"{tmp}/runs.jsonl"))
+        if args.crowd:
+            out.update(crowd(url, checkpoint, args.data_dir, args.clicks, args.heavy, run_log=f"{tmp}/runs.jsonl"))
+        else:
+            out.update(alone_and_mixed(url, checkpoint, args.data_dir, args.rounds, heavy=args.heavy,
+                                       run_log=f"{tmp}/runs.jsonl"))
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from transformer import Translator
+from transformer import DEFAULT_ALPHA, DecodeSettings, Translator
 from transformer.decoding import max_output_length
 
 from .common import median, time_interleaved
@@ -33,8 +33,10 @@ def ctranslate2_available(device: str = "cpu") -> bool:
 class OursBatch:
     """Our translator over length-sorted chunks."""
 
-    def __init__(self, translator: Translator, batch_size: int, beam_size: int = 4, alpha: float = 0.6) -> None:
-        self.translator, self.batch_size, self.beam_size, self.alpha = translator, batch_size, beam_size, alpha
+    def __init__(self, translator: Translator, batch_size: int, beam_size: int = 4,
+                 alpha: float = DEFAULT_ALPHA) -> None:
+        self.translator, self.batch_size = translator, batch_size
+        self.settings = DecodeSettings(beam_size=beam_size, alpha=alpha)
 
     def ids(self, sentences: list[str]) -> list[list[int]]:
         """Output ids (no BOS/EOS), in the input order."""
@@ -44,7 +46,7 @@ class OursBatch:
         out: list[list[int]] = [[] for _ in sources]
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            ids, _ = tr.generate([sources[i] for i in chunk], beam_size=self.beam_size, alpha=self.alpha)
+            ids, _ = tr.generate([sources[i] for i in chunk], self.settings)
             for i, o in zip(chunk, ids):
                 out[i] = o
         return out
@@ -56,8 +58,8 @@ class OursBatch:
         out = [""] * len(sentences)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            for i, r in zip(chunk, tr.translate_batch([sentences[i] for i in chunk], beam_size=self.beam_size,
-                                                      alpha=self.alpha, return_attention=False)):
+            for i, r in zip(chunk, tr.translate_batch([sentences[i] for i in chunk], self.settings,
+                                                      return_attention=False)):
                 out[i] = r.text
         return out
 
@@ -66,7 +68,7 @@ class CT2Batch:
     """The same weights exported to CTranslate2 (float32, no quantization)."""
 
     def __init__(self, translator: Translator, model_dir: str | Path, device: str, threads: int, batch_size: int,
-                 beam_size: int = 4, length_penalty: float = 0.6) -> None:
+                 beam_size: int = 4, length_penalty: float = DEFAULT_ALPHA) -> None:
         import ctranslate2
 
         kwargs = {"intra_threads": threads} if device == "cpu" else {}

@@ -55,6 +55,7 @@ def import_base(tree: Path, tmp: Path) -> Any:
 def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) -> dict[str, Any]:
     import transformer as ours
     from transformer.beam_transformers import beam_search_transformers
+    from transformer.kinds import head_mask
     from transformer.weights import decoding_layout
 
     reps = 3 if quick else 1
@@ -70,10 +71,7 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
         batch = t_ours._pad([t_ours.encode_source(s)[0] for s in (lines * 64)[:64]])
         mo, mb = t_ours.model, t_base.model
         cfg = mo.config
-        mask = {k: torch.ones(n, cfg.n_heads) for k, n in (("encoder", cfg.n_encoder_layers),
-                                                         ("decoder", cfg.n_decoder_layers),
-                                                         ("cross", cfg.n_decoder_layers))}
-        mask["cross"][0, 1] = 0.0
+        mask = head_mask(cfg, [("cross", 0, 1)])
         result["greedy, 1 sentence"] = paired(lambda: base.greedy_decode(mb, one), lambda: ours.greedy_decode(mo, one),
                                               40 // reps)
         result["beam 4, 1 sentence"] = paired(lambda: base.beam_search(mb, one, 4),

@@ -1,5 +1,8 @@
 """Remake the README's pictures of the app: ``python docs/screenshots.py`` (from the repository root).
 
+``notebook.png`` is a notebook cell: ``docs/notebook.ipynb`` run by a Jupyter kernel (nbclient), its set-up and
+heatmap cells drawn as a notebook draws them (prompt, code, the cell's HTML output) in the same chromium.
+
 Starts ``streamlit run app/main.py`` on a free local port (the shipped default checkpoint, or ``--checkpoint``),
 opens a few views through Playwright with Debian's chromium (``apt-get install chromium``) at the three screen
 sizes the app is made for (``SIZES``: a desktop at 1600 x 1000, a laptop at 1280 x 720, a phone at 390 x 844 with
@@ -63,12 +66,48 @@ def shrink(path: Path) -> None:
         image.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE).save(path, optimize=True)
 
 
+NOTEBOOK = ROOT / "docs" / "notebook.ipynb"
+NOTEBOOK_CELLS = (0, 1)  # the code cells pictured: the set-up and the heatmap
+CELL = ("<div style='display:flex;gap:10px;margin:14px 0 4px'><div style='color:#303f9f;font:13px monospace;"
+        "width:60px;text-align:right;padding-top:8px'>[{n}]:</div><pre style='flex:1;margin:0;background:#f5f5f5;"
+        "border:1px solid #e0e0e0;padding:8px;font:13px monospace;white-space:pre-wrap'>{code}</pre></div>"
+        "<div style='margin-left:70px'>{out}</div>")
+
+
+def notebook_picture(browser, path: Path) -> None:
+    """Run ``docs/notebook.ipynb`` in a kernel and picture its first cells with their outputs, as a notebook shows
+    them."""
+    import html
+
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+                            ).execute()
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    parts = []
+    for i in NOTEBOOK_CELLS:
+        out = []
+        for o in cells[i].outputs:
+            if o.output_type == "stream":
+                out.append(f"<pre style='font:13px monospace;margin:4px 0'>{html.escape(o.text)}</pre>")
+            elif "text/html" in o.get("data", {}):
+                out.append(o["data"]["text/html"])
+        parts.append(CELL.format(n=cells[i].execution_count, code=html.escape(cells[i].source), out="".join(out)))
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    page.set_content("<body style='font-family:sans-serif;margin:8px 16px'>" + "".join(parts) + "</body>")
+    page.screenshot(path=str(path), full_page=True)
+    page.close()
+    shrink(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT.relative_to(ROOT)),
                    help="opened first (relative to the repository root, as the picker lists it)")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--only", nargs="*", choices=sorted(SHOTS), help="only these pictures")
+    p.add_argument("--only", nargs="*", choices=sorted(SHOTS) + ["notebook.png"], help="only these pictures")
     p.add_argument("--sizes", nargs="*", choices=list(SIZES), default=list(SIZES), help="these screen sizes")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page")
     args = p.parse_args(argv)
@@ -78,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{CHROMIUM} not found: apt-get install chromium", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    if not args.only or "notebook.png" in args.only:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                notebook_picture(browser, args.out / "notebook.png")
+            finally:
+                browser.close()
+        print(f"notebook.png: {(args.out / 'notebook.png').stat().st_size / 1000:.0f} KB")
+        if args.only == ["notebook.png"]:
+            return 0
     with streamlit_server(args.checkpoint) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import os
 import random
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,18 @@ def make_corpus(directory: Path, src: str = "en", tgt: str = "de", sizes: dict[s
         (directory / f"{split}.{src}").write_text("\n".join(src_lines) + "\n", encoding="utf-8")
         (directory / f"{split}.{tgt}").write_text("\n".join(tgt_lines) + "\n", encoding="utf-8")
     return directory
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_load_failures():
+    """The app remembers load failures for the whole server process (``app.cached.LOAD_FAILURES``); the tests share
+    one process, so each test starts with none (a Hub id that one test made fail must not fail the next)."""
+    yield
+    import sys
+
+    cached = sys.modules.get("app.cached")
+    if cached is not None:
+        cached.LOAD_FAILURES.clear()
 
 
 @pytest.fixture(scope="session")
@@ -95,6 +109,43 @@ def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K} (python -m transformer.data --download data/multi30k)")
     return MULTI30K
+
+
+# ------------------------------------------------------------------------------------------------ the fast loop
+# ``python -m pytest -q -m "not slow"``: every test but those that open a whole page (AppTest), drive a browser,
+# train, or re-score the shipped models. ``python -m pytest -q`` still runs everything.
+
+SLOW_FILES = {"test_train.py", "test_learning.py", "test_shipped.py"}
+PAGE_NAMES = {"new_app", "AppTest"}
+
+
+def _opens_page(code, module, seen: set) -> bool:
+    """Whether ``code`` (a test, a fixture, or a helper of its module they call) opens an ``AppTest`` page."""
+    if code in seen:
+        return False
+    seen.add(code)
+    if PAGE_NAMES & set(code.co_names):
+        return True
+    inner = [c for c in code.co_consts if inspect.iscode(c)]  # nested functions and lambdas
+    helpers = [getattr(module, n) for n in code.co_names if inspect.isfunction(getattr(module, n, None))]
+    inner += [f.__code__ for f in helpers if f.__module__ == module.__name__]
+    return any(_opens_page(c, module, seen) for c in inner)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` (and so out of the fast loop) the page-level, browser, training and shipped-model tests."""
+    for item in items:
+        fn, module = getattr(item, "obj", None), getattr(item, "module", None)
+        codes = [fn.__code__] if inspect.isfunction(fn) else []
+        fixtures = getattr(item, "_fixtureinfo", None)
+        for name in item.fixturenames if fixtures else ():
+            for fixturedef in fixtures.name2fixturedefs.get(name, ()):
+                func = fixturedef.func
+                if inspect.isfunction(func) and func.__module__ == getattr(module, "__name__", ""):
+                    codes.append(func.__code__)
+        if (item.path.name in SLOW_FILES or item.get_closest_marker("browser")
+                or (module is not None and any(_opens_page(c, module, set()) for c in codes))):
+            item.add_marker(pytest.mark.slow)
 
 
 # ------------------------------------------------------------------------------------------------ tiny models
@@ -232,3 +283,27 @@ def set_view(at, view: str):
         at.run()
     at.segmented_control(key="view").set_value(view)
     return at.run()
+
+
+class CountingSemaphore(threading.BoundedSemaphore):
+    """A heavy slot that counts how often it was taken."""
+
+    def __init__(self, value: int = 1) -> None:
+        super().__init__(value)
+        self.taken = 0
+
+    def acquire(self, *args, **kwargs) -> bool:
+        got = super().acquire(*args, **kwargs)
+        self.taken += bool(got)
+        return got
+
+
+@pytest.fixture()
+def counted_slot(monkeypatch) -> CountingSemaphore:
+    """The server's heavy slot (one), counting every time a job takes it."""
+    from app import work
+
+    jobs = work.HeavyJobs(slots=lambda: 1)
+    jobs._semaphore, jobs._size = CountingSemaphore(1), 1
+    monkeypatch.setattr(work, "HEAVY", jobs)
+    return jobs._semaphore

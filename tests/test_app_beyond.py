@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,13 @@ def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     np.testing.assert_allclose(arr(chart(at, "Attribution to the decoder input")["data"][0]["z"]),
                                target[0].numpy(), atol=1e-5)
     assert len(at.dataframe[0].value) == tr.config.n_decoder_layers * tr.config.n_heads
+    share = chart(at, "Share of the attribution")  # a bar per output step, labelled with the piece it produced
+    steps = list(range(1, len(ref.target_tokens) + 1))
+    assert [list(arr(bar["x"])) for bar in share["data"]] == [steps, steps]
+    assert list(share["layout"]["xaxis"]["tickvals"]) == steps
+    assert len(share["layout"]["xaxis"]["ticktext"]) == len(steps)
+    last = share["layout"]["xaxis"]["ticktext"][-1]
+    assert last.split("·")[0] == html.escape(ref.target_tokens[-1])
 
 
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
@@ -143,3 +152,75 @@ def test_head_table_gains_the_agreement_column(app_env, tr):
     row = table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 3)].iloc[0]
     assert row["agrees with attribution"] == pytest.approx(float(expected[1, 2]), abs=1e-4)
     assert table[table["type"] == "Encoder"]["agrees with attribution"].isna().all()
+    # in view beside the head's name (not past the right edge), and a dash, not "None", for the self-attention heads
+    assert list(table.columns).index("agrees with attribution") == list(table.columns).index("head") + 1
+    import pyarrow as pa
+
+    shown = pa.ipc.open_stream(at.dataframe[0].proto.arrow_data.styler.display_values).read_pandas()
+    encoder = (table["type"] == "Encoder").to_numpy()
+    assert set(shown["agrees with attribution"][encoder]) == {"—"}
+    assert shown["agrees with attribution"][~encoder & (table["type"] == "Cross").to_numpy()].str.match(
+        r"^[+-]\d\.\d{3}$").all()
+
+
+def alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, threshold):
+    """A copy of the tiny checkpoint with a heads.json whose ALTI+ section holds ``threshold`` (None: no file)."""
+    import json
+    import shutil
+
+    path = tmp_path / "tiny-alti"
+    shutil.copytree(tiny_checkpoint, path)
+    if threshold is not None:
+        section = {"hallucination_threshold": threshold, "threshold_percentile": 1.0, "threshold_split": "val",
+                   "split": "test", "alignment_agreement": {"mean_of_layers_and_heads": 0.5, "best_layer": 2}}
+        (path / "heads.json").write_text(json.dumps({"importance": {}, "alti": section}))
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(path))
+    return path
+
+
+@pytest.mark.parametrize("threshold", [1.0, 0.0, None])
+def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoint, tmp_path, monkeypatch, tr,
+                                                                  threshold):
+    from transformer.interpret import contributions
+
+    alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, threshold)
+    at = set_view(translate(new_app(), TEXT), "Source or prefix")
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    src, tgt, _ = tensors(tr, ref)
+    c = contributions(tr.model, src, tgt)
+    share = c.source_share[0].numpy()
+    np.testing.assert_allclose(arr(chart(at, "Share from the source")["data"][0]["y"]), share, atol=1e-6)
+    np.testing.assert_allclose(arr(chart(at, "Share from the source")["data"][1]["y"]), 1 - share, atol=1e-6)
+    full = arr(chart(at, "Contributions to each output piece")["data"][0]["z"])
+    np.testing.assert_allclose(full, np.hstack([c.source[0].numpy(), c.target[0].numpy()]), atol=1e-6)
+    np.testing.assert_allclose(full.sum(1), 1, atol=1e-5)
+    last = ref.cross_attentions[-1].mean(0).numpy()  # (T, S): the last layer, mean over heads (the default)
+    np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2")["data"][0]["z"]), last, atol=1e-6)
+    warned = [w.value for w in at.warning if "may be a hallucination" in w.value]
+    captions = " ".join(c.value for c in at.caption)
+    if threshold == 1.0:  # every translation is below: the notice shows, with the threshold and its split
+        assert len(warned) == 1 and "100.0%" in warned[0] and "val" in warned[0]
+    elif threshold == 0.0:
+        assert not warned and "above this model's hallucination threshold" in captions
+    else:
+        assert not warned and "no hallucination threshold" in captions
+    # the layer to compare with is the view's own address parameter
+    at.selectbox(key="source_prefix_layer").set_value("all")
+    at.run()
+    assert_clean(at)
+    assert at.query_params["cl"] == "all"
+    every = np.mean([a.mean(0).numpy() for a in ref.cross_attentions], axis=0)
+    np.testing.assert_allclose(arr(chart(at, "Cross-attention · every layer")["data"][0]["z"]), every, atol=1e-6)
+
+
+def test_source_or_prefix_from_a_link_and_over_the_work_limit(app_env, tr, monkeypatch):
+    at = new_app({"text": TEXT, "view": "Source or prefix", "cl": "1"})
+    assert_clean(at)
+    assert at.selectbox(key="source_prefix_layer").value == 1
+    chart(at, "Cross-attention · layer 1")
+    monkeypatch.setenv("ATTN_MAX_WORK", "0.0001")
+    at = new_app({"text": TEXT, "view": "Source or prefix", "cl": "9"})  # a layer this model lacks: dropped
+    assert not at.exception
+    assert any("not computed for this sentence" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if "Contributions" in c.proto.spec]

@@ -17,7 +17,8 @@ torch.set_num_threads(1)
 
 
 def infos(at) -> str:
-    return " ".join(plain(i.value) for i in at.info)
+    """The page's notices, with the names of a link's ignored parameters listed as plain text below one."""
+    return " ".join([plain(i.value) for i in at.info] + [t.value for t in at.text])
 
 
 def test_the_box_and_the_examples_apply_at_once(app_env, tr):
@@ -178,8 +179,8 @@ def test_sidebar_scores_read_as_written(tiny_checkpoint, tmp_path, monkeypatch, 
     at = new_app()
     table = next(plain(m.value) for m in at.sidebar.markdown if m.value.startswith("| score"))
     rows = dict(line.strip("| ").split(" | ") for line in table.splitlines()[2:])
-    assert rows["test 2016 flickr beam"] == "5" and rows["test 2016 flickr sentences"] == "1000"
-    assert rows["test 2016 flickr seconds"] == "8.6 s" and rows["test 2016 flickr bleu"] == "38.56"
+    assert rows["test (Flickr 2016): beam size"] == "5" and rows["test (Flickr 2016): sentences"] == "1000"
+    assert rows["test (Flickr 2016): seconds"] == "8.6 s" and rows["test (Flickr 2016): BLEU"] == "38.56"
 
 
 def test_positions_count_from_1_and_probabilities_show_three_decimals(app_env, tr):

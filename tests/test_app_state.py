@@ -101,7 +101,7 @@ def test_hostile_links_fall_back_to_defaults_and_say_what_was_ignored(app_env, t
     at = new_app({"text": "A dog.", "beam": "99999999999999999999", "layer": "-4", "alpha": "nan", "view": "<x>",
                   "head": "1e9", "step": "NaN", "pick": "9.9.9", "off": "cross.0.1", "lt": "inf", "zzz": "1"})
     assert_clean(at)
-    notice = " ".join(i.value for i in at.info)
+    notice = " ".join([i.value for i in at.info] + shown_texts(at))
     for name in ("beam", "layer", "alpha", "view", "head", "step", "pick", "off", "lt", "zzz"):
         assert name in plain(notice)
     assert at.segmented_control(key="view").value == "Heatmap"
@@ -109,6 +109,72 @@ def test_hostile_links_fall_back_to_defaults_and_say_what_was_ignored(app_env, t
     huge = new_app({"text": "a " * 60_000, "s": "-1"})
     assert_clean(huge)
     assert len(huge.text_area(key="source_text").value) <= inference.MAX_INPUT_CHARS
+
+
+def test_a_link_puts_no_markdown_and_no_link_into_the_page(app_env):
+    """Issue #37, 1: a parameter name is a sentence with an address (phishing through the page's own notice), a
+    Markdown link, a huge name, and many names: the notice shows them as plain text, cut short, with a count."""
+    bait = "⚠ Your session has expired. Sign in again at https://evil.example/login"
+    query = {"text": "A dog.", bait: "1", "[sign in](https://evil.example/a)": "x", "www.evil.example": "1",
+             "n" * 5000: "1", **{f"p{i}": "1" for i in range(20)}}
+    at = new_app(query)
+    assert_clean(at)
+    marked = [e.value for kind in ("info", "warning", "markdown", "caption", "error", "success") for e in at.get(kind)]
+    marked += [e.value for kind in ("info", "warning", "markdown", "caption") for e in at.sidebar.get(kind)]
+    assert not any("evil" in plain(m) or "nnnnnnnn" in m for m in marked), marked  # nothing of it as Markdown
+    assert any("24 part(s) of the link were not understood" in i.value for i in at.info)
+    listing = next(t for t in shown_texts(at) if "⚠ Your session" in t)  # as text, never rendered
+    lines = listing.splitlines()
+    assert "evil" not in lines[0] and lines[0].startswith(bait[:32])  # the bait is cut before its address
+    assert len(lines) == 13 and lines[-1] == "… and 12 more not shown"
+    assert all(len(line) <= 80 for line in lines), lines
+    assert any(line.startswith("n" * 32 + "… (+4,968 characters)") for line in lines)
+
+
+def test_escaped_text_holds_no_bare_address_markdown_would_link():
+    """md_escape's text is never a link: GitHub-flavoured Markdown (Streamlit's) links bare addresses found in the
+    text after escapes are resolved, so a backslash is not enough (seen in Chromium: ``?model=www.evil.example``
+    made a live link in the load error). The oracle: the patterns of mdast-util-gfm-autolink-literal, run on the
+    text a visitor reads."""
+    import re
+
+    from app.controls import md_escape
+
+    url = re.compile(r"(https?://|www(?=\.))([-.\w]+)", re.IGNORECASE)
+    email = re.compile(r"([-.\w+]+)@([-\w]+(?:\.[-\w]+)+)")
+    for text in ("Sign in at https://evil.example/login", "www.evil.example", "WWW.Evil.example", "mail x@evil.example",
+                 "ftp://a.b and http://c.d"):
+        shown = plain(md_escape(text))
+        assert not url.search(shown) and not email.search(shown), shown
+        assert shown.replace("\u2060", "") == text  # reads (and copies, but for an invisible joiner) as written
+    assert md_escape("checkpoints/a.b (c)") == "checkpoints/a\\.b \\(c\\)"  # everything else as before
+
+
+def test_link_numbers_are_ascii_digits_only():
+    """Issue #37, 5: ``layer=٣`` (Arabic-Indic three), ``1_0`` or a fullwidth digit are not numbers in a link."""
+    from app import controls, params
+    from app.views import all_heads
+
+    for parse in (params.int_in(0, 100), params.float_in(0, 100)):
+        assert parse("3") == 3 and parse(" 3 ") == 3
+        for text in ("٣", "３", "1_0", "²", "nan", "inf", "-inf", "1e999", ""):
+            assert parse(text) is None, (parse, text)
+    assert params.float_in(0, 5)("2.5") == 2.5 and params.float_in(0, 5)("5e-1") == 0.5
+    assert params.int_list(1, 9)("1,٣") is None and params.int_list(1, 9)("3,1") == [1, 3]
+    assert controls.parse_head_ref("cross.١.١") is None and controls.parse_head_ref("cross.1.1") == ("cross", 0, 0)
+    assert controls.parse_head_label("Cross · L٣ · H1") is None
+    assert all_heads._pick("٢.٣") is None and all_heads._pick("2.3") == "L2 · H3"
+    assert controls._parse_span("١-٩") is None and controls._parse_span("1-9") == (1, 9)
+
+
+def test_control_characters_removed_from_a_link_are_named(app_env, tr):
+    """Issue #37, 5: control characters in the link's text are removed with a notice (they were dropped silently),
+    and a Unicode digit in a number is ignored with the rest of what was not understood."""
+    at = new_app({"text": "A dog\x00 runs\x1b[31m.", "view": "Inside a head", "layer": "٣"})
+    assert_clean(at)
+    assert at.text_area(key="source_text").value == "A dog runs[31m."
+    assert any("Removed 2 control character(s)" in i.value for i in at.info), [i.value for i in at.info]
+    assert any(line == "layer" for t in shown_texts(at) for line in t.splitlines())
 
 
 def test_sidebar_scores_have_full_distinct_names(tiny_checkpoint, tmp_path, monkeypatch, tr):
@@ -125,7 +191,9 @@ def test_sidebar_scores_have_full_distinct_names(tiny_checkpoint, tmp_path, monk
     names = [name for name, _ in rows]
     assert len(names) == len(set(names)) >= 5  # distinct
     assert not at.sidebar.metric  # no cut-off metric labels
-    assert dict(rows)["test 2016 flickr bleu lc tok"] == "38.94" and dict(rows)["val bleu"] == "40.10"
+    assert dict(rows)["test (Flickr 2016): BLEU, lowercased and tokenized"] == "38.94"
+    assert dict(rows)["validation, end of training: BLEU"] == "40.10" and dict(rows)["validation: chrF"] == "61.68"
+    assert not [n for n in names if "_" in n or " lc " in n or "tok" in n.split()]  # plain words, no file keys
 
 
 def test_paragraph_is_split_and_each_sentence_translated(app_env, tr):

@@ -26,7 +26,7 @@ CHANGES: dict[str, object] = {
     "lines_heads": [1, 3], "lines_focus": 2, "lines_threshold": 0.1, "step": 2, "topk": 4, "step_layer": 1,
     "table_agreement": True, "table_pick": "cross.1.2", "ablate": ["Cross · L1 · H2"], "pad_src": 3, "pad_tgt": 0,
     "pe_d": 16, "pe_len": 20, "pe_dims": [0, 1], "inside_query": 2, "drivers_method": "input_x_gradient",
-    "compare_alpha": "own", "interactive": True, "heatmap_chart_row": 2,
+    "compare_alpha": "own", "interactive": True, "heatmap_chart_row": 2, "source_prefix_layer": "all",
 }
 WINDOW_CHANGE = (5, 40)  # a long sentence's window sliders (``*_qwin``, ``*_kwin``): rows / columns 5 to 40
 ALONE = {"compare_with"}  # a picker with one model to offer here (test_app_models covers with= on two models)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model
 
 import transformer
 from app import analysis, catalog, figures, grid, inference, probes
@@ -299,6 +300,17 @@ def test_positional_helpers(tr):
     expected = tr.model.src_embed.weight[4].norm().item() * tr.config.d_model ** 0.5
     assert norms[0] == pytest.approx(expected, rel=1e-5)
     assert len(probes.vocab_embedding_norms(tr)) == tr.config.src_vocab_size - 1
+
+
+def test_embedding_norms_of_a_model_that_does_not_scale_its_embeddings(tr):
+    """M2M100 / NLLB without ``scale_embedding`` add the table's rows as they are: their norms are not times
+    sqrt(d_model) (they were, before the model's own ``embedding_scale`` was read)."""
+    model = tiny_model(scale_embedding=False)
+    plain = transformer.Translator(model, tr.tokenizer)
+    rows = model.src_embed.weight.detach()
+    assert probes.embedding_norms(plain, [4, 5]) == pytest.approx(rows[[4, 5]].norm(dim=-1).numpy(), rel=1e-5)
+    keep = [i for i in range(rows.size(0)) if i != model.config.pad_id]
+    assert probes.vocab_embedding_norms(plain) == pytest.approx(rows[keep].norm(dim=-1).numpy(), rel=1e-5)
 
 
 def test_exports_round_trip(tr):

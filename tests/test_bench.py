@@ -90,3 +90,18 @@ def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
         assert 0 <= result["ctranslate2_identical"] <= result["batch_sentences"]
     assert "training" in proc.stdout and "CTranslate2" in proc.stdout  # the readable table came first
     assert "| measure | ours |" in markdown(result) and "CPU" in report(result)
+
+
+def test_crowd_captions_hold_one_two_and_three_sentences(tmp_path):
+    """``bench.app_heavy --crowd``'s ordinary visitor types captions of 1, 2 and 3 sentences in turn, each new."""
+    from app.inference import split_sentences
+    from bench.app_heavy import crowd_captions
+
+    (tmp_path / "test_2016_flickr.en").write_text("".join(f"A dog number {i} runs on the beach\n" for i in range(99)),
+                                                  encoding="utf-8")
+    for data_dir in (tmp_path, None):  # Multi30k's captions, else built ones
+        texts = crowd_captions(7, data_dir and str(data_dir), offset=3)
+        assert [len(split_sentences(t, "en")) for t in texts] == [1, 2, 3, 1, 2, 3, 1]
+        assert len(set(texts)) == 7
+    two = crowd_captions(2, str(tmp_path), offset=3)[1]
+    assert two == "A dog number 4 runs on the beach. A dog number 5 runs on the beach."

@@ -167,6 +167,124 @@ def test_config_that_does_not_match_the_weights(ckpt, change):
         load_model_dir(ckpt)
 
 
+HOSTILE_CONFIGS = {  # issue #37, 2: each took the server down (memory) or minutes before failing
+    "max_len": {"max_len": 1_000_000_000},
+    "encoder layers": {"n_encoder_layers": 5000},
+    "decoder layers": {"n_decoder_layers": 100_000},
+    "d_model": {"d_model": 1 << 20, "n_heads": 4},
+    "d_ff": {"d_ff": 100_000_000},
+    "vocabulary": {"src_vocab_size": 50_000_000, "tgt_vocab_size": 50_000_000},
+    "position offset": {"position_offset": 10**12},
+    "within bounds, over the memory limit": {"d_model": 8192, "n_heads": 8, "d_ff": 32768,
+                                             "n_encoder_layers": 48, "n_decoder_layers": 48},
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_CONFIGS)
+def test_a_hostile_config_is_refused_before_anything_is_allocated(ckpt, monkeypatch, name):
+    import transformer.model as model_module
+    from transformer.checkpoint import check_checkpoint_dir
+
+    built = []
+
+    def spy(*args, **kwargs):  # the first allocation Transformer(config) makes after its embeddings
+        built.append(args)
+        raise RuntimeError("the model was built")
+
+    monkeypatch.setattr(model_module, "positional_encoding", spy)
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    (ckpt / CONFIG_FILE).write_text(json.dumps({**config, **HOSTILE_CONFIGS[name]}))
+    for attempt in (lambda: transformer.load(ckpt, device="cpu"), lambda: check_checkpoint_dir(ckpt)):
+        with pytest.raises(CheckpointError, match="refused") as err:
+            attempt()
+        assert CONFIG_FILE in str(err.value)
+    assert not built
+
+
+@pytest.mark.parametrize("change", [{"norm_first": "yes"}, {"share_embeddings": 1}, {"position_offset": 1.5},
+                                    {"activation": ["relu"]}, {"max_len": True}])
+def test_config_fields_of_the_wrong_type(ckpt, change):
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    (ckpt / CONFIG_FILE).write_text(json.dumps({**config, **change}))
+    with pytest.raises(CheckpointError, match=next(iter(change))):
+        transformer.load(ckpt, device="cpu")
+
+
+def test_an_oversized_or_deeply_nested_config_is_refused(ckpt):
+    config = (ckpt / CONFIG_FILE).read_text()
+    (ckpt / CONFIG_FILE).write_text(config + " " * 2_000_000)
+    with pytest.raises(CheckpointError, match="over the"):
+        transformer.load(ckpt, device="cpu")
+    (ckpt / CONFIG_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="nested too deeply"):
+        transformer.load(ckpt, device="cpu")
+
+
+@pytest.mark.parametrize("config", [
+    dict(src_vocab_size=100, tgt_vocab_size=100, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3,
+         d_ff=48, max_len=40),
+    dict(src_vocab_size=100, tgt_vocab_size=120, share_embeddings=False, d_model=24, n_heads=3, n_encoder_layers=1,
+         n_decoder_layers=0, d_ff=16, max_len=7, norm_first=True, final_logits_bias=True, position_offset=3,
+         positional_layout="fairseq"),
+])
+def test_model_bytes_is_what_the_model_holds(config):
+    from transformer.config import model_bytes
+
+    cfg = TransformerConfig(**config)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    held = sum(p.numel() * 4 for p in model.parameters()) + sum(b.untyped_storage().nbytes() for b in model.buffers())
+    assert model_bytes(cfg) == held
+
+
+def test_the_memory_limit_admits_the_real_models_the_app_offers_and_is_set_by_the_environment(ckpt, monkeypatch):
+    from transformer.config import max_model_mb, model_bytes
+    from transformer.families.m2m100 import config_from_m2m100
+    from transformer.families.marian import config_from_marian
+
+    monkeypatch.delenv("ATTN_MAX_MODEL_MB", raising=False)
+    nllb = config_from_m2m100({"vocab_size": 256206, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+                               "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+                               "decoder_ffn_dim": 4096, "max_position_embeddings": 1024, "pad_token_id": 1,
+                               "eos_token_id": 2, "decoder_start_token_id": 2, "scale_embedding": True})
+    assert 2_400 < model_bytes(nllb) / 1e6 < max_model_mb()  # NLLB-200 distilled 600M: ~615M parameters
+    opus = config_from_marian({"vocab_size": 58101, "d_model": 512, "encoder_layers": 6, "decoder_layers": 6,
+                               "encoder_attention_heads": 8, "decoder_attention_heads": 8, "encoder_ffn_dim": 2048,
+                               "decoder_ffn_dim": 2048, "max_position_embeddings": 512, "pad_token_id": 58100,
+                               "eos_token_id": 0, "decoder_start_token_id": 58100})
+    assert model_bytes(opus) / 1e6 < 400
+    with pytest.raises(CheckpointError, match="refused"):
+        config_from_marian({**{"vocab_size": 58101, "d_model": 512, "encoder_layers": 6, "decoder_layers": 5000,
+                               "encoder_attention_heads": 8, "decoder_attention_heads": 8, "encoder_ffn_dim": 2048,
+                               "decoder_ffn_dim": 2048, "pad_token_id": 58100, "eos_token_id": 0}})
+    for wrong in ([1], float("inf"), "x"):  # a field of the wrong type is a CheckpointError too
+        with pytest.raises(CheckpointError):
+            config_from_marian({"vocab_size": 58101, "d_model": wrong, "encoder_layers": 6, "decoder_layers": 6,
+                                "pad_token_id": 58100, "eos_token_id": 0})
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "0.01")  # the tiny checkpoint is ~0.1 MB
+    assert max_model_mb() == 0.01
+    with pytest.raises(CheckpointError, match="ATTN_MAX_MODEL_MB"):
+        transformer.load(ckpt, device="cpu")
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "nonsense")
+    assert transformer.load(ckpt, device="cpu").model is not None
+
+
+@pytest.mark.parametrize("metadata", [
+    '{"final_validation": [1]}', '{"language_pair": {"a": 1}}', '{"steps": "many"}', '{"history": [1, 2]}',
+    '{"history": [{"step": "x"}]}', '{"test_2016_flickr": "38"}',
+    '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", '{"a": ' + "[" * 40 + "]" * 40 + "}",
+    '{"pad": "' + "x" * 5_000_000 + '"}',
+], ids=["final_validation-list", "language_pair-object", "steps-text", "history-numbers", "history-step-text",
+        "test-text", "nested-100000", "nested-40", "5MB"])
+def test_metadata_of_the_wrong_shape_is_a_clear_error(ckpt, metadata):
+    from transformer.checkpoint import check_checkpoint_dir
+
+    (ckpt / METADATA_FILE).write_text(metadata)
+    for attempt in (lambda: transformer.load(ckpt, device="cpu"), lambda: check_checkpoint_dir(ckpt)):
+        with pytest.raises(CheckpointError, match=METADATA_FILE):
+            attempt()
+
+
 def test_config_vocabulary_that_does_not_match_the_tokenizer(ckpt):
     config = json.loads((ckpt / CONFIG_FILE).read_text())
     config["src_vocab_size"] = config["tgt_vocab_size"] = config["tgt_vocab_size"] + 5

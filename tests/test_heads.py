@@ -195,6 +195,7 @@ def test_roles_follow_the_stated_thresholds():
     assert role(stats(0.5, 1.0, 0.1), "decoder", 0, 0) == "mixed"
 
 
+@pytest.mark.slow  # a whole pruning run (every curve point decoded): the fast loop leaves it out
 def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_corpus, monkeypatch):
     tr = transformer.load(tiny_checkpoint, device="cpu")
     sources, refs = corpus(tiny_corpus)
@@ -274,6 +275,7 @@ def test_a_copy_model_has_a_positional_head(tmp_path):
     assert "positional" in result["role_rules"] and "90%" in result["role_rules"]["positional"]
 
 
+@pytest.mark.slow  # a whole pruning run (every curve point decoded): the fast loop leaves it out
 def test_command_writes_every_key(tiny_checkpoint, tiny_corpus, tmp_path, capsys):
     out = tmp_path / "heads.json"
     code = main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
@@ -285,7 +287,7 @@ def test_command_writes_every_key(tiny_checkpoint, tiny_corpus, tmp_path, capsys
     for key in ("sentences", "split", "checkpoint", "importance", "importance_note", "importance_raw", "stats",
                 "stats_notes", "baseline_bleu", "pruning", "pruning_by_type", "pruning_note",
                 "heads_off_within_1_bleu", "roles", "role_rules", "most_confident", "most_confident_weight",
-                "most_confident_note", "beam", "alpha", "seconds", "command"):
+                "most_confident_note", "beam", "alpha", "seconds", "command", "alti"):
         assert key in written, key
     assert written["sentences"] == 8 and written["split"] == "test" and written["beam"] == 2
     for kind in KINDS:
@@ -298,6 +300,59 @@ def test_command_writes_every_key(tiny_checkpoint, tiny_corpus, tmp_path, capsys
         assert all(set(p) >= {"fraction", "heads_off", "bleu"} for p in written["pruning_by_type"][kind])
     assert len(written["stats"]["cross"]["alignment_agreement"]) == 2
     assert set(written["stats_notes"]) >= {name for k in KINDS for name in written["stats"][k]}
+    alti = written["alti"]
+    assert alti["threshold_split"] == "val" and alti["threshold_sentences"] == 8 and alti["split"] == "test"
+    assert len(alti["alignment_agreement"]["by_layer"]) == 2 and alti["sentences"][0] == 8
+
+
+def test_alti_summary_equals_a_loop_over_contributions(tiny_checkpoint, tiny_corpus):
+    from transformer.interpret import contributions
+
+    tr = transformer.load(tiny_checkpoint)
+    src_lines, tgt_lines = corpus(tiny_corpus)
+    src_lines, tgt_lines = src_lines[:6], tgt_lines[:6]
+    got = heads.alti_summary(tr, src_lines, tgt_lines)
+    shares: dict[int, list[float]] = {}
+    hits, total = [0, 0], 0
+    for s, t in zip(src_lines, tgt_lines):
+        src = torch.tensor([tr.encode_source(s)[0]])
+        tgt = torch.tensor([[tr.config.bos_id, *reference_ids(tr, t)]])
+        c = contributions(tr.model, src, tgt)
+        for pos, value in enumerate(c.source_share[0].tolist()):
+            shares.setdefault(pos, []).append(value)
+        cross = tr.model(src, tgt, return_attention=True).cross_attentions
+        for step in range(tgt.size(1)):  # one output step at a time
+            best = int(c.source[0, step].argmax())
+            hits[0] += int(int(cross[0][0, :, step].mean(0).argmax()) == best)
+            hits[1] += int(int(cross[1][0, :, step].mean(0).argmax()) == best)
+            total += 1
+    assert got["source_share_by_position"] == pytest.approx([sum(v) / len(v) for v in shares.values()])
+    assert got["sentences"] == [len(v) for v in shares.values()]
+    assert got["alignment_agreement"]["by_layer"] == pytest.approx([h / total for h in hits])
+    assert 0 <= got["alignment_agreement"]["mean_of_layers_and_heads"] <= 1
+
+
+def test_the_threshold_is_the_stated_percentile_of_the_val_shares(tiny_checkpoint, tiny_corpus, tmp_path, capsys):
+    shares = [0.5, 0.1, 0.9, 0.3, 0.7]
+    assert heads.hallucination_threshold(shares, 25) == pytest.approx(0.3)
+    assert heads.hallucination_threshold(shares, 0) == pytest.approx(0.1)
+    # --only-alti writes the section into an existing heads.json and keeps everything else
+    out = tmp_path / "heads.json"
+    out.write_text(json.dumps({"importance": {"x": 1}, "alti": "old"}))
+    assert main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
+                 "--limit", "5", "--beam", "1", "--out", str(out), "--only-alti", "--no-progress"]) == 0
+    written = json.loads(out.read_text())
+    assert written["importance"] == {"x": 1}
+    tr = transformer.load(tiny_checkpoint)
+    val = corpus(tiny_corpus, "val")[0][:5]
+    mine = heads.mean_source_shares(tr, val, beam=1, alpha=tr.default_alpha)
+    assert written["alti"]["hallucination_threshold"] == pytest.approx(
+        sorted(mine)[0] + (sorted(mine)[1] - sorted(mine)[0]) * 0.04)  # 1st percentile of 5: 4% of the first gap
+    assert "hallucination threshold" in capsys.readouterr().out
+    out.write_text("not json")
+    assert main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
+                 "--out", str(out), "--only-alti"]) == 1
+    assert "--only-alti needs" in capsys.readouterr().err
 
 
 def test_command_bad_input_gets_a_message(tiny_checkpoint, tiny_corpus, tmp_path, capsys):

@@ -538,3 +538,38 @@ def test_attention_weights_match_torch_multihead_attention():
         _, theirs = encoder.layers[0].self_attn(x, x, x, key_padding_mask=src == PAD, need_weights=True,
                                                 average_attn_weights=False)
     torch.testing.assert_close(out.attentions[0], theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_one_attention_with_and_without_a_cache():
+    """A decoder layer fed one position at a time through its cache gives the numbers (and, asked, the weights) of
+    the whole target at once: the same attention, residual and norm code; the fused Q|K|V matrix projects as the
+    three separate ones do."""
+    from transformer.kv_cache import LayerCache
+
+    model = tiny_model(seed=3)
+    layer, sa = model.decoder_layers[1], model.decoder_layers[1].self_attn
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    weight, bias = sa.fused_qkv()
+    torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias),
+                               torch.cat([sa.q_proj(x), sa.k_proj(x), sa.v_proj(x)], dim=-1))
+    full, self_w, cross_w = layer(x, memory, causal_mask(5), None, need_weights=True)
+    cache = LayerCache(max_len=32)
+    for t in range(5):
+        out, sw, cw = layer(x[:, t:t + 1], memory, None, None, need_weights=True, cache=cache)
+        torch.testing.assert_close(out[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(sw[:, :, 0], self_w[:, :, t, : t + 1], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(cw[:, :, 0], cross_w[:, :, t], atol=1e-6, rtol=1e-5)
+    assert cache.length == 5
+
+
+def test_encode_and_decode_take_embeddings():
+    """Token embeddings given instead of looked up: the same pass (what attribution differentiates through)."""
+    for scale in (True, False):
+        model = tiny_model(seed=4, scale_embedding=scale)
+        src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 8, 9]])
+        enc = model.encode(src)
+        by_rows = model.encode(src, src_embeds=model.src_embed.weight[src])
+        torch.testing.assert_close(by_rows.last_hidden_state, enc.last_hidden_state)
+        dec = model.decode(tgt, enc.last_hidden_state)
+        by_rows = model.decode(tgt, enc.last_hidden_state, tgt_embeds=model.tgt_embed.weight[tgt])
+        torch.testing.assert_close(by_rows.logits, dec.logits)

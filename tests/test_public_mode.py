@@ -51,6 +51,11 @@ BREAKAGES = {
     "bad-metadata": lambda p: (p / "metadata.json").write_text("{not json"),
     "metadata-list": lambda p: (p / "metadata.json").write_text("[]"),
     "bad-heads": lambda p: (p / "heads.json").write_text("{oops"),
+    # issue #37, 2: a valid JSON object of the wrong shape, deep nesting, a config that takes the server down
+    "metadata-wrong-type": lambda p: (p / "metadata.json").write_text('{"final_validation": [1]}'),
+    "metadata-deep": lambda p: (p / "metadata.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    "huge-max-len": lambda p: _config_edit(p, max_len=1_000_000_000),
+    "many-layers": lambda p: _config_edit(p, n_encoder_layers=5000),
 }
 
 
@@ -71,6 +76,7 @@ def repo(tmp_path, tiny_tokenizer, monkeypatch):
     monkeypatch.setenv("ATTN_CHECKPOINT", "checkpoints/good")
     monkeypatch.setenv("ATTN_PUBLIC", "1")
     cached.get_checkpoint_list.clear()
+    monkeypatch.setattr(cached, "LOAD_FAILURES", cached.LoadFailures())
     yield tmp_path
     cached.get_checkpoint_list.clear()
 
@@ -150,6 +156,78 @@ def test_a_link_to_a_broken_allow_listed_model_says_so(repo, monkeypatch):
     assert at.sidebar.selectbox(key="model_choice").value == "checkpoints/good"
     notices = [plain(w.value) for w in at.sidebar.warning]
     assert any("checkpoints/zero-heads is unavailable" in n and "n_heads" in n for n in notices), notices
+
+
+@pytest.mark.parametrize("broken", ["metadata-wrong-type", "metadata-deep", "huge-max-len", "many-layers"])
+def test_a_broken_default_falls_back_to_a_working_model_with_a_notice(repo, monkeypatch, broken):
+    monkeypatch.setenv("ATTN_CHECKPOINT", f"checkpoints/{broken}")
+    monkeypatch.setenv("ATTN_MODELS", f"checkpoints/{broken},checkpoints/good")
+    at = new_app({"text": "a dog runs."})
+    assert_clean(at)
+    assert at.sidebar.selectbox(key="model_choice").value == "checkpoints/good"
+    notices = [plain(w.value) for w in at.sidebar.warning]
+    assert any(f"default model checkpoints/{broken} could not be opened" in n and "checkpoints/good opens instead"
+               in n for n in notices), notices
+    assert at.text_area(key="source_text").value == "a dog runs." and len(at.get("markdown")) > 0
+    # a local server says what is wrong with the default instead (whoever runs it can fix it), never an error page
+    monkeypatch.delenv("ATTN_PUBLIC")
+    local = new_app({"text": "a dog runs."})
+    assert not local.exception
+    assert "could not be loaded" in local.error[0].value and broken.split("-")[0] in plain(local.error[0].value)
+
+
+def test_a_load_failure_is_remembered_for_every_visitor_and_the_default_falls_back(repo, monkeypatch):
+    """A model that passes its check but fails to load (what a hostile config did for minutes) is tried once per
+    server, not once per visitor; the default falling so opens a working model, with a notice."""
+    monkeypatch.setenv("ATTN_CHECKPOINT", "checkpoints/other")
+    monkeypatch.setenv("ATTN_MODELS", "checkpoints/other,checkpoints/good")
+    cached.get_translator.clear()
+    tried = []
+    real = catalog.load_translator
+
+    def failing(checkpoint, device):
+        tried.append(checkpoint)
+        if checkpoint == "checkpoints/other":
+            raise transformer.CheckpointError("model.safetensors is corrupt")
+        return real(checkpoint, device)
+
+    monkeypatch.setattr(catalog, "load_translator", failing)
+    for _ in range(3):  # three visitors
+        at = new_app({"text": "a dog runs."})
+        assert_clean(at)
+        assert at.sidebar.selectbox(key="model_choice").value == "checkpoints/good"
+        assert any("default model checkpoints/other could not be opened (model.safetensors is corrupt)"
+                   in plain(w.value) for w in at.sidebar.warning)
+    assert tried.count("checkpoints/other") == 1
+    (repo / "checkpoints" / "other" / "heads.json").write_text("{}")  # its files changed: tried again
+    new_app({"text": "a dog runs."})
+    assert tried.count("checkpoints/other") == 2
+    cached.get_translator.clear()
+
+
+def test_an_allow_listed_model_outside_checkpoints_is_named_by_its_short_name(repo, monkeypatch, tmp_path_factory):
+    """Issue #37, 5: a damaged allow-listed directory outside checkpoints/ is checked and not offered, and no label or
+    notice carries the server's path."""
+    elsewhere = tmp_path_factory.mktemp("server-secret") / "models"
+    shutil.copytree(repo / "checkpoints" / "good", elsewhere / "outside-good")
+    shutil.copytree(repo / "checkpoints" / "zero-heads", elsewhere / "outside-broken")
+    good, broken = str(elsewhere / "outside-good"), str(elsewhere / "outside-broken")
+    monkeypatch.setenv("ATTN_MODELS", f"checkpoints/good,{good},{broken}")
+    at = new_app({"text": "a dog runs."})
+    assert_clean(at)
+    picker = at.sidebar.selectbox(key="model_choice")
+    assert picker.options == ["good", "outside-good"]  # the damaged one is not offered; short names only
+    link = new_app({"text": "a dog runs.", "model": broken})
+    assert not link.exception
+    shown = [plain(e.value) for kind in ("warning", "caption", "markdown", "info", "error")
+             for e in [*link.sidebar.get(kind), *link.main.get(kind)]]
+    assert any("outside-broken is unavailable" in n for n in shown), shown
+    assert not any(str(elsewhere) in n or "server-secret" in n for n in shown)
+    picked = new_app({"text": "a dog runs.", "model": good})
+    assert_clean(picked)
+    assert picked.sidebar.selectbox(key="model_choice").value == good
+    shown = [plain(e.value) for kind in ("warning", "caption", "markdown", "info") for e in picked.sidebar.get(kind)]
+    assert not any("server-secret" in n for n in shown), shown
 
 
 def test_public_mode_without_attn_models_offers_only_what_ships(repo, monkeypatch):

@@ -132,5 +132,5 @@ def test_read_a_row_lists_the_rows_largest_weights(app_env, tr):
     listing = [plain(c.value) for c in at.caption if "takes the most from" in c.value]
     assert len(listing) == 1 and listing[0].startswith(f"Query 3 ({ref.target_tokens[2]}) takes the most from: ")
     order = np.argsort(-row, kind="stable")[:8]
-    expected = " · ".join(f"{ref.source_tokens[j]} {row[j]:.3f}" for j in order)
+    expected = " · ".join(f"{ref.source_tokens[j]} ({j + 1}) {row[j]:.3f}" for j in order)  # which piece: its number
     assert expected in listing[0]

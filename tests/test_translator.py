@@ -120,6 +120,7 @@ def test_target_ends_in_eos_only_when_the_model_chose_it(translator, beam_size):
     cfg = translator.config
     cut = translator.translate(TEXTS[0], beam_size=beam_size, max_len_a=0.0, max_len_b=3)
     assert len(cut.target_ids) == 3 and cfg.eos_id not in cut.target_ids  # untrained model: never stops
+    assert cut.hit_max_len  # and the result says the output stopped at the maximum length
     assert cut.target_tokens == translator.tokenizer.pieces(cut.target_ids)
     assert cut.decoder_input_tokens == translator.tokenizer.pieces([cfg.bos_id, *cut.target_ids[:2]])
     check_attention_shapes(cut, cfg)
@@ -129,6 +130,9 @@ def test_target_ends_in_eos_only_when_the_model_chose_it(translator, beam_size):
 
     stops = eos_first_translator(translator).translate(TEXTS[0], beam_size=beam_size)
     assert stops.target_ids == [cfg.eos_id] and stops.text == ""
+    assert not stops.hit_max_len
+    batch = translator.translate_batch(TEXTS, beam_size=beam_size, max_len_a=0.0, max_len_b=3)
+    assert [r.hit_max_len for r in batch] == [cfg.eos_id not in r.target_ids for r in batch] == [True] * len(TEXTS)
     assert stops.target_tokens == ["</s>"] and stops.decoder_input_tokens == ["<s>"]
     check_attention_shapes(stops, cfg)
 
@@ -195,3 +199,28 @@ def test_head_mask_reaches_the_attentions(translator):
     off["encoder"][0] = 0  # every head of the first encoder layer off
     masked = translator.translate(TEXTS[0], beam_size=1, head_mask=off)
     assert not torch.allclose(masked.encoder_attentions[1], plain.encoder_attentions[1])
+
+
+def test_settings_object_and_keywords_decode_alike(translator):
+    """One ``DecodeSettings`` or its fields as keywords: the same translations; keywords override the object; the
+    checkpoint's own alpha and scoring fill in what the settings leave None."""
+    settings = transformer.DecodeSettings(beam_size=3, alpha=1.0, max_len_a=0.0, max_len_b=7)
+    by_object = [r.target_ids for r in translator.translate_batch(TEXTS, settings)]
+    by_keyword = [r.target_ids for r in translator.translate_batch(TEXTS, beam_size=3, alpha=1.0, max_len_a=0.0,
+                                                                    max_len_b=7)]
+    assert by_object == by_keyword
+    hyp = beam_search(translator.model, translator._pad([translator.encode_source(t)[0] for t in TEXTS]), 3, 1.0,
+                      0.0, 7)
+    assert max(len(ids) for ids in by_object) <= 7 and hyp.tokens.size(1) <= 7
+    greedy = transformer.DecodeSettings(beam_size=1, max_len_b=7)
+    assert translator.translate(TEXTS[1], settings, beam_size=1, max_len_a=1.5).target_ids == \
+        translator.translate(TEXTS[1], greedy).target_ids
+    chosen = translator.settings()
+    assert chosen.alpha == translator.default_alpha and chosen.scoring == translator.scoring
+    assert translator.settings(settings).alpha == 1.0
+    with pytest.raises(TypeError, match="beam"):
+        transformer.DecodeSettings().but(beams=3)
+    with pytest.raises(ValueError, match="scoring"):
+        translator.translate(TEXTS[0], scoring="nope")
+    with pytest.raises(TypeError, match="keyword"):
+        translator.translate(TEXTS[0], 4)

@@ -39,6 +39,21 @@ def capped_notices(at) -> list[str]:
 # ------------------------------------------------------------------------------------------------ estimates
 
 
+def test_the_estimate_counts_the_output_positions_decoding_may_produce(tr):
+    """The estimate's output positions are the decoder's start token and what the one length rule
+    (``DecodeSettings.max_output_length``) lets decoding produce, even where ``a * source + b`` is below one token
+    (decoding still produces one)."""
+    for a, b in ((0.0, 0), (0.0, 1), (1.5, 10), (0.3, 2), (4.0, 200)):
+        settings = DecodeSettings(beam_size=1, max_len_a=a, max_len_b=b)
+        for source in (1, 3, 7, 20):
+            produced = max(1, min(int(a * source + b), tr.config.max_len - 1))
+            assert work.output_limit(tr, source, settings) == 1 + produced
+    text = "a man rides a red bike in the park"
+    none = DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=0)
+    out = tr.translate(text, none, return_attention=False)
+    assert len(out.decoder_input_tokens) <= work.output_limit(tr, work.source_length(tr, text), none) == 2
+
+
 def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypatch):
     monkeypatch.delenv("ATTN_MAX_WORK", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
@@ -59,6 +74,21 @@ def test_estimates_grow_with_every_factor(tr):
     ig = work.attribution_work(work.parameters(tr), 10, 12, 12, "integrated_gradients", 32)
     assert ig == pytest.approx(32 * work.attribution_work(work.parameters(tr), 10, 12, 12, "input_x_gradient", 1))
     assert ig == pytest.approx(work.parameters(tr) * 12 * 22 * 32 * 3 / work.UNIT)  # params x rows x positions
+
+
+def test_alti_runs_only_within_the_ceiling(tr, monkeypatch):
+    w = work.alti_work(tr, 10, 12)
+    assert work.alti_work(tr, 20, 12) > w and work.alti_work(tr, 10, 24) > w
+    assert w > work.units(work.parameters(tr), 22)  # more than its forward pass: the per-token terms
+    monkeypatch.setenv("ATTN_MAX_WORK", str(w * 1.01))
+    assert work.plan_alti(tr, 10, 12) == (True, [])
+    fits, notices = work.plan_alti(tr, 20, 12)
+    assert not fits and len(notices) == 1 and "not computed" in notices[0]
+    with work.request() as req:  # inside a request: planned against what is left of it, said in its one notice
+        work.spend(w * 0.5)
+        assert not work.plan_alti(tr, 10, 12)[0]
+        work.cut(work.plan_alti(tr, 10, 12)[1])
+        assert "ATTN_MAX_WORK" in req.notice() and "not computed" in req.notice()
 
 
 def test_the_beam_is_capped_only_over_the_ceiling(tr, monkeypatch):
@@ -233,7 +263,7 @@ def test_a_long_input_at_beam_16_is_capped_with_a_notice(public, monkeypatch, tr
     at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50"})
     assert_clean(at)
     notices = capped_notices(at)
-    assert notices and "Beam size capped" in notices[0]
+    assert len(notices) == 1 and "beam size capped" in notices[0]
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
     assert 1 <= key[4].beam_size < 16  # what ran is the capped beam
 
@@ -249,8 +279,9 @@ def test_attribution_over_the_ceiling_does_less_and_says_so(public, monkeypatch,
     assert_clean(at)
     notes = capped_notices(at)
     assert notes, [plain(i.value) for i in at.info]
-    plan = work.plan_attribution(tr, s, t, "integrated_gradients")
-    assert plan.notices[0] in notes[0] and plan.span[1] < t
+    ceiling = work.max_work() - work.translation_work(tr, s, result.settings)  # what the page's analysis left
+    plan = work.plan_attribution(tr, s, t, "integrated_gradients", ceiling=max(0.0, ceiling))
+    assert len(notes) == 1 and plan.notices[0] in notes[0] and plan.span[1] < t
     source_chart = [c for c in at.get("plotly_chart")][0]
     assert len(__import__("json").loads(source_chart.proto.spec)["data"][0]["y"]) == plan.span[1] - plan.span[0]
 
@@ -261,7 +292,7 @@ def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr
     one = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
     monkeypatch.setenv("ATTN_MAX_WORK", str(one * 30))  # the analysis of one fits; the plain translations: 5 a group
-    monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, st_: [list(range(i, min(i + 5, len(s))))
+    monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, *_: [list(range(i, min(i + 5, len(s))))
                                                                       for i in range(0, len(s), 5)])
     at = new_app()
     at = translate(at, " ".join(sentences))
@@ -329,3 +360,96 @@ def test_a_numpy_view_is_counted_with_the_array_it_keeps_alive():
     assert budget.size_of(big[:, :5]) == big.nbytes
     assert budget.size_of(big[:, :5].copy()) == 100 * 5 * 4
     assert budget.size_of(torch.zeros(10, 10)) == 400
+
+
+# ------------------------------------------------------------------------------------------------ a crowd (#37)
+
+
+CAPTION = "A chef cooks. People eat. A dog sleeps."
+
+
+def test_short_captions_never_take_a_heavy_slot(public, counted_slot, tr):
+    at = translate(new_app(), CAPTION)
+    assert_clean(at)
+    listed = "\n".join(x.value for x in at.text if x.value.startswith("1. "))
+    assert listed.count("→") == 3  # every sentence translated, and the first one analysed
+    assert any(k[0] == "analysis" for k in cached.RESULTS._items)
+    assert counted_slot.taken == 0  # light work: never behind a heavy job
+    # the same caption is heavy once the light share is smaller than it: then it takes the slot, once
+    cached.RESULTS.clear()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(work, "LIGHT_WORK", 0.0)
+        at = new_app()
+        first = counted_slot.taken
+        at = translate(at, CAPTION.replace("eat", "drink"))  # one request: three translations and an analysis
+    assert_clean(at)
+    assert counted_slot.taken - first == 1
+
+
+def test_ordinary_captions_are_light_on_the_shipped_model():
+    """Three caption sentences of the benchmark's kind, at the page's default settings, with the analysis of the
+    longest, stay within ``LIGHT_WORK`` on the shipped model (so they never queue for a heavy slot)."""
+    import transformer
+    from app import state
+
+    path = work.REPO_ROOT / "checkpoints" / "multi30k-en-de" if hasattr(work, "REPO_ROOT") else None
+    path = path or __import__("pathlib").Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
+    if not (path / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    big = transformer.load(path, device="cpu")
+    d = state.DEFAULTS
+    settings = DecodeSettings(beam_size=d[state.BEAM], alpha=d[state.ALPHA], max_len_a=d[state.MAX_A],
+                              max_len_b=d[state.MAX_B])
+    captions = ["Two young guys with shaggy hair look at their hands while hanging out in the yard.",
+                "A man in a blue shirt is standing on a ladder cleaning windows.",
+                "Several men in hard hats are operating a giant pulley system."]
+    longest = max(captions, key=lambda c: work.source_length(big, c))
+    total = (sum(work.plain_work(big, c, settings) for c in captions)
+             + work.translation_work(big, work.source_length(big, longest), settings))
+    assert total <= work.LIGHT_WORK
+
+
+def test_one_requests_jobs_together_stay_within_the_ceiling_with_one_notice(public, monkeypatch, tr):
+    """The page's analysis and the view's attribution share one ceiling: the sum of what ran (read back from the
+    cache keys, estimated independently of the request's ledger) stays within it, and one notice names both
+    cuts."""
+    settings = DecodeSettings(beam_size=16, alpha=0.6, max_len_a=4.0, max_len_b=50)
+    ceiling = work.translation_work(tr, work.source_length(tr, LONG), settings) / 2
+    monkeypatch.setenv("ATTN_MAX_WORK", str(ceiling))
+    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "What drives each word"})
+    assert_clean(at)
+    keys = list(cached.RESULTS._items)
+    analysis_key = next(k for k in keys if k[0] == "analysis")
+    ran = work.translation_work(tr, work.source_length(tr, LONG), analysis_key[4])
+    method, steps, span = next(k for k in keys if k[0] == "attributions")[6:9]
+    result = cached.RESULTS._items[analysis_key][0]
+    ran += work.attribution_work(work.parameters(tr), len(result.source_ids), len(result.target_ids),
+                                 span[1] - span[0], method, steps)
+    assert ran <= ceiling * (1 + 1e-9)
+    notices = capped_notices(at)
+    assert len(notices) == 1, notices
+    assert "beam size capped" in notices[0]
+    assert "integrated gradients with" in notices[0] or "input × gradient" in notices[0]
+
+
+def test_the_export_is_built_only_when_asked_and_counted(public, tr):
+    """Opening Export builds no file (the old page built a JSON and an NPZ per tab, held by Streamlit outside the
+    budget); the download's callable builds it on the click, into the byte-budgeted cache."""
+    import json as json_
+
+    from app import inference
+
+    at = new_app({"text": "a man rides a bike.", "view": "Export"})
+    assert_clean(at)
+    assert len(at.get("download_button")) == 2
+    assert not [k for k in cached.RESULTS._items if k[0] == "export"]
+    key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
+    result = cached.RESULTS._items[key][0]
+    before = cached.RESULTS.nbytes
+    data = cached.export_file(key[1], key[2], key[3], key[4], (), "json")()
+    assert json_.loads(data) == json_.loads(inference.export_json(result, key[1]))
+    assert [k for k in cached.RESULTS._items if k[0] == "export"]
+    assert cached.RESULTS.nbytes - before >= len(data)  # counted in ATTN_CACHE_MB
+    cached.RESULTS.clear()  # the analysis left the cache: the click still builds the file
+    npz = np.load(__import__("io").BytesIO(cached.export_file(key[1], key[2], key[3], key[4], (), "npz")()))
+    np.testing.assert_allclose(npz["cross"], result.cross, atol=1e-6)

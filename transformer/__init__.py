@@ -9,7 +9,16 @@
 """
 
 from .checkpoint import CheckpointError, load_model_dir, resolve_device, save_checkpoint
-from .decoding import BeamNode, BeamTree, Hypotheses, beam_search, greedy_decode, length_penalty
+from .decoding import (
+    DEFAULT_ALPHA,
+    BeamNode,
+    BeamTree,
+    DecodeSettings,
+    Hypotheses,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+)
 from .model import (
     DecoderOutput,
     EncoderOutput,
@@ -26,7 +35,8 @@ from .tokenizer import Tokenizer, TokenizerProtocol
 from .translator import TranslationResult, Translator, load
 
 __all__ = [
-    "BeamNode", "BeamTree", "CheckpointError", "DecoderOutput", "EncoderOutput", "Hypotheses", "Seq2SeqOutput",
+    "DEFAULT_ALPHA", "BeamNode", "BeamTree", "CheckpointError", "DecodeSettings", "DecoderOutput", "EncoderOutput",
+    "Hypotheses", "Seq2SeqOutput",
     "Tokenizer", "TokenizerProtocol",
     "TranslationResult", "Transformer", "TransformerConfig", "Translator", "beam_search", "causal_mask",
     "decoder_self_mask", "greedy_decode", "length_penalty", "load", "load_model_dir", "padding_mask",

@@ -13,6 +13,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 
+from .config import check_loadable
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer, TokenizerProtocol
 
@@ -21,6 +22,9 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.model"
 METADATA_FILE = "metadata.json"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few hundred bytes (a Hugging Face one a few kB)
+MAX_METADATA_BYTES = 4_000_000  # a metadata.json with a long training history: tens of kB
+MAX_JSON_DEPTH = 32  # objects and lists inside each other (ours: 3)
 
 
 class CheckpointError(Exception):
@@ -40,13 +44,55 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return resolved
 
 
-def load_config(path: Path) -> TransformerConfig:
-    """``config.json`` of a checkpoint directory as a ``TransformerConfig``; ``CheckpointError`` when invalid."""
+def json_depth(data: object) -> int:
+    """How deeply objects and lists nest in parsed JSON (a number: 0, ``[]``: 1), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_json(path: Path, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> object:
+    """A small JSON file, parsed: ``ValueError`` saying why when it is larger than ``max_bytes``, not UTF-8 JSON, or
+    nested deeper than ``max_depth`` (Python's parser would hit its recursion limit); ``OSError`` when unreadable."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{path.name} is {size:,} bytes, over the {max_bytes:,} it may hold")
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:  # grew since
+        raise ValueError(f"{path.name} is over the {max_bytes:,} bytes it may hold")
     try:
-        return TransformerConfig.load(path / CONFIG_FILE)
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError as err:
+        raise ValueError(f"{path.name} is nested too deeply (more than {max_depth} levels)") from err
+    if json_depth(data) > max_depth:
+        raise ValueError(f"{path.name} is nested too deeply (more than {max_depth} levels)")
+    return data
+
+
+def loadable(config: TransformerConfig, where: str) -> TransformerConfig:
+    """``config`` when a process may build it (``transformer.config.check_loadable``: sizes within bounds, the model
+    within ``$ATTN_MAX_MODEL_MB``); else ``CheckpointError`` naming ``where`` (the config's file)."""
+    try:
+        check_loadable(config)
+    except ValueError as err:
+        raise CheckpointError(f"{where} is refused: {err}") from err
+    return config
+
+
+def load_config(path: Path) -> TransformerConfig:
+    """``config.json`` of a checkpoint directory as a ``TransformerConfig`` a process may build
+    (:func:`loadable`); ``CheckpointError`` when invalid or too large."""
+    try:
+        config = TransformerConfig.from_dict(read_json(path / CONFIG_FILE, MAX_CONFIG_BYTES))
     except Exception as err:  # bad JSON, unknown or invalid fields, a list instead of an object: one clear message
         raise CheckpointError(f"{path / CONFIG_FILE} is not a valid TransformerConfig: {type(err).__name__}: "
                               f"{err}") from err
+    return loadable(config, str(path / CONFIG_FILE))
 
 
 def check_weights(weights: Path, config: TransformerConfig) -> None:
@@ -87,16 +133,51 @@ def check_vocab(tokenizer: TokenizerProtocol, config: TransformerConfig) -> None
                               f"tgt_vocab_size={config.tgt_vocab_size}")
 
 
+# The type of each key of metadata.json that something reads (any other key is kept as it is)
+_TEXT = ("language_pair", "domain", "training_command", "data_dir", "device", "torch", "source", "converted_from",
+         "beam_scoring")
+_COUNTS = ("steps", "parameters", "world_size", "languages")
+_OBJECTS = ("final_validation", "val_beam5")  # "decoding": read leniently (chosen_alpha: else the default)
+_LISTS = ("history", "commands_run", "val_choice")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def metadata_problem(metadata: object) -> str | None:
+    """Why parsed ``metadata.json`` cannot be used, or None: it must be an object whose keys that the code reads
+    have their types (text, counts, objects, lists; ``history``: objects with numeric ``step``, ``val_bleu``,
+    ``val_loss``; a ``test...`` score a number or an object)."""
+    if not isinstance(metadata, dict):
+        return "it is not a JSON object"
+    wrong = [k for k in _TEXT if k in metadata and not isinstance(metadata[k], str)]
+    wrong += [k for k in _COUNTS if k in metadata and not (isinstance(metadata[k], int)
+                                                             and not isinstance(metadata[k], bool))]
+    wrong += [k for k in _OBJECTS if k in metadata and not isinstance(metadata[k], dict)]
+    wrong += [k for k in _LISTS if k in metadata and not isinstance(metadata[k], list)]
+    wrong += [k for k, v in metadata.items() if "test" in str(k).lower() and not (_is_number(v) or isinstance(v, dict))]
+    if wrong:
+        return f"{', '.join(map(repr, wrong[:5]))} {'has' if len(wrong) == 1 else 'have'} the wrong type"
+    if any(not isinstance(h, dict) or any(k in h and not _is_number(h[k]) for k in ("step", "val_bleu", "val_loss"))
+           for h in metadata.get("history", [])):
+        return "'history' holds an entry that is not an object of numbers (step, val_bleu, val_loss)"
+    return None
+
+
 def read_metadata(path: Path) -> dict:
-    """``metadata.json`` as a dict ({} when absent); ``CheckpointError`` when it is not a JSON object."""
+    """``metadata.json`` as a dict ({} when absent); ``CheckpointError`` when it is not a JSON object, is larger
+    than ``MAX_METADATA_BYTES``, nests deeper than ``MAX_JSON_DEPTH`` or has a key of the wrong type
+    (:func:`metadata_problem`)."""
     if not (path / METADATA_FILE).is_file():
         return {}
     try:
-        metadata = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
+        metadata = read_json(path / METADATA_FILE, MAX_METADATA_BYTES)
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path / METADATA_FILE} is not valid JSON: {err}") from err
-    if not isinstance(metadata, dict):
-        raise CheckpointError(f"{path / METADATA_FILE} is not a JSON object")
+    problem = metadata_problem(metadata)
+    if problem:
+        raise CheckpointError(f"{path / METADATA_FILE} cannot be used: {problem}")
     return metadata
 
 

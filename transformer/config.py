@@ -4,6 +4,7 @@ weights and used to rebuild the model everywhere. New fields default to the pape
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,12 @@ class TransformerConfig:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
         if self.positional_layout not in POSITIONAL_LAYOUTS:
             raise ValueError(f"positional_layout must be one of {POSITIONAL_LAYOUTS}, not {self.positional_layout!r}")
-        if self.position_offset < 0:
-            raise ValueError(f"position_offset must be >= 0, not {self.position_offset}")
+        if isinstance(self.position_offset, bool) or not isinstance(self.position_offset, int) \
+                or self.position_offset < 0:
+            raise ValueError(f"position_offset must be a non-negative integer, not {self.position_offset!r}")
+        for name in ("norm_first", "share_embeddings", "final_logits_bias", "scale_embedding"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, not {getattr(self, name)!r}")
 
     @property
     def d_head(self) -> int:
@@ -104,3 +109,60 @@ class TransformerConfig:
     @classmethod
     def load(cls, path: str | Path) -> TransformerConfig:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# ------------------------------------------------------------------------------------------------ loading bounds
+# What a checkpoint's config.json may ask for, checked before anything is allocated (``check_loadable``): each
+# size's bounds, and the bytes of the model it builds against ``$ATTN_MAX_MODEL_MB``. The largest model the app
+# offers, NLLB-200 distilled 600M, has a 256,206-piece vocabulary, d_model 1024, 16 heads, 12 + 12 layers, d_ff
+# 4096 and 1024 positions: about 2,460 MB of float32 parameters.
+LOAD_BOUNDS: dict[str, tuple[int, int]] = {
+    "src_vocab_size": (1, 1_000_000), "tgt_vocab_size": (1, 1_000_000), "d_model": (1, 16_384),
+    "n_heads": (1, 1_024), "n_encoder_layers": (0, 64), "n_decoder_layers": (0, 64), "d_ff": (1, 65_536),
+    "max_len": (1, 65_536), "position_offset": (0, 65_536),
+}
+DEFAULT_MAX_MODEL_MB = 3000.0  # MB of 10^6 bytes: admits NLLB-200 600M (~2,460 MB), refuses the 1.3B ones
+
+
+def max_model_mb() -> float:
+    """``$ATTN_MAX_MODEL_MB``: the largest model (parameters and buffers, MB of 10^6 bytes) a checkpoint may build;
+    unset, empty or not a positive number: :data:`DEFAULT_MAX_MODEL_MB`."""
+    try:
+        value = float(os.environ.get("ATTN_MAX_MODEL_MB", ""))
+    except ValueError:
+        return DEFAULT_MAX_MODEL_MB
+    return value if value > 0 and value == value and value != float("inf") else DEFAULT_MAX_MODEL_MB
+
+
+def model_bytes(config: TransformerConfig) -> int:
+    """The bytes of the float32 parameters and buffers ``Transformer(config)`` holds, from the config alone
+    (nothing built): embeddings (one table when tied), each layer's attention (q, k, v, out: a d_model x d_model
+    matrix and a bias each), feed-forward and LayerNorms, the output projection and the positional table."""
+    d, f = config.d_model, config.d_ff
+    attention = 4 * (d * d + d)
+    ffn = d * f + f + f * d + d
+    norm = 2 * d
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    embeddings = config.src_vocab_size * d
+    if not config.share_embeddings:
+        embeddings += 2 * config.tgt_vocab_size * d  # the target table and the output projection
+    params = (embeddings + config.n_encoder_layers * encoder_layer + config.n_decoder_layers * decoder_layer
+              + (2 * norm if config.norm_first else 0) + (config.tgt_vocab_size if config.final_logits_bias else 0))
+    buffers = (config.max_len + config.position_offset) * d  # the positional table (a view of its full storage)
+    return 4 * (params + buffers)
+
+
+def check_loadable(config: TransformerConfig, max_mb: float | None = None) -> None:
+    """Refuse (``ValueError`` saying which field or how large) a config a checkpoint should not make this process
+    build: a size outside :data:`LOAD_BOUNDS`, or a model over ``max_mb`` (default ``$ATTN_MAX_MODEL_MB``).
+    Nothing is allocated; call it before ``Transformer(config)``."""
+    for name, (low, high) in LOAD_BOUNDS.items():
+        value = getattr(config, name)
+        if not low <= value <= high:
+            raise ValueError(f"{name} = {value:,} is outside what a checkpoint may ask for ({low:,} to {high:,})")
+    limit = max_model_mb() if max_mb is None else max_mb
+    size_mb = model_bytes(config) / 1e6
+    if size_mb > limit:
+        raise ValueError(f"the model would take {size_mb:,.0f} MB (parameters and buffers, float32), over this "
+                         f"server's limit of {limit:,.0f} MB (ATTN_MAX_MODEL_MB)")

@@ -1,16 +1,73 @@
-"""Greedy and beam search, batched, with incremental decoding through a key/value cache."""
+"""Greedy and beam search, batched, with incremental decoding through a key/value cache.
+
+- :class:`DecodeSettings`: how to decode (beam size, length penalty, output-length rule, scoring rules, languages),
+  the one object the translator, the app and the benches pass around; :func:`max_output_length` is its length rule.
+- :func:`greedy_decode` and :func:`beam_search`; :func:`search` picks one for a :class:`DecodeSettings`.
+- Beam search scores a finished hypothesis ``logprob / length_penalty(|Y|, alpha, scoring)`` under one of two
+  rules (``SCORINGS``), passed to the one :func:`beam_search` as ``scoring``:
+
+  - ``"gnmt"`` (fairseq's search): the GNMT penalty ``((5 + |Y|) / 6) ** alpha``; an ending counts when it ranks
+    among the K best candidates; a sentence stops once it has K finished hypotheses, or once no live beam can beat
+    its best finished one (an exact bound: the live score divided by the largest penalty it could still reach), and
+    leaves the batch; at its length limit without an ending it takes its best live beam.
+  - ``"transformers"`` (Hugging Face ``GenerationMixin._beam_search``, transformers 4.5x-5.x, ``early_stopping=False``,
+    Marian's default): the penalty ``|Y| ** alpha``, |Y| the generated tokens including ``</s>``; a sentence stops once
+    it has K finished hypotheses *and* its best live beam, normalised at the *current* length, no longer beats the
+    worst of them (a heuristic); at the length limit the K best candidates of that step become finished too, and the
+    best of all is returned. "Never" is transformers' additive -1e9, not -inf, so candidates order exactly as there
+    (a Marian / OPUS-MT checkpoint run here gives exactly what ``generate(num_beams=K, length_penalty=alpha)`` gives;
+    tests/test_marian.py and tests/test_m2m100.py check it).
+
+  The two rules share the search's start (encoding, one row per beam, the length limits, forced tokens), every
+  step's expansion (the 2K best candidates of the K live beams) and the length penalty; they differ in when an
+  ending counts, when a sentence stops and what "never" is, which is where each keeps its own bookkeeping
+  (:func:`_finish_gnmt`, :func:`_finish_transformers`): written as hooks of one loop they would turn every line of
+  it into a branch. The two penalties agree only at ``alpha = 0``; no alpha of one equals the other at every length.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
 
 from .kv_cache import KVCache
 from .model import Transformer, padding_mask
+
+SCORINGS = ("gnmt", "transformers")
+DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoints that name none
+_NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to decode. ``beam_size`` 1 is greedy search; ``alpha``: the length penalty (None: the checkpoint's own,
+    ``Translator.default_alpha``); at most ``floor(max_len_a * source + max_len_b)`` output tokens
+    (:func:`max_output_length`); ``scoring``: beam search's rules, one of ``SCORINGS`` (None: the checkpoint's);
+    ``src_lang`` / ``tgt_lang``: a multilingual model's language codes (None: its defaults)."""
+
+    beam_size: int = 4
+    alpha: float | None = None
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    scoring: str | None = None
+
+    def but(self, **changes: object) -> DecodeSettings:
+        """These settings with the ``changes`` that are not None (keyword sugar: ``translate(text, beam_size=5)``)."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        unknown = set(given) - {f.name for f in fields(self)}
+        if unknown:
+            raise TypeError(f"not a decoding setting: {', '.join(sorted(unknown))}")
+        return replace(self, **given) if given else self
+
+    def max_output_length(self, model: Transformer, src_len: int | Tensor) -> int | Tensor:
+        """:func:`max_output_length` under these settings."""
+        return max_output_length(model, src_len, self.max_len_a, self.max_len_b)
 
 
 @dataclass
@@ -70,8 +127,13 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
     return run
 
 
-def length_penalty(length: Tensor, alpha: float) -> Tensor:
-    """GNMT length penalty ((5 + |Y|) / 6)^alpha (Wu et al., 2016), used by the paper with alpha 0.6."""
+def length_penalty(length: Tensor | int, alpha: float, scoring: str = "gnmt") -> Tensor:
+    """What a finished hypothesis' log-probability is divided by, for ``|Y|`` = ``length`` output tokens (EOS
+    included): ``"gnmt"``, the GNMT penalty ((5 + |Y|) / 6)^alpha (Wu et al., 2016), used by the paper with alpha 0.6;
+    ``"transformers"``, Hugging Face's |Y|^alpha."""
+    length = torch.as_tensor(length)
+    if scoring == "transformers":
+        return length.double() ** alpha  # in double, as transformers' Python floats (a 0-dim divisor: float32 after)
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
@@ -163,39 +225,121 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     return Hypotheses(tokens[:, 1:], scores)
 
 
+def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
+           record_tree: bool = False, forced: Tensor | None = None) -> Hypotheses:
+    """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
+    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). ``settings.alpha`` and
+    ``settings.scoring`` must be set (``Translator.settings`` fills in the checkpoint's)."""
+    if settings.beam_size <= 1:
+        return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced)
+    scoring = "gnmt" if record_tree else (settings.scoring or "gnmt")
+    return beam_search(model, src, settings.beam_size, DEFAULT_ALPHA if settings.alpha is None else settings.alpha,
+                       settings.max_len_a, settings.max_len_b, head_mask=head_mask, record_tree=record_tree,
+                       forced=forced, scoring=scoring)
+
+
 @_inference
-def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6,
+def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = DEFAULT_ALPHA,
                 max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
                 head_mask: dict[str, Tensor] | None = None, record_tree: bool = False,
-                forced: Tensor | None = None) -> Hypotheses:
-    """Batched beam search with the GNMT length penalty. ``src (B, S)`` -> best ``Hypotheses``. ``forced (B, P)``:
-    the first P output tokens, imposed with log-probability 0 (as in :func:`greedy_decode`).
+                forced: Tensor | None = None, scoring: str = "gnmt") -> Hypotheses:
+    """Batched beam search. ``src (B, S)`` -> best ``Hypotheses`` (scores: log-probability divided by
+    :func:`length_penalty`). ``scoring``: the rules, ``"gnmt"`` (fairseq's) or ``"transformers"`` (Hugging Face
+    ``generate``'s), see the module's docstring. ``forced (B, P)``: the first P output tokens, imposed with
+    log-probability 0 (as in :func:`greedy_decode`; transformers' ``forced_bos_token_id``, counted in |Y|). Each
+    sentence's own length limit (:func:`output_limits`) plays transformers' ``max_new_tokens``.
 
-    Finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``; a sentence stops when
-    it has K of them or no live beam can beat its best one (live scores only fall; lp grows to
-    lp(max)). ``record_tree``: also return, per sentence, every expanded hypothesis (``Hypotheses.trees``),
-    recorded during this one search.
+    ``record_tree`` (``"gnmt"`` rules only): also return, per sentence, every expanded hypothesis
+    (``Hypotheses.trees``), recorded during this one search.
     """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
+    beams = _Beams.start(model, src, beam_size, max_len_a, max_len_b, use_cache, head_mask, forced)
+    if scoring == "transformers":
+        if record_tree:
+            raise ValueError("record_tree is recorded by the \"gnmt\" rules only")
+        return _finish_transformers(model, beams, alpha)
+    return _finish_gnmt(model, beams, alpha, record_tree)
+
+
+@dataclass
+class _Beams:
+    """The state both rules of beam search start from and carry: ``B`` sentences of ``K`` beams each, one row per
+    beam (``memory (B*K, S, D)``, ``src_mask (B*K, 1, 1, S)``, ``tokens (B*K, t)`` BOS first, ``forced (B*K, P)``),
+    each sentence's length limit ``limits (B,)``."""
+
+    model: Transformer
+    k: int
+    memory: Tensor
+    src_mask: Tensor
+    tokens: Tensor
+    limits: Tensor
+    forced: Tensor | None
+    cache: KVCache | None
+    head_mask: dict[str, Tensor] | None
+    work: dict[str, Tensor]
+
+    @classmethod
+    def start(cls, model: Transformer, src: Tensor, k: int, max_len_a: float, max_len_b: int, use_cache: bool,
+              head_mask: dict[str, Tensor] | None, forced: Tensor | None) -> _Beams:
+        cfg = model.config
+        src_mask = padding_mask(src, cfg.pad_id)
+        memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
+        # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
+        return cls(model, k, memory.repeat_interleave(k, dim=0),
+                   src_mask.repeat_interleave(k, dim=0),  # (B*K, 1, 1, S)
+                   torch.full((src.size(0) * k, 1), cfg.bos_id, dtype=torch.long, device=src.device),
+                   output_limits(model, src, max_len_a, max_len_b),  # (B,) each sentence's own
+                   forced.repeat_interleave(k, dim=0) if forced is not None else None,  # (B, P) -> (B*K, P)
+                   model.new_cache() if use_cache else None, head_mask, {})
+
+    def expand(self, step: int, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The 2K best one-token extensions of each sentence's K beams, whose running log-probabilities are
+        ``scores (B, K)``: their scores, the beam each extends and its new token, ``(B, 2K)`` each."""
+        b, k = scores.shape
+        logp = _force(_step(self.model, self.tokens, self.memory, self.src_mask, self.cache, self.head_mask,
+                            self.work), self.forced, step)  # (B*K, V)
+        vocab = logp.size(-1)
+        cand = logp.add_(scores.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
+        top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
+        return top_scores, top_ids // vocab, top_ids % vocab
+
+    def candidates(self, step: int, top_beam: Tensor, last: Tensor | int, width: int) -> Tensor:
+        """The 2K candidates' sequences without BOS, ``last`` at position ``step - 1``, padded: ``(B, 2K, width)``."""
+        b = top_beam.size(0)
+        prefix = self.tokens.view(b, self.k, -1)[:, :, 1:]  # (B*K, t) -> (B, K, t-1), without BOS
+        seqs = torch.full((b, 2 * self.k, width), self.model.config.pad_id, dtype=torch.long, device=prefix.device)
+        seqs[:, :, : step - 1] = prefix.gather(1, top_beam[:, :, None].expand(-1, -1, step - 1))
+        seqs[:, :, step - 1] = last
+        return seqs
+
+    def advance(self, top_beam: Tensor, top_tok: Tensor, order: Tensor) -> Tensor:
+        """Carry on the candidates ``order (B, K)`` picked: the rows they extend, then their tokens; returns the
+        rows ``(B*K,)`` (for the cache, which follows them)."""
+        b = top_beam.size(0)
+        batch_offset = (torch.arange(b, device=top_beam.device) * self.k)[:, None]  # (B, 1)
+        src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
+        new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
+        self.tokens = torch.cat([self.tokens.index_select(0, src_beam), new_tok], dim=1)
+        return src_beam
+
+
+def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: bool) -> Hypotheses:
+    """fairseq's rules (the GNMT penalty): finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``;
+    a sentence stops when it has K of them or no live beam can beat its best one (live scores only fall; lp grows
+    to lp(max)), and leaves the batch."""
     cfg = model.config
-    dev = src.device
-    b, k = src.size(0), beam_size
-    src_mask = padding_mask(src, cfg.pad_id)
-    memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
-    # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
-    memory = memory.repeat_interleave(k, dim=0)
-    src_mask = src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
-    limits = output_limits(model, src, max_len_a, max_len_b)  # (B,) each sentence's own
+    dev = beams.tokens.device
+    k, limits = beams.k, beams.limits
+    b = limits.size(0)
     max_steps = int(limits.max())
     max_lp = length_penalty(limits, alpha) if alpha > 0 else torch.ones(b, device=dev)  # (B,)
 
-    tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=dev)
     live = torch.zeros(b, k, device=dev)
     live[:, 1:] = float("-inf")  # all beams start identical: keep only the first
     fin_tokens = torch.full((b, k, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
     fin_scores = torch.full((b, k), float("-inf"), device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
-    cache = model.new_cache() if use_cache else None
-    batch_offset = (torch.arange(b, device=dev) * k)[:, None]  # (B, 1)
     in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
     # finished sentences leave the batch; their results wait here, by original position
     active = torch.arange(b, device=dev)  # original position of each sentence still in the batch
@@ -206,25 +350,16 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     fin_nodes = [[-1] * k for _ in range(b)]  # node id of each finished entry
     best_nodes = [-1] * b
 
-    forced = forced.repeat_interleave(k, dim=0) if forced is not None else None  # (B, P) -> (B*K, P)
-    work: dict[str, Tensor] = {}
     for step in range(1, max_steps + 1):
-        logp = _force(_step(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B*K, V)
-        vocab = logp.size(-1)
-        cand = logp.add_(live.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
-        top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
-        top_beam, top_tok = top_ids // vocab, top_ids % vocab
+        top_scores, top_beam, top_tok = beams.expand(step, live)  # (B, 2K) each
         is_eos = top_tok == cfg.eos_id
         # as in fairseq, an ending counts only when it ranks among the K best candidates
         # (so beam size 1 is exactly greedy search)
         accept = is_eos & in_top_k & ~done[:, None]
 
         # finished candidates: normalise and merge into the K best finished per sentence
-        eos_scores = (top_scores / length_penalty(torch.tensor(step), alpha)).masked_fill(~accept, float("-inf"))
-        prefix = tokens.view(b, k, -1)[:, :, 1:]  # (B*K, t) -> (B, K, t-1), without BOS
-        eos_seqs = torch.full((b, 2 * k, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
-        eos_seqs[:, :, : step - 1] = prefix.gather(1, top_beam[:, :, None].expand(-1, -1, step - 1))
-        eos_seqs[:, :, step - 1] = cfg.eos_id
+        eos_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~accept, float("-inf"))
+        eos_seqs = beams.candidates(step, top_beam, cfg.eos_id, max_steps + 1)  # (B, 2K, max_steps + 1)
         all_scores = torch.cat([fin_scores, eos_scores], dim=1)  # (B, 3K)
         fin_scores, keep = all_scores.topk(k, dim=1)
         fin_tokens = torch.cat([fin_tokens, eos_seqs], dim=1).gather(1, keep[:, :, None].expand(-1, -1, max_steps + 1))
@@ -235,9 +370,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         if record_tree:
             beam_node, fin_nodes = _record_step(trees, active.tolist(), beam_node, fin_nodes, step, top_beam, top_tok,
                                                 top_scores, accept, eos_scores, keep, order, live, done, k)
-        src_beam = (top_beam.gather(1, order) + batch_offset).view(-1)  # (B*K,) rows to carry on
-        new_tok = top_tok.gather(1, order).view(-1, 1)  # (B*K, 1)
-        tokens = torch.cat([tokens.index_select(0, src_beam), new_tok], dim=1)
+        src_beam = beams.advance(top_beam, top_tok, order)
 
         # stop a sentence when it has K endings, or when its best live beam, even at the best
         # length, cannot beat its best ending
@@ -245,10 +378,10 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         # a sentence at its own length limit without an ending takes its best live beam
         at_limit = (step >= limits) & ~done & (fin_scores[:, 0] == float("-inf"))
         if at_limit.any():
-            live_norm = live / length_penalty(torch.tensor(step), alpha)
+            live_norm = live / length_penalty(step, alpha)
             best = live_norm.argmax(dim=1)
             rows = torch.arange(b, device=dev)
-            seqs = tokens.view(b, k, -1)[rows, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
+            seqs = beams.tokens.view(b, k, -1)[rows, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
             fin_tokens[at_limit, 0, : seqs.size(1)] = seqs[at_limit]
             fin_scores[at_limit, 0] = live_norm[rows, best][at_limit]
             if record_tree:
@@ -271,19 +404,19 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             rows = cross_rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
-            tokens, memory, src_mask, src_beam = (t.index_select(0, rows) for t in (tokens, memory, src_mask, src_beam))
-            forced = forced.index_select(0, rows) if forced is not None else None
+            beams.tokens, beams.memory, beams.src_mask, src_beam = (
+                t.index_select(0, rows) for t in (beams.tokens, beams.memory, beams.src_mask, src_beam))
+            beams.forced = beams.forced.index_select(0, rows) if beams.forced is not None else None
             b = keep.numel()
-            batch_offset = (torch.arange(b, device=dev) * k)[:, None]
-        if cache is not None:  # the cached keys/values follow their beams (and leave with their sentences)
-            cache.reorder(src_beam, cross_rows)
+        if beams.cache is not None:  # the cached keys/values follow their beams (and leave with their sentences)
+            beams.cache.reorder(src_beam, cross_rows)
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")
     if no_fin.any():
-        live_norm = live / length_penalty(torch.tensor(tokens.size(1) - 1), alpha)
+        live_norm = live / length_penalty(beams.tokens.size(1) - 1, alpha)
         best = live_norm.argmax(dim=1)
-        seqs = tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
+        seqs = beams.tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
         fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
         fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
         if record_tree:
@@ -296,6 +429,56 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     lengths = (best_tokens != cfg.pad_id).sum(dim=1)
     return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores,
                       [BeamTree(nodes, best) for nodes, best in zip(trees, best_nodes)] if record_tree else None)
+
+
+def _finish_transformers(model: Transformer, beams: _Beams, alpha: float) -> Hypotheses:
+    """transformers' rules (``|Y| ** alpha``, its stopping heuristic, its additive "never"), step for step as
+    ``GenerationMixin._beam_search`` does."""
+    cfg = model.config
+    dev = beams.tokens.device
+    k, limits = beams.k, beams.limits
+    b = limits.size(0)
+    max_steps = int(limits.max())
+
+    running = torch.zeros(b, k, device=dev)
+    running[:, 1:] = _NEG  # the K beams start identical: only the first one expands
+    fin_tokens = torch.full((b, k, max_steps), cfg.pad_id, dtype=torch.long, device=dev)
+    fin_scores = torch.full((b, k), _NEG, device=dev)
+    fin_flags = torch.zeros(b, k, dtype=torch.bool, device=dev)
+    improvable = torch.ones(b, dtype=torch.bool, device=dev)  # transformers' is_early_stop_heuristic_unsatisfied
+    in_top_k = torch.arange(2 * k, device=dev)[None, :] < k
+
+    for step in range(1, max_steps + 1):
+        top_scores, top_beam, top_tok = beams.expand(step, running)  # (B, 2K) each
+        hits = (top_tok == cfg.eos_id) | (step >= limits)[:, None]  # ended, or at the sentence's limit
+        cand_seqs = beams.candidates(step, top_beam, top_tok, max_steps)  # (B, 2K, max_steps)
+
+        # live beams: the K best candidates that did not hit a stop
+        order = (top_scores + hits.float() * _NEG).topk(k, dim=1).indices  # (B, K)
+        running = (top_scores + hits.float() * _NEG).gather(1, order)
+
+        # finished: the candidates among the K best that hit a stop, normalised, merged into the K best so far
+        penalty = length_penalty(step, alpha, "transformers")
+        normed = top_scores / penalty
+        normed = normed + (~improvable).float()[:, None] * _NEG + (~(hits & in_top_k)).float() * _NEG
+        merged_scores = torch.cat([fin_scores, normed], dim=1)  # (B, 3K)
+        keep = merged_scores.topk(k, dim=1).indices
+        fin_scores = merged_scores.gather(1, keep)
+        fin_flags = torch.cat([fin_flags, hits & in_top_k], dim=1).gather(1, keep)
+        fin_tokens = torch.cat([fin_tokens, cand_seqs], dim=1).gather(1, keep[:, :, None].expand(-1, -1, max_steps))
+
+        src_beam = beams.advance(top_beam, top_tok, order)
+        if beams.cache is not None:
+            beams.cache.reorder(src_beam)  # the cached keys/values follow their beams
+
+        # transformers' heuristic: can the best live beam, at the current length, still beat a finished one?
+        worst = torch.where(fin_flags, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _NEG))
+        improvable &= ((running[:, :1] / penalty) > worst).any(dim=1)
+        if not (improvable & (step < limits)).any():
+            break
+
+    lengths = (fin_tokens[:, 0] != cfg.pad_id).sum(dim=1)
+    return Hypotheses(fin_tokens[:, 0, : max(int(lengths.max()), 1)], fin_scores[:, 0])
 
 
 def _record_step(trees: list[list[BeamNode]], active: list[int], beam_node: list[list[int]],

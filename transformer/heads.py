@@ -9,7 +9,12 @@
 - pruning: sacreBLEU of beam search with the least important heads switched off, from none to all in steps of at
   most 10% (Michel et al.'s Figure 2), all types pooled and per type;
 - roles: Voita et al. (2019, "Analyzing Multi-Head Self-Attention") rules: positional, end-token sink, mixed;
-- most_confident: per head, the test sentences where its attention is most concentrated.
+- most_confident: per head, the test sentences where its attention is most concentrated;
+- alti: ALTI+ (Ferrando et al., 2022, :func:`transformer.interpret.contributions`) on the references: the mean share
+  of each output position's prediction that comes from the source (the rest from the target prefix), how often
+  ALTI+'s alignment (each output step's strongest source piece) is cross-attention's strongest source piece, and a
+  threshold on a sentence's mean source share below which the app says a translation may be a hallucination
+  (Dale et al., 2023), chosen on a calibration split (val) from the model's own translations.
 
 ``--json`` prints one JSON object as the last line; ``--out`` writes the same object to a file.
 """
@@ -32,10 +37,13 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError
 from .data import DataError, read_parallel
 from .evaluate import add_decoding_arguments, non_negative, score, translate_all
-from .interpret import require_eval
+from .interpret import contributions, require_eval
+from .kinds import KINDS as KINDS  # re-exported: heads.KINDS, heads.offset_weight
+from .kinds import decoder_input, head_mask, query_stats, special_key
+from .kinds import layer_counts as _layer_counts
+from .kinds import offset_weight as offset_weight
 from .translator import Translator, load
 
-KINDS = ("encoder", "decoder", "cross")
 POSITIONAL_SHARE = 0.9
 SINK_SHARE = 0.5
 TOP_SENTENCES = 5
@@ -82,16 +90,13 @@ PRUNING_NOTE = ("Michel et al.'s Figure 2: heads switched off (head mask 0) from
 
 
 def layer_counts(tr: Translator) -> dict[str, int]:
-    cfg = tr.config
-    return {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers}
+    """Layers of each attention kind (``transformer.kinds.layer_counts``)."""
+    return _layer_counts(tr.config)
 
 
 def head_mask_off(tr: Translator, off: Sequence[tuple[str, int, int]]) -> dict[str, torch.Tensor]:
     """Head mask (1 = on) with the heads ``(kind, layer, head)`` (0-based) switched off."""
-    mask = {k: torch.ones(n, tr.config.n_heads, device=tr.device) for k, n in layer_counts(tr).items()}
-    for kind, layer, head in off:
-        mask[kind][layer, head] = 0.0
-    return mask
+    return head_mask(tr.config, off, tr.device)
 
 
 def reference_ids(tr: Translator, text: str, tgt_lang: str | None = None) -> list[int]:
@@ -99,18 +104,6 @@ def reference_ids(tr: Translator, text: str, tgt_lang: str | None = None) -> lis
     tokenizer's ``encode_target`` (Marian: its target sentencepiece model; NLLB / M2M100: the target language's code
     first, ``tgt_lang`` or the tokenizer's default)."""
     return tr.tokenizer.encode_target(text, tgt_lang)[: tr.config.max_len - 1]
-
-
-def offset_weight(w: torch.Tensor, offset: int) -> torch.Tensor:
-    """``w (H, Q, K)`` -> the weight each query ``q`` puts on key ``q + offset``, ``(H, Q)`` (0 where there is no
-    such key)."""
-    _, q, k = w.shape
-    rows = torch.arange(q)
-    cols = rows + offset
-    ok = (cols >= 0) & (cols < k)  # (Q,)
-    out = torch.zeros(w.shape[:2], dtype=w.dtype)
-    out[:, ok] = w[:, rows[ok], cols[ok]]
-    return out
 
 
 def agreement(best: torch.Tensor, n_keys: int) -> torch.Tensor:
@@ -141,14 +134,14 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
     for i in tqdm(range(n), desc="importance", unit="sent", disable=not progress, file=sys.stderr):
         ref = reference_ids(tr, references[i])
         src = torch.tensor([tr.encode_source(sources[i])[0]], device=tr.device)  # (1, S), ends in </s>
-        tgt = torch.tensor([[cfg.bos_id, *ref]], device=tr.device)  # (1, T) decoder input, starts with <s>
         gold = torch.tensor([*ref, cfg.eos_id], device=tr.device)  # (T,)
+        tgt = torch.tensor([decoder_input(cfg.bos_id, gold.tolist())], device=tr.device)  # (1, T), <s> first
         out = model(src, tgt, return_attention=True, head_mask=gates)
         loss = F.cross_entropy(out.logits[0].float(), gold, reduction="sum")
         grads = torch.autograd.grad(loss, [gates[k] for k in KINDS])
         for k, g in zip(KINDS, grads):
             importance[k] += g.detach().abs().double().cpu()
-        attn = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+        attn = out.attentions()
         with torch.no_grad():
             for kind in KINDS:
                 for layer, a in enumerate(attn[kind]):
@@ -157,12 +150,8 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
                     if layer == 0:
                         queries[kind] += q
                     peak, best = w.max(-1)  # (H, Q)
-                    special = w[:, :, k - 1] if kind != "decoder" else w[:, :, 0]  # (H, Q): </s> or <s>
-                    values = {"entropy": torch.special.entr(w).sum(-1), "max_weight": peak,
-                              "on_end_token": special if kind != "decoder" else None,
-                              "on_start_token": special if kind == "decoder" else None,
-                              "on_previous": offset_weight(w, -1), "on_same": offset_weight(w, 0),
-                              "on_next": offset_weight(w, 1)}
+                    values = query_stats(w, special_key(kind, k))  # (H, Q) each; on_special: </s> or <s>
+                    values["on_start_token" if kind == "decoder" else "on_end_token"] = values.pop("on_special")
                     for name, v in values.items():
                         if v is not None:
                             sums[kind][name][layer] += v.sum(-1).double()
@@ -193,6 +182,79 @@ def analyse_heads(tr: Translator, sources: Sequence[str], references: Sequence[s
             "most_confident": {k: v.indices[..., :TOP_SENTENCES].tolist() for k, v in ranked.items()},
             "most_confident_weight": {k: v.values[..., :TOP_SENTENCES].tolist() for k, v in ranked.items()},
             "most_confident_note": MOST_CONFIDENT_NOTE}
+
+
+ALTI_PERCENTILE = 1.0  # the hallucination threshold: this percentile of the calibration split's mean source shares
+ALTI_NOTE = ("ALTI+ (Ferrando et al., 2022): each attention block's output split into one term per input piece, each "
+             "piece's contribution its L1 proximity to the output, rolled out through the encoder, the decoder "
+             "self-attention and the cross-attention. Teacher-forced on the references, like `stats`. "
+             "source_share_by_position[t]: mean over the sentences with an output position t+1 (sentences[t] of "
+             "them) of the share of that step's prediction from the source (the rest: the target prefix). "
+             "alignment_agreement: share of output steps whose strongest source piece by ALTI+ (argmax of the "
+             "rolled-out source contributions) is the strongest by cross-attention: per layer (the mean over the "
+             "layer's heads), and for the mean over every layer and head.")
+THRESHOLD_NOTE = (f"hallucination_threshold: percentile {ALTI_PERCENTILE:g} (in %) of the sentences' mean "
+                  "source share (mean over the output steps) of the model's own translations (beam search, the "
+                  "settings of this command) of the calibration split; the app flags a translation whose mean "
+                  "source share is below it as one that may be a hallucination (Dale et al., 2023: low source "
+                  "contribution).")
+
+
+def alti_summary(tr: Translator, sources: Sequence[str], references: Sequence[str],
+                 progress: bool = False) -> dict[str, Any]:
+    """ALTI+ over a split, teacher-forced on the references one sentence at a time: the mean source share per
+    output position and over every step, and the agreement of ALTI+'s alignment with cross-attention's (see
+    ``ALTI_NOTE``)."""
+    model, cfg = tr.model, tr.config
+    require_eval(model, "alti_summary")
+    share_sum: list[float] = []
+    share_n: list[int] = []
+    layers = cfg.n_decoder_layers
+    agree = torch.zeros(layers + 1, dtype=torch.float64)
+    steps = 0
+    for i in tqdm(range(len(sources)), desc="alti", unit="sent", disable=not progress, file=sys.stderr):
+        src = torch.tensor([tr.encode_source(sources[i])[0]], device=tr.device)  # (1, S)
+        tgt = torch.tensor([[cfg.bos_id, *reference_ids(tr, references[i])]], device=tr.device)  # (1, T)
+        c = contributions(model, src, tgt)
+        with torch.no_grad():
+            cross = model(src, tgt, return_attention=True).cross_attentions  # (1, H, T, S) per layer
+        share = c.source_share[0].double().cpu()  # (T,)
+        for t, value in enumerate(share.tolist()):
+            if t == len(share_sum):
+                share_sum.append(0.0)
+                share_n.append(0)
+            share_sum[t] += value
+            share_n[t] += 1
+        alti_best = c.source[0].argmax(-1).cpu()  # (T,)
+        means = [a[0].mean(0).float().cpu() for a in cross]  # (T, S) per layer, mean over heads
+        picks = [m.argmax(-1) for m in means] + [torch.stack(means).mean(0).argmax(-1)]
+        agree += torch.tensor([(p == alti_best).sum().item() for p in picks], dtype=torch.float64)
+        steps += share.numel()
+    by_layer = (agree[:layers] / max(steps, 1)).tolist()
+    return {"source_share_by_position": [s / n for s, n in zip(share_sum, share_n)], "sentences": share_n,
+            "source_share_mean": sum(share_sum) / max(steps, 1),
+            "alignment_agreement": {"by_layer": by_layer, "mean_of_layers_and_heads": float(agree[layers] /
+                                                                                        max(steps, 1)),
+                                    "best_layer": int(max(range(layers), key=lambda i: by_layer[i])) + 1},
+            "alti_note": ALTI_NOTE}
+
+
+def mean_source_shares(tr: Translator, sources: Sequence[str], beam: int, alpha: float, batch_size: int = 64,
+                       progress: bool = False) -> list[float]:
+    """Each sentence's mean source share (ALTI+, mean over its output steps) on the model's own translation."""
+    cfg, shares = tr.model.config, []
+    for start in tqdm(range(0, len(sources), batch_size), desc="calibration", unit="batch", disable=not progress,
+                      file=sys.stderr):
+        for r in tr.translate_batch(list(sources[start:start + batch_size]), beam_size=beam, alpha=alpha):
+            src = torch.tensor([r.source_ids], device=tr.device)  # (1, S)
+            tgt = torch.tensor([[cfg.bos_id, *r.target_ids[:-1]]], device=tr.device)  # (1, T): the decoder input
+            shares.append(float(contributions(tr.model, src, tgt).source_share[0].mean()))
+    return shares
+
+
+def hallucination_threshold(shares: Sequence[float], percentile: float = ALTI_PERCENTILE) -> float:
+    """The ``percentile``-th percentile (linear interpolation) of the sentences' mean source shares."""
+    return float(torch.quantile(torch.tensor(list(shares), dtype=torch.float64), percentile / 100))
 
 
 def role(stats: dict[str, list], kind: str, layer: int, head: int) -> str:
@@ -258,7 +320,29 @@ def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_l
                   beam=beam, alpha=alpha, batch_size=batch_size, sentences=len(sources),
                   seconds_importance=round(analysed - start, 1),
                   seconds_pruning=round(time.perf_counter() - analysed, 1))
+    result["cited_sentences"] = cited_sentences(result["most_confident"], sources)
     return result
+
+
+def cited_sentences(most_confident: dict[str, list], sources: Sequence[str]) -> dict[str, str]:
+    """The source sentences ``most_confident`` cites, by their 0-based line number (a JSON key, so a string): the
+    few lines a reader of ``heads.json`` needs where the data set itself is not at hand."""
+    lines = sorted({int(i) for rows in most_confident.values() for row in rows for top in row for i in top})
+    return {str(i): sources[i] for i in lines if 0 <= i < len(sources)}
+
+
+def alti_section(tr: Translator, sources: Sequence[str], references: Sequence[str], calibration: Sequence[str],
+                 calibration_split: str, beam: int, alpha: float, batch_size: int = 64,
+                 progress: bool = False) -> dict[str, Any]:
+    """heads.json's ``alti``: :func:`alti_summary` on the split and the hallucination threshold chosen on the
+    calibration sentences (the model's own translations)."""
+    start = time.perf_counter()
+    section = alti_summary(tr, sources, references, progress)
+    shares = mean_source_shares(tr, calibration, beam, alpha, batch_size, progress)
+    section.update(hallucination_threshold=hallucination_threshold(shares), threshold_percentile=ALTI_PERCENTILE,
+                   threshold_split=calibration_split, threshold_sentences=len(shares),
+                   threshold_note=THRESHOLD_NOTE, seconds=round(time.perf_counter() - start, 1))
+    return section
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -267,19 +351,49 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_decoding_arguments(p)
     p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences (0: all)")
     p.add_argument("--out", help="write the JSON object to this file")
+    p.add_argument("--calibration-split", default="val",
+                   help="the split the ALTI+ hallucination threshold is chosen on (default: val)")
+    p.add_argument("--only-alti", action="store_true",
+                   help="compute only the ALTI+ section and write it into the existing JSON object of --out")
     return p.parse_args(argv)
+
+
+def print_alti(section: dict[str, Any]) -> None:
+    """The ALTI+ section in a few lines."""
+    by_position = ", ".join(f"{x:.3f}" for x in section["source_share_by_position"][:10])
+    agreement = section["alignment_agreement"]
+    print(f"ALTI+ source share: mean {section['source_share_mean']:.3f}; by output position 1-10: {by_position}")
+    print("ALTI+ alignment = cross-attention's strongest source piece: " +
+          ", ".join(f"layer {i + 1} {a:.3f}" for i, a in enumerate(agreement["by_layer"])) +
+          f", mean of all layers and heads {agreement['mean_of_layers_and_heads']:.3f}")
+    print(f"hallucination threshold (mean source share, percentile {section['threshold_percentile']:g} of "
+          f"{section['threshold_split']}): {section['hallucination_threshold']:.4f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    previous = None
+    if args.only_alti:
+        try:
+            previous = json.loads(Path(args.out).read_text(encoding="utf-8")) if args.out else None
+        except (OSError, ValueError) as err:
+            print(f"error: --only-alti needs --out to be an existing heads.json: {err}", file=sys.stderr)
+            return 1
+        if not isinstance(previous, dict):
+            print("error: --only-alti needs --out to be an existing heads.json (a JSON object)", file=sys.stderr)
+            return 1
     try:
         sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
         if args.limit:
             sources, refs = sources[: args.limit], refs[: args.limit]
         if not sources:
             raise DataError(f"{args.data_dir}/{args.split}.{args.src} has no sentences")
+        calibration, _ = read_parallel(args.data_dir, args.calibration_split, args.src, args.tgt)
+        calibration = calibration[: args.limit] if args.limit else calibration
+        if not calibration:
+            raise DataError(f"{args.data_dir}/{args.calibration_split}.{args.src} has no sentences")
         tr = load(args.checkpoint, device=args.device)
     except (DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -287,18 +401,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out and not Path(args.out).parent.is_dir():
         print(f"error: cannot write {args.out}: no such directory {Path(args.out).parent}", file=sys.stderr)
         return 1
+    command = "python -m transformer.heads " + " ".join(sys.argv[1:] if argv is None else argv)
+    alpha = tr.default_alpha if args.alpha is None else args.alpha
     start = time.perf_counter()
-    result = run(tr, sources, refs, args.tgt, args.beam, args.alpha, args.batch_size, progress=not args.no_progress)
-    result.update(split=args.split, src=args.src, tgt=args.tgt, checkpoint=str(args.checkpoint),
-                  seconds=round(time.perf_counter() - start, 1), torch_threads=torch.get_num_threads(),
-                  command="python -m transformer.heads " + " ".join(sys.argv[1:] if argv is None else argv))
-    print(f"{args.split}: {len(sources)} sentences, baseline BLEU {result['baseline_bleu']:.2f} (beam {args.beam}), "
-          f"{result['seconds']} s (importance {result['seconds_importance']} s, pruning {result['seconds_pruning']} s)")
-    print(IMPORTANCE_NOTE)
-    for point in result["pruning"]:
-        print(f"  {point['heads_off']:3d} heads off ({point['fraction']:.0%}): BLEU {point['bleu']:.2f}")
-    print("heads off before BLEU drops by more than 1 point: " +
-          ", ".join(f"{k} {v}" for k, v in result["heads_off_within_1_bleu"].items()))
+    alti = alti_section(tr, sources, refs, calibration, args.calibration_split, args.beam, alpha, args.batch_size,
+                        progress=not args.no_progress)
+    alti.update(split=args.split, command=command)
+    if previous is not None:
+        result = {**previous, "alti": alti}
+    else:
+        result = run(tr, sources, refs, args.tgt, args.beam, args.alpha, args.batch_size,
+                     progress=not args.no_progress)
+        result.update(alti=alti, split=args.split, src=args.src, tgt=args.tgt, checkpoint=str(args.checkpoint),
+                      seconds=round(time.perf_counter() - start, 1), torch_threads=torch.get_num_threads(),
+                      command=command)
+        print(f"{args.split}: {len(sources)} sentences, baseline BLEU {result['baseline_bleu']:.2f} (beam "
+              f"{args.beam}), {result['seconds']} s (importance {result['seconds_importance']} s, pruning "
+              f"{result['seconds_pruning']} s)")
+        print(IMPORTANCE_NOTE)
+        for point in result["pruning"]:
+            print(f"  {point['heads_off']:3d} heads off ({point['fraction']:.0%}): BLEU {point['bleu']:.2f}")
+        print("heads off before BLEU drops by more than 1 point: " +
+              ", ".join(f"{k} {v}" for k, v in result["heads_off_within_1_bleu"].items()))
+    print_alti(alti)
     text = json.dumps(result, ensure_ascii=False)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")

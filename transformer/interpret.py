@@ -12,6 +12,8 @@ model object at once.
 - :func:`attribute`: attribution of ``log p(labels[t])`` to every source and decoder-input piece (captum:
   input x gradient, or integrated gradients from an all-zero embedding baseline).
 - :func:`logit_lens`: the top-k next tokens each decoder layer's residual stream would give.
+- :func:`contributions`: ALTI+ (Ferrando et al., 2022), each output step's contributions from every source piece and
+  every decoder-input piece, rolled out through the layers (``source_share``: how much came from the source).
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .model import MultiHeadAttention, Transformer, decoder_self_mask, padding_mask
+from .kinds import KINDS as KINDS  # re-exported: interpret.KINDS
+from .kinds import check_kind
+from .model import MultiHeadAttention, Transformer, padding_mask
 from .outputs import Seq2SeqOutput
-
-KINDS = ("encoder", "decoder", "cross")
 
 
 @dataclass
@@ -57,7 +59,7 @@ def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAtte
         return model.decoder_layers[layer].self_attn
     if kind == "cross":
         return model.decoder_layers[layer].cross_attn
-    raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    check_kind(kind)  # a ValueError that names the kinds
 
 
 def require_eval(model: Transformer, what: str) -> None:
@@ -80,7 +82,7 @@ def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, la
     module = attention_module(model, kind, layer)
     out = internals(model, src, tgt)
     inputs = out.attention_inputs[kind][layer]
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     q_all = module.split_heads(module.q_proj(inputs.query))  # (B, H, Q, d)
     k_all, v_all = module.project_kv(inputs.key_value)  # (B, H, K, d)
     d = module.d_head
@@ -110,7 +112,7 @@ class NormAttentions:
 def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
     """The norm-based view of Kobayashi et al. (2020): how much of each key each head passes on."""
     out = internals(model, src, tgt)
-    own = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    own = out.attentions()
     result: dict[str, list[Tensor]] = {k: [] for k in KINDS}
     for kind in KINDS:
         for i, inputs in enumerate(out.attention_inputs[kind]):
@@ -158,22 +160,13 @@ def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_em
     the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``.
     With ``positions`` ``(N,)``, only row n's output position ``positions[n]``: ``(N, V)`` (the output projection
     over the vocabulary then runs on N vectors instead of N x T)."""
-    scale = math.sqrt(model.config.d_model) if model.config.scale_embedding else 1.0
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
-    x = src_embeds * scale + model.pe[: src.size(1)].to(src_embeds.dtype)
-    for layer in model.encoder_layers:
-        x, _ = layer(x, src_mask)
-    if model.encoder_norm is not None:
-        x = model.encoder_norm(x)
-    y = tgt_embeds * scale + model.pe[: tgt.size(1)].to(tgt_embeds.dtype)
-    self_mask = decoder_self_mask(tgt, model.config.pad_id)  # (N, 1, T, T)
-    for layer in model.decoder_layers:
-        y, _, _ = layer(y, x, self_mask, src_mask)
+    memory = model.encode(src, src_mask, src_embeds=src_embeds).last_hidden_state
+    at = None  # (N, T) bool: each row's one position
     if positions is not None:
-        y = y[torch.arange(y.size(0), device=y.device), positions]  # (N, T, D) -> (N, D)
-    if model.decoder_norm is not None:
-        y = model.decoder_norm(y)
-    logits = model.generator(y)
+        at = torch.zeros(tgt.shape, dtype=torch.bool, device=tgt.device)
+        at[torch.arange(tgt.size(0), device=tgt.device), positions] = True
+    logits = model.decode(tgt, memory, src_mask, logits_mask=at, tgt_embeds=tgt_embeds).logits  # (N, T, V) or (N, V)
     return (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits).log_softmax(dim=-1)
 
 
@@ -282,3 +275,154 @@ def attention_attribution_agreement(cross_attentions: tuple[Tensor, ...] | list[
 
     target = ranks(source_attribution)  # (T, S)
     return torch.stack([corr(ranks(layer), target[None]).mean(-1) for layer in cross_attentions])  # (L, H)
+
+
+# ----------------------------------------------------------------------------------------------
+# ALTI / ALTI+: how much each input piece contributes to each output (Ferrando et al., EMNLP 2022)
+
+
+@dataclass
+class Contributions:
+    """ALTI+ contributions of one teacher-forced pass; every row non-negative and summing to 1.
+
+    Rolled out through the whole model: ``encoder (B, S, S)`` (each encoder output position from each source
+    piece), ``source (B, T, S)`` and ``target (B, T, T)`` (each output step from each source piece and each
+    decoder-input piece; ``target`` zero above the diagonal; a row of ``source`` and ``target`` together sums
+    to 1) and ``source_share (B, T)`` (``source`` summed over the source pieces).
+    Per layer, not rolled out (one tensor per layer): ``encoder_layers (B, S, S)``, ``decoder_layers (B, T, T)``
+    (the decoder self-attention block), ``cross_layers (B, T, S)`` and ``cross_residual (B, T)`` (the
+    cross-attention block: each source piece, and the residual stream from the target side; together 1)."""
+
+    encoder: Tensor
+    source: Tensor
+    target: Tensor
+    source_share: Tensor
+    encoder_layers: tuple[Tensor, ...]
+    decoder_layers: tuple[Tensor, ...]
+    cross_layers: tuple[Tensor, ...]
+    cross_residual: tuple[Tensor, ...]
+
+
+DEFAULT_ALTI_BYTES = 256_000_000  # the per-token terms one chunk of queries may hold, when none is given
+
+
+def attention_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor) -> Tensor:
+    """The attention sub-layer's output split per key: ``sum_h alpha^h_ij (v^h_j W_O^h)`` (value bias included, the
+    output bias not), ``(B, Q, K, D)`` from ``weights (B, H, Q, K)`` and the keys' source ``key_value (B, K, D)``.
+    Summed over the keys, plus the output bias, it is the sub-layer's output."""
+    _, v = module.project_kv(key_value)  # (B, H, K, d)
+    w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
+    transformed = torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D): v_j W_O^h
+    return torch.einsum("bhqk,bhke->bqke", weights, transformed)  # (B, Q, K, D), summed over the heads
+
+
+def block_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, residual: Tensor,
+                norm: torch.nn.LayerNorm | None, cross: bool, offset: int = 0) -> tuple[Tensor, Tensor]:
+    """ALTI's decomposition of one attention block's output at each query ``i``: ``y_i = sum_j T_i(x_j) + bias``.
+
+    ``weights (B, H, Q, K)`` of the queries ``offset .. offset+Q-1``, ``residual (B, Q, D)`` the stream at them.
+    Self-attention: one term per key, the residual added to the query's own key (``offset + i``);
+    cross-attention (``cross``): one term per source key, then the residual as a last term. ``norm``: the
+    post-norm LayerNorm after the residual sum (None in pre-norm, where the block's output is the sum itself): its
+    centring and scaling by the real standard deviation of the whole sum are linear given that deviation, so each
+    term goes through them; the output bias (through the norm) and the norm's own bias are left out of every
+    term, as ALTI does. Returns ``(terms (B, Q, K', D), y (B, Q, D))``, K' = K (+1 for cross-attention), ``y``
+    the block's output."""
+    terms = attention_terms(module, weights, key_value)  # (B, Q, K, D)
+    b, q, k, _ = terms.shape
+    if cross:
+        terms = torch.cat([terms, residual[:, :, None]], dim=2)  # (B, Q, K+1, D)
+    else:
+        own = torch.arange(offset, offset + q, device=terms.device)  # (Q,) each query's own key
+        terms[:, torch.arange(q, device=terms.device), own] += residual  # the residual on j = i
+    bias = module.out_proj.bias
+    total = terms.sum(dim=2) + (0 if bias is None else bias)  # (B, Q, D): the block's sum before any norm
+    if norm is None:
+        return terms, total
+    std = (total.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()  # (B, Q, 1): the real deviation
+    gamma = norm.weight if norm.weight is not None else torch.ones_like(total[0, 0])
+    scale = (gamma / std)[:, :, None]  # (B, Q, 1, D)
+    terms = (terms - terms.mean(dim=-1, keepdim=True)) * scale
+    y = terms.sum(dim=2)
+    if bias is not None:
+        y = y + (bias - bias.mean()) * scale[:, :, 0]
+    if norm.bias is not None:
+        y = y + norm.bias
+    return terms, y
+
+
+def alti_rows(terms: Tensor, y: Tensor, own: Tensor) -> Tensor:
+    """``c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, normalised per row: ``(B, Q, K')`` from ``terms
+    (B, Q, K', D)`` and ``y (B, Q, D)``. A row with no positive proximity (possible, rarely) gives all of itself to
+    its residual term, the column ``own (Q,)`` of each query."""
+    y = y.float()
+    c = (y.abs().sum(-1, keepdim=True) - (y[:, :, None] - terms.float()).abs().sum(-1)).clamp(min=0)  # (B, Q, K')
+    total = c.sum(-1, keepdim=True)  # (B, Q, 1)
+    fallback = torch.zeros_like(c)
+    fallback[:, torch.arange(c.size(1), device=c.device), own] = 1.0
+    return torch.where(total > 0, c / total.clamp(min=torch.finfo(c.dtype).tiny), fallback)
+
+
+def block_contributions(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, residual: Tensor,
+                        norm: torch.nn.LayerNorm | None, cross: bool, max_bytes: int) -> Tensor:
+    """:func:`alti_rows` of :func:`block_terms`, a chunk of queries at a time so that the per-token terms held at
+    once stay within ``max_bytes``: ``(B, Q, K')``."""
+    b, _, q, k = weights.shape
+    per_query = 4 * 4 * b * (k + 1) * key_value.size(-1)  # float32 terms, centred copy, distances, scratch
+    chunk = max(1, max_bytes // per_query)
+    rows = []
+    for start in range(0, q, chunk):
+        sl = slice(start, start + chunk)
+        terms, y = block_terms(module, weights[:, :, sl], key_value, residual[:, sl], norm, cross, start)
+        n = terms.size(1)
+        own = torch.full((n,), k, device=terms.device) if cross else torch.arange(start, start + n,
+                                                                                   device=terms.device)
+        rows.append(alti_rows(terms, y, own))
+        del terms, y
+    return torch.cat(rows, dim=1)
+
+
+@torch.no_grad()
+def contributions(model: Transformer, src: Tensor, tgt: Tensor, max_bytes: int | None = None) -> Contributions:
+    """ALTI+ (Ferrando et al., 2022) from one returned forward pass: every attention block's output split into one
+    term per input piece (:func:`block_terms`), each piece's contribution its proximity to the output
+    (:func:`alti_rows`), rolled out through the layers: the encoder's self-attention blocks one after the other;
+    in each decoder layer the self-attention block over the target prefix, then the cross-attention block, whose
+    source terms carry the encoder's rollout and whose residual term carries what the target side held so far.
+
+    Post-norm: each term through its block's LayerNorm (linear given the real deviation); pre-norm: the block's
+    output is the residual sum. The final LayerNorm of a pre-norm stack, like the feed-forward and every other
+    norm, acts on each position alone: it mixes nothing, so the rollout passes through it unchanged (as in ALTI).
+    Scaled embeddings are the stream the first residual carries. ``max_bytes`` (default ``DEFAULT_ALTI_BYTES``)
+    bounds the per-token terms held at once (queries are taken in chunks; the result does not depend on it). The
+    model must be in eval mode (a model in training mode raises ``ValueError``)."""
+    require_eval(model, "contributions")
+    budget = DEFAULT_ALTI_BYTES if max_bytes is None else max_bytes
+    out = internals(model, src, tgt)
+    post = not model.config.norm_first
+
+    def block(kind: str, i: int, weights: Tensor, norm: torch.nn.LayerNorm) -> Tensor:
+        inputs = out.attention_inputs[kind][i]
+        return block_contributions(attention_module(model, kind, i), weights, inputs.key_value, inputs.residual,
+                                   norm if post else None, kind == "cross", budget)
+
+    enc_layers = tuple(block("encoder", i, w, layer.norm1)
+                       for i, (w, layer) in enumerate(zip(out.encoder_attentions, model.encoder_layers)))
+    b, s, t = src.size(0), src.size(1), tgt.size(1)
+    encoder = torch.eye(s, device=src.device).expand(b, s, s)  # (B, S, S) before any layer: each piece itself
+    for c in enc_layers:
+        encoder = c @ encoder
+    dec_layers, cross_layers, cross_res = [], [], []
+    source = torch.zeros(b, t, s, device=src.device)  # (B, T, S): the rollout so far, source part
+    target = torch.eye(t, device=src.device).expand(b, t, t)  # (B, T, T): target part
+    for i, layer in enumerate(model.decoder_layers):
+        c_self = block("decoder", i, out.decoder_attentions[i], layer.norm1)  # (B, T, T)
+        c_cross = block("cross", i, out.cross_attentions[i], layer.norm2)  # (B, T, S+1)
+        from_source, residual = c_cross[..., :s], c_cross[..., s]  # (B, T, S), (B, T)
+        source = from_source @ encoder + residual[..., None] * (c_self @ source)
+        target = residual[..., None] * (c_self @ target)
+        dec_layers.append(c_self)
+        cross_layers.append(from_source)
+        cross_res.append(residual)
+    return Contributions(encoder, source, target, source.sum(-1), enc_layers, tuple(dec_layers),
+                         tuple(cross_layers), tuple(cross_res))

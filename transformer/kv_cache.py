@@ -1,4 +1,5 @@
-"""The decoder's key/value cache for incremental decoding (``Transformer.decode_step``, ``DecoderLayer.step``).
+"""The decoder's key/value cache for incremental decoding (``Transformer.decode_step``; each decoder layer's
+attention reads and extends its :class:`LayerCache`, as transformers' ``past_key_value``).
 
 One :class:`LayerCache` per decoder layer holds the self-attention keys and values of the positions decoded so far,
 the cross-attention keys and values of the encoder output (computed once), and the layer's fused Q|K|V projection.
@@ -22,9 +23,11 @@ class LayerCache:
     ``qkv_bias`` ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
     """
 
-    __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "qkv_weight", "qkv_bias")
+    __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "qkv_weight", "qkv_bias",
+                 "max_len")
 
-    def __init__(self) -> None:
+    def __init__(self, max_len: int | None = None) -> None:
+        self.max_len = max_len  # the most positions it will hold (the model's max_len): the buffer grows no further
         self.buffer: Tensor | None = None
         self.spare: Tensor | None = None
         self.length = 0
@@ -35,9 +38,11 @@ class LayerCache:
         self.qkv_weight: Tensor | None = None
         self.qkv_bias: Tensor | None = None
 
-    def append(self, k: Tensor, v: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
+    def append(self, k: Tensor, v: Tensor, max_len: int | None = None) -> tuple[Tensor, Tensor]:
         """Append new positions' keys and values ``(N, H, T, d)``; returns all cached ``(N, H, t + T, d)`` (views).
-        The buffer doubles when full, up to ``max_len`` positions."""
+        The buffer doubles when full, up to ``max_len`` positions (None: the cache's own)."""
+        if max_len is None:
+            max_len = self.max_len if self.max_len is not None else 2 ** 31
         t, new = self.length, k.size(2)
         buf = self.buffer
         if t and buf.size(1) != k.size(0):
@@ -80,8 +85,8 @@ class LayerCache:
 class KVCache:
     """The whole decoder's cache: one :class:`LayerCache` per decoder layer (``Transformer.new_cache``)."""
 
-    def __init__(self, n_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, max_len: int | None = None) -> None:
+        self.layers = [LayerCache(max_len) for _ in range(n_layers)]
 
     def __len__(self) -> int:
         return len(self.layers)

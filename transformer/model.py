@@ -73,16 +73,58 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable)."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
+    def fused_qkv(self) -> tuple[Tensor, Tensor]:
+        """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
+        projects all three with one matmul. The weight is the transpose of a contiguous ``(D, 3D)`` tensor
+        (column-major, as ``weights.column_major_weights`` lays out every matrix for the fast GEMM path); a cache
+        builds it once per search."""
+        weight = torch.cat([self.q_proj.weight.t(), self.k_proj.weight.t(), self.v_proj.weight.t()], dim=1).t()
+        return weight, torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+
+    def _cached_qkv(self, query: Tensor, key_value: Tensor | None, cache: LayerCache) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V ``(N, H, ., d)`` with a cache. Self-attention (``key_value`` None): Q, K and V of the new positions
+        by one matmul (:meth:`fused_qkv`), their keys and values appended to the cache's, all of which are
+        returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once."""
+        n, new, _ = query.shape
+        if key_value is None:
+            if cache.qkv_weight is None:
+                cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
+            qkv = F.linear(query, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
+            q, k, v = qkv.view(n, new, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
+            k, v = cache.append(k, v)  # (N, H, t, d) each, written in place
+            return q, k, v
+        if cache.cross_k is None:
+            cache.cross_k, cache.cross_v = self.project_kv(key_value)  # (N, H, S, d) each, once
+        q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)  # (N,T,H,d)
+        return q.transpose(1, 2), cache.cross_k, cache.cross_v
+
+    def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
+        """Every head's output ``(B, H, T, d)`` (each times its ``head_mask`` entry, 0 switching it off) through
+        the output projection W_O: ``(B, T, D)``."""
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[None, :, None, None]
+        b, _, tq, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
+
     def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
                 need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,
-                head_mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """query ``(B, Tq, D)``; keys/values from ``key_value`` ``(B, Tk, D)`` or precomputed ``kv``.
+                head_mask: Tensor | None = None, cache: LayerCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """query ``(B, Tq, D)``; keys/values from ``key_value`` ``(B, Tk, D)`` (None: self-attention, from
+        ``query``) or precomputed ``kv``.
 
-        ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off).
+        ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off). ``cache`` (incremental
+        decoding, as transformers' ``past_key_value``): a decoder layer's :class:`~transformer.kv_cache.LayerCache`;
+        self-attention's new keys and values join it and attend over all of it, cross-attention projects
+        ``key_value`` once into it (see :meth:`_cached_qkv`); ``mask`` then covers the cached positions too.
         Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
         """
-        q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
-        k, v = kv if kv is not None else self.project_kv(key_value)  # (B, H, Tk, d)
+        if cache is not None:
+            q, k, v = self._cached_qkv(query, key_value, cache)
+        else:
+            q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
+            k, v = kv if kv is not None else self.project_kv(query if key_value is None else key_value)  # (B,H,Tk,d)
+        weights = None
         if need_weights or (self.training and self.dropout_p > 0 and q.device.type == "cpu"):
             # written out (also when training on a CPU with attention dropout: PyTorch's CPU kernel then falls back
             # to the same arithmetic with a slower dropout mask than this model's Dropout)
@@ -91,12 +133,7 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_p if self.training else 0.0)
-            weights = None
-        if head_mask is not None:
-            out = out * head_mask.to(out.dtype)[None, :, None, None]
-        b, _, tq, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
-        return self.out_proj(out), weights
+        return self.merge_heads(out, head_mask), weights
 
 
 class FeedForward(nn.Module):
@@ -111,16 +148,12 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
-
-    def step(self, x: Tensor) -> Tensor:
-        """``forward`` at inference as plain functional calls (no dropout)."""
-        return F.linear(self.activation(F.linear(x, self.linear1.weight, self.linear1.bias)), self.linear2.weight,
-                        self.linear2.bias)
+        h = self.activation(F.linear(x, self.linear1.weight, self.linear1.bias))
+        return F.linear(self.dropout(h) if self.training else h, self.linear2.weight, self.linear2.bias)
 
 
 def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
-    """``norm(x)`` as a plain function call (the one-step decoder avoids module calls)."""
+    """``norm(x)`` as a plain function call (a decoding step's Python-level work is mostly module calls)."""
     return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
@@ -136,10 +169,10 @@ class SublayerStack(nn.Module):
 
         ``sublayer`` returns its output and, for attention, its weights (passed through); the sub-layer's input
         (``x`` or ``norm(x)``) is returned third."""
-        inp = norm(x) if self.norm_first else x
+        inp = layer_norm(norm, x) if self.norm_first else x
         h, weights = sublayer(inp)
-        x = x + self.dropout(h)
-        return (x if self.norm_first else norm(x)), weights, inp
+        x = x + (self.dropout(h) if self.training else h)
+        return (x if self.norm_first else layer_norm(norm, x)), weights, inp
 
 
 class EncoderLayer(SublayerStack):
@@ -160,9 +193,10 @@ class EncoderLayer(SublayerStack):
                                                                                      AttentionInputs]:
         """``x (B, S, D)`` -> ``(output (B, S, D), weights or None)``; with ``return_inputs`` also the
         self-attention's :class:`AttentionInputs`."""
+        stream = x
         x, w, h = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
         x, _, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
-        return (x, w, AttentionInputs(h, h, mask)) if return_inputs else (x, w)
+        return (x, w, AttentionInputs(h, h, mask, stream)) if return_inputs else (x, w)
 
 
 class DecoderLayer(SublayerStack):
@@ -179,72 +213,32 @@ class DecoderLayer(SublayerStack):
         self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
-        self.max_len = cfg.max_len
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
                 need_weights: bool = False, self_head_mask: Tensor | None = None,
-                cross_head_mask: Tensor | None = None, return_inputs: bool = False,
+                cross_head_mask: Tensor | None = None, return_inputs: bool = False, cache: LayerCache | None = None,
                 ) -> tuple[Tensor, Tensor | None, Tensor | None] | tuple[Tensor, Tensor | None, Tensor | None,
                                                                          AttentionInputs, AttentionInputs]:
-        """The whole target ``x (B, T, D)`` at once (teacher forcing; :meth:`step` decodes incrementally) ->
-        ``(output, self-attention weights, cross-attention weights)``; with ``return_inputs`` also both
-        sub-layers' :class:`AttentionInputs`."""
+        """The target ``x (B, T, D)`` -> ``(output, self-attention weights, cross-attention weights)``; with
+        ``return_inputs`` also both sub-layers' :class:`AttentionInputs`. Without a ``cache``: the whole target at
+        once (teacher forcing). With one (incremental decoding): ``x`` holds the next ``T`` positions after the
+        ``cache.length`` cached ones, whose keys and values they join; ``self_mask`` then covers those too (None: every
+        one; a single new position sees all of them)."""
+        stream_self = x  # the stream each sub-layer's output is added to (ALTI+'s residual term)
+        # sub-layers' forward called directly (no module hooks are ever registered here; __call__'s dispatch is a
+        # tenth of a small model's decoding step)
         x, self_w, h_self = self.residual(
-            x, self.norm1, lambda h: self.self_attn(h, h, self_mask, need_weights, head_mask=self_head_mask))
+            x, self.norm1, lambda h: self.self_attn.forward(h, None, self_mask, need_weights,
+                                                            head_mask=self_head_mask, cache=cache))
+        stream_cross = x
         x, cross_w, h_cross = self.residual(
-            x, self.norm2, lambda h: self.cross_attn(h, memory, cross_mask, need_weights, head_mask=cross_head_mask))
-        x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn(h), None))
+            x, self.norm2, lambda h: self.cross_attn.forward(h, memory, cross_mask, need_weights,
+                                                             head_mask=cross_head_mask, cache=cache))
+        x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn.forward(h), None))
         if return_inputs:
-            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask),
-                    AttentionInputs(h_cross, memory, cross_mask))
+            return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask, stream_self),
+                    AttentionInputs(h_cross, memory, cross_mask, stream_cross))
         return x, self_w, cross_w
-
-    def step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache,
-             self_head_mask: Tensor | None = None, cross_head_mask: Tensor | None = None) -> Tensor:
-        """Incremental decoding, the one path of every search: ``x (N, T, D)``, the next ``T`` positions (one, in a
-        search) after the ``cache.length`` ones in ``cache`` -> this layer's output ``(N, T, D)``; their keys and
-        values join the cache. The numbers of :meth:`forward` at those positions (tested), at inference (no
-        dropout, no weights returned), as plain functional calls on this layer's own weights; self-attention
-        projects Q, K and V with one matmul (the fused matrix is built once per cache). ``self_head_mask`` /
-        ``cross_head_mask`` ``(H,)``: 0 switches a head off, as in :meth:`forward`."""
-        sa, ca = self.self_attn, self.cross_attn
-        n, new, d_model = x.shape
-        if cache.qkv_weight is None:  # (D, 3D) contiguous, used as its (3D, D) transpose: column-major, as
-            # ``column_major_weights`` lays out every matrix for the fast GEMM path
-            cache.qkv_weight = torch.cat([sa.q_proj.weight.t(), sa.k_proj.weight.t(), sa.v_proj.weight.t()],
-                                         dim=1).t()
-            cache.qkv_bias = torch.cat([sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias])  # (3D,)
-        if cache.cross_k is None:
-            cache.cross_k, cache.cross_v = ca.project_kv(memory)  # (N, H, S, d) each, once
-
-        def residual(x: Tensor, norm: nn.LayerNorm, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-            h = sublayer(layer_norm(norm, x) if self.norm_first else x)
-            return x + h if self.norm_first else layer_norm(norm, x + h)
-
-        def heads_out(attn: MultiHeadAttention, out: Tensor, head_mask: Tensor | None) -> Tensor:
-            if head_mask is not None:
-                out = out * head_mask.to(out.dtype)[None, :, None, None]
-            out = out.transpose(1, 2).reshape(n, new, d_model)  # (N, H, T, d) -> (N, T, D)
-            return F.linear(out, attn.out_proj.weight, attn.out_proj.bias)
-
-        def self_attention(h: Tensor) -> Tensor:
-            qkv = F.linear(h, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
-            q, k, v = qkv.view(n, new, 3, sa.n_heads, sa.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
-            offset = cache.length
-            k, v = cache.append(k, v, self.max_len)  # (N, H, t, d) each, written in place
-            # one new position sees every cached one: no mask; several: causal among themselves
-            mask = None if new == 1 else torch.ones(new, offset + new, dtype=torch.bool, device=x.device).tril(offset)
-            return heads_out(sa, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), self_head_mask)
-
-        def cross_attention(h: Tensor) -> Tensor:
-            q = F.linear(h, ca.q_proj.weight, ca.q_proj.bias).view(n, new, ca.n_heads, ca.d_head)  # (N, T, H, d)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), cache.cross_k, cache.cross_v,
-                                                 attn_mask=src_mask)  # (N, H, T, d)
-            return heads_out(ca, out, cross_head_mask)
-
-        x = residual(x, self.norm1, self_attention)
-        x = residual(x, self.norm2, cross_attention)
-        return residual(x, self.norm3, self.ffn.step)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,22 +283,36 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0) -> Tensor:
-        """Token embedding * sqrt(d_model) + positional encoding, then dropout. ``(B, L)`` -> ``(B, L, D)``."""
+    @property
+    def embedding_scale(self) -> float:
+        """What a token's embedding is multiplied by before the positions are added: sqrt(d_model) (the paper's
+        section 3.4), or 1 where the config says ``scale_embedding=False``."""
+        return math.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0
+
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0,
+              token_embeds: Tensor | None = None) -> Tensor:
+        """Token embedding * :attr:`embedding_scale` + positional encoding (positions from ``offset``), then
+        dropout. ``(B, L)`` -> ``(B, L, D)``. ``token_embeds (B, L, D)``: the embedding rows given instead of
+        looked up (attribution differentiates with respect to them)."""
         length = tokens.size(1)
         if offset + length > self.config.max_len:
             raise ValueError(f"sequence of {offset + length} tokens is longer than max_len={self.config.max_len}")
-        x = embedding(tokens) * (math.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0)
-        return self.dropout(x + self.pe[offset:offset + length].to(x.dtype))
+        x = F.embedding(tokens, embedding.weight, embedding.padding_idx) if token_embeds is None else token_embeds
+        if self.config.scale_embedding:
+            x = x * math.sqrt(self.config.d_model)
+        x = x + self.pe[offset:offset + length].to(x.dtype)
+        return self.dropout(x) if self.training else x
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False,
-               head_mask: Tensor | None = None, return_internals: bool = False) -> EncoderOutput:
+               head_mask: Tensor | None = None, return_internals: bool = False,
+               src_embeds: Tensor | None = None) -> EncoderOutput:
         """``src (B, S)`` -> encoder output. ``src_mask`` defaults to the padding mask ``(B, 1, 1, S)``.
         ``head_mask`` ``(n_encoder_layers, H)``: 0 switches a head off. ``return_internals``: also every
-        self-attention's inputs and every layer's output."""
+        self-attention's inputs and every layer's output. ``src_embeds (B, S, D)``: the token embeddings given
+        instead of looked up (see :meth:`embed`)."""
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
-        x = self.embed(src, self.src_embed)
+        x = self.embed(src, self.src_embed, token_embeds=src_embeds)
         attentions, inputs, outputs = [], [], []
         for i, layer in enumerate(self.encoder_layers):
             x, w, *seen = layer(x, src_mask, return_attention, None if head_mask is None else head_mask[i],
@@ -321,7 +329,7 @@ class Transformer(nn.Module):
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
                return_attention: bool = False, self_head_mask: Tensor | None = None,
                cross_head_mask: Tensor | None = None, logits_mask: Tensor | None = None,
-               return_internals: bool = False) -> DecoderOutput:
+               return_internals: bool = False, tgt_embeds: Tensor | None = None) -> DecoderOutput:
         """``tgt (B, T)`` decoder input (BOS first), ``memory (B, S, D)`` -> logits ``(B, T, V)``: the whole target
         at once (teacher forcing, and the oracle :meth:`decode_step` is tested against).
 
@@ -329,10 +337,11 @@ class Transformer(nn.Module):
         ``logits_mask`` ``(B, T)`` bool: logits only where it is True, as ``(n, V)`` rows in row-major order
         (training skips the padding positions: the vocabulary-wide work is most of a small model's step).
         ``return_internals``: also both attention sub-layers' inputs and every layer's output, per layer.
+        ``tgt_embeds (B, T, D)``: the token embeddings given instead of looked up (see :meth:`embed`).
         """
         if tgt_mask is None:
             tgt_mask = decoder_self_mask(tgt, self.config.pad_id)
-        x = self.embed(tgt, self.tgt_embed)
+        x = self.embed(tgt, self.tgt_embed, token_embeds=tgt_embeds)
         self_attns, cross_attns, self_inputs, cross_inputs, outputs = [], [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, sw, cw, *seen = layer(x, memory, tgt_mask, src_mask, return_attention,
@@ -355,7 +364,7 @@ class Transformer(nn.Module):
     def new_cache(self) -> KVCache:
         """An empty key/value cache for :meth:`decode_step`, one :class:`~transformer.kv_cache.LayerCache` per
         decoder layer (a search's own object: nothing is kept on the model)."""
-        return KVCache(len(self.decoder_layers))
+        return KVCache(len(self.decoder_layers), self.config.max_len)
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
                     out: Tensor | None = None, head_mask: dict[str, Tensor] | None = None) -> Tensor:
@@ -365,29 +374,23 @@ class Transformer(nn.Module):
         ones in ``cache`` (which they join).
 
         The numbers of :meth:`decode` on the whole prefix at its last position (up to float rounding; tested), at
-        inference (no dropout), with a fraction of its Python-level work per step (see :meth:`DecoderLayer.step`).
+        inference (no dropout), through the same layers and attention as :meth:`decode`, each with its
+        :class:`~transformer.kv_cache.LayerCache` (see :meth:`DecoderLayer.forward`).
         ``head_mask``: ``forward``'s dict; its ``"decoder"`` and ``"cross"`` ``(layers, H)`` apply here (the
         encoder's applies where ``memory`` was computed). ``out``: an ``(N, V)`` tensor of the model's dtype to
         write the logits into (a search reuses one across steps: a fresh N x V tensor each step costs more in page
         faults than the softmax over it).
         """
         offset, new = cache.length, tokens.size(1)
-        if offset + new > self.config.max_len:
-            raise ValueError(f"sequence of {offset + new} tokens is longer than max_len={self.config.max_len}")
-        x = F.embedding(tokens, self.tgt_embed.weight)  # as ``embed``, no dropout
-        if self.config.scale_embedding:
-            x = x * math.sqrt(self.config.d_model)
-        x = x + self.pe[offset:offset + new].to(x.dtype)
+        x = self.embed(tokens, self.tgt_embed, offset)  # refuses a sequence past max_len
+        # one new position sees every cached one: no mask; several: causal among themselves
+        self_mask = None if new == 1 else torch.ones(new, offset + new, dtype=torch.bool, device=x.device).tril(offset)
         self_masks = cross_masks = None
         if head_mask is not None:
             self_masks, cross_masks = head_mask.get("decoder"), head_mask.get("cross")
-        if self_masks is None and cross_masks is None:
-            for layer, c in zip(self.decoder_layers, cache.layers):
-                x = layer.step(x, memory, src_mask, c)
-        else:
-            for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
-                x = layer.step(x, memory, src_mask, c, None if self_masks is None else self_masks[i],
-                               None if cross_masks is None else cross_masks[i])
+        for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
+            x = layer.forward(x, memory, self_mask, src_mask, False, None if self_masks is None else self_masks[i],
+                              None if cross_masks is None else cross_masks[i], cache=c)[0]
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)

@@ -13,11 +13,13 @@ class AttentionInputs:
     """What one attention sub-layer was called with. ``query (B, Q, D)``: its input at the queries (after the norm
     in pre-norm); ``key_value (B, K, D)``: where keys and values come from (the same tensor as ``query`` for
     self-attention, the encoder output for cross-attention); ``mask``: bool, broadcastable to ``(B, H, Q, K)``,
-    True = may attend (None: every key)."""
+    True = may attend (None: every key); ``residual (B, Q, D)``: the stream the sub-layer's output is added to (the
+    same tensor as ``query`` in post-norm; before the norm in pre-norm), what ALTI's residual term is."""
 
     query: Tensor
     key_value: Tensor
     mask: Tensor | None
+    residual: Tensor | None = None
 
 
 @dataclass
@@ -66,3 +68,7 @@ class Seq2SeqOutput:
     attention_inputs: dict[str, tuple[AttentionInputs, ...]] = field(default_factory=dict)
     encoder_layer_outputs: tuple[Tensor, ...] = ()
     decoder_layer_outputs: tuple[Tensor, ...] = ()
+
+    def attentions(self) -> dict[str, tuple[Tensor, ...]]:
+        """The attention weights by kind (``transformer.kinds.KINDS``): ``"encoder"``, ``"decoder"``, ``"cross"``."""
+        return {"encoder": self.encoder_attentions, "decoder": self.decoder_attentions, "cross": self.cross_attentions}

@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .beam_transformers import beam_search_transformers
 from .checkpoint import resolve_device
 from .data import pad_sequences
-from .decoding import BeamTree, beam_search, greedy_decode
+from .decoding import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, search
 from .hub import resolve_checkpoint_dir
+from .kinds import decoder_input
 from .model import Transformer
 from .tokenizer import TokenizerProtocol
 from .weights import decoding_layout
@@ -26,7 +26,10 @@ class TranslationResult:
     exactly as a teacher-forced forward pass over ``source_ids`` and ``[BOS] + target_ids`` gives them:
     ``encoder_attentions`` ``(H, S, S)``, ``decoder_attentions`` ``(H, T, T)``, ``cross_attentions`` ``(H, T, S)``.
     Query ``t`` of the decoder is the step that predicted ``target_tokens[t]``. ``target_ids`` ends in EOS when the
-    model produced it; a translation cut at the length limit has none (decoder input: BOS + ``target_ids[:-1]``).
+    model produced it; a translation cut at the length limit has none (decoder input: BOS + ``target_ids[:-1]``), and
+    ``hit_max_len`` says so: the output stopped at the maximum length (``max_len_a * source + max_len_b``) before the
+    model ended the sentence, so the text is cut and its score is a partial hypothesis's. (``truncated`` is about
+    the source: cut to the model's length before translating.)
     """
 
     text: str
@@ -41,6 +44,8 @@ class TranslationResult:
     truncated: bool = False
     decoder_input_tokens: list[str] = field(default_factory=list)
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
+    hit_max_len: bool = False  # the output stopped at the maximum length, without EOS (cut, not whole)
+    settings: DecodeSettings | None = None  # how it was decoded (the checkpoint's own alpha filled in)
 
     def for_bertviz(self) -> dict[str, Any]:
         """The keyword arguments of BertViz's ``model_view`` / ``head_view`` for this translation:
@@ -63,8 +68,7 @@ class TranslationResult:
         return out
 
 
-SCORINGS = ("gnmt", "transformers")
-DEFAULT_ALPHA = 0.6  # GNMT's length penalty, for checkpoints that name none
+__all__ = ["DEFAULT_ALPHA", "SCORINGS", "DecodeSettings", "TranslationResult", "Translator", "chosen_alpha", "load"]
 
 
 def chosen_alpha(metadata: object) -> float:
@@ -103,7 +107,7 @@ class Translator:
     @property
     def default_alpha(self) -> float:
         """The length penalty the checkpoint was scored with (``metadata["decoding"]["alpha"]``, chosen on val),
-        else 0.6; what ``alpha=None`` means below."""
+        else :data:`DEFAULT_ALPHA`; what ``alpha=None`` means below."""
         return chosen_alpha(self.metadata)
 
     @property
@@ -137,36 +141,38 @@ class Translator:
     def _pad(self, seqs: Sequence[Sequence[int]]) -> Tensor:
         return pad_sequences(seqs, self.config.pad_id).to(self.device)
 
+    def settings(self, settings: DecodeSettings | None = None, **changes: Any) -> DecodeSettings:
+        """``settings`` (None: the defaults) with the keyword ``changes`` that are not None, and this checkpoint's
+        own length penalty and scoring rules where they name none."""
+        if settings is not None and not isinstance(settings, DecodeSettings):
+            raise TypeError(f"settings must be a DecodeSettings, not {type(settings).__name__} (beam_size=... is a "
+                            "keyword)")
+        chosen = (settings or DecodeSettings()).but(**changes)
+        return chosen.but(alpha=self.default_alpha if chosen.alpha is None else None,
+                          scoring=self.scoring if chosen.scoring is None else None)
+
     @torch.no_grad()
-    def generate(self, sources: Sequence[Sequence[int]], beam_size: int = 4, alpha: float | None = None,
-                 max_len_a: float = 1.5, max_len_b: int = 10, head_mask: dict[str, Tensor] | None = None,
+    def generate(self, sources: Sequence[Sequence[int]], settings: DecodeSettings | None = None, *,
+                 beam_size: int | None = None, alpha: float | None = None, max_len_a: float | None = None,
+                 max_len_b: int | None = None, head_mask: dict[str, Tensor] | None = None,
                  scoring: str | None = None, tgt_lang: str | None = None) -> tuple[list[list[int]], list[float]]:
-        """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``alpha``:
-        the length penalty (None: the checkpoint's, :attr:`default_alpha`)."""
-        outputs, _, scores, _ = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
-                                             scoring=scoring, forced=self._forced(len(sources), tgt_lang))
+        """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``settings``,
+        or its fields as keywords (:meth:`settings`; ``alpha=None``: the checkpoint's, :attr:`default_alpha`)."""
+        chosen = self.settings(settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
+                               scoring=scoring, tgt_lang=tgt_lang)
+        outputs, _, scores, _ = self._decode(sources, chosen, head_mask)
         return outputs, scores
 
-    def _decode(self, sources: Sequence[Sequence[int]], beam_size: int, alpha: float | None, max_len_a: float,
-                max_len_b: int, head_mask: dict[str, Tensor] | None, record_tree: bool = False,
-                scoring: str | None = None, forced: Tensor | None = None,
+    def _decode(self, sources: Sequence[Sequence[int]], settings: DecodeSettings,
+                head_mask: dict[str, Tensor] | None, record_tree: bool = False,
                 ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
         """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
-        with ``record_tree`` (beam search only) each sentence's search tree. ``forced (B, P)``: first output tokens
-        imposed on every sentence (they are part of the outputs)."""
-        src = self._pad(sources)
-        alpha = self.default_alpha if alpha is None else alpha
-        scoring = scoring or self.scoring
-        if scoring not in SCORINGS:
-            raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
-        if beam_size <= 1:
-            hyp = greedy_decode(self.model, src, max_len_a, max_len_b, head_mask=head_mask, forced=forced)
-        elif scoring == "transformers" and not record_tree:
-            hyp = beam_search_transformers(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
-                                           forced=forced)
-        else:
-            hyp = beam_search(self.model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask,
-                              record_tree=record_tree, forced=forced)
+        with ``record_tree`` (beam search only) each sentence's search tree. The target language's code (if any) is
+        imposed as every output's first token (it is part of the outputs)."""
+        if settings.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, not {settings.scoring!r}")
+        hyp = search(self.model, self._pad(sources), settings, head_mask=head_mask, record_tree=record_tree,
+                     forced=self._forced(len(sources), settings.tgt_lang))
         outputs, ended = [], []
         for row in hyp.tokens.tolist():
             ids, stop = [], False
@@ -189,33 +195,37 @@ class Translator:
         tgt = self._pad([[self.config.bos_id, *target_ids]])
         return self.model(src, tgt, return_attention=True, head_mask=head_mask)
 
-    def translate(self, text: str, beam_size: int = 4, alpha: float | None = None, max_len_a: float = 1.5,
-                  max_len_b: int = 10, return_attention: bool = True,
-                  head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
-                  scoring: str | None = None, src_lang: str | None = None,
+    def translate(self, text: str, settings: DecodeSettings | None = None, *, beam_size: int | None = None,
+                  alpha: float | None = None, max_len_a: float | None = None, max_len_b: int | None = None,
+                  return_attention: bool = True, head_mask: dict[str, Tensor] | None = None,
+                  return_tree: bool = False, scoring: str | None = None, src_lang: str | None = None,
                   tgt_lang: str | None = None) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
-        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). ``alpha=None``: the
-        checkpoint's length penalty (:attr:`default_alpha`). ``src_lang`` / ``tgt_lang``: language codes of a
-        multilingual model (:attr:`languages`; None: the tokenizer's defaults); the target code is the translation's
-        first token, forced."""
-        return self.translate_batch([text], beam_size, alpha, max_len_a, max_len_b, return_attention, head_mask,
-                                    return_tree, scoring, src_lang, tgt_lang)[0]
+        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). How to decode: ``settings``
+        (:class:`DecodeSettings`; None: the defaults), or any of its fields as keywords, which override it
+        (``translate(text, beam_size=5, alpha=1.0)``). ``alpha=None``: the checkpoint's length penalty
+        (:attr:`default_alpha`). ``src_lang`` / ``tgt_lang``: language codes of a multilingual model
+        (:attr:`languages`; None: the tokenizer's defaults); the target code is the translation's first token,
+        forced."""
+        return self.translate_batch([text], settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
+                                    max_len_b=max_len_b, return_attention=return_attention, head_mask=head_mask,
+                                    return_tree=return_tree, scoring=scoring, src_lang=src_lang,
+                                    tgt_lang=tgt_lang)[0]
 
-    def translate_batch(self, texts: Sequence[str], beam_size: int = 4, alpha: float | None = None,
-                        max_len_a: float = 1.5,
-                        max_len_b: int = 10, return_attention: bool = False,
-                        head_mask: dict[str, Tensor] | None = None,
-                        return_tree: bool = False, scoring: str | None = None, src_lang: str | None = None,
+    def translate_batch(self, texts: Sequence[str], settings: DecodeSettings | None = None, *,
+                        beam_size: int | None = None, alpha: float | None = None, max_len_a: float | None = None,
+                        max_len_b: int | None = None, return_attention: bool = False,
+                        head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
+                        scoring: str | None = None, src_lang: str | None = None,
                         tgt_lang: str | None = None) -> list[TranslationResult]:
-        """Translate many sentences in one batch (languages as in :meth:`translate`)."""
+        """Translate many sentences in one batch (settings and languages as in :meth:`translate`)."""
         if not texts:
             return []
-        encoded = [self.encode_source(t, src_lang) for t in texts]
+        chosen = self.settings(settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
+                               scoring=scoring, src_lang=src_lang, tgt_lang=tgt_lang)
+        encoded = [self.encode_source(t, chosen.src_lang) for t in texts]
         sources = [ids for ids, _ in encoded]
-        outputs, ended, scores, trees = self._decode(sources, beam_size, alpha, max_len_a, max_len_b, head_mask,
-                                                     record_tree=return_tree, scoring=scoring,
-                                                     forced=self._forced(len(texts), tgt_lang))
+        outputs, ended, scores, trees = self._decode(sources, chosen, head_mask, record_tree=return_tree)
         results = []
         for i, ((src_ids, truncated), out_ids, eos, score) in enumerate(zip(encoded, outputs, ended, scores)):
             target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
@@ -223,8 +233,8 @@ class Translator:
                 text=self.tokenizer.decode(out_ids), score=float(score),
                 source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
                 source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
-                decoder_input_tokens=self.tokenizer.pieces([self.config.bos_id, *target_ids[:-1]]),
-                tree=trees[i] if trees else None,
+                decoder_input_tokens=self.tokenizer.pieces(decoder_input(self.config.bos_id, target_ids)),
+                tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen,
             )
             if return_attention:
                 out = self.attentions(src_ids, target_ids[:-1], head_mask)

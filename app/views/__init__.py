@@ -25,6 +25,7 @@ from . import (
     lines,
     masks,
     positional,
+    source_prefix,
     step,
 )
 
@@ -40,6 +41,7 @@ class View:
     help: str
     module: ModuleType
     needs_translation: bool = True
+    work_share: float = 0.0  # the share of a request's work (ATTN_MAX_WORK) kept for the view's own jobs
 
     @property
     def render(self) -> Callable[[ViewContext], None]:
@@ -49,33 +51,37 @@ class View:
 ATTENTION, INSIDE, BEYOND, DATA, MODELS = ("Attention", "Inside the model", "Beyond weights", "Across data",
                                            "Models and export")
 VIEWS: dict[str, View] = {v.name: v for v in [
-    View("Heatmap", ATTENTION, ":material/grid_on:", "One head (or the mean of a layer) as a large heatmap.", heatmap),
+    View("Heatmap", ATTENTION, ":material/grid_on:", "One head (or the mean of a layer) as a large heatmap.", heatmap,
+         work_share=0.05),
     View("All heads", ATTENTION, ":material/apps:", "Every head of one attention type at a glance; click to open one.",
-         all_heads),
+         all_heads, work_share=0.05),
     View("Lines", ATTENTION, ":material/timeline:", "Token-to-token lines of one layer, one colour per head.", lines),
     View("Head table", ATTENTION, ":material/table_rows:", "Per-head numbers (entropy, focus, position), sortable.",
          head_table),
     View("Step through", INSIDE, ":material/skip_next:", "Each output step: the candidates and where it looked.",
          step),
     View("Inside a head", INSIDE, ":material/calculate:", "One head and one query, q·k to softmax, with the numbers.",
-         inside_head),
+         inside_head, work_share=0.05),
     View("Layer by layer", INSIDE, ":material/layers:", "The logit lens: when each output word becomes the top guess.",
-         layers),
+         layers, work_share=0.1),
     View("Beam tree", INSIDE, ":material/account_tree:", "Every hypothesis beam search expanded, the chosen path red.",
-         beam_tree),
+         beam_tree, work_share=0.5),
     View("Masks", INSIDE, ":material/visibility_off:", "The padding and causal masks, and how they combine.", masks),
     View("Positional encoding", INSIDE, ":material/waves:", "The sinusoidal position codes and the model's own table.",
          positional, needs_translation=False),
     View("What drives each word", BEYOND, ":material/bolt:", "Attribution of each output piece through the whole "
-         "network.", drivers),
-    View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation),
+         "network.", drivers, work_share=0.5),
+    View("Source or prefix", BEYOND, ":material/call_split:", "How much of each output piece comes from the source "
+         "and how much from the earlier output (ALTI+).", source_prefix, work_share=0.5),
+    View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation,
+         work_share=0.5),
     View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "
          "test set.", heads),
     View("Training evolution", DATA, ":material/history:", "This sentence's attention in the training snapshots.",
-         evolution),
+         evolution, work_share=0.5),
     View("Export", MODELS, ":material/download:", "The weights as JSON or NPZ, and a link to what you saw.", export),
     View("Compare models", MODELS, ":material/compare:", "The same sentence through two models side by side.",
-         compare),
+         compare, work_share=2 / 3),
 ]}
 GROUPS: dict[str, list[str]] = {}
 for _view in VIEWS.values():

@@ -7,8 +7,8 @@ import streamlit as st
 
 from transformer.heads import KINDS, ranked_heads
 
-from .. import cached, controls, figures, inference
-from ..analysis import KIND_NAMES
+from .. import cached, controls, figures, inference, work
+from ..analysis import KIND_NAMES, first_numbers
 from ..catalog import load_heads
 from ..controls import head_label, head_ref, parse_head_ref
 from ..inference import HeadKey
@@ -76,10 +76,12 @@ def render(ctx: ViewContext) -> None:
                 "follows every change).")
         return
     off = last[2]
-    ablated = cached.get_analysis(ctx.checkpoint, ctx.device, result.text, sub.settings, off)
     ids = (tuple(result.source_ids), tuple(result.target_ids))
-    forced = cached.get_forced_logprob(ctx.checkpoint, ctx.device, *ids, off)
-    base = cached.get_forced_logprob(ctx.checkpoint, ctx.device, *ids, ())
+    forced_cost = 2 * work.forced_work(ctx.tr, *map(len, ids))  # the two log-probabilities below
+    ablated = cached.get_analysis(ctx.checkpoint, ctx.device, result.text, result.settings, off,  # as the page ran
+                                  max(0.0, work.left() - forced_cost))
+    forced = cached.forced_logprob(ctx.checkpoint, ctx.device, *ids, off)
+    base = cached.forced_logprob(ctx.checkpoint, ctx.device, *ids, ())
     st.caption(f"Switched off: {', '.join(head_label(h) for h in off)}")
     a, b = st.columns(2)
     with a.container(border=True):
@@ -108,8 +110,9 @@ def render(ctx: ViewContext) -> None:
             (c1, result, original, f"original: {KIND_NAMES[kind]} · layer {layer} · mean over heads", "original"),
             (c2, ablated, remaining, right, "heads off")):
         queries, keys = res.axes(kind)
+        qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
-                                        query_title=qt, key_title=kt)
+                                        query_title=qt, key_title=kt, query_first=qf, key_first=kf)
         col.plotly_chart(fig, config=figures.plotly_config(f"ablation-{name}"), key=f"ablation_{name}_chart")
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")

@@ -15,7 +15,7 @@ PICK = "grid_pick"
 
 def _pick(text: str) -> str | None:
     """``"2.3"`` -> ``"L2 · H3"`` (layer 2, head 3); None when malformed."""
-    match = re.fullmatch(r"(\d{1,2})\.(\d{1,3})", text)
+    match = re.fullmatch(r"([0-9]{1,2})\.([0-9]{1,3})", text)
     return match and f"L{int(match.group(1))} · H{int(match.group(2))}"
 
 

@@ -11,8 +11,8 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, catalog, controls, figures, params
-from ..analysis import KIND_NAMES, KINDS, head_diagnostics
+from .. import cached, catalog, controls, figures, params, work
+from ..analysis import KIND_NAMES, KINDS, first_numbers, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
 
@@ -56,13 +56,18 @@ def render(ctx: ViewContext) -> None:
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
     other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
                             format_func=lambda p: labels.get(p, p))
-    mine = ctx.submitted.settings
+    mine = ctx.result.settings  # what the page ran (the beam may be capped to the work limit)
+    # the options' labels never change with the partner or the sidebar: a radio whose labels change is a new widget
+    # to the browser (none selected, and the choice lost on the next change); the numbers go in the caption below
     choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
-                             format_func=lambda c: f"one α for both: the sidebar's ({mine.alpha:.1f})" if c == "same"
-                             else f"each its own ({alpha_note(ctx.checkpoint)}; {alpha_note(other)})",
+                             format_func=lambda c: "one α for both (the sidebar's)" if c == "same"
+                             else "each its own α",
                              help="With one α both models decode with exactly the same settings, so their scores "
                                   "compare. Each model's own α is the one its model card names (chosen on val), "
                                   "else the default 0.6.")
+    if choice == "own":
+        st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.checkpoint))}; "
+                   f"{controls.md_escape(alpha_note(other))}.")
     settings_a = replace(mine, alpha=catalog.model_alpha(ctx.checkpoint)) if choice == "own" else mine
     settings_b = replace(mine, alpha=catalog.model_alpha(other)) if choice == "own" else mine
     if settings_a.alpha != settings_b.alpha and mine.beam_size > 1:
@@ -72,11 +77,13 @@ def render(ctx: ViewContext) -> None:
     if not catalog.model_allowed(other):  # never load what this server does not offer
         st.error(f"{controls.md_escape(other)} is not offered on this server.")
         return
-    try:
+    try:  # one request: both models share what is left of its work, and it waits for a heavy slot at most once
         cached.get_translator(other, ctx.device)
-        result_a = ctx.result if settings_a == mine else \
-            cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, ())
-        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, ())
+        again = settings_a != ctx.result.settings  # the page's own analysis ran at other settings
+        share = work.left() / (2 if again else 1)
+        result_a = cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, (), share) \
+            if again else ctx.result
+        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:
         st.error(f"{controls.md_escape(other)} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")
@@ -104,8 +111,9 @@ def render(ctx: ViewContext) -> None:
     columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
         queries, keys = res.axes(kind)
+        qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
-                                        title=short.get(name, name))
+                                        title=short.get(name, name), query_first=qf, key_first=kf)
         col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy in nats, lower = more focused):")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from .. import controls, figures
@@ -42,22 +41,17 @@ def render(ctx: ViewContext) -> None:
     c1.plotly_chart(figures.attention_heatmap(src, outputs, result.source_tokens,
                                               title="Attribution to the source", query_title="output piece",
                                               key_title="source piece", zmin=-bound, zmax=bound,
-                                              colorscale=figures.DIVERGING, value_name="attribution"),
+                                              colorscale=figures.DIVERGING, value_name="attribution",
+                                              query_offset=first),
                     config=figures.plotly_config("attribution-source"), key="drivers_src")
     c2.plotly_chart(figures.attention_heatmap(tgt, outputs, result.decoder_input_tokens,
                                               title="Attribution to the decoder input", query_title="output piece",
                                               key_title="decoder input", zmin=-bound, zmax=bound,
-                                              colorscale=figures.DIVERGING, value_name="attribution"),
+                                              colorscale=figures.DIVERGING, value_name="attribution",
+                                              query_offset=first, key_first=0),
                     config=figures.plotly_config("attribution-target"), key="drivers_tgt")
     s_share = abs(src).sum(1) / (abs(src).sum(1) + abs(tgt).sum(1) + 1e-12)  # (T,)
-    steps = list(range(first + 1, first + 1 + len(s_share)))  # output positions, counted from 1
-    fig = go.Figure([go.Bar(x=steps, y=s_share, name="source", marker_color="#3182bd"),
-                     go.Bar(x=steps, y=1 - s_share, name="earlier output", marker_color="#ff7f0e")])
-    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
-                      title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
-                      xaxis=dict(tickmode="array", tickvals=list(range(len(s_share))),
-                                 ticktext=[figures.escape(t) for t in outputs], title=dict(text="output")),
-                      yaxis=dict(range=[0, 1], title=dict(text="share")))
+    fig = figures.attribution_share(s_share, outputs, first)
     st.plotly_chart(fig, config=figures.plotly_config("attribution-share"), key="drivers_share")
     agreement = data["agreement"]  # (L, H)
     frame = pd.DataFrame([{"layer": i + 1, "head": h + 1, "rank correlation with the attribution": agreement[i, h]}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, controls, figures, probes, work
+from .. import cached, catalog, controls, figures, probes, work
+from ..analysis import first_numbers
 from ..state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
@@ -42,17 +43,18 @@ def render(ctx: ViewContext) -> None:
         step = probes.snapshot_step(path)
         panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
         rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
-    steps = (tr.metadata or {}).get("steps")
-    final_name = f"final (step {steps})" if steps else "final"
+    final_name = catalog.final_label(tr.metadata)  # as the sidebar's training details say
     panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
     q0, q1, k0, k1 = controls.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
+    qf, kf = first_numbers(kind)
     with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
         st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
-                                               zrange=controls.colour_range(*[w for _, w in panels])),
+                                               zrange=controls.colour_range(*[w for _, w in panels]),
+                                               query_first=q0 + qf, key_first=k0 + kf),
                         config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.table(pd.DataFrame(rows).set_index("checkpoint"))  # a table wraps long translations; a data grid cuts them
     if isinstance(history, list) and history:

@@ -13,17 +13,18 @@ PARAMS = ()  # no choices of its own
 def render(ctx: ViewContext) -> None:
     """Two download buttons and the share link."""
     st.caption("Take the numbers with you, or share what you were looking at.")
-    text, settings = ctx.result.text, ctx.submitted.settings
+    text, settings = ctx.result.text, ctx.result.settings  # what the page ran (its beam may be capped)
     c1, c2 = st.columns(2)
     with c1.container(border=True):
         st.markdown("**Attention weights**")
         st.caption("Every layer and head of the three attention types, shaped (layers, heads, queries, keys), "
-                   "with the tokens.")
-        st.download_button("Download JSON", cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "json"),
+                   "with the tokens. Each file is built when you click (a long input's JSON is tens of MB).")
+        # data as a callable: the file is made on the click, not held by every open Export tab (docs/limits.md)
+        st.download_button("Download JSON", cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "json"),
                            file_name="attention.json", mime="application/json", key="download_json",
                            icon=":material/data_object:", on_click="ignore")
         st.download_button("Download NPZ (numpy)",
-                           cached.get_export(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
+                           cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
                            file_name="attention.npz", mime="application/octet-stream", key="download_npz",
                            icon=":material/download:", on_click="ignore")
     with c2.container(border=True):
@@ -37,3 +38,20 @@ def render(ctx: ViewContext) -> None:
         except Exception:  # no browser context (tests, bare mode)
             base = ""
         st.code(f"{base}?{state.share_query(previous)}", language=None, wrap_lines=True)
+    offline_page(ctx)
+
+
+def offline_page(ctx: ViewContext) -> None:
+    """The sentence on screen as one self-contained HTML page (``app.report``), built only when asked."""
+    with st.container(border=True):
+        st.markdown("**Offline page**")
+        st.caption("This translation as one HTML file that opens in any browser with no server and no network: the "
+                   "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
+                   "masks and the positional encoding (about 5 MB, most of it the plotting library).")
+        if st.button("Build the page", key="report_build", icon=":material/description:"):
+            from .. import report
+
+            with st.spinner("Building the page…"):
+                page = report.build_page(ctx.result, ctx.tr, report.DEFAULT_VIEWS, model=ctx.checkpoint)
+            st.download_button("Download the page (HTML)", page.encode("utf-8"), file_name="attention.html",
+                               mime="text/html", key="download_report", icon=":material/download:", on_click="ignore")

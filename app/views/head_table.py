@@ -12,6 +12,7 @@ from ..params import Param
 from ..state import ViewContext
 
 PICK = "table_pick"
+AGREEMENT = "agrees with attribution"
 PARAMS = (Param("ag", "table_agreement", lambda v: True if v == "1" else None, False, lambda v: "1"),
           controls.head_ref_param("row", PICK), *controls.window_params("table_chart"))
 
@@ -31,18 +32,23 @@ def render(ctx: ViewContext) -> None:
     if st.toggle(f"Add each cross-attention head's agreement with the attribution (integrated gradients, {slow})",
                  key="table_agreement"):
         agreement = controls.attributions(ctx, "integrated_gradients")["agreement"]  # (L, H)
-        frame["agrees with attribution"] = [float(agreement[r["layer"] - 1, r["head"] - 1]) if r["kind"] == "cross"
-                                            else float("nan") for r in rows]
+        # beside the head's name, where it is seen without scrolling sideways; a dash for the self-attention heads
+        # (the attribution is to the source, which only cross-attention reads)
+        frame.insert(frame.columns.get_loc("head") + 1, AGREEMENT,
+                     [float(agreement[r["layer"] - 1, r["head"] - 1]) if r["kind"] == "cross" else float("nan")
+                      for r in rows])
     shown = frame.drop(columns=["kind"]).assign(type=frame["kind"].map(KIND_LABELS))  # short names: room for numbers
     number = st.column_config.NumberColumn(format="%.3f")
     share = {c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.3f")
              for c in ("max weight", "on special token", "on previous", "on same", "on next")}
     refs = [controls.head_ref((r["kind"], r["layer"] - 1, r["head"] - 1)) for r in rows]
-    attribution = st.column_config.NumberColumn("attribution ρ", format="%.3f", width="small",
-                                                help="Agreement with the attribution (Spearman ρ), cross heads")
+    attribution = st.column_config.NumberColumn("attribution ρ", width="small",
+                                                help="Agreement with the attribution (Spearman ρ), cross heads only")
+    if AGREEMENT in shown:  # numbers to sort by; shown with 3 decimals, a dash where there is none (not "None")
+        shown = shown.style.format({AGREEMENT: "{:+.3f}"}, na_rep="—")
     event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
                          key="diag_table", height=360,
-                         column_config={"entropy": number, "agrees with attribution": attribution, **share})
+                         column_config={"entropy": number, AGREEMENT: attribution, **share})
     controls.follow_table(event, refs, PICK)
     picked = controls.head_picker(refs, PICK)
     if picked:

@@ -122,10 +122,11 @@ def render(ctx: ViewContext) -> None:
     if ctx.result is not None:
         controls.draw_heatmap(ctx.result, kind, layer, str(head), key="heads_chart")
     indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]
-    sentences = split_sentences(str(data.get("split", "")))
+    cited = data.get("cited_sentences") if isinstance(data.get("cited_sentences"), dict) else {}
+    sentences = split_sentences(str(data.get("split", ""))) if not all(str(i) in cited for i in indices) else None
     st.caption(f"Sentences of {data.get('split')} where this head's attention is most concentrated (highest mean "
                "peak weight):")
-    if sentences is None:
-        st.text("\n".join(f"line {i + 1}" for i in indices) + "\n(the data set is not on this machine)")
-    else:
-        st.text("\n".join(f"{i + 1}. {sentences[i]}" for i in indices if 0 <= i < len(sentences)))
+    lines = [f"{i + 1}. {cited[str(i)]}" if str(i) in cited else
+             f"{i + 1}. {sentences[i]}" if sentences is not None and 0 <= i < len(sentences) else
+             f"line {i + 1} (not in heads.json, and the data set is not on this machine)" for i in indices]
+    st.text("\n".join(str(line) for line in lines))

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from .. import cached, controls, figures
-from ..analysis import KIND_NAMES
+from ..analysis import KIND_NAMES, first_numbers
 from ..params import Param, int_in
 from ..state import ViewContext
 
@@ -47,7 +47,8 @@ def render(ctx: ViewContext) -> None:
              rf"\frac{{{float(hc['scores'][best]):.3f}}}{{\sqrt{{{d}}}}} = {scaled_best:.3f},\quad "
              rf"\alpha_{{{best + 1}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
              rf"{float(hc['weights'][best]):.3f}")
-    table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys, 1)], "q·k": hc["scores"],
+    key_first = first_numbers(kind)[1]  # the decoder input counts from 0 (<s>), as everywhere
+    table = pd.DataFrame({"key": [f"{j}: {t}" for j, t in enumerate(keys, key_first)], "q·k": hc["scores"],
                           f"÷ √{d} = {math.sqrt(d):.2f}": hc["scaled"], "allowed": np.asarray(hc["mask"], dtype=bool),
                           "softmax weight": hc["weights"], "‖v_j‖": np.linalg.norm(hc["v"], axis=1)})
     c1, c2 = st.columns([3, 2])
@@ -56,7 +57,7 @@ def render(ctx: ViewContext) -> None:
                                 "allowed": st.column_config.CheckboxColumn(),
                                 "softmax weight": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                                   format="%.3f")})
-    fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, 1)],
+    fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, key_first)],
                            orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
     fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=figures.FONT,
                       yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),

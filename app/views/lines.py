@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from .. import controls, figures
-from ..analysis import KIND_NAMES
+from ..analysis import KIND_NAMES, first_numbers
 from ..params import Param, float_in, int_in, int_list, join
 from ..state import ViewContext
 
@@ -47,7 +47,8 @@ def render(ctx: ViewContext) -> None:
     qt, kt = HEADINGS[kind]
     row = None if focus == "all" else int(focus) - 1
     fig = figures.attention_lines(attn, queries, keys, heads=[h - 1 for h in heads], focus=row, threshold=threshold,
-                                  title=f"{KIND_NAMES[kind]} · layer {layer}", query_title=qt, key_title=kt)
+                                  title=f"{KIND_NAMES[kind]} · layer {layer}", query_title=qt, key_title=kt,
+                                  query_first=first_numbers(kind)[0], key_first=first_numbers(kind)[1])
     shown = attn[[h - 1 for h in heads]] if heads else attn[:0]
     if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
         st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "

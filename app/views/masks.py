@@ -47,7 +47,8 @@ def render(ctx: ViewContext) -> None:
             with col:
                 qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
                 ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
-                st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle),
+                firsts = (1 if key == "encoder" else 0, 1 if key in ("encoder", "cross") else 0)  # <s> is 0
+                st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
                                 config=figures.plotly_config(f"mask-{key}"), key=f"mask_{key}_chart")
                 st.caption(text)
     unpadded = probes.mask_arrays(tr, result, 0, 0)

@@ -6,21 +6,12 @@ import numpy as np
 import streamlit as st
 
 from .. import cached, controls, figures, probes
+from ..figures import wave_dims
 from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
 
 PARAMS = (Param("d", "pe_d", int_in(8, 1024)), Param("n", "pe_len", int_in(8, 512)),
           Param("dims", "pe_dims", int_list(0, 1023), dump=join))
-
-
-def wave_dims(d_model: int, length: int) -> list[int]:
-    """Even (sine) dimensions whose wavelengths are about 2π, length/4, length/2 and 2·length, plus one cosine."""
-    dims = {0}
-    for target in (length / 4, length / 2, 2 * length):
-        i = np.log(max(target, 2 * np.pi) / (2 * np.pi)) / np.log(10000.0) * d_model  # wavelength = 2π·10000^(i/d)
-        dims.add(int(min(max(0, 2 * round(i / 2)), d_model - 2)))
-    dims.add(min(sorted(dims)[1] + 1 if len(dims) > 1 else 1, d_model - 1))
-    return sorted(dims)
 
 
 def render(ctx: ViewContext) -> None:

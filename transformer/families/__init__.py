@@ -11,13 +11,12 @@ tests (see ``docs/families.md``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from ..checkpoint_files import CheckpointError
+from ..checkpoint_files import MAX_CONFIG_BYTES, CheckpointError, read_json
 from ..model import Transformer, TransformerConfig
 from ..tokenizer import TokenizerProtocol
 
@@ -53,9 +52,10 @@ class Family(Protocol):
 
 
 def read_config_json(path: str | Path) -> dict[str, Any] | None:
-    """A checkpoint directory's ``config.json`` as a dict, or None (absent, unreadable, not an object)."""
+    """A checkpoint directory's ``config.json`` as a dict, or None (absent, unreadable, not an object, over
+    ``MAX_CONFIG_BYTES`` or nested too deeply)."""
     try:
-        data = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        data = read_json(Path(path) / "config.json", MAX_CONFIG_BYTES)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..checkpoint_files import CheckpointError
+from ..checkpoint_files import CheckpointError, loadable
 from ..model import Transformer, TransformerConfig
 from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
 from .fairseq_tokenizer import SPM_FILE, FairseqTokenizer
@@ -35,7 +35,7 @@ def config_from_m2m100(hf: dict[str, Any]) -> TransformerConfig:
     try:
         vocab, pad = int(hf["vocab_size"]), int(hf.get("pad_token_id", 1))
         eos = int(hf.get("eos_token_id", 2))
-        return TransformerConfig(
+        return loadable(TransformerConfig(
             src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=int(hf["d_model"]),
             n_heads=int(hf["encoder_attention_heads"]), n_encoder_layers=int(hf["encoder_layers"]),
             n_decoder_layers=int(hf["decoder_layers"]), d_ff=int(hf["encoder_ffn_dim"]),
@@ -44,8 +44,8 @@ def config_from_m2m100(hf: dict[str, Any]) -> TransformerConfig:
             share_embeddings=bool(hf.get("tie_word_embeddings", True)), pad_id=pad,
             bos_id=int(hf.get("decoder_start_token_id", eos)), eos_id=eos, activation=activation,
             positional_layout="fairseq", position_offset=pad + 1, final_logits_bias=False,
-            scale_embedding=bool(hf.get("scale_embedding", True)))
-    except (KeyError, TypeError, ValueError) as err:
+            scale_embedding=bool(hf.get("scale_embedding", True))), "config.json")
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise CheckpointError(f"config.json is not a usable M2M100 config: {err}") from err
 
 

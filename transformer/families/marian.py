@@ -9,13 +9,12 @@ imports transformers. The registry (``transformer.families``) opens them through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from ..checkpoint_files import CheckpointError
+from ..checkpoint_files import CheckpointError, loadable
 from ..model import Transformer, TransformerConfig
 from ..tokenizer import SplitTokenizer
 from . import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
@@ -23,15 +22,19 @@ from . import check_renamed, load_renamed, missing_hf_files, read_config_json, r
 
 def is_marian_dir(path: str | Path) -> bool:
     """Whether ``path`` holds a Hugging Face Marian checkpoint (its ``config.json`` says ``model_type: marian``)."""
-    config = Path(path) / "config.json"
-    try:
-        return json.loads(config.read_text(encoding="utf-8")).get("model_type") == "marian"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return (read_config_json(path) or {}).get("model_type") == "marian"
 
 
 def config_from_marian(hf: dict) -> TransformerConfig:
-    """Our config from a Marian ``config.json`` (raises ``CheckpointError`` for what we cannot represent)."""
+    """Our config from a Marian ``config.json`` (raises ``CheckpointError`` for what we cannot represent, for a
+    field of the wrong type and for sizes a process should not build: ``checkpoint_files.loadable``)."""
+    try:
+        return loadable(_config_from_marian(hf), "config.json")
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
+        raise CheckpointError(f"config.json is not a usable Marian config: {type(err).__name__}: {err}") from err
+
+
+def _config_from_marian(hf: dict) -> TransformerConfig:
     if hf.get("normalize_before") or hf.get("add_final_layer_norm") or hf.get("normalize_embedding"):
         raise CheckpointError("this Marian variant uses pre-norm or extra layer norms, which are not supported")
     if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or \
@@ -100,10 +103,10 @@ def state_dict_from_marian(hf: dict[str, Tensor], config: TransformerConfig) -> 
 def load_marian_model(path: str | Path) -> Transformer:
     """Our ``Transformer`` with a Marian checkpoint's weights (CPU, eval mode)."""
     path = Path(path)
-    try:
-        hf_config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path / 'config.json'} could not be read: {err}") from err
+    hf_config = read_config_json(path)
+    if hf_config is None:
+        raise CheckpointError(f"{path / 'config.json'} could not be read (absent, not a JSON object, too large or "
+                              "nested too deeply)")
     config = config_from_marian(hf_config)
     return load_renamed(config, state_dict_from_marian(read_weights(path), config), "Marian")
 

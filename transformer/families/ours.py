@@ -18,6 +18,7 @@ from ..checkpoint_files import (
     check_weights,
     load_config,
     load_weights,
+    loadable,
     read_metadata,
     resolve_device,
 )
@@ -78,9 +79,10 @@ class OursFamily:
 
     def config(self, config_json: dict[str, Any]) -> TransformerConfig:
         try:
-            return TransformerConfig.from_dict(config_json)
+            config = TransformerConfig.from_dict(config_json)
         except (ValueError, TypeError) as err:
             raise CheckpointError(f"config.json is not a valid TransformerConfig: {err}") from err
+        return loadable(config, "config.json")
 
     def missing_files(self, path: Path) -> list[str]:
         missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (path / name).is_file()]

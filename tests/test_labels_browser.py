@@ -1,0 +1,58 @@
+"""Labels only a browser can measure: on a short sentence the query axis' title must not run into the chart's title
+(the opened head of All heads, drawn by plotly, and the first screen's SVG heatmap). Screenshots land in
+``test-artifacts/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, streamlit_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture()
+def server(tiny_checkpoint):
+    with streamlit_server(tiny_checkpoint) as url:
+        yield url
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def test_short_sentence_axis_titles_stay_clear_of_the_chart_titles(server):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = ROOT / "test-artifacts"
+    out.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            # a two-piece output: the rows are far shorter than "output token (query = the step producing it)"
+            page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross", wait_until="domcontentloaded")
+            svg = page.locator("svg.attn-heatmap").first
+            svg.wait_for(timeout=90_000)
+            title = svg.locator("text.title").bounding_box()
+            axis = svg.locator("text.axis-title").nth(1).bounding_box()  # the query axis' (rotated) title
+            assert "query" in svg.locator("text.axis-title").nth(1).text_content()
+            assert not _overlap(title, axis), (title, axis)
+            page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross&view=All+heads&pick=2.2",
+                      wait_until="domcontentloaded")
+            chart = page.locator(".js-plotly-plot", has_text="layer 2 · head 2").first
+            chart.locator(".g-ytitle").wait_for(timeout=90_000)
+            page.wait_for_function(IDLE_JS, timeout=60_000)
+            chart.scroll_into_view_if_needed()
+            page.screenshot(path=str(out / "opened-head-short.png"))
+            title = chart.locator(".g-gtitle").bounding_box()
+            axis = chart.locator(".g-ytitle").bounding_box()
+            assert not _overlap(title, axis), (title, axis)
+        finally:
+            browser.close()
