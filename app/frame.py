@@ -29,10 +29,10 @@ NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 # (which would cover the charts' titles) is hidden and the densest charts keep a readable width and scroll sideways.
 PAGE_CSS = """<style>
 [data-testid=stMainBlockContainer] {padding: 2.75rem 1.5rem 3rem 1.5rem;}
-[data-testid=stHeader] {background: transparent;}
 [data-testid=stMainBlockContainer] [data-testid=stVerticalBlock] {gap: 0.75rem;}
 .st-key-page_title {display: none;}
 @media (min-width: 641px) {
+  [data-testid=stHeader] {background: transparent;}
   [data-testid=stColumn]:has(.st-key-opened_head) {position: sticky; top: 3rem; align-self: flex-start;}
 }
 @media (max-width: 640px) {
