@@ -182,15 +182,20 @@ def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None 
     ``columns`` given, else in a new row; inactive while weighted norms show, which have their own scale)."""
     c1, c2 = columns or (st.columns([3, 1.3]) if with_scale else (st.container(), None))
     kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
-                  required=True)
+                  required=True, wrap=True)  # wraps in a narrow column (a phone, a laptop) instead of being cut
     if c2 is not None:
-        norms = st.session_state.get(MEASURE) == "norms"
-        choose(c2.segmented_control, "Colour scale", SCALES, SCALE, "absolute", disabled=norms,
-               required=True, format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
-               help="Weighted norms run from 0 to their largest value; the scale applies to weights." if norms else
-               "0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
-               "largest weight shown, to bring out faint patterns.")
+        scale_control(c2)
     return kind
+
+
+def scale_control(where=st) -> None:
+    """The colour scale, 0 to 1 or stretched (inactive while weighted norms show, which have their own scale)."""
+    norms = st.session_state.get(MEASURE) == "norms"
+    choose(where.segmented_control, "Colour scale", SCALES, SCALE, "absolute", disabled=norms,
+           required=True, wrap=True, format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
+           help="Weighted norms run from 0 to their largest value; the scale applies to weights." if norms else
+           "0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
+           "largest weight shown, to bring out faint patterns.")
 
 
 def colour_range(*arrays: np.ndarray) -> tuple[float, float]:
@@ -212,10 +217,10 @@ def range_caption(weights: np.ndarray, kind: str) -> None:
 
 
 def heatmap_controls(tr: Translator) -> tuple[str, int, str]:
-    """Type, colour scale, layer and head in one row: (kind, layer, head)."""
-    cols = st.columns([3.3, 1.2, 0.9, 1.3])
-    kind = kind_control(columns=(cols[0], cols[1]))
-    layer, head = layer_head_controls(tr, kind, columns=(cols[2], cols[3]))
+    """Type, layer, head and colour scale, stacked (in the narrow column beside a chart): (kind, layer, head)."""
+    kind = kind_control(with_scale=False)
+    layer, head = layer_head_controls(tr, kind, columns=(st.container(), st.container()))  # "mean over heads" whole
+    scale_control()
     return kind, layer, head
 
 
@@ -258,7 +263,7 @@ NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖
 def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
-                  required=True)
+                  required=True, wrap=True)
 
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first

@@ -35,8 +35,11 @@ def plotly_config(filename: str) -> dict:
     return {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": filename}}
 
 
+MIN_FONT = 10  # px: no chart label is smaller (a phone's visitor must read it)
+
+
 def _tick_font(n: int) -> int:
-    return 12 if n <= 30 else 10 if n <= 60 else 8
+    return 12 if n <= 30 else MIN_FONT
 
 
 def _cell_size(n: int) -> int:
@@ -355,7 +358,7 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                                                "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
                       row=1, col=i + 1)
     fig.update_xaxes(showticklabels=True, showgrid=False, zeroline=False, tickmode="array", tickvals=list(range(k)),
-                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=max(7, _tick_font(k * n) - 1)),
+                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=_tick_font(k * n)),
                      tickangle=-90)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),

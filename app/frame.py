@@ -23,6 +23,37 @@ LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es
 NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 
 
+# The page's own layout rules: less empty space above and beside the content (so that on a 1280 x 720 laptop the
+# first heatmap is on screen without scrolling), the SVG heatmap scrolls sideways rather than shrinking its labels,
+# wide formulas scroll inside their box instead of being cut at the screen's edge; on a phone, plotly's toolbar
+# (which would cover the charts' titles) is hidden and the densest charts keep a readable width and scroll sideways.
+PAGE_CSS = """<style>
+[data-testid=stMainBlockContainer] {padding: 2.75rem 1.5rem 3rem 1.5rem;}
+[data-testid=stMainBlockContainer] [data-testid=stVerticalBlock] {gap: 0.75rem;}
+.st-key-page_title {display: none;}
+@media (min-width: 641px) {
+  [data-testid=stHeader] {background: transparent;}
+  [data-testid=stColumn]:has(.st-key-opened_head) {position: sticky; top: 3rem; align-self: flex-start;}
+}
+@media (max-width: 640px) {
+  [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
+  .st-key-page_title {display: flex;}
+  .js-plotly-plot .modebar-container {display: none;}
+  .js-plotly-plot .gtitle {font-size: 12px !important;}
+  .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
+  .st-key-wide_chart > div {min-width: 860px;}
+}
+.attn-svg {overflow-x: auto; overflow-y: hidden;}
+.attn-svg svg {display: block;}
+[data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
+</style>"""
+
+
+def page_style() -> None:
+    """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas."""
+    st.html(PAGE_CSS)
+
+
 def sidebar() -> tuple[str, str]:
     """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
     ss = st.session_state
@@ -263,22 +294,21 @@ def submit() -> None:
 
 def input_area(tr: Translator) -> None:
     """Text area, examples and the Translate button, with a line on what the model can do."""
-    c1, c2 = st.columns([4, 1.3], vertical_alignment="bottom")
+    c1, c2, c3 = st.columns([4, 1.4, 1], vertical_alignment="bottom", gap="small")  # one row: the box is low
     pair = language_pair(tr)
-    with c1:
-        label = "Text to translate"
-        if pair:
-            label += f" ({LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])})"
-        st.text_area(label, key=state.SOURCE_TEXT, height=96, on_change=submit,  # Ctrl+Enter applies it at once
-                     placeholder="Type an English sentence, e.g. “A dog runs on the beach.”")
-    with c2:
-        if st.session_state.get(state.EXAMPLE) not in (None, st.session_state.get(state.SOURCE_TEXT)):
-            st.session_state[state.EXAMPLE] = None  # the visitor typed (or a link brought) other text: no example
-        st.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
-                     placeholder="Pick an example…")
-        st.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
-                  on_click=submit)
-    st.caption(capability(tr))
+    label = "Text to translate"
+    if pair:
+        label += f" ({LANGUAGES.get(pair[0], pair[0])} → {LANGUAGES.get(pair[1], pair[1])})"
+    # the smallest box Streamlit draws (68 px), its label hidden (the placeholder and the button's help say it)
+    c1.text_area(label, key=state.SOURCE_TEXT, height=68, on_change=submit,  # Ctrl+Enter applies it at once
+                 placeholder=f"{label}: type a sentence, e.g. “A dog runs on the beach.”",
+                 label_visibility="collapsed")
+    if st.session_state.get(state.EXAMPLE) not in (None, st.session_state.get(state.SOURCE_TEXT)):
+        st.session_state[state.EXAMPLE] = None  # the visitor typed (or a link brought) other text: no example
+    c2.selectbox("Examples", state.EXAMPLES, index=None, key=state.EXAMPLE, on_change=use_example,
+                 placeholder="Examples…", label_visibility="collapsed")
+    c3.button("Translate", key="translate", type="primary", icon=":material/translate:", width="stretch",
+              on_click=submit, help=capability(tr))
     state.show_notices()
     if st.session_state.pop(state.EMPTY_SUBMIT, False):
         st.warning("Type a sentence first: the text box is empty.", icon=":material/edit:")
@@ -373,18 +403,19 @@ def show_translation(tr: Translator, result: Analysis) -> None:
         st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (a × "
                    f"source + b, a = {s.max_len_a:g}, b = {s.max_len_b}) before the model ended the sentence. Raise "
                    "Max length a or b in the sidebar to let it finish.", icon=":material/content_cut:")
-    with st.container(border=True):
-        beam = result.settings.beam_size
-        score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
-                 "a whole sentence's" if result.hit_max_len else
-                 f"score {result.score:.3f} (log-probability / length penalty)")
-        st.caption(f"Translation · {score} · "
-                   f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
+    beam = result.settings.beam_size
+    score = (f"score {result.score:.3f}, cut at the maximum length: an unfinished output's, not comparable with "
+             "a whole sentence's" if result.hit_max_len else
+             f"score {result.score:.3f} (log-probability / length penalty)")
+    text, pieces = st.columns([3, 1.3], vertical_alignment="center")  # one row on a wide screen, no frame: low
+    with text.container(gap=None):
         st.text(result.translation if result.translation.strip() else
                 "(empty output: the model ended the sentence at once)")
-        with st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
-            st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")
-            st.text("  ".join(result.source_tokens))
-            st.caption("Output pieces")
-            st.text("  ".join(result.target_tokens))
+        st.caption(f"Translation · {score} · "
+                   f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
+    with pieces, st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
+        st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")
+        st.text("  ".join(result.source_tokens))
+        st.caption("Output pieces")
+        st.text("  ".join(result.target_tokens))
 

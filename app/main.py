@@ -46,7 +46,8 @@ def main() -> None:
 def page(req: work.Request) -> None:
     """The page: sidebar, model, input, view selector, translation, the chosen view; then the address."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
-                       initial_sidebar_state="expanded")
+                       initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
+    frame.page_style()
     state.start_run(list(VIEWS))
     checkpoint, device = frame.sidebar()
     state.show_ignored()
@@ -55,14 +56,9 @@ def page(req: work.Request) -> None:
         return
     frame.show_model_facts(tr, checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
-    card = catalog.model_card(tr)
-    name_column, card_column = st.columns([3, 2], vertical_alignment="center")
-    name_column.markdown("##### :material/travel_explore: Attention explorer :gray[· inside a translation "
-                         "Transformer, every attention weight visible]")
-    if card and card_column.toggle("Show the model card (how it was trained, its scores, its limits)",
-                                   key=state.SHOW_CARD):
-        with st.container(border=True, height=420):
-            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
+    # the page's name: on a phone only (on a wider screen the sidebar shows it, and the first screen is the chart's)
+    st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
+                                            "translation Transformer, every attention weight visible]")
     frame.input_area(tr)
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
     view = VIEWS[selector.resolve(VIEWS, GROUPS)]
@@ -76,8 +72,15 @@ def page(req: work.Request) -> None:
 
 def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
                 result: inference.Analysis | None) -> None:
-    """The view selector, the translation panel and the chosen view; then the address."""
-    name = selector.view_selector(VIEWS, GROUPS)
+    """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
+    then the address."""
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
+    name = selector.view_selector(VIEWS, GROUPS, row)
+    card = catalog.model_card(tr)
+    if card and row.toggle("Model card", key=state.SHOW_CARD,
+                           help="Show the model card: how it was trained, its scores, its limits."):
+        with st.container(border=True, height=420):
+            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
     if result is not None:
         frame.show_translation(tr, result)
     view = VIEWS[name]

@@ -22,6 +22,7 @@ from .figures import ATTENTION_SCALE
 FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
 LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)
 COLOURBAR_W = 12
+MIN_FONT = 10  # px: the smallest label, also as drawn: the chart never shrinks below it (it scrolls sideways)
 
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -75,16 +76,16 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     xlabels = unique_labels(key_tokens, key_offset + key_first)
     qtext, ktext = [escape(t) for t in query_tokens], [escape(t) for t in key_tokens]
     vname = escape(value_name)
-    font = 12 if max(q, k) <= 30 else 10 if max(q, k) <= 60 else 8
-    ch = 26 if max(q, k) <= 20 else 20 if max(q, k) <= 40 else 14  # cell height, as the plotly figure's rows
-    cw = max(ch, min(48.0, 900.0 / k))  # cell width: wide cells for short sentences, like the plotly figure
+    font = 12 if max(q, k) <= 30 else MIN_FONT
+    ch = 18 if max(q, k) <= 40 else 14  # cell height: a short sentence fits a laptop's
+    cw = max(ch, min(40.0, 640.0 / k))  # first screen; cell width: wider cells for short sentences
     angle = 60 if k > 8 else 0
     ywidth = max(_text_width(_cut(s), font) for s in ylabels)
     xwidth = max(_text_width(_cut(s), font) for s in xlabels)
     left = 28 + ywidth + 8  # axis title, labels, gap
-    top = 34 if title else 10
+    top = 28 if title else 10
     grid_w, grid_h = cw * k, ch * q
-    bottom = 10 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 22
+    bottom = 4 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 20
     width = left + grid_w + 24 + COLOURBAR_W + 60
     # the query axis' title runs down beside the rows; on a short sentence it is longer than the rows, so it gets
     # room of its own below the chart's title (never over it) and the picture grows to hold it
@@ -93,7 +94,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     height = max(top + grid_h + bottom, cy + ytitle / 2 + 6)
     fill = colours(w, zmin, zmax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
-           f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" font-family="{escape(FONT)}" '
+           f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;min-width:{width * MIN_FONT / font:.0f}px;'
+           f'height:auto" font-family="{escape(FONT)}" '
            f'role="img" aria-label="{escape(title)}" data-zmin="{zmin:.6g}" data-zmax="{zmax:.6g}">']
     if title:
         out.append(f'<text class="title" x="0" y="18" font-size="15" font-weight="600">{escape(title)}</text>')
@@ -137,9 +139,9 @@ def _colourbar(x: float, y: float, h: float, zmin: float, zmax: float, value_nam
              'stroke="#ccc"/>']
     for frac in (0.0, 0.5, 1.0):
         value = zmax - frac * (zmax - zmin)
-        parts.append(f'<text x="{x + COLOURBAR_W + 4:.1f}" y="{y + frac * h:.1f}" font-size="11" '
+        parts.append(f'<text x="{x + COLOURBAR_W + 4:.1f}" y="{y + frac * h:.1f}" font-size="12" '
                      f'dominant-baseline="middle">{value:.3g}</text>')
-    parts.append(f'<text x="{x:.1f}" y="{y + h + 16:.1f}" font-size="11">{escape(value_name)}</text></g>')
+    parts.append(f'<text x="{x:.1f}" y="{y + h + 16:.1f}" font-size="12">{escape(value_name)}</text></g>')
     return "".join(parts)
 
 

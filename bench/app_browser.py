@@ -1,15 +1,18 @@
 """``python -m bench.app_browser``: the app's answer time in a real browser.
 
-Starts ``streamlit run app/main.py`` on a free local port with a checkpoint, opens it in Debian's
-``chromium`` driven by Playwright, and for each of ``--repeat`` different 20-word sentences types it,
-clicks Translate and times the wait until the heatmap of the new sentence is drawn (the translation is
-drawn above it, before it). Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and ``playwright``.
+Starts ``streamlit run app/serve.py`` (the page, warmed before its health check) on a free local port with a
+checkpoint, opens it in Debian's ``chromium`` driven by Playwright, and for each of ``--repeat`` different 20-word
+sentences types it, clicks Translate and times the wait until the heatmap of the new sentence is drawn (the
+translation is drawn above it, before it). Then, on a server of its own, the server process's CPU per Translate
+click and per view-control change (the heatmap's attention type), all its threads included.
+Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and ``playwright``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +70,57 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             "app_translate_s_max": max(times), "app_translate_s": times, "app_sentences": len(times),
             "app_source_words": [len(s.split()) for s in sentences], "app_reclicks": reclicks,
             "app_page_errors": errors}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, its finished threads included (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+KINDS_SHOWN = ("Encoder self-attention", "Decoder self-attention", "Cross-attention")
+
+
+def server_cpu(checkpoint: str | Path, sentences: list[str], changes: int = 6,
+               timeout_s: float = 120.0) -> dict[str, Any]:
+    """The server process's CPU seconds per Translate click (each a new sentence) and per view-control change (the
+    heatmap's attention type, cycled ``changes`` times), each counted from the click until the page has settled
+    (all of the server's work for it, its threads and Streamlit's post-run garbage collection included)."""
+    from playwright.sync_api import sync_playwright
+
+    def settle(page) -> None:
+        page.wait_for_timeout(300)
+        page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=timeout_s * 1000)
+        page.wait_for_function(IDLE_JS, polling=100, timeout=timeout_s * 1000)
+
+    clicks: list[float] = []
+    controls: list[float] = []
+    with server_process(checkpoint) as (url, proc), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
+            settle(page)
+            box = page.locator("[data-testid=stTextArea] textarea")
+            for text in sentences:
+                box.fill(text)
+                before = process_cpu_s(proc.pid)
+                page.get_by_role("button", name="Translate").click()
+                page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=text,
+                                       timeout=timeout_s * 1000)
+                settle(page)
+                clicks.append(process_cpu_s(proc.pid) - before)
+            for i in range(changes):
+                before = process_cpu_s(proc.pid)
+                page.locator("[data-testid=stButtonGroup] button", has_text=KINDS_SHOWN[i % 3]).first.click()
+                settle(page)
+                controls.append(process_cpu_s(proc.pid) - before)
+        finally:
+            browser.close()
+    return {"app_server_cpu_per_translate_s_p50": percentile(clicks, 50),
+            "app_server_cpu_per_view_control_s_p50": percentile(controls, 50),
+            "app_server_cpu_per_translate_s": clicks, "app_server_cpu_per_view_control_s": controls}
 
 
 # the floors a first visit cannot beat, timed the same way: a bare Streamlit page with a text box and one plotly
@@ -169,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
               f"max {visits['app_first_visit_warm_s_max']:.2f} s ({args.visitors - 1} visitors)")
     result = measure(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir)) if args.repeat > 0 else \
         {"app_page_errors": [], "app_sentences": 0}
-    result = {**visits, **floors, **result, "app_page_errors": visits["app_page_errors"] + result["app_page_errors"]}
+    cpu = server_cpu(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir)[:5]) if args.repeat > 0 else {}
+    if cpu:
+        print(f"Server CPU (the whole process, all threads): per Translate click p50 "
+              f"{cpu['app_server_cpu_per_translate_s_p50']:.3f} s; per view-control change (attention type) p50 "
+              f"{cpu['app_server_cpu_per_view_control_s_p50']:.3f} s")
+    result = {**visits, **floors, **result, **cpu,
+              "app_page_errors": visits["app_page_errors"] + result["app_page_errors"]}
     result["machine"] = machine_info()
     if result["app_sentences"]:
         print(f"Translate click -> translation and heatmap on screen, {result['app_sentences']} sentences of 20 "

@@ -72,8 +72,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
 @contextmanager
 def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
                      script: str | Path | None = None) -> Iterator[str]:
-    """``streamlit run app/main.py`` (or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``;
-    yields its URL."""
+    """``streamlit run app/serve.py`` (the page of ``app/main.py``, warmed before the server answers its health check,
+    as the image serves it; or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``; yields its URL."""
     with server_process(checkpoint, env, script) as (url, _):
         yield url
 
@@ -86,7 +86,7 @@ def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, sc
     file for the server's output (else discarded)."""
     port = free_port()
     full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
-    script = script or REPO_ROOT / "app" / "main.py"
+    script = script or REPO_ROOT / "app" / "serve.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]

@@ -4,9 +4,12 @@
 heatmap cells drawn as a notebook draws them (prompt, code, the cell's HTML output) in the same chromium.
 
 Starts ``streamlit run app/main.py`` on a free local port (the shipped default checkpoint, or ``--checkpoint``),
-opens a few views through Playwright with Debian's chromium (``apt-get install chromium``) at 1400 x 900 and saves
-one PNG each into ``docs/images/`` (palette-reduced with Pillow when one would exceed 250 KB, so the repository
-stays small). Each view is opened from its address, so the pictures show exactly what a shared link shows.
+opens a few views through Playwright with Debian's chromium (``apt-get install chromium``) at the three screen
+sizes the app is made for (``SIZES``: a desktop at 1600 x 1000, a laptop at 1280 x 720, a phone at 390 x 844 with
+touch) and saves one PNG per view and size into ``docs/images/`` (``app.png``, ``app-laptop.png``,
+``app-phone.png``...; palette-reduced with Pillow when one would exceed 250 KB, so the repository stays small).
+``--sizes`` picks some of the sizes. Each view is opened from its address, so the pictures show exactly what a
+shared link shows: what the first screen holds, without scrolling.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa:
 from bench.common import DEFAULT_CHECKPOINT  # noqa: E402
 
 OUT = ROOT / "docs" / "images"
-VIEWPORT = {"width": 1400, "height": 900}
+# size name -> (file name suffix, viewport, a phone: touch and a mobile browser's layout)
+SIZES = {"desktop": ("", {"width": 1600, "height": 1000}, False),
+         "laptop": ("-laptop", {"width": 1280, "height": 720}, False),
+         "phone": ("-phone", {"width": 390, "height": 844}, True)}
 MAX_BYTES = 250_000
 TEXT = "A man in a blue shirt is riding a bike down the street."
-SHOTS = {  # file name -> the page's address parameters, and where the first chart goes in the window
-    "app.png": ({"text": TEXT, "view": "Heatmap", "att": "cross", "layer": "3", "head": "2"}, "end"),
-    "all-heads.png": ({"text": TEXT, "view": "All heads", "att": "cross"}, "start"),
+SHOTS = {  # file name -> the page's address parameters, and where the first chart goes in the window (None: the
+    # first screen as it opens)
+    "app.png": ({"text": TEXT, "view": "Heatmap", "att": "cross", "layer": "3", "head": "2"}, None),
+    "all-heads.png": ({"text": TEXT, "view": "All heads", "att": "cross", "pick": "3.2"}, "start"),
     "compare.png": ({"text": TEXT, "view": "Compare models", "att": "cross", "layer": "3", "head": "2"}, "end"),
 }
 
@@ -101,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="opened first (relative to the repository root, as the picker lists it)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--only", nargs="*", choices=sorted(SHOTS) + ["notebook.png"], help="only these pictures")
+    p.add_argument("--sizes", nargs="*", choices=list(SIZES), default=list(SIZES), help="these screen sizes")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each page")
     args = p.parse_args(argv)
     from playwright.sync_api import sync_playwright
@@ -122,21 +130,26 @@ def main(argv: list[str] | None = None) -> int:
     with streamlit_server(args.checkpoint) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            for name, (query, block) in SHOTS.items():
-                if args.only and name not in args.only:
-                    continue
-                page = browser.new_page(viewport=VIEWPORT)
-                page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
-                settle(page, args.timeout)
-                page.locator(f"{CHART}, .attn-svg").first.evaluate(
-                    "(e, block) => e.scrollIntoView({block})", block)
-                time.sleep(0.5)
-                path = args.out / name
-                page.screenshot(path=str(path))
-                shrink(path)
-                print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
-                      f"{path.stat().st_size / 1000:.0f} KB")
-                page.close()
+            for size in args.sizes:
+                suffix, viewport, phone = SIZES[size]
+                context = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
+                for name, (query, block) in SHOTS.items():
+                    if args.only and name not in args.only:
+                        continue
+                    page = context.new_page()
+                    page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
+                    settle(page, args.timeout)
+                    if block:
+                        page.locator(f"{CHART}, .attn-svg").first.evaluate(
+                            "(e, block) => e.scrollIntoView({block})", block)
+                        time.sleep(0.5)
+                    path = args.out / name.replace(".png", f"{suffix}.png")
+                    page.screenshot(path=str(path))
+                    shrink(path)
+                    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                          f"{path.stat().st_size / 1000:.0f} KB")
+                    page.close()
+                context.close()
         finally:
             browser.close()
     return 0

@@ -82,7 +82,7 @@ def test_the_image_installs_the_project_with_its_constraints_and_starts_public(i
     assert image_check.read_constraints(ROOT / "constraints.txt")["torch"] == torch_pin
     assert image_check.env_before(steps)["ATTN_PUBLIC"] == "1"
     words = image_check.cmd(steps)
-    assert words[:3] == ["streamlit", "run", "app/main.py"]
+    assert words[:3] == ["streamlit", "run", "app/serve.py"]  # app/main.py's page, warmed before its health check
     moved = image_check.on_port(words, 4321)
     assert "--server.port=4321" in moved and "--server.address=127.0.0.1" in moved
     assert [w for w in moved if not w.startswith("--server.")] == [w for w in words if not w.startswith("--server.")]

@@ -50,7 +50,9 @@ def render(ctx: ViewContext) -> None:
             st.session_state[PICK] = label
 
     zrange = (0.0, max(float(attn.max()), 1e-9)) if norms else controls.colour_range(attn)
-    left, right = st.columns([1, 1]) if pick else (st.container(), None)
+    # always two columns: a click changes only the right one, so the page keeps its place (a layout that changed
+    # with the first click would rebuild the grid and scroll the page back to its top)
+    left, right = st.columns([1, 1])
     with left:
         st.plotly_chart(grid.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange,
                                        value_name="norm" if norms else "weight"),
@@ -60,9 +62,12 @@ def render(ctx: ViewContext) -> None:
             st.caption(controls.NORMS_NOTE)
         if controls.has_repeats(queries, keys):
             st.caption(controls.REPEATS)
-        pick = st.pills("Open a head large", options, key=PICK, persist_state="session")
-    if pick and right is not None:
-        layer, head = (int(x[1:]) for x in pick.split(" · "))
-        with right:
+        pick = st.pills("Open a head large", options, key=PICK, persist_state="session", wrap=True)  # never cut off
+    # sticky beside the grid (app.frame.PAGE_CSS): in view wherever the visitor clicked, not at the grid's top
+    with right.container(key="opened_head"):
+        if not pick:
+            st.info("Click a head in the grid, or pick it under the grid, to open it here.", icon=":material/apps:")
+        else:
+            layer, head = (int(x[1:]) for x in pick.split(" · "))
             controls.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
                                   attn=attn if norms else None, value_name="norm" if norms else "weight")

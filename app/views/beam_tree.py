@@ -77,7 +77,8 @@ def render(ctx: ViewContext) -> None:
                    "translation above.")
     tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
-    st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
+    with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
+        st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
     same = "the translation's score above" if ctx.tr.scoring == "gnmt" else "under GNMT's length penalty"
     st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
                f"{tree.nodes[tree.best].score:.3f} ({same}).")

@@ -51,10 +51,11 @@ def render(ctx: ViewContext) -> None:
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
     qf, kf = first_numbers(kind)
-    st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
-                                           zrange=controls.colour_range(*[w for _, w in panels]),
-                                           query_first=q0 + qf, key_first=k0 + kf),
-                    config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
+    with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
+        st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
+                                               zrange=controls.colour_range(*[w for _, w in panels]),
+                                               query_first=q0 + qf, key_first=k0 + kf),
+                        config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
     st.table(pd.DataFrame(rows).set_index("checkpoint"))  # a table wraps long translations; a data grid cuts them
     if isinstance(history, list) and history:
         fig = figures.history_figure(history, marks=[probes.snapshot_step(p) for p in snaps])

@@ -20,22 +20,24 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, control
 
 
 def render(ctx: ViewContext) -> None:
-    """Type, layer and head pickers over the big heatmap."""
-    kind, layer, head = controls.heatmap_controls(ctx.tr)
-    c1, c2 = st.columns([4, 1.3], vertical_alignment="bottom")
-    with c1:
+    """The big heatmap, its controls in a narrow column beside it (below it on a phone), so that the chart is on
+    the first screen of a laptop."""
+    chart, side = st.columns([3.4, 1], gap="medium")
+    with side:
+        kind, layer, head = controls.heatmap_controls(ctx.tr)
         measure = controls.measure_control()
-    interactive = c2.toggle("Interactive", key=INTERACTIVE, persist_state="session",
-                            help="Zoom, pan and a PNG button, with hover labels: loads the plotting library (about "
-                                 "5 MB of JavaScript), which the other views use too.")
-    if measure == "norms":
-        norms = cached.get_beyond("norms", ctx.checkpoint, ctx.device, ctx.result)[kind]
-        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
-                              as_svg=not interactive)
-        st.caption(controls.NORMS_NOTE)
-    else:
-        controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
-    hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive else
-             "Hover a cell for its query token, key token and weight; pick a row to read its values; the switch "
-             "above makes the chart interactive (zoom, pan, PNG).")
-    st.caption(f"{controls.READING[kind]} {hover}")
+        interactive = st.toggle("Interactive", key=INTERACTIVE, persist_state="session",
+                                help="Zoom, pan and a PNG button, with hover labels: loads the plotting library (about "
+                                     "5 MB of JavaScript), which the other views use too.")
+    with chart:
+        if measure == "norms":
+            norms = cached.get_beyond("norms", ctx.checkpoint, ctx.device, ctx.result)[kind]
+            controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
+                                  as_svg=not interactive)
+            st.caption(controls.NORMS_NOTE)
+        else:
+            controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
+        hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive
+                 else "Hover a cell for its query token, key token and weight; pick a row to read its values; the "
+                      "switch beside the chart makes it interactive (zoom, pan, PNG).")
+        st.caption(f"{controls.READING[kind]} {hover}")

@@ -1,0 +1,45 @@
+"""Warm the server before its first visitor: the default model loaded and the first screen's sentence analysed,
+into the same caches the page reads (``app.cached``). Called by ``app/serve.py`` when the server starts."""
+
+from __future__ import annotations
+
+import gc
+
+import transformer
+
+from . import cached, catalog, inference, state, svg
+from .inference import DecodeSettings
+
+
+def warm_up() -> None:
+    """Load the default checkpoint and analyse the first screen's sentence with the default settings, as the
+    page's first run would (a failure is left for the page to report)."""
+    from streamlit.string_util import is_emoji
+
+    import app.views  # noqa: F401  (every view module and what it imports: plotly, pandas...)
+
+    is_emoji("🔭")  # the page icon: the check loads Streamlit's table of emoji
+
+    checkpoint = catalog.default_checkpoint()
+    try:
+        device = str(transformer.resolve_device(state.DEFAULTS[state.DEVICE]))
+    except transformer.CheckpointError:
+        device = "cpu"
+    d = state.DEFAULTS
+    settings = DecodeSettings(beam_size=int(d[state.BEAM]), alpha=float(catalog.model_alpha(checkpoint)),
+                              max_len_a=float(d[state.MAX_A]), max_len_b=int(d[state.MAX_B]))
+    cached.get_checkpoint_list()  # the sidebar's list: it checks each checkpoint (and imports torch's compiler)
+    text = state.EXAMPLES[0]
+    inference.split_sentences(text)  # the sentence splitter and the language identifier load on first use
+    inference.detect_language(text)
+    try:
+        result = cached.get_analysis(checkpoint, device, text, settings, ())
+        queries, keys = result.axes("cross")
+        svg.heatmap_svg(result.attention("cross")[-1].mean(axis=0), queries, keys)  # what the first screen draws
+    except Exception:  # noqa: BLE001 (the page says what went wrong, to the visitor who asks for it)
+        pass
+    # Everything loaded so far (torch, plotly, the model...) lives as long as the server: out of the garbage
+    # collector's sight, so the full collection Streamlit runs after every script run (runner.postScriptGC) walks
+    # only what the runs made, a few ms instead of ~0.2 s of CPU per click.
+    gc.collect()
+    gc.freeze()
