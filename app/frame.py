@@ -30,14 +30,13 @@ NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 PAGE_CSS = """<style>
 [data-testid=stMainBlockContainer] {padding: 2.75rem 1.5rem 3rem 1.5rem;}
 [data-testid=stMainBlockContainer] [data-testid=stVerticalBlock] {gap: 0.75rem;}
-.st-key-page_title {display: none;}
 @media (min-width: 641px) {
+  .st-key-page_title {margin-top: -2.1rem; min-height: 1.5rem; padding-right: 3rem;}  /* in the header's band */
   [data-testid=stHeader] {background: transparent;}
   [data-testid=stColumn]:has(.st-key-opened_head) {position: sticky; top: 3rem; align-self: flex-start;}
 }
 @media (max-width: 640px) {
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
-  .st-key-page_title {display: flex;}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
   .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}

@@ -56,7 +56,7 @@ def page(req: work.Request) -> None:
         return
     frame.show_model_facts(tr, checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
-    # the page's name: on a phone only (on a wider screen the sidebar shows it, and the first screen is the chart's)
+    # the page's name, once: on a wider screen in the band of the header, above the input
     st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
                                             "translation Transformer, every attention weight visible]")
     frame.input_area(tr)
