@@ -107,7 +107,7 @@ def test_the_app_labels_each_shipped_models_length_penalty(monkeypatch):
     """The sidebar's α help and Compare models' radio, on the real checkpoints: the default's α is "chosen on val",
     the pre-norm partner's "default 0.6 (not tuned)"."""
     pytest.importorskip("streamlit")
-    from conftest import assert_clean, new_app, translate
+    from conftest import assert_clean, new_app, plain, translate
 
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
@@ -115,8 +115,10 @@ def test_the_app_labels_each_shipped_models_length_penalty(monkeypatch):
     assert_clean(at)
     assert "α 1.4, chosen on val" in at.sidebar.slider(key="alpha").help
     assert at.selectbox(key="compare_with").value == "checkpoints/multi30k-en-de-prenorm"
-    options = at.radio(key="compare_alpha").options
-    own = next(o for o in options if "its own" in o)
+    at.radio(key="compare_alpha").set_value("own")  # each model's own α is named beside the choice
+    at.run()
+    assert_clean(at)
+    own = " ".join(plain(c.value) for c in at.caption if "Each its own α" in plain(c.value))
     assert "multi30k-en-de-prenorm: α 0.6, default 0.6 (not tuned)" in own
     assert "multi30k-en-de: α 1.4, chosen on val" in own
     assert "prenorm: α 0.6, chosen" not in own
