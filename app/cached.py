@@ -189,6 +189,29 @@ def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings
     return RESULTS.get(("export", checkpoint, device, text, settings, tuple(ablated), fmt), make)
 
 
+def get_report(checkpoint: str, device: str, text: str, settings: DecodeSettings) -> bytes:
+    """The offline page of an analysis (``app.report``, about 5 MB), built when a visitor asks for it in a heavy
+    slot (it runs the model again for its masks and candidates) and kept within the byte budget like the exports."""
+    def make() -> bytes:
+        from . import report  # only when a page is asked for
+
+        key = ("analysis", checkpoint, device, text, settings, ())
+        tr = get_translator(checkpoint, device)
+
+        def build() -> bytes:
+            analysis = RESULTS.get(key, lambda: inference.analyse(tr, text, settings, ()))
+            return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=checkpoint).encode("utf-8")
+
+        return _quietly_heavy(build)
+
+    return RESULTS.get(("report", checkpoint, device, text, settings), make)
+
+
+def report_file(checkpoint: str, device: str, text: str, settings: DecodeSettings) -> Callable[[], bytes]:
+    """The ``data`` of the offline page's download button: built on the click (``get_report``)."""
+    return lambda: get_report(checkpoint, device, text, settings)
+
+
 def _quietly_heavy(make: Callable[[], Any]) -> Any:
     with work.HEAVY.slot():
         return make()

@@ -288,13 +288,16 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
     text = "A girl <b>walks</b> on the street."
     at = set_view(translate(new_app(), text), "Export")
     assert_clean(at)
-    assert len(at.get("download_button")) == 2 and not built  # the JSON and NPZ buttons; no page built yet
-    at.button(key="report_build").click()
-    at = at.run()
-    assert_clean(at)
     buttons = at.get("download_button")
-    assert len(buttons) == 3
+    assert len(buttons) == 3 and not built  # JSON, NPZ and the page: none of them built before its click
     assert buttons[-1].proto.label == "Download the page (HTML)"
+    from app import cached
+
+    key = next(k for k in cached.RESULTS._items if k[0] == "analysis" and k[3] == text)
+    before = cached.RESULTS.nbytes
+    page = cached.report_file(key[1], key[2], key[3], key[4])()  # what the button's click calls
+    assert page.decode("utf-8") == built[0] and cached.RESULTS.nbytes - before >= len(page)  # counted in the budget
+    assert cached.report_file(key[1], key[2], key[3], key[4])() is page  # kept: a second click builds nothing
     assert len(built) == 1
     data = page_json(built[0])
     assert data["summary"]["translation"] == tr.translate(text).text  # the sentence on screen

@@ -441,8 +441,8 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
 
     at = new_app({"text": "a man rides a bike.", "view": "Export"})
     assert_clean(at)
-    assert len(at.get("download_button")) == 2
-    assert not [k for k in cached.RESULTS._items if k[0] == "export"]
+    assert len(at.get("download_button")) == 3  # JSON, NPZ, the offline page
+    assert not [k for k in cached.RESULTS._items if k[0] in ("export", "report")]
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
     result = cached.RESULTS._items[key][0]
     before = cached.RESULTS.nbytes

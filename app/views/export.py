@@ -48,10 +48,8 @@ def offline_page(ctx: ViewContext) -> None:
         st.caption("This translation as one HTML file that opens in any browser with no server and no network: the "
                    "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
                    "masks and the positional encoding (about 5 MB, most of it the plotting library).")
-        if st.button("Build the page", key="report_build", icon=":material/description:"):
-            from .. import report
-
-            with st.spinner("Building the page…"):
-                page = report.build_page(ctx.result, ctx.tr, report.DEFAULT_VIEWS, model=ctx.checkpoint)
-            st.download_button("Download the page (HTML)", page.encode("utf-8"), file_name="attention.html",
-                               mime="text/html", key="download_report", icon=":material/download:", on_click="ignore")
+        # data as a callable: the page is made on the click, in a heavy slot, and kept in the budgeted cache
+        st.download_button("Download the page (HTML)", cached.report_file(ctx.checkpoint, ctx.device, ctx.result.text,
+                                                                         ctx.result.settings),
+                           file_name="attention.html", mime="text/html", key="download_report",
+                           icon=":material/description:", on_click="ignore")
