@@ -173,7 +173,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
 
     at = set_view(at, "Export")
     assert_clean(at)
-    assert len(at.get("download_button")) == 2
+    assert len(at.get("download_button")) == 3  # JSON, NPZ and the offline page, each built on its click
     assert any("text=" in c.value for c in at.code)
 
 
