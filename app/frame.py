@@ -12,7 +12,7 @@ import torch
 import transformer
 from transformer import Translator
 
-from . import cached, catalog, inference, state, work
+from . import cached, card, catalog, inference, state, work
 from .controls import choose, md_escape
 from .inference import Analysis
 
@@ -158,15 +158,15 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
     """Sizes, parameters and the scores of the model card, in the sidebar (where it was loaded from: in public mode
     the model's short name, never the server's path)."""
     with st.sidebar:
-        facts = catalog.model_facts(tr)
+        facts = card.model_facts(tr)
         st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
-        scores = catalog.model_scores(tr)
+        scores = card.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")
             st.markdown(markdown_table(("score", "value"), [(k, number(k, v)) for k, v in scores.items()]))
         meta = tr.metadata or {}
         with st.expander("Training details"):
-            for caption, text in catalog.training_recipe(meta):  # how the shipped weights were really made
+            for caption, text in card.training_recipe(meta):  # how the shipped weights were really made
                 st.caption(md_escape(caption))
                 st.text(text)
             history = meta.get("history")

@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, catalog, controls, frame, inference, languages, selector, state, work
+from app import cached, card, catalog, controls, frame, inference, languages, selector, state, work
 from app.controls import md_escape
 from app.views import GROUPS, VIEWS
 
@@ -76,11 +76,11 @@ def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
     then the address."""
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
     name = selector.view_selector(VIEWS, GROUPS, row)
-    card = catalog.model_card(tr)
-    if card and row.toggle("Model card", key=state.SHOW_CARD,
+    readme = card.model_card(tr)
+    if readme and row.toggle("Model card", key=state.SHOW_CARD,
                            help="Show the model card: how it was trained, its scores, its limits."):
         with st.container(border=True, height=420):
-            st.markdown(card)  # the checkpoint's own README: Markdown, never raw HTML
+            st.markdown(readme)  # the checkpoint's own README: Markdown, never raw HTML
     if result is not None:
         frame.show_translation(tr, result)
     view = VIEWS[name]

@@ -239,13 +239,18 @@ def test_chunking_the_queries_changes_nothing():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", LAYOUTS)
-def test_no_cross_attention_output_means_no_source(name):
-    model = model_of(name, seed=4)
+def without_output(model, attn: str):
+    """``model`` with every decoder layer's ``attn`` output projection (weight and bias) set to zero."""
     with torch.no_grad():
         for layer in model.decoder_layers:
-            layer.cross_attn.out_proj.weight.zero_()
-            layer.cross_attn.out_proj.bias.zero_()
+            getattr(layer, attn).out_proj.weight.zero_()
+            getattr(layer, attn).out_proj.bias.zero_()
+    return model
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_no_cross_attention_output_means_no_source(name):
+    model = without_output(model_of(name, seed=4), "cross_attn")
     src, tgt = batch(model.config)
     got = contributions(model, src, tgt)
     assert (got.source_share == 0).all() and (got.source == 0).all()
@@ -254,11 +259,7 @@ def test_no_cross_attention_output_means_no_source(name):
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_no_decoder_self_attention_output_keeps_the_target_part_on_the_own_position(name):
-    model = model_of(name, seed=5)
-    with torch.no_grad():
-        for layer in model.decoder_layers:
-            layer.self_attn.out_proj.weight.zero_()
-            layer.self_attn.out_proj.bias.zero_()
+    model = without_output(model_of(name, seed=5), "self_attn")
     src, tgt = batch(model.config)
     got = contributions(model, src, tgt)
     diagonal = got.target.diagonal(dim1=-2, dim2=-1)  # (B, T)

@@ -49,7 +49,7 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
     """Every command run, the last one shown (a run resumed with a raised --max-steps), the averaging and the decoding
     chosen on val; the same final weights as Training evolution names them."""
     import transformer
-    from app import catalog
+    from app import card
 
     base = "python -m transformer.train --run-dir runs/pn --max-steps {} --epochs {}"
     meta = {"language_pair": "en-de", "steps": 14340, "training_command": base.format(8000, 80),
@@ -67,8 +67,8 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
     assert "3 runs" in captions and "up to step 14340" in captions
     assert "the mean of 3 checkpoints, steps 13936 to 14340" in texts
     assert "beam 5, length penalty α 1.4, chosen on val" in texts
-    assert catalog.final_label(meta) == "final (mean of steps 13936–14340)"  # Training evolution's panel name
-    assert catalog.final_label({"steps": 500}) == "final (step 500)"
+    assert card.final_label(meta) == "final (mean of steps 13936–14340)"  # Training evolution's panel name
+    assert card.final_label({"steps": 500}) == "final (step 500)"
 
 
 def test_the_unk_notice_names_the_characters_and_blames_no_emoji_for_markup(app_env, tr):

@@ -11,7 +11,7 @@ import torch
 from conftest import tiny_model
 
 import transformer
-from app import analysis, catalog, figures, grid, inference, probes
+from app import analysis, card, catalog, figures, grid, inference, probes
 from app.inference import DecodeSettings
 
 torch.set_num_threads(1)
@@ -352,9 +352,9 @@ def test_model_card_without_front_matter(tr, tmp_path):
     ckpt = tmp_path / "card"
     transformer.save_checkpoint(ckpt, tr.model, tr.tokenizer, {})
     local = catalog.load_translator(str(ckpt), "cpu")
-    assert catalog.model_card(local) is None
+    assert card.model_card(local) is None
     (ckpt / "README.md").write_text("---\nlicense: mit\n---\n# Card\n\nBLEU 12.3\n", encoding="utf-8")
-    assert catalog.model_card(local) == "# Card\n\nBLEU 12.3"
+    assert card.model_card(local) == "# Card\n\nBLEU 12.3"
 
 
 def test_load_errors_are_checkpoint_errors(tmp_path):

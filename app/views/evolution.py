@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, catalog, controls, figures, probes, work
+from .. import cached, card, controls, figures, probes, work
 from ..analysis import first_numbers
 from ..state import ViewContext
 
@@ -43,7 +43,7 @@ def render(ctx: ViewContext) -> None:
         step = probes.snapshot_step(path)
         panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
         rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
-    final_name = catalog.final_label(tr.metadata)  # as the sidebar's training details say
+    final_name = card.final_label(tr.metadata)  # as the sidebar's training details say
     panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)

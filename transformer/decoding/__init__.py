@@ -4,6 +4,7 @@ cache.
     search.py             ``DecodeSettings``, the length rule, greedy search and the one beam search with its two
                           scoring rules (GNMT / fairseq and Hugging Face transformers)
     beam_transformers.py  ``beam_search_transformers``: that beam search under transformers' rules (Marian / OPUS-MT)
+    tree.py               ``BeamTree``: the record of every hypothesis a beam search expanded (the Beam tree view)
 
 The names below are the public entry point (``from transformer.decoding import DecodeSettings``).
 """

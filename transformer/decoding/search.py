@@ -36,6 +36,7 @@ from torch import Tensor
 
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
+from .tree import BeamNode, BeamTree, record_limit, record_step
 
 SCORINGS = ("gnmt", "transformers")
 DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoints that name none
@@ -68,39 +69,6 @@ class DecodeSettings:
     def max_output_length(self, model: Transformer, src_len: int | Tensor) -> int | Tensor:
         """:func:`max_output_length` under these settings."""
         return max_output_length(model, src_len, self.max_len_a, self.max_len_b)
-
-
-@dataclass
-class BeamNode:
-    """One expanded hypothesis: ``token`` appended to ``parent`` (node ids; the root, BOS, is node 0 with parent
-    -1). ``logprob``: cumulative log-probability; ``score``: ``logprob / lp(length)`` for finished ones, else
-    None. ``status``: ``"kept"`` (a live beam of the next step), ``"pruned"``, ``"finished"`` (ended in EOS and
-    entered the finished list) or ``"finished at the length limit"``."""
-
-    id: int
-    parent: int
-    step: int
-    token: int
-    logprob: float
-    status: str
-    score: float | None = None
-
-
-@dataclass
-class BeamTree:
-    """Every hypothesis a beam search expanded for one sentence (the top 2K candidates of each step), and the
-    id of the node it returned (a leaf whose ``score`` is the returned score)."""
-
-    nodes: list[BeamNode]
-    best: int
-
-    def path(self, node: int) -> list[int]:
-        """Token ids from the root to ``node`` (BOS excluded)."""
-        out = []
-        while node > 0:
-            out.append(self.nodes[node].token)
-            node = self.nodes[node].parent
-        return out[::-1]
 
 
 @dataclass
@@ -368,7 +336,7 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
         live_scores = top_scores.masked_fill(is_eos, float("-inf"))
         live, order = live_scores.topk(k, dim=1)  # (B, K)
         if record_tree:
-            beam_node, fin_nodes = _record_step(trees, active.tolist(), beam_node, fin_nodes, step, top_beam, top_tok,
+            beam_node, fin_nodes = record_step(trees, active.tolist(), beam_node, fin_nodes, step, top_beam, top_tok,
                                                 top_scores, accept, eos_scores, keep, order, live, done, k)
         src_beam = beams.advance(top_beam, top_tok, order)
 
@@ -385,7 +353,7 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
             fin_tokens[at_limit, 0, : seqs.size(1)] = seqs[at_limit]
             fin_scores[at_limit, 0] = live_norm[rows, best][at_limit]
             if record_tree:
-                _record_limit(trees, active.tolist(), beam_node, fin_nodes, at_limit, best, live_norm)
+                record_limit(trees, active.tolist(), beam_node, fin_nodes, at_limit, best, live_norm)
         done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound) | (step >= limits)
         if done.all():
             break
@@ -420,7 +388,7 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
         fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
         fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
         if record_tree:
-            _record_limit(trees, active.tolist(), beam_node, fin_nodes, no_fin, best, live_norm)
+            record_limit(trees, active.tolist(), beam_node, fin_nodes, no_fin, best, live_norm)
     best_tokens[active] = fin_tokens[:, 0]
     best_scores[active] = fin_scores[:, 0]
     if record_tree:
@@ -479,47 +447,3 @@ def _finish_transformers(model: Transformer, beams: _Beams, alpha: float) -> Hyp
 
     lengths = (fin_tokens[:, 0] != cfg.pad_id).sum(dim=1)
     return Hypotheses(fin_tokens[:, 0, : max(int(lengths.max()), 1)], fin_scores[:, 0])
-
-
-def _record_step(trees: list[list[BeamNode]], active: list[int], beam_node: list[list[int]],
-                 fin_nodes: list[list[int]], step: int, top_beam: Tensor, top_tok: Tensor, top_scores: Tensor,
-                 accept: Tensor, eos_scores: Tensor, keep: Tensor, order: Tensor, live: Tensor, done: Tensor,
-                 k: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Add this step's 2K candidates of every unfinished sentence to its tree; returns the node ids of the new
-    live beams and of the finished list (which ``keep`` reordered)."""
-    beams, toks, scores = top_beam.tolist(), top_tok.tolist(), top_scores.tolist()
-    accepted, eos, kept_rows, order_l = accept.tolist(), eos_scores.tolist(), keep.tolist(), order.tolist()
-    live_l, done_l = live.tolist(), done.tolist()
-    new_beams, new_fin = [], []
-    for row, original in enumerate(active):
-        nodes = trees[original]
-        ids = []
-        for c in range(2 * k):
-            if done_l[row] or scores[row][c] == float("-inf"):
-                ids.append(-1)
-                continue
-            status = "finished" if accepted[row][c] else "pruned"
-            nodes.append(BeamNode(len(nodes), beam_node[row][beams[row][c]], step, toks[row][c], scores[row][c],
-                                  status, eos[row][c] if accepted[row][c] else None))
-            ids.append(len(nodes) - 1)
-        candidates = fin_nodes[row] + ids  # the order of torch.cat([fin_scores, eos_scores])
-        new_fin.append([candidates[i] for i in kept_rows[row]])
-        next_beams = []
-        for j in range(k):
-            node = ids[order_l[row][j]]
-            if node >= 0 and live_l[row][j] > float("-inf"):
-                nodes[node].status = "kept"
-            next_beams.append(node)
-        new_beams.append(next_beams)
-    return new_beams, new_fin
-
-
-def _record_limit(trees: list[list[BeamNode]], active: list[int], beam_node: list[list[int]],
-                  fin_nodes: list[list[int]], rows: Tensor, best: Tensor, live_norm: Tensor) -> None:
-    """Sentences at their length limit without an ending return their best live beam: mark it."""
-    for row in rows.nonzero().squeeze(1).tolist():
-        node = beam_node[row][int(best[row])]
-        if node >= 0:
-            entry = trees[active[row]][node]
-            entry.status, entry.score = "finished at the length limit", float(live_norm[row, best[row]])
-            fin_nodes[row][0] = node
