@@ -282,8 +282,7 @@ def _parse_span(text: str) -> tuple[int, int] | None:
 def window_params(key: str) -> tuple[Param, Param]:
     """The address parameters of a long sentence's window in the chart ``key``: rows ``qw=1-60`` and columns
     ``kw=1-60`` (positions counted from 1, both ends included)."""
-    return tuple(Param(name, f"{key}_{axis}", _parse_span, (1, WINDOW), lambda v: f"{v[0]}-{v[1]}")
-                 for name, axis in (("qw", "qwin"), ("kw", "kwin")))
+    return tuple(span_param(name, f"{key}_{axis}") for name, axis in (("qw", "qwin"), ("kw", "kwin")))
 
 
 def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
@@ -298,21 +297,32 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
     bounds = []
     for column, label, n, param in zip(st.columns(2), ("Query rows", "Key columns"), (n_queries, n_keys),
                                          window_params(key)):
-        if n <= WINDOW:
-            keep_if(param.key, False)
-            bounds += [0, n]
-            continue
-        span = st.session_state.get(param.key)
-        keep_if(param.key, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n)
-        st.session_state.get(FROM_LINK, {}).pop(param.key, None)
-        st.session_state.setdefault(param.key, (1, WINDOW))
-        first, last = column.slider(label, 1, n, key=param.key, persist_state="session")
-        if last - first + 1 > MOST:
-            last = first + MOST - 1
-            column.caption(f"Showing {first}–{last}: at most {MOST} at a time.")
-        bounds += [first - 1, last]
+        bounds += span_slider(column, label, n, param)
     q0, q1, k0, k1 = bounds
     return q0, q1, k0, k1
+
+
+def span_param(name: str, key: str) -> Param:
+    """The address parameter of one window slider (``name=1-60``, positions from 1, both ends included)."""
+    return Param(name, key, _parse_span, (1, WINDOW), lambda v: f"{v[0]}-{v[1]}")
+
+
+def span_slider(container: Any, label: str, n: int, param: Param) -> tuple[int, int]:
+    """Slice bounds of one axis of ``n`` positions: all of it when ``n <= WINDOW``, else the window a range slider
+    under ``param`` chooses (at first ``WINDOW`` positions, at the most ``MOST``: what the browser must draw stays
+    bounded)."""
+    if n <= WINDOW:
+        keep_if(param.key, False)
+        return 0, n
+    span = st.session_state.get(param.key)
+    keep_if(param.key, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n)
+    st.session_state.get(FROM_LINK, {}).pop(param.key, None)
+    st.session_state.setdefault(param.key, (1, WINDOW))
+    first, last = container.slider(label, 1, n, key=param.key, persist_state="session")
+    if last - first + 1 > MOST:
+        last = first + MOST - 1
+        container.caption(f"Showing {first}–{last}: at most {MOST} at a time.")
+    return first - 1, last
 
 
 def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,

@@ -56,7 +56,7 @@ def same(a: object, b: object) -> bool:
 
 
 def change_for(view: str, key: str) -> object:
-    if key.endswith(("_qwin", "_kwin")):
+    if key.endswith(("_qwin", "_kwin", "_swin")):
         return WINDOW_CHANGE
     assert key in CHANGES, f"{view}: no other value known for the control {key!r}: add one to CHANGES"
     return CHANGES[key]
@@ -67,11 +67,15 @@ def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_e
     walk_controls(view, TEXT)
 
 
-@pytest.mark.parametrize("view", ["Heatmap", "All heads", "Head table"])
+@pytest.mark.parametrize("view", ["Heatmap", "All heads", "Head table", "What drives each word", "Beam tree"])
 def test_a_long_sentences_window_is_in_the_address_too(app_env, view):
-    """A long sentence adds two window sliders to each large chart; they are walked like every other control."""
+    """A long sentence adds window sliders to each large chart (rows and columns; the beam tree's output steps);
+    they are walked like every other control."""
     keys = walk_controls(view, " ".join(["a man rides a red bike in the park"] * 10))
-    assert any(k.endswith("_qwin") for k in keys) and any(k.endswith("_kwin") for k in keys), keys
+    if view == "Beam tree":
+        assert any(k.endswith("_swin") for k in keys), keys
+    else:
+        assert any(k.endswith("_qwin") for k in keys) and any(k.endswith("_kwin") for k in keys), keys
 
 
 def walk_controls(view: str, text: str) -> set[str]:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cached, figures
+from .. import cached, controls, figures
 from ..state import ViewContext
 
-PARAMS = ()  # no choices of its own
+STEPS = controls.span_param("steps", "beam_tree_swin")  # a long search: the output steps drawn (steps=1-60)
+PARAMS = (STEPS,)
 
 COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
 
 
-def tree_figure(tree, pieces) -> go.Figure:
+def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure:
     """Nodes by step (x) and by cumulative log-probability order within the step (y); edges to parents; the
-    returned hypothesis in red."""
+    returned hypothesis in red. ``steps``: draw only the nodes of steps ``first <= step <= last`` (and the edges
+    into them)."""
+    first, last = steps or (0, max(n.step for n in tree.nodes))
+    shown = [n for n in tree.nodes if first <= n.step <= last]
     nodes = tree.nodes
     best_path = set()
     node = tree.best
@@ -31,7 +35,9 @@ def tree_figure(tree, pieces) -> go.Figure:
             y[n.id] = rank
     fig = go.Figure()
     ex, ey, bx, by = [], [], [], []
-    for n in nodes[1:]:
+    for n in shown:
+        if n.parent < 0 or nodes[n.parent].step < first:
+            continue
         xs, ys = (ex, ey) if not (n.id in best_path and n.parent in best_path) else (bx, by)
         xs += [nodes[n.parent].step, n.step, None]
         ys += [y[n.parent], y[n.id], None]
@@ -40,7 +46,7 @@ def tree_figure(tree, pieces) -> go.Figure:
     fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", line=dict(color="#d62728", width=3), hoverinfo="skip",
                              name="returned translation"))
     for status, colour in COLOURS.items():
-        group = [n for n in nodes if n.status == status]
+        group = [n for n in shown if n.status == status]
         if not group:
             continue
         fig.add_trace(go.Scatter(
@@ -77,8 +83,11 @@ def render(ctx: ViewContext) -> None:
                    "translation above.")
     tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
+    n_steps = max(n.step for n in tree.nodes)  # the start node is step 0, the first output step 1
+    s0, s1 = controls.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps
     with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
-        st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
+        st.plotly_chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), config=figures.plotly_config("beam-tree"),
+                        key="beam_tree_chart")
     same = "the translation's score above" if ctx.tr.scoring == "gnmt" else "under GNMT's length penalty"
     st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
                f"{tree.nodes[tree.best].score:.3f} ({same}).")
