@@ -6,6 +6,8 @@ A :class:`Param` ties a URL name to a session-state key: ``parse`` turns the lin
 not understood), ``dump`` turns the value back into text, and the value equal to ``default`` is left out of the
 address. A parameter that is more than one key's value (the frame's search, model, text) says so with ``adopt``
 (how a parsed value enters the state, or why it may not) and ``write`` (its text, read from the state).
+:func:`adopt` (a link into the state) and :func:`address` (the state into a link) are the one loop each way over
+the frame's parameters, then the shown view's.
 """
 
 from __future__ import annotations
