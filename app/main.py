@@ -52,7 +52,7 @@ def page(req: work.Request) -> None:
     # a notice or the input brings)
     st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
                                             "translation Transformer, every attention weight visible]")
-    state.start_run(list(VIEWS))
+    state.start_run()
     checkpoint, device = frame.sidebar()
     state.show_ignored()
     tr = frame.load_model(checkpoint, device)

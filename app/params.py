@@ -1,18 +1,22 @@
-"""Address parameters: a tiny registry. The frame (:mod:`app.state`) declares its own; each view declares its
-``PARAMS`` beside its ``render`` and :mod:`app.views` registers them here, so the address of a view holds exactly
-that view's choices, and ``app.state`` never imports the views.
+"""Address parameters: a tiny registry. The frame (:mod:`app.state`) declares its own (``register_frame``); each
+view declares its ``PARAMS`` beside its ``render`` and :mod:`app.views` registers them here, so the address of a view
+holds exactly that view's choices, and ``app.state`` never imports the views.
 
 A :class:`Param` ties a URL name to a session-state key: ``parse`` turns the link's text into a value (None:
 not understood), ``dump`` turns the value back into text, and the value equal to ``default`` is left out of the
-address.
+address. A parameter that is more than one key's value (the frame's search, model, text) says so with ``adopt``
+(how a parsed value enters the state, or why it may not) and ``write`` (its text, read from the state).
+:func:`adopt` (a link into the state) and :func:`address` (the state into a link) are the one loop each way over
+the frame's parameters, then the shown view's.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
@@ -22,13 +26,18 @@ FROM_LINK = "_from_link"  # {state key: URL name} of the values the last adopted
 @dataclass(frozen=True)
 class Param:
     """One address parameter: URL ``name``, session-state ``key``, ``parse`` (text -> value or None), ``default``
-    (left out of the address) and ``dump`` (value -> text)."""
+    (left out of the address) and ``dump`` (value -> text). Optional: ``adopt(value, state)`` puts a parsed value into
+    the state itself and returns why it refused it (None: taken), ``write(state)`` gives the address's text itself
+    (None: left out), and ``clears`` names the keys a link without this parameter resets (None: ``key`` alone)."""
 
     name: str
     key: str
     parse: Callable[[str], object]
     default: object = None
     dump: Callable[[object], str] = str
+    adopt: Callable[[Any, MutableMapping[str, Any]], str | None] | None = None
+    write: Callable[[Mapping[str, Any]], str | None] | None = None
+    clears: tuple[str, ...] | None = None
 
     def text(self, value: object) -> str | None:
         """The value as the address shows it, or None when it is the default (or unset)."""
@@ -36,15 +45,59 @@ class Param:
             return None
         return self.dump(value)
 
+    def take(self, text: str, state: MutableMapping[str, Any]) -> str | None:
+        """Adopt a link's ``text`` into ``state``: None when taken, else why not ("": not understood)."""
+        value = self.parse(text)
+        if value is None:
+            return ""
+        if self.adopt is not None:
+            return self.adopt(value, state)
+        state[self.key] = value
+        return None
 
+    def address(self, state: Mapping[str, Any]) -> str | None:
+        """This parameter's text in the address of ``state`` (None: left out)."""
+        return self.write(state) if self.write is not None else self.text(state.get(self.key))
+
+    @property
+    def cleared(self) -> tuple[str, ...]:
+        """The keys a newly adopted link resets before it sets its own values."""
+        return (self.key,) if self.clears is None else self.clears
+
+
+_FRAME: list[Param] = []
 _VIEWS: dict[str, tuple[Param, ...]] = {}
+
+
+def _check(params: tuple[Param, ...], others: list[Param], owner: str) -> None:
+    """A parameter's name is one address's word and its key one value: never twice, never the frame's and a view's."""
+    names = [p.name for p in params]
+    assert len(names) == len(set(names)), f"{owner}: a parameter name twice"
+    clash = set(names) & {p.name for p in others} | {p.key for p in params} & {p.key for p in others}
+    assert not clash, f"{owner}: named like another's parameter (or its key): {clash}"
+
+
+def register_frame(params: tuple[Param, ...]) -> None:
+    """Declare the frame's address parameters (text, model, decoding, sentence, view), in the address's order; they
+    come before the shown view's own in every address."""
+    _check(tuple(params), all_params(), "the frame")
+    _FRAME[:] = params
 
 
 def register(view: str, params: tuple[Param, ...]) -> None:
     """Declare the address parameters of ``view`` (its module's ``PARAMS``)."""
-    names = [p.name for p in params]
-    assert len(names) == len(set(names)), f"{view}: a parameter name twice"
+    _check(tuple(params), _FRAME, view)
     _VIEWS[view] = tuple(params)
+
+
+def frame() -> tuple[Param, ...]:
+    """The frame's parameters, in the address's order."""
+    return tuple(_FRAME)
+
+
+def is_view(view: str) -> bool:
+    """Whether ``view`` is a registered view's name."""
+    return view in _VIEWS
 
 
 def of_view(view: str) -> tuple[Param, ...]:
@@ -55,6 +108,47 @@ def of_view(view: str) -> tuple[Param, ...]:
 def all_params() -> list[Param]:
     """Every view's parameters, each key once."""
     return list({p.key: p for params in _VIEWS.values() for p in params}.values())
+
+
+def adopt(query: Mapping[str, str], state: MutableMapping[str, Any], view: Callable[[], str]) -> list[tuple[str, str]]:
+    """Adopt a link's ``query`` into ``state``: every registered parameter's keys reset, then the frame's parameters
+    taken, then those of the view that ``view()`` names once the frame's are in. Returns what was ignored: (name, why
+    or ""), a name no parameter of the frame or of that view has among them; what was taken is kept in
+    ``FROM_LINK`` so that a control which drops it later can say so (:func:`link_value_dropped`)."""
+    for param in (*_FRAME, *all_params()):
+        for key in param.cleared:
+            state.pop(key, None)
+    ignored: list[tuple[str, str]] = []
+    from_link: dict[str, str] = {}
+
+    def take(param: Param) -> None:
+        why = param.take(query[param.name], state)
+        if why is None:
+            from_link[param.key] = param.name
+        else:
+            ignored.append((param.name, why))
+
+    frame_names = {p.name for p in _FRAME}
+    for param in _FRAME:
+        if param.name in query:
+            take(param)
+    shown = view()
+    own = {p.name: p for p in of_view(shown)}
+    elsewhere = {p.name for p in all_params()}
+    for name in query:
+        if name in own:
+            take(own[name])
+        elif name not in frame_names:
+            ignored.append((name, f"not used by the {shown} view" if name in elsewhere else ""))
+    state[FROM_LINK] = from_link
+    return ignored
+
+
+def address(state: Mapping[str, Any], view: str) -> dict[str, str]:
+    """The address of ``state`` with ``view`` shown: the frame's parameters, then the view's own, in their declared
+    order, each where it has something to say."""
+    texts = ((p.name, p.address(state)) for p in (*_FRAME, *of_view(view)))
+    return {name: text for name, text in texts if text is not None}
 
 
 def link_value_dropped(key: str, why: str = "it does not fit this model or sentence") -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import ChainMap
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -60,8 +63,6 @@ DEFAULT_VIEW = "Heatmap"
 _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
                                MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
-FRAME_KEYS = (SEARCH, BEAM, ALPHA, MAX_A, MAX_B, VIEW, VIEW_GROUP, SENTENCE, SRC_LANG, TGT_LANG)  # set or default
-FRAME_NAMES = ("text", "model", "beam", "alpha", "a", "b", "view", "s", "src", "tgt")
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # Unicode's Bidi_Control characters
@@ -155,118 +156,97 @@ def adopt_model_decoding() -> None:
     st.session_state[ALPHA] = model_alpha(st.session_state.get(CHECKPOINT, ""))
 
 
-def settings_from_state() -> DecodeSettings:
-    """Decoding settings from the sidebar widgets (or their defaults)."""
-    ss = st.session_state
+def settings_from_state(ss: Mapping[str, Any] | None = None) -> DecodeSettings:
+    """Decoding settings from the sidebar widgets (or their defaults), of ``ss`` (default: the session's state)."""
+    ss = st.session_state if ss is None else ss
     greedy = ss.get(SEARCH, DEFAULTS[SEARCH]) == "Greedy"
     return DecodeSettings(beam_size=1 if greedy else int(ss.get(BEAM, DEFAULTS[BEAM])),
                           alpha=float(ss.get(ALPHA, DEFAULTS[ALPHA])), max_len_a=float(ss.get(MAX_A, DEFAULTS[MAX_A])),
                           max_len_b=int(ss.get(MAX_B, DEFAULTS[MAX_B])),
-                          src_lang=ss.get("src_lang"), tgt_lang=ss.get("tgt_lang"))  # app.languages' pickers
+                          src_lang=ss.get(SRC_LANG), tgt_lang=ss.get(TGT_LANG))  # app.languages' pickers
 
 
-def submitted() -> Submitted | None:
+def submitted(ss: Mapping[str, Any] | None = None) -> Submitted | None:
     """What the page shows: the text in the box with the sidebar's settings, as they are now (None: empty box)."""
-    text = st.session_state.get(SOURCE_TEXT, "")
-    return Submitted(text, settings_from_state()) if text.strip() else None
+    ss = st.session_state if ss is None else ss
+    text = ss.get(SOURCE_TEXT, "")
+    return Submitted(text, settings_from_state(ss)) if text.strip() else None
+
+
+# ------------------------------------------------------------------------------------------------ the frame's address
+
+
+def _with_text(text: Callable[[Submitted], str | None]) -> Callable[[Mapping[str, Any]], str | None]:
+    """A frame parameter the address writes only with a text in the box (the settings of its translation)."""
+    return lambda ss: (text(sub) or None) if (sub := submitted(ss)) else None
+
+
+def _search(beam: int, ss: MutableMapping[str, Any]) -> None:
+    """``beam=1`` is greedy search; more is beam search of that size."""
+    ss[SEARCH] = "Greedy" if beam == 1 else "Beam search"
+    if beam > 1:
+        ss[BEAM] = beam
+
+
+def _model_name(text: str) -> str | None:
+    model = clean_text(text).strip()
+    return model if 0 < len(model) <= 300 else None
+
+
+def _open_model(model: str, ss: MutableMapping[str, Any]) -> str | None:
+    """A link's model, if this server offers it (else why not)."""
+    if not model_allowed(model):
+        return "not offered on this server; the default opens instead"
+    ss[CHECKPOINT] = model
+    return None
+
+
+def _lang_code(text: str) -> str | None:
+    return text.strip() if _LANG_CODE.fullmatch(text.strip()) else None
+
+
+# In the address's order. A link without text or model keeps the session's (``clears=()``); its view is
+# checked against the registered views; the model against what this server offers.
+P.register_frame((
+    P.Param("text", SOURCE_TEXT, take_text, write=_with_text(lambda sub: sub.text), clears=()),
+    P.Param("beam", BEAM, P.int_in(1, 16), adopt=_search, write=_with_text(lambda sub: str(sub.settings.beam_size)),
+            clears=(SEARCH, BEAM)),
+    P.Param("alpha", ALPHA, P.float_in(*ALPHA_RANGE, digits=1),
+            write=_with_text(lambda sub: f"{sub.settings.alpha:g}")),
+    P.Param("a", MAX_A, P.float_in(0, 4, 1), write=_with_text(lambda sub: f"{sub.settings.max_len_a:g}")),
+    P.Param("b", MAX_B, P.int_in(0, 200), write=_with_text(lambda sub: str(sub.settings.max_len_b))),
+    P.Param("src", SRC_LANG, _lang_code, write=_with_text(lambda sub: sub.settings.src_lang)),
+    P.Param("tgt", TGT_LANG, _lang_code, write=_with_text(lambda sub: sub.settings.tgt_lang)),
+    P.Param("model", CHECKPOINT, _model_name, adopt=_open_model, clears=(),
+            write=lambda ss: m if (m := ss.get(CHECKPOINT)) and m != default_checkpoint() else None),
+    P.Param("s", SENTENCE, P.int_in(1, 200), default=1),
+    P.Param("view", VIEW, lambda name: name if P.is_view(name) else None, clears=(VIEW, VIEW_GROUP)),
+))
 
 
 # ------------------------------------------------------------------------------------------------ URL -> state
 
 
-def adopt_url(query: dict[str, str], views: list[str]) -> list[tuple[str, str]]:
-    """Set the session state from a link's query parameters; returns what was ignored: (the link's parameter name,
-    why in the page's own words, or "") pairs, shown by :func:`show_ignored` as text, never as Markdown.
+def adopt_url(query: dict[str, str]) -> list[tuple[str, str]]:
+    """Set the session state from a link's query parameters (:func:`app.params.adopt`: the frame's, then the link's
+    view's own); returns what was ignored: (the link's parameter name, why in the page's own words, or "") pairs,
+    shown by :func:`show_ignored` as text, never as Markdown.
 
     Every value is checked (type, range, known names); a bad one is ignored and its key keeps its default. A
     parameter the link's view does not use is ignored too. Values that depend on the model (layer and head
-    numbers, the model to compare with) are checked again by the view, which says when it drops one.
+    numbers, the model to compare with) are checked again where they are used, which says when it drops one.
     """
     ss = st.session_state
-    for key in (*FRAME_KEYS, *(p.key for p in P.all_params())):
-        ss.pop(key, None)
-    ignored: list[tuple[str, str]] = []
-    view = query.get("view", DEFAULT_VIEW)
-    if view not in views:
-        ignored.append(("view", ""))
-        view = DEFAULT_VIEW
-    ss[VIEW] = view
-    if "text" in query:
-        ss[SOURCE_TEXT] = take_text(query["text"])
-    beam = P.int_in(1, 16)(query.get("beam", ""))
-    if beam is not None:
-        ss[SEARCH] = "Greedy" if beam == 1 else "Beam search"
-        if beam > 1:
-            ss[BEAM] = beam
-    for key, name, parse in ((ALPHA, "alpha", P.float_in(*ALPHA_RANGE, digits=1)), (MAX_A, "a", P.float_in(0, 4, 1)),
-                             (MAX_B, "b", P.int_in(0, 200)), (SENTENCE, "s", P.int_in(1, 200))):
-        value = parse(query.get(name, ""))
-        if value is not None:
-            ss[key] = value
-        elif name in query:
-            ignored.append((name, ""))
-    if "beam" in query and beam is None:
-        ignored.append(("beam", ""))
-    if "model" in query:
-        model = clean_text(query["model"]).strip()
-        if not (0 < len(model) <= 300):
-            ignored.append(("model", ""))
-        elif not model_allowed(model):
-            ignored.append(("model", "not offered on this server; the default opens instead"))
-        else:
-            ss[CHECKPOINT] = model
-    from_link: dict[str, str] = {}
-    for key, name in ((SRC_LANG, "src"), (TGT_LANG, "tgt")):
-        if name in query:
-            if _LANG_CODE.fullmatch(query[name].strip()):
-                ss[key] = query[name].strip()
-                from_link[key] = name
-            else:
-                ignored.append((name, ""))
-    own = {p.name: p for p in P.of_view(view)}
-    elsewhere = {p.name for p in P.all_params()}
-    for name, raw in query.items():
-        if name in FRAME_NAMES:
-            continue
-        param = own.get(name)
-        if param is None:
-            ignored.append((name, f"not used by the {view} view" if name in elsewhere else ""))
-            continue
-        value = param.parse(raw)
-        if value is None:
-            ignored.append((name, ""))
-        else:
-            ss[param.key] = value
-            from_link[param.key] = name
-    ss[P.FROM_LINK] = from_link
-    ss.setdefault(ALPHA, model_alpha(ss.get(CHECKPOINT, "")))  # no (valid) alpha in the link: the model's own
-    return ignored
+    return P.adopt(query, ss, lambda: ss.setdefault(VIEW, DEFAULT_VIEW))  # no (known) view in the link: the default
 
 
 # ------------------------------------------------------------------------------------------------ state -> URL
 
 
 def url_params(view: str) -> dict[str, str]:
-    """What is on screen as URL query parameters: the frame's, then the view's own (only what differs from the
-    defaults, besides text and view)."""
-    ss = st.session_state
-    out: dict[str, str] = {}
-    sub = submitted()
-    if sub:
-        s = sub.settings
-        out.update(text=sub.text, beam=str(s.beam_size), alpha=f"{s.alpha:g}", a=f"{s.max_len_a:g}",
-                   b=str(s.max_len_b))
-        out.update({name: lang for name, lang in (("src", s.src_lang), ("tgt", s.tgt_lang)) if lang})
-    if ss.get(CHECKPOINT) and ss.get(CHECKPOINT) != default_checkpoint():
-        out["model"] = str(ss[CHECKPOINT])
-    if ss.get(SENTENCE) not in (None, 1):
-        out["s"] = str(ss[SENTENCE])
-    out["view"] = view
-    for param in P.of_view(view):
-        text = param.text(ss.get(param.key))
-        if text is not None:
-            out[param.name] = text
-    return out
+    """What is on screen with ``view`` shown, as URL query parameters: the frame's, then the view's own (each only
+    where it says something: the decoding settings with a text, other values where they differ from the default)."""
+    return P.address(ChainMap({VIEW: view}, st.session_state), view)
 
 
 def share_query(view: str) -> str:
@@ -290,7 +270,7 @@ def history_navigation() -> bool:
     return bool(ctx.is_history_navigation)
 
 
-def start_run(views: list[str]) -> None:
+def start_run() -> None:
     """At the top of every run: defaults on a first visit, and adopt the address on a first visit (a link) and on
     Back/Forward. Any other run keeps the session's state, which wins over an address that lags behind it; the
     run's end writes the address anew (Streamlit's own rule for widgets bound to the address)."""
@@ -302,7 +282,7 @@ def start_run(views: list[str]) -> None:
     current = st.query_params.to_dict()
     first = ss.get(LAST_URL) is None
     if first or (current != ss[LAST_URL] and history_navigation()):
-        ss[IGNORED] = adopt_url(current, views) if current else []
+        ss[IGNORED] = adopt_url(current) if current else []
         ss.setdefault(ALPHA, model_alpha(ss[CHECKPOINT]))  # the model's own length penalty unless the link names one
         if first and not current.get("text"):  # a first visit opens on a worked example
             ss[SOURCE_TEXT] = ss.get(SOURCE_TEXT) or EXAMPLES[0]

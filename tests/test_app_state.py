@@ -278,3 +278,16 @@ def test_lines_focus_follows_the_attention_type(app_env, tr):
     assert focus.value == "all"  # the old index is not carried over to the other type's tokens
     assert list(focus.options[1:]) == [f"{i}: {t}" for i, t in enumerate(ref.source_tokens, 1)]
     assert "one source piece (query)" in focus.label
+
+
+def test_a_links_sentence_number_the_text_has_not_is_named(app_env):
+    """``s=`` is recorded with every value a link set (one registry for the frame's parameters and the views'), so the
+    sentence picker that drops a number beyond the text's sentences says so, as the views' controls do."""
+    text = "A man rides a bike. Two dogs play in the snow! A girl climbs a tree."
+    at = new_app({"text": text, "s": "3"})
+    assert_clean(at)
+    assert at.selectbox(key="sentence").value == 3 and not any("s= value" in i.value for i in at.info)
+    at = new_app({"text": text, "s": "5"})
+    assert_clean(at)
+    assert at.selectbox(key="sentence").value == 1 and "s" not in at.query_params
+    assert any("The link's s= value was ignored" in i.value for i in at.info), [i.value for i in at.info]
