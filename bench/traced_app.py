@@ -22,7 +22,7 @@ import streamlit as st
 from app import work
 
 MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
-_seen = threading.local()
+_seen = getattr(work.HeavyJobs, "_bench_seen", None) or threading.local()  # one for every run
 
 if not getattr(work.HeavyJobs, "_traced", False):  # once per server process
     _slot = work.HeavyJobs.slot
@@ -35,7 +35,7 @@ if not getattr(work.HeavyJobs, "_traced", False):  # once per server process
                 _seen.asked, _seen.taken = asked, time.time()
             yield
 
-    work.HeavyJobs.slot, work.HeavyJobs._traced = _traced_slot, True
+    work.HeavyJobs.slot, work.HeavyJobs._traced, work.HeavyJobs._bench_seen = _traced_slot, True, _seen
 
 for name in ("asked", "taken"):
     if hasattr(_seen, name):
