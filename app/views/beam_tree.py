@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cached, figures
+from .. import figures
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -75,7 +75,7 @@ def render(ctx: ViewContext) -> None:
                    "search stops by its own heuristic); the tree is recorded by the same beam search with GNMT's "
                    "length penalty ((5 + |Y|) / 6)^α, so its red path can end on a different hypothesis than the "
                    "translation above.")
-    tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
+    tree = ctx.model.beyond("beam_tree", result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
         st.plotly_chart(tree_figure(tree, pieces), config=figures.plotly_config("beam-tree"), key="beam_tree_chart")
