@@ -37,12 +37,13 @@ def head_summary(result: Analysis) -> pd.DataFrame:
     return summary.rename(columns={"kind": "type"})
 
 
-def partner(ctx: ViewContext, infos: list) -> str:
-    """The default model to compare with: another listed checkpoint, of the other layout when there is one."""
-    mine = next((i for i in infos if i.path == ctx.model.checkpoint), None)
-    others = [i for i in infos if i.problem is None and i.path != ctx.model.checkpoint]
+def partner(checkpoint: str, infos: list) -> str:
+    """The default model to compare ``checkpoint`` with: another listed checkpoint, of the other layout when there is
+    one."""
+    mine = next((i for i in infos if i.path == checkpoint), None)
+    others = [i for i in infos if i.problem is None and i.path != checkpoint]
     other_layout = [i for i in others if mine is None or i.layout != mine.layout]
-    return (other_layout or others)[0].path if others else ctx.model.checkpoint
+    return (other_layout or others)[0].path if others else checkpoint
 
 
 def render(ctx: ViewContext) -> None:
@@ -54,7 +55,7 @@ def render(ctx: ViewContext) -> None:
     st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
                "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
-    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
+    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx.model.checkpoint, infos),
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.result.settings  # what the page ran (the beam may be capped to the work limit)
     # the options' labels never change with the partner or the sidebar: a radio whose labels change is a new widget
