@@ -1,10 +1,12 @@
-"""Caches around ``app.inference``.
+"""Caches around ``app.inference``, and ``Model``: the handle the page and its views hold.
 
 The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
 session); analyses, exports, translations of longer texts, training snapshots and their attentions live in one
 byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
 checkpoint and ablated heads, so changing layer, head or view never runs the model again; small results live in
-``st.cache_data`` (every cache and its bound: docs/limits.md). Every job is planned against what is left of
+``st.cache_data`` (every cache and its bound: docs/limits.md). Every cache is keyed by the (checkpoint, device)
+strings; a ``Model`` names both, and its methods are the one way to the caches (``Model(checkpoint, device).tr``,
+``.analysis(text, settings)``, ``.beyond("lens", analysis)``, ...). Every job is planned against what is left of
 the request's work (``app.work``: one ceiling for all the jobs of one request) and counts its estimate; light work
 (a request's few short sentences) runs at once, heavy work waits for one of the server's heavy-job slots, once per
 request. Exports are built when a visitor asks for the file, never while the page is drawn.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,36 +51,36 @@ RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
 
 
 class LoadFailures:
-    """The models that failed to load in this server process, for every session: (checkpoint, device) -> (the
+    """The models that failed to load in this server process, for every session: each ``Model`` -> (its
     checkpoint's files as they were, the visitor's message), the last ``most``. A second visitor is told at once
     instead of repeating the failure; a change to the checkpoint's files, or "Try again", forgets it."""
 
     def __init__(self, most: int = 64) -> None:
         self.most = most
-        self._items: OrderedDict[tuple[str, str], tuple[object, str]] = OrderedDict()
+        self._items: OrderedDict[Model, tuple[object, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, checkpoint: str, device: str) -> str | None:
+    def get(self, model: Model) -> str | None:
         """The remembered message, or None (never failed, or its files changed since)."""
-        stamp = catalog.files_stamp(checkpoint)
+        stamp = catalog.files_stamp(model.checkpoint)
         with self._lock:
-            found = self._items.get((checkpoint, device))
+            found = self._items.get(model)
             if found is None or found[0] != stamp:
                 return None
-            self._items.move_to_end((checkpoint, device))
+            self._items.move_to_end(model)
             return found[1]
 
-    def remember(self, checkpoint: str, device: str, message: str) -> None:
-        stamp = catalog.files_stamp(checkpoint)
+    def remember(self, model: Model, message: str) -> None:
+        stamp = catalog.files_stamp(model.checkpoint)
         with self._lock:
-            self._items[(checkpoint, device)] = (stamp, message)
-            self._items.move_to_end((checkpoint, device))
+            self._items[model] = (stamp, message)
+            self._items.move_to_end(model)
             while len(self._items) > self.most:
                 self._items.popitem(last=False)
 
-    def forget(self, checkpoint: str, device: str) -> None:
+    def forget(self, model: Model) -> None:
         with self._lock:
-            self._items.pop((checkpoint, device), None)
+            self._items.pop(model, None)
 
     def clear(self) -> None:
         """Forget every failure."""
@@ -105,111 +108,23 @@ def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
         waiting.empty()
 
 
-def get_analysis(checkpoint: str, device: str, text: str, settings: DecodeSettings,
-                 ablated: tuple[HeadKey, ...] = (), ceiling: float | None = None) -> Analysis:
-    """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped to
-    what is left of this request's work, or ``ceiling`` when lower (``app.work.cap_translation``: the cut is
-    recorded for the page's notice, ``result.settings`` says what ran)."""
-    tr = get_translator(checkpoint, device)
-    limit = work.left() if ceiling is None else min(ceiling, work.left())
-    settings, notices = work.cap_translation(tr, text, settings, limit)
-    work.cut(notices)
-    estimate = work.translation_work(tr, work.source_length(tr, text), settings)
-    work.spend(estimate)
-    light = work.is_light(estimate)
-
-    def make() -> Analysis:
-        run = lambda: inference.analyse(tr, text, settings, ablated)
-        return run() if light else heavy(run, "Translating a long input…")
-
-    return RESULTS.get(("analysis", checkpoint, device, text, settings, tuple(ablated)), make)
-
-
-def translations_key(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> tuple:
-    return ("translations", checkpoint, device, sentences, settings)
-
-
-def has_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> bool:
-    """Whether these sentences' translations are in the cache already (showing them again starts no work)."""
-    return translations_key(checkpoint, device, sentences, settings) in RESULTS
-
-
-def get_translations(checkpoint: str, device: str, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
-    """Plain translations of some sentences of a longer text (kept within the byte budget): light while the
-    request's work is (a caption of a few short sentences), else a heavy job. The caller plans and counts the work
-    (``app.frame.pick_sentence``)."""
-    tr = get_translator(checkpoint, device)
-    run = lambda: inference.translate_sentences(tr, list(sentences), settings)
-    light = work.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
-    return RESULTS.get(translations_key(checkpoint, device, sentences, settings),
-                       lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
-
-
-def get_snapshot_model(checkpoint: str, device: str, snapshot: str) -> Transformer:
-    """A copy of the model with one snapshot's weights (kept within the byte budget, its weights counted)."""
-    return RESULTS.get(("snapshot model", checkpoint, device, snapshot),
-                       lambda: probes.load_snapshot_model(get_translator(checkpoint, device), snapshot))
-
-
-def get_snapshot_attentions(checkpoint: str, device: str, snapshot: str, source_ids: tuple[int, ...],
-                            target_ids: tuple[int, ...]) -> tuple[dict[str, np.ndarray], str]:
-    """A snapshot's attentions on the same sentence and translation, and its own greedy translation (a heavy
-    job, counted against the request's work; kept within the byte budget)."""
-    tr = get_translator(checkpoint, device)
-    work.spend(work.snapshot_work(tr, len(source_ids), len(target_ids)))
-
-    def make() -> tuple[dict[str, np.ndarray], str]:
-        model = get_snapshot_model(checkpoint, device, snapshot)
-        return probes.snapshot_attentions(tr, model, list(source_ids), list(target_ids))
-
-    return RESULTS.get(("snapshot", checkpoint, device, snapshot, source_ids, target_ids),
-                       lambda: heavy(make, "Running a training snapshot…"))
+@st.cache_data(show_spinner=False, ttl=30)
+def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
+    """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
+    return catalog.list_checkpoints()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def get_vocab_norms(checkpoint: str, device: str) -> np.ndarray:
-    """Scaled embedding lengths over the vocabulary."""
+def _vocab_norms(checkpoint: str, device: str) -> np.ndarray:
+    """Scaled embedding lengths over the vocabulary (``Model.vocab_norms``)."""
     return probes.vocab_embedding_norms(get_translator(checkpoint, device))
 
 
-def get_export(checkpoint: str, device: str, text: str, settings: DecodeSettings,
-               ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
-    """JSON or NPZ bytes of an analysis, built when a visitor asks for the file (``export_file``) and kept within
-    the byte budget like every result. ``settings``: those that ran (``Analysis.settings``). Runs outside a script
-    run too (Streamlit calls a download's data on a thread of its own): an analysis that left the cache is made
-    again in a heavy slot, without any page element."""
-    def make() -> bytes:
-        key = ("analysis", checkpoint, device, text, settings, tuple(ablated))
-        tr = get_translator(checkpoint, device)
-        analysis = RESULTS.get(key, lambda: _quietly_heavy(lambda: inference.analyse(tr, text, settings, ablated)))
-        if fmt == "json":
-            return inference.export_json(analysis, checkpoint).encode("utf-8")
-        return inference.export_npz(analysis)
-
-    return RESULTS.get(("export", checkpoint, device, text, settings, tuple(ablated), fmt), make)
-
-
-def get_report(checkpoint: str, device: str, text: str, settings: DecodeSettings) -> bytes:
-    """The offline page of an analysis (``app.report``, about 5 MB), built when a visitor asks for it in a heavy
-    slot (it runs the model again for its masks and candidates) and kept within the byte budget like the exports."""
-    def make() -> bytes:
-        from . import report  # only when a page is asked for
-
-        key = ("analysis", checkpoint, device, text, settings, ())
-        tr = get_translator(checkpoint, device)
-
-        def build() -> bytes:
-            analysis = RESULTS.get(key, lambda: inference.analyse(tr, text, settings, ()))
-            return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=checkpoint).encode("utf-8")
-
-        return _quietly_heavy(build)
-
-    return RESULTS.get(("report", checkpoint, device, text, settings), make)
-
-
-def report_file(checkpoint: str, device: str, text: str, settings: DecodeSettings) -> Callable[[], bytes]:
-    """The ``data`` of the offline page's download button: built on the click (``get_report``)."""
-    return lambda: get_report(checkpoint, device, text, settings)
+@st.cache_data(show_spinner=False, max_entries=256)
+def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
+                    ablated: tuple[HeadKey, ...]) -> float:
+    """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
+    return inference.forced_logprob(get_translator(checkpoint, device), list(source_ids), list(target_ids), ablated)
 
 
 def _quietly_heavy(make: Callable[[], Any]) -> Any:
@@ -217,47 +132,145 @@ def _quietly_heavy(make: Callable[[], Any]) -> Any:
         return make()
 
 
-def export_file(checkpoint: str, device: str, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
-                fmt: str) -> Callable[[], bytes]:
-    """The ``data`` of a download button: a callable that builds the file when the visitor clicks (it holds the
-    request's key only, never the bytes or the analysis)."""
-    return lambda: get_export(checkpoint, device, text, settings, tuple(ablated), fmt)
+@dataclass(frozen=True)
+class Model:
+    """One model as the page serves it: where it comes from (``checkpoint``: a directory or a Hub id; ``device``),
+    its translator (``tr``) and every analysis of it, each through the caches of this module, which stay keyed by
+    these two strings. Frozen and hashable, it holds no visitor's state and not even the translator (a download
+    button's callable keeps the handle, and the model stays the cache's to evict), so one handle serves every
+    visitor. Every job is planned against what is left of the request's work and counts its estimate."""
 
+    checkpoint: str
+    device: str
 
-def forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
-                   ablated: tuple[HeadKey, ...]) -> float:
-    """``get_forced_logprob``, its teacher-forced pass counted against the request's work."""
-    work.spend(work.forced_work(get_translator(checkpoint, device), len(source_ids), len(target_ids)))
-    return get_forced_logprob(checkpoint, device, source_ids, target_ids, ablated)
+    @property
+    def tr(self) -> Translator:
+        """The loaded model (``get_translator``: raises ``CheckpointError``; failures are not cached)."""
+        return get_translator(self.checkpoint, self.device)
 
+    def key(self, kind: str, *rest: Any) -> tuple:
+        """The key of one of this model's results in ``RESULTS``."""
+        return (kind, self.checkpoint, self.device, *rest)
 
-@st.cache_data(show_spinner=False, max_entries=256)
-def get_forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
+    def analysis(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...] = (),
+                 ceiling: float | None = None) -> Analysis:
+        """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped
+        to what is left of this request's work, or ``ceiling`` when lower (``app.work.cap_translation``: the cut is
+        recorded for the page's notice, ``result.settings`` says what ran)."""
+        tr = self.tr
+        limit = work.left() if ceiling is None else min(ceiling, work.left())
+        settings, notices = work.cap_translation(tr, text, settings, limit)
+        work.cut(notices)
+        estimate = work.translation_work(tr, work.source_length(tr, text), settings)
+        work.spend(estimate)
+        light = work.is_light(estimate)
+
+        def make() -> Analysis:
+            run = lambda: inference.analyse(tr, text, settings, ablated)
+            return run() if light else heavy(run, "Translating a long input…")
+
+        return RESULTS.get(self.key("analysis", text, settings, tuple(ablated)), make)
+
+    def has_translations(self, sentences: tuple[str, ...], settings: DecodeSettings) -> bool:
+        """Whether these sentences' translations are in the cache already (showing them again starts no work)."""
+        return self.key("translations", sentences, settings) in RESULTS
+
+    def translations(self, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
+        """Plain translations of some sentences of a longer text (kept within the byte budget): light while the
+        request's work is (a caption of a few short sentences), else a heavy job. The caller plans and counts the
+        work (``app.frame.pick_sentence``)."""
+        tr = self.tr
+        run = lambda: inference.translate_sentences(tr, list(sentences), settings)
+        light = work.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
+        return RESULTS.get(self.key("translations", sentences, settings),
+                           lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
+
+    def snapshot_model(self, snapshot: str) -> Transformer:
+        """A copy of the model with one snapshot's weights (kept within the byte budget, its weights counted)."""
+        return RESULTS.get(self.key("snapshot model", snapshot),
+                           lambda: probes.load_snapshot_model(self.tr, snapshot))
+
+    def snapshot_attentions(self, snapshot: str, source_ids: tuple[int, ...],
+                            target_ids: tuple[int, ...]) -> tuple[dict[str, np.ndarray], str]:
+        """A snapshot's attentions on the same sentence and translation, and its own greedy translation (a heavy
+        job, counted against the request's work; kept within the byte budget)."""
+        tr = self.tr
+        work.spend(work.snapshot_work(tr, len(source_ids), len(target_ids)))
+
+        def make() -> tuple[dict[str, np.ndarray], str]:
+            return probes.snapshot_attentions(tr, self.snapshot_model(snapshot), list(source_ids), list(target_ids))
+
+        return RESULTS.get(self.key("snapshot", snapshot, source_ids, target_ids),
+                           lambda: heavy(make, "Running a training snapshot…"))
+
+    def vocab_norms(self) -> np.ndarray:
+        """Scaled embedding lengths over the vocabulary."""
+        return _vocab_norms(self.checkpoint, self.device)
+
+    def export(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...], fmt: str) -> bytes:
+        """JSON or NPZ bytes of an analysis, built when a visitor asks for the file (``export_file``) and kept
+        within the byte budget like every result. ``settings``: those that ran (``Analysis.settings``). Runs
+        outside a script run too (Streamlit calls a download's data on a thread of its own): an analysis that left
+        the cache is made again in a heavy slot, without any page element."""
+        def make() -> bytes:
+            tr = self.tr
+            analysis = RESULTS.get(self.key("analysis", text, settings, tuple(ablated)),
+                                   lambda: _quietly_heavy(lambda: inference.analyse(tr, text, settings, ablated)))
+            if fmt == "json":
+                return inference.export_json(analysis, self.checkpoint).encode("utf-8")
+            return inference.export_npz(analysis)
+
+        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt), make)
+
+    def export_file(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
+                    fmt: str) -> Callable[[], bytes]:
+        """The ``data`` of a download button: a callable that builds the file when the visitor clicks (it holds
+        the request's key only, never the bytes, the analysis or the model)."""
+        return lambda: self.export(text, settings, tuple(ablated), fmt)
+
+    def report(self, text: str, settings: DecodeSettings) -> bytes:
+        """The offline page of an analysis (``app.report``, about 5 MB), built when a visitor asks for it in a
+        heavy slot (it runs the model again for its masks and candidates) and kept within the byte budget like
+        the exports."""
+        def make() -> bytes:
+            from . import report  # only when a page is asked for
+
+            tr = self.tr
+
+            def build() -> bytes:
+                analysis = RESULTS.get(self.key("analysis", text, settings, ()),
+                                       lambda: inference.analyse(tr, text, settings, ()))
+                return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=self.checkpoint).encode("utf-8")
+
+            return _quietly_heavy(build)
+
+        return RESULTS.get(self.key("report", text, settings), make)
+
+    def report_file(self, text: str, settings: DecodeSettings) -> Callable[[], bytes]:
+        """The ``data`` of the offline page's download button: built on the click (``report``)."""
+        return lambda: self.report(text, settings)
+
+    def forced_logprob(self, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
                        ablated: tuple[HeadKey, ...]) -> float:
-    """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
-    return inference.forced_logprob(get_translator(checkpoint, device), list(source_ids), list(target_ids), ablated)
+        """Log-probability of a fixed translation with some heads switched off (teacher-forced, cached), its pass
+        counted against the request's work."""
+        work.spend(work.forced_work(self.tr, len(source_ids), len(target_ids)))
+        return _forced_logprob(self.checkpoint, self.device, source_ids, target_ids, ablated)
 
-
-@st.cache_data(show_spinner=False, ttl=30)
-def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
-    """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
-    return catalog.list_checkpoints()
-
-
-def get_beyond(kind: str, checkpoint: str, device: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-    """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` of an
-    analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback (attributions)
-    is passed on and is not part of the key."""
-    make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
-            "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
-            "alti": probes.alti}[kind]
-    key = (kind, checkpoint, device, analysis.text, analysis.settings, analysis.ablated, *args)
-    tr = get_translator(checkpoint, device)
-    work.spend(beyond_work(tr, kind, analysis, *args))
-    run = lambda: make(tr, analysis, *args, **progress)
-    if kind in HEAVY_KINDS:
-        return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
-    return RESULTS.get(key, run) if work.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
+    def beyond(self, kind: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
+        """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti``
+        of an analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback
+        (attributions) is passed on and is not part of the key."""
+        make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
+                "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
+                "alti": probes.alti}[kind]
+        key = self.key(kind, analysis.text, analysis.settings, analysis.ablated, *args)
+        tr = self.tr
+        work.spend(beyond_work(tr, kind, analysis, *args))
+        run = lambda: make(tr, analysis, *args, **progress)
+        if kind in HEAVY_KINDS:
+            return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
+        return RESULTS.get(key, run) if work.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
 
 
 def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:

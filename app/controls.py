@@ -13,7 +13,7 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from . import cached, figures, state, svg, work
+from . import figures, state, svg, work
 from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
 from .inference import Analysis, HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -166,8 +166,8 @@ def attributions(ctx: state.ViewContext, method: str) -> dict:
         bar.progress(done / total, text=f"Attributing every output piece… pass {done} of {total}")
 
     try:
-        return cached.get_beyond("attributions", ctx.checkpoint, ctx.device, result, plan.method, plan.steps,
-                                 plan.span, work.work_bytes(), progress=progress)
+        return ctx.model.beyond("attributions", result, plan.method, plan.steps, plan.span, work.work_bytes(),
+                                progress=progress)
     finally:
         bar.empty()
 

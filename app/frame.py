@@ -53,8 +53,8 @@ def page_style() -> None:
     st.html(PAGE_CSS)
 
 
-def sidebar() -> tuple[str, str]:
-    """Checkpoint, device and decoding settings; returns (checkpoint, device)."""
+def sidebar() -> cached.Model:
+    """Checkpoint, device and decoding settings; returns the chosen model (checkpoint and device)."""
     ss = st.session_state
     with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
@@ -78,7 +78,7 @@ def sidebar() -> tuple[str, str]:
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
-    return ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE])
+    return cached.Model(ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE]))
 
 
 def _device(choice: str) -> str:
@@ -197,22 +197,23 @@ class DownloadProgress:
             st.caption(f"Downloaded {md_escape(self.checkpoint)} from the Hugging Face Hub ({total / 1e6:,.1f} MB).")
 
 
-def load_model(checkpoint: str, device: str) -> Translator | None:
-    """The cached model, or None after showing a clear message. Failures are remembered for the whole server
-    (``cached.LOAD_FAILURES``), so the next visitor is told at once; when the default model fails, the run starts
-    again and :func:`fall_back_from_a_broken_default` opens a working one."""
-    message = cached.LOAD_FAILURES.get(checkpoint, device)
+def load_model(model: cached.Model) -> Translator | None:
+    """The model's cached translator, or None after showing a clear message. Failures are remembered for the whole
+    server (``cached.LOAD_FAILURES``), so the next visitor is told at once; when the default model fails, the run
+    starts again and :func:`fall_back_from_a_broken_default` opens a working one."""
+    checkpoint = model.checkpoint
+    message = cached.LOAD_FAILURES.get(model)
     if message is None:
         try:
             if catalog.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
                 catalog.download(checkpoint, DownloadProgress(checkpoint))
-            return cached.get_translator(checkpoint, device)
+            return model.tr
         except transformer.CheckpointError as err:
             message = catalog.visitor_message(err)
         except Exception as err:  # anything else from loading: still one clear message
             message = catalog.visitor_message(f"{type(err).__name__}: {err}")
-        cached.LOAD_FAILURES.remember(checkpoint, device, message)
-        if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(checkpoint, device):
+        cached.LOAD_FAILURES.remember(model, message)
+        if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(model):
             st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
@@ -220,17 +221,17 @@ def load_model(checkpoint: str, device: str) -> Translator | None:
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")
     if st.button("Try again", key="retry_load"):
-        cached.LOAD_FAILURES.forget(checkpoint, device)
+        cached.LOAD_FAILURES.forget(model)
         st.rerun()
     return None
 
 
-def fallback_model(broken: str, device: str) -> str | None:
+def fallback_model(broken: cached.Model) -> str | None:
     """A model to open instead of ``broken``: the first allow-listed checkpoint directory that passes its check and
-    has not failed to load here, or None."""
+    has not failed to load here (on the same device), or None."""
     usable = [i.path for i in cached.get_checkpoint_list() if i.problem is None]
-    return next((m for m in catalog.allowed_models()
-                 if m in usable and m != broken and cached.LOAD_FAILURES.get(m, device) is None), None)
+    return next((m for m in catalog.allowed_models() if m in usable and m != broken.checkpoint
+                 and cached.LOAD_FAILURES.get(cached.Model(m, broken.device)) is None), None)
 
 
 def fall_back_from_a_broken_default(device: str) -> None:
@@ -242,8 +243,8 @@ def fall_back_from_a_broken_default(device: str) -> None:
     if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
         return
     problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
-        or cached.LOAD_FAILURES.get(default, device)
-    other = fallback_model(default, device) if problem else None
+        or cached.LOAD_FAILURES.get(cached.Model(default, device))
+    other = fallback_model(cached.Model(default, device)) if problem else None
     if other is None:
         return
     ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE] = other  # the picker is drawn after this
@@ -333,9 +334,10 @@ def language_notice(tr: Translator, sentences: list[str]) -> None:
                 "poor translations there.", icon=":material/translate:")
 
 
-def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submitted) -> str:
+def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
     """Split the input into sentences; with more than one, show every translation and let one be explored.
     Sentences that look like another language than the model's get a notice."""
+    tr = model.tr
     sentences = inference.split_sentences(sub.text, language_pair(tr)[0] if language_pair(tr) else "en")
     language_notice(tr, sentences)
     if len(sentences) <= 1:
@@ -350,17 +352,17 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
                                              sub.settings, ceiling)  # no sentence alone over the ceiling
     groups = work.sentence_groups(tr, sentences, settings, ceiling)
     asked = st.session_state.get(GROUPS_SHOWN)  # (checkpoint, submitted, groups): a new text starts at one group
-    shown = min(asked[2] if asked and asked[:2] == (checkpoint, sub) else 1, len(groups))
+    shown = min(asked[2] if asked and asked[:2] == (model.checkpoint, sub) else 1, len(groups))
     translations: list[str] = []
     for k, group in enumerate(groups[:shown]):
         part = tuple(sentences[i] for i in group)
-        if k < shown - 1 and cached.has_translations(checkpoint, device, part, settings):
-            translations += cached.get_translations(checkpoint, device, part, settings)  # shown before: no work
+        if k < shown - 1 and model.has_translations(part, settings):
+            translations += model.translations(part, settings)  # shown before: no work
             continue
         # the newest group is this request's work (cached or not, so reruns plan alike); an earlier group that left
         # the cache is made again and the list stops there, so one request never translates two groups
         work.spend(sum(work.plain_work(tr, x, settings) for x in part))
-        translations += cached.get_translations(checkpoint, device, part, settings)
+        translations += model.translations(part, settings)
         shown = k + 1
         break
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
@@ -373,7 +375,7 @@ def pick_sentence(tr: Translator, checkpoint: str, device: str, sub: state.Submi
         work.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
                   "button below the list; each sentence can still be explored)"])
         if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
-            st.session_state[GROUPS_SHOWN] = (checkpoint, sub, shown + 1)
+            st.session_state[GROUPS_SHOWN] = (model.checkpoint, sub, shown + 1)
             st.rerun()
     numbers = list(range(1, len(sentences) + 1))
     number = choose(st.selectbox, "Sentence to explore", numbers, state.SENTENCE, 1,

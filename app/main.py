@@ -22,14 +22,14 @@ _threads = os.environ.get("ATTN_TORCH_THREADS", "1")
 torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
 
 
-def analyse(checkpoint: str, device: str, tr, sub: state.Submitted | None) -> inference.Analysis | None:
+def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analysis | None:
     """The analysis of the shown sentence (the picked one of a longer text), or None with a message."""
     if sub is None:
         return None
-    text = frame.pick_sentence(tr, checkpoint, device, sub)
+    text = frame.pick_sentence(model, sub)
     try:  # the beam capped to what is left of the request's work (the cut goes in the request's one notice)
         with st.spinner("Translating…"):
-            return cached.get_analysis(checkpoint, device, text, sub.settings, ())
+            return model.analysis(text, sub.settings, ())
     except Exception as err:  # never a stack trace
         st.error(f"The translation failed: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")
@@ -53,28 +53,28 @@ def page(req: work.Request) -> None:
     st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
                                             "translation Transformer, every attention weight visible]")
     state.start_run()
-    checkpoint, device = frame.sidebar()
+    model = frame.sidebar()
     state.show_ignored()
-    tr = frame.load_model(checkpoint, device)
+    tr = frame.load_model(model)
     if tr is None:
         return
-    frame.show_model_facts(tr, checkpoint)
+    frame.show_model_facts(tr, model.checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
     frame.input_area(tr)
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
     view = VIEWS[selector.resolve(VIEWS, GROUPS)]
     req.keep(view.work_share if view.needs_translation else 0.0)  # for the view's own jobs
     sub = state.submitted()
-    result = analyse(checkpoint, device, tr, sub)
+    result = analyse(model, sub)
     req.keep(0.0)
-    render_view(tr, checkpoint, device, sub, result)
+    render_view(model, sub, result)
     controls.work_notice(notice, req)
 
 
-def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
-                result: inference.Analysis | None) -> None:
+def render_view(model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None) -> None:
     """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
     then the address."""
+    tr = model.tr
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
     name = selector.view_selector(VIEWS, GROUPS, row)
     readme = card.model_card(tr)
@@ -89,7 +89,7 @@ def render_view(tr, checkpoint: str, device: str, sub: state.Submitted | None,
         if view.needs_translation and result is None:
             st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
         else:
-            view.render(state.ViewContext(tr, checkpoint, device, result, sub))
+            view.render(state.ViewContext(model, result, sub))
     except Exception as err:  # never a stack trace
         st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")

@@ -23,6 +23,7 @@ from transformer import Tokenizer, Translator
 from transformer.decoding import DEFAULT_ALPHA
 
 from . import params as P
+from .cached import Model
 from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
 from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings
 
@@ -78,13 +79,17 @@ class Submitted:
 
 @dataclass(frozen=True)
 class ViewContext:
-    """What a view gets: the loaded model, where it came from, and the analysed sentence (None before one)."""
+    """What a view gets: the model (``app.cached.Model``: its translator and its cached analyses) and the analysed
+    sentence (None before one)."""
 
-    tr: Translator
-    checkpoint: str
-    device: str
+    model: Model
     result: Analysis | None
     submitted: Submitted | None
+
+    @property
+    def tr(self) -> Translator:
+        """The loaded model's translator."""
+        return self.model.tr
 
 
 def clean_text(text: str) -> str:

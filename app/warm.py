@@ -33,7 +33,7 @@ def warm_up() -> None:
     inference.split_sentences(text)  # the sentence splitter and the language identifier load on first use
     inference.detect_language(text)
     try:
-        result = cached.get_analysis(checkpoint, device, text, settings, ())
+        result = cached.Model(checkpoint, device).analysis(text, settings, ())
         queries, keys = result.axes("cross")
         svg.heatmap_svg(result.attention("cross")[-1].mean(axis=0), queries, keys)  # what the first screen draws
     except Exception:  # noqa: BLE001 (the page says what went wrong, to the visitor who asks for it)

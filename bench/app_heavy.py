@@ -359,23 +359,22 @@ def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[st
     from app.inference import DecodeSettings
 
     process = psutil.Process()
-    tr = cached.get_translator(checkpoint, "cpu")
+    model = cached.Model(checkpoint, "cpu")
+    tr = model.tr
     settings = DecodeSettings(beam_size=16, alpha=5.0, max_len_a=4.0, max_len_b=200)
     start, rss = process.memory_info().rss / 1e6, []
     for i in range(n):
         text = long_list(1000 + i)
-        analysis = cached.get_analysis(checkpoint, "cpu", text, settings)
+        analysis = model.analysis(text, settings)
         for snap in probes.list_snapshots(tr):
-            cached.get_snapshot_attentions(checkpoint, "cpu", str(snap), tuple(analysis.source_ids),
-                                           tuple(analysis.target_ids))
+            model.snapshot_attentions(str(snap), tuple(analysis.source_ids), tuple(analysis.target_ids))
         plan = work.plan_attribution(tr, len(analysis.source_ids), len(analysis.target_ids), "integrated_gradients")
-        cached.get_beyond("attributions", checkpoint, "cpu", analysis, plan.method, plan.steps, plan.span,
-                          work.work_bytes())
-        cached.get_beyond("beam_tree", checkpoint, "cpu", analysis)
+        model.beyond("attributions", analysis, plan.method, plan.steps, plan.span, work.work_bytes())
+        model.beyond("beam_tree", analysis)
         if i % 10 == 0:
             sentences = hundred_sentences(i).replace(". ", ".\n").splitlines()
             for group in work.sentence_groups(tr, sentences, settings)[:1]:  # the first group, as the page does
-                cached.get_translations(checkpoint, "cpu", tuple(sentences[j] for j in group), settings)
+                model.translations(tuple(sentences[j] for j in group), settings)
         rss.append(process.memory_info().rss / 1e6)
     models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6
     return {"heavy_soak_inputs": n, "heavy_soak_cache_mb": cache_mb, "heavy_soak_start_rss_mb": round(start),

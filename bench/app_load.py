@@ -30,7 +30,7 @@ from .visitors import sentences_for, visitors_round
 
 
 def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str | Path | None = None) -> dict:
-    """``n`` distinct inputs of mixed length through ``app.cached.get_analysis`` with ``ATTN_CACHE_MB=cache_mb``."""
+    """``n`` distinct inputs of mixed length through ``app.cached.Model.analysis`` with ``ATTN_CACHE_MB=cache_mb``."""
     import psutil
 
     os.environ["ATTN_CACHE_MB"] = str(cache_mb)
@@ -39,14 +39,15 @@ def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str |
 
     process = psutil.Process()
     base = [s for s in (read_sentences(data_dir) or []) if s] or ["A man rides a bike down the street."]
-    tr = cached.get_translator(checkpoint, "cpu")
+    model = cached.Model(checkpoint, "cpu")
+    tr = model.tr
     limit = tr.max_source_tokens
     rss, cache_bytes = [], []
     start_rss = process.memory_info().rss
     for i in range(n):
         words = " ".join(base[(i * 7 + k) % len(base)] for k in range(1 + i % 12))  # 1 to 12 sentences long
         text = f"{i}. {words}"[: 5000]
-        cached.get_analysis(checkpoint, "cpu", text, DecodeSettings(beam_size=1, max_len_a=1.0, max_len_b=10), ())
+        model.analysis(text, DecodeSettings(beam_size=1, max_len_a=1.0, max_len_b=10), ())
         rss.append(process.memory_info().rss / 1e6)
         cache_bytes.append(cached.RESULTS.nbytes / 1e6)
     models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6

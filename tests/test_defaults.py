@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -66,9 +65,9 @@ def test_compare_models_pairs_the_default_with_the_other_layout():
     from app.views.compare import partner
 
     infos = catalog.list_checkpoints()
-    assert partner(SimpleNamespace(checkpoint="checkpoints/multi30k-en-de"), infos) == \
+    assert partner("checkpoints/multi30k-en-de", infos) == \
         "checkpoints/multi30k-en-de-prenorm"
-    assert partner(SimpleNamespace(checkpoint="checkpoints/multi30k-en-de-prenorm"), infos) == \
+    assert partner("checkpoints/multi30k-en-de-prenorm", infos) == \
         "checkpoints/multi30k-en-de"
 
 

@@ -295,9 +295,10 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
 
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis" and k[3] == text)
     before = cached.RESULTS.nbytes
-    page = cached.report_file(key[1], key[2], key[3], key[4])()  # what the button's click calls
+    model = cached.Model(key[1], key[2])
+    page = model.report_file(key[3], key[4])()  # what the button's click calls
     assert page.decode("utf-8") == built[0] and cached.RESULTS.nbytes - before >= len(page)  # counted in the budget
-    assert cached.report_file(key[1], key[2], key[3], key[4])() is page  # kept: a second click builds nothing
+    assert model.report_file(key[3], key[4])() is page  # kept: a second click builds nothing
     assert len(built) == 1
     data = page_json(built[0])
     assert data["summary"]["translation"] == tr.translate(text).text  # the sentence on screen

@@ -341,8 +341,8 @@ def test_snapshots_and_their_attentions_live_in_the_byte_budget(app_env, tmp_pat
     cached.RESULTS.clear()
     result = tr.translate("a man rides a bike.")
     for snap in sorted((ckpt / "snapshots").glob("*.safetensors")):
-        cached.get_snapshot_attentions(str(ckpt), "cpu", str(snap), tuple(result.source_ids),
-                                       tuple(result.target_ids))
+        cached.Model(str(ckpt), "cpu").snapshot_attentions(str(snap), tuple(result.source_ids),
+                                                           tuple(result.target_ids))
     kinds = [k[0] for k in cached.RESULTS._items]
     assert kinds.count("snapshot") == 3 and kinds.count("snapshot model") == 3
     weights = sum(p.numel() * 4 for p in tr.model.parameters())
@@ -446,10 +446,31 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis")
     result = cached.RESULTS._items[key][0]
     before = cached.RESULTS.nbytes
-    data = cached.export_file(key[1], key[2], key[3], key[4], (), "json")()
+    data = cached.Model(key[1], key[2]).export_file(key[3], key[4], (), "json")()
     assert json_.loads(data) == json_.loads(inference.export_json(result, key[1]))
     assert [k for k in cached.RESULTS._items if k[0] == "export"]
     assert cached.RESULTS.nbytes - before >= len(data)  # counted in ATTN_CACHE_MB
     cached.RESULTS.clear()  # the analysis left the cache: the click still builds the file
-    npz = np.load(__import__("io").BytesIO(cached.export_file(key[1], key[2], key[3], key[4], (), "npz")()))
+    npz = np.load(__import__("io").BytesIO(cached.Model(key[1], key[2]).export_file(key[3], key[4], (), "npz")()))
     np.testing.assert_allclose(npz["cross"], result.cross, atol=1e-6)
+
+
+def test_one_model_handle_serves_every_visitor(app_env):
+    """``cached.Model`` names a model by its checkpoint and device only: equal handles are one key and share the one
+    cached model; it holds no translator, analysis or visitor's state, and a download's callable keeps the handle
+    and the request's key, nothing more (the model stays the cache's to evict, the bytes the budget's)."""
+    import dataclasses
+
+    from app.inference import Analysis
+    from transformer import Transformer, Translator
+
+    a, b = cached.Model(str(app_env), "cpu"), cached.Model(str(app_env), "cpu")
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert vars(a) == {"checkpoint": str(app_env), "device": "cpu"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.device = "cuda"  # type: ignore[misc]
+    assert a.tr is b.tr and isinstance(a.tr, Translator) and vars(a) == vars(b)  # loading left nothing on the handle
+    click = a.export_file("a dog runs.", DecodeSettings(beam_size=1), (), "json")
+    kept = [cell.cell_contents for cell in click.__closure__]
+    assert a in kept and all(isinstance(x, (cached.Model, str, DecodeSettings, tuple)) for x in kept), kept
+    assert not any(isinstance(x, (Translator, Transformer, Analysis, bytes)) for x in kept)

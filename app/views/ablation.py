@@ -7,7 +7,7 @@ import streamlit as st
 
 from transformer.interpret.heads import KINDS, ranked_heads
 
-from .. import cached, controls, figures, inference, work
+from .. import controls, figures, inference, work
 from ..analysis import KIND_NAMES, first_numbers
 from ..catalog import load_heads
 from ..controls import head_label, head_ref, parse_head_ref
@@ -78,10 +78,10 @@ def render(ctx: ViewContext) -> None:
     off = last[2]
     ids = (tuple(result.source_ids), tuple(result.target_ids))
     forced_cost = 2 * work.forced_work(ctx.tr, *map(len, ids))  # the two log-probabilities below
-    ablated = cached.get_analysis(ctx.checkpoint, ctx.device, result.text, result.settings, off,  # as the page ran
-                                  max(0.0, work.left() - forced_cost))
-    forced = cached.forced_logprob(ctx.checkpoint, ctx.device, *ids, off)
-    base = cached.forced_logprob(ctx.checkpoint, ctx.device, *ids, ())
+    ablated = ctx.model.analysis(result.text, result.settings, off,  # as the page ran
+                                 max(0.0, work.left() - forced_cost))
+    forced = ctx.model.forced_logprob(*ids, off)
+    base = ctx.model.forced_logprob(*ids, ())
     st.caption(f"Switched off: {', '.join(head_label(h) for h in off)}")
     a, b = st.columns(2)
     with a.container(border=True):

@@ -6,7 +6,7 @@ import re
 
 import streamlit as st
 
-from .. import cached, controls, figures, grid
+from .. import controls, figures, grid
 from ..params import Param
 from ..state import ViewContext
 
@@ -33,7 +33,7 @@ def render(ctx: ViewContext) -> None:
     kind = controls.kind_control(columns=(c1, c2))
     measure = controls.measure_control()
     norms = measure == "norms"
-    attn = cached.get_beyond("norms", ctx.checkpoint, ctx.device, result)[kind] if norms else result.attention(kind)
+    attn = ctx.model.beyond("norms", result)[kind] if norms else result.attention(kind)
     queries, keys = result.axes(kind)
     options = [f"L{layer} · H{h}" for layer in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
     controls.keep_if(PICK, st.session_state.get(PICK) in options)

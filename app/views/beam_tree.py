@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cached, controls, figures
+from .. import controls, figures
 from ..state import ViewContext
 
 STEPS = controls.span_param("steps", "beam_tree_swin")  # a long search: the output steps drawn (steps=1-60)
@@ -81,7 +81,7 @@ def render(ctx: ViewContext) -> None:
                    "search stops by its own heuristic); the tree is recorded by the same beam search with GNMT's "
                    "length penalty ((5 + |Y|) / 6)^α, so its red path can end on a different hypothesis than the "
                    "translation above.")
-    tree = cached.get_beyond("beam_tree", ctx.checkpoint, ctx.device, result)
+    tree = ctx.model.beyond("beam_tree", result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     n_steps = max(n.step for n in tree.nodes)  # the start node is step 0, the first output step 1
     s0, s1 = controls.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps

@@ -37,12 +37,13 @@ def head_summary(result: Analysis) -> pd.DataFrame:
     return summary.rename(columns={"kind": "type"})
 
 
-def partner(ctx: ViewContext, infos: list) -> str:
-    """The default model to compare with: another listed checkpoint, of the other layout when there is one."""
-    mine = next((i for i in infos if i.path == ctx.checkpoint), None)
-    others = [i for i in infos if i.problem is None and i.path != ctx.checkpoint]
+def partner(checkpoint: str, infos: list) -> str:
+    """The default model to compare ``checkpoint`` with: another listed checkpoint, of the other layout when there is
+    one."""
+    mine = next((i for i in infos if i.path == checkpoint), None)
+    others = [i for i in infos if i.problem is None and i.path != checkpoint]
     other_layout = [i for i in others if mine is None or i.layout != mine.layout]
-    return (other_layout or others)[0].path if others else ctx.checkpoint
+    return (other_layout or others)[0].path if others else checkpoint
 
 
 def render(ctx: ViewContext) -> None:
@@ -50,11 +51,11 @@ def render(ctx: ViewContext) -> None:
     infos = [i for i in cached.get_checkpoint_list() if catalog.model_allowed(i.path)]  # public: the allow-list only
     labels = {i.path: i.label() for i in infos if i.problem is None}
     short = {i.path: f"{Path(i.path).name} ({i.layout})" for i in infos if i.problem is None}  # fits a chart title
-    options = list(dict.fromkeys([ctx.checkpoint, *labels]))
+    options = list(dict.fromkeys([ctx.model.checkpoint, *labels]))
     st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
                "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
-    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx, infos),
+    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx.model.checkpoint, infos),
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.result.settings  # what the page ran (the beam may be capped to the work limit)
     # the options' labels never change with the partner or the sidebar: a radio whose labels change is a new widget
@@ -66,9 +67,9 @@ def render(ctx: ViewContext) -> None:
                                   "compare. Each model's own α is the one its model card names (chosen on val), "
                                   "else the default 0.6.")
     if choice == "own":
-        st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.checkpoint))}; "
+        st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.model.checkpoint))}; "
                    f"{controls.md_escape(alpha_note(other))}.")
-    settings_a = replace(mine, alpha=catalog.model_alpha(ctx.checkpoint)) if choice == "own" else mine
+    settings_a = replace(mine, alpha=catalog.model_alpha(ctx.model.checkpoint)) if choice == "own" else mine
     settings_b = replace(mine, alpha=catalog.model_alpha(other)) if choice == "own" else mine
     if settings_a.alpha != settings_b.alpha and mine.beam_size > 1:
         st.warning(f"The two models decode at different length penalties (α {settings_a.alpha:.1f} and "
@@ -78,17 +79,17 @@ def render(ctx: ViewContext) -> None:
         st.error(f"{controls.md_escape(other)} is not offered on this server.")
         return
     try:  # one request: both models share what is left of its work, and it waits for a heavy slot at most once
-        cached.get_translator(other, ctx.device)
+        partner_model = cached.Model(other, ctx.model.device)
+        _ = partner_model.tr  # loaded before any work: a model that cannot load is said below
         again = settings_a != ctx.result.settings  # the page's own analysis ran at other settings
         share = work.left() / (2 if again else 1)
-        result_a = cached.get_analysis(ctx.checkpoint, ctx.device, ctx.result.text, settings_a, (), share) \
-            if again else ctx.result
-        result_b = cached.get_analysis(other, ctx.device, ctx.result.text, settings_b, (), share)
+        result_a = ctx.model.analysis(ctx.result.text, settings_a, (), share) if again else ctx.result
+        result_b = partner_model.analysis(ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:
         st.error(f"{controls.md_escape(other)} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")
         return
-    pair = ((ctx.checkpoint, result_a), (other, result_b))
+    pair = ((ctx.model.checkpoint, result_a), (other, result_b))
     columns = st.columns(2)
     for col, (name, res), s in zip(columns, pair, (settings_a, settings_b)):
         with col.container(border=True):

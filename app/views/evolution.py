@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import cached, card, controls, figures, probes, work
+from .. import card, controls, figures, probes, work
 from ..analysis import first_numbers
 from ..state import ViewContext
 
@@ -15,7 +15,7 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, control
 
 def render(ctx: ViewContext) -> None:
     """The same sentence's attention in the training snapshots."""
-    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
+    tr, result = ctx.tr, ctx.result
     st.caption("The same sentence in the training snapshots shipped with the checkpoint: each snapshot is run "
                "teacher-forced on the final translation (so the axes match) and also translates on its own.")
     snaps = probes.list_snapshots(tr)
@@ -35,8 +35,7 @@ def render(ctx: ViewContext) -> None:
     panels, rows = [], []
     for path in snaps:
         try:
-            attn, text = cached.get_snapshot_attentions(checkpoint, device, str(path), tuple(result.source_ids),
-                                                        tuple(result.target_ids))
+            attn, text = ctx.model.snapshot_attentions(str(path), tuple(result.source_ids), tuple(result.target_ids))
         except Exception as err:
             st.warning(f"Skipped {controls.md_escape(path.name)}: {controls.md_escape(err)}")
             continue

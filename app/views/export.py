@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import cached, state
+from .. import state
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -20,11 +20,10 @@ def render(ctx: ViewContext) -> None:
         st.caption("Every layer and head of the three attention types, shaped (layers, heads, queries, keys), "
                    "with the tokens. Each file is built when you click (a long input's JSON is tens of MB).")
         # data as a callable: the file is made on the click, not held by every open Export tab (docs/limits.md)
-        st.download_button("Download JSON", cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "json"),
+        st.download_button("Download JSON", ctx.model.export_file(text, settings, (), "json"),
                            file_name="attention.json", mime="application/json", key="download_json",
                            icon=":material/data_object:", on_click="ignore")
-        st.download_button("Download NPZ (numpy)",
-                           cached.export_file(ctx.checkpoint, ctx.device, text, settings, (), "npz"),
+        st.download_button("Download NPZ (numpy)", ctx.model.export_file(text, settings, (), "npz"),
                            file_name="attention.npz", mime="application/octet-stream", key="download_npz",
                            icon=":material/download:", on_click="ignore")
     with c2.container(border=True):
@@ -49,7 +48,6 @@ def offline_page(ctx: ViewContext) -> None:
                    "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
                    "masks and the positional encoding (about 5 MB, most of it the plotting library).")
         # data as a callable: the page is made on the click, in a heavy slot, and kept in the budgeted cache
-        st.download_button("Download the page (HTML)", cached.report_file(ctx.checkpoint, ctx.device, ctx.result.text,
-                                                                         ctx.result.settings),
+        st.download_button("Download the page (HTML)", ctx.model.report_file(ctx.result.text, ctx.result.settings),
                            file_name="attention.html", mime="text/html", key="download_report",
                            icon=":material/description:", on_click="ignore")

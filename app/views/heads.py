@@ -95,8 +95,8 @@ def render(ctx: ViewContext) -> None:
     data = load_heads(ctx.tr.path)
     if data is None:
         st.info("This checkpoint has no heads.json yet. Make it with\n\n"
-                f"`python -m transformer.heads --checkpoint {ctx.checkpoint} --split test_2016_flickr --out "
-                f"{ctx.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
+                f"`python -m transformer.heads --checkpoint {ctx.model.checkpoint} --split test_2016_flickr --out "
+                f"{ctx.model.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
                 icon=":material/query_stats:")
         return
     st.caption(f"{data.get('sentences', '?')} sentences of {data.get('split', '?')}, beam {data.get('beam', '?')}. "

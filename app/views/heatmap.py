@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import cached, controls, params
+from .. import controls, params
 from ..state import ViewContext
 
 ROW = "heatmap_chart_row"  # controls.svg_heatmap's row picker for the key "heatmap_chart"
@@ -31,7 +31,7 @@ def render(ctx: ViewContext) -> None:
                                      "5 MB of JavaScript), which the other views use too.")
     with chart:
         if measure == "norms":
-            norms = cached.get_beyond("norms", ctx.checkpoint, ctx.device, ctx.result)[kind]
+            norms = ctx.model.beyond("norms", ctx.result)[kind]
             controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
                                   as_svg=not interactive)
             st.caption(controls.NORMS_NOTE)

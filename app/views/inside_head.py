@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import cached, controls, figures
+from .. import controls, figures
 from ..analysis import KIND_NAMES, first_numbers
 from ..params import Param, int_in
 from ..state import ViewContext
@@ -35,7 +35,7 @@ def render(ctx: ViewContext) -> None:
     position = controls.choose(cols[3].selectbox, "Query", list(range(1, len(queries) + 1)), "inside_query", 1,
                                format_func=lambda i: f"{i}: {queries[i - 1]}")
     query = position - 1
-    hc = cached.get_beyond("inside_head", ctx.checkpoint, ctx.device, result, kind, layer - 1, int(head) - 1, query)
+    hc = ctx.model.beyond("inside_head", result, kind, layer - 1, int(head) - 1, query)
     d = len(hc["q"])
     best = int(np.argmax(hc["weights"]))
     st.markdown(f"**{KIND_NAMES[kind]}, layer {layer}, head {head}, query {position} "

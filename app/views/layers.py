@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .. import cached, figures
+from .. import figures
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -17,7 +17,7 @@ def render(ctx: ViewContext) -> None:
     result, tr = ctx.result, ctx.tr
     st.caption("The logit lens: each decoder layer's output sent straight through the final norm and the output "
                "projection, as if it were the last layer. Where does each output piece become the top prediction?")
-    data = cached.get_beyond("lens", ctx.checkpoint, ctx.device, result, 5)
+    data = ctx.model.beyond("lens", result, 5)
     steps = result.target_tokens
     chosen = data["chosen"]  # (L, T)
     layers = [f"layer {i + 1}" for i in range(chosen.shape[0])]

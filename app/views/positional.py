@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import cached, controls, figures, probes
+from .. import controls, figures, probes
 from ..figures import wave_dims
 from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
@@ -16,7 +16,7 @@ PARAMS = (Param("d", "pe_d", int_in(8, 1024)), Param("n", "pe_len", int_in(8, 51
 
 def render(ctx: ViewContext) -> None:
     """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
-    tr, checkpoint, device, result = ctx.tr, ctx.checkpoint, ctx.device, ctx.result
+    tr, result = ctx.tr, ctx.result
     ss = st.session_state
     st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
                "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
@@ -53,7 +53,7 @@ def render(ctx: ViewContext) -> None:
         norms = probes.embedding_norms(tr, result.source_ids)
         own = probes.model_pe(tr)
         pe_norms = np.linalg.norm(own[: len(result.source_ids)], axis=1)
-        vocab = cached.get_vocab_norms(checkpoint, device)
+        vocab = ctx.model.vocab_norms()
         st.plotly_chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab),
                         config=figures.plotly_config("pe-vs-embeddings"), key="pe_norms")
         st.caption(f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import cached, controls, figures, work
+from .. import controls, figures, work
 from ..catalog import load_heads
 from ..params import Param
 from ..state import ViewContext
@@ -49,7 +49,7 @@ def render(ctx: ViewContext) -> None:
     controls.capped(notices)
     if not fits:
         return
-    data = cached.get_beyond("alti", ctx.checkpoint, ctx.device, result, work.work_bytes())
+    data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
     threshold, section = threshold_of(ctx.tr.path)
