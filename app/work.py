@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -351,22 +352,53 @@ def release_memory() -> None:
 
 
 class HeavyJobs:
-    """At most ``slots`` heavy jobs of this server process at a time; the others wait their turn."""
+    """At most ``slots`` heavy jobs of this server process at a time; the others wait their turn, first come first
+    served (a queue of tickets, not a semaphore: a visitor who just arrived never overtakes one who is waiting, so
+    a link's wait is bounded by the jobs ahead of it, each bounded by ``ATTN_MAX_WORK``)."""
 
     def __init__(self, slots: Callable[[], int] = heavy_slots) -> None:
         self._slots = slots
-        self._semaphore: threading.BoundedSemaphore | None = None
-        self._size = 0
-        self._lock = threading.Lock()
+        self._turn = threading.Condition()
+        self._queue: deque[object] = deque()  # the waiting requests' tickets, oldest first
         self._local = threading.local()  # a heavy job that starts another runs it in its own slot
         self.running = 0
 
-    def _get(self) -> threading.BoundedSemaphore:
-        with self._lock:
-            if self._semaphore is None or (self._size != self._slots() and self.running == 0):
-                self._size = self._slots()
-                self._semaphore = threading.BoundedSemaphore(self._size)
-            return self._semaphore
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot now."""
+        return len(self._queue)
+
+    def _ready(self, ticket: object) -> bool:
+        """Whether ``ticket`` is first in the queue and a slot is free; if so it takes the slot (under the lock)."""
+        if self._queue[0] is not ticket or self.running >= max(1, self._slots()):
+            return False
+        self._queue.popleft()
+        self.running += 1
+        self._turn.notify_all()  # the next in the queue may take a second free slot
+        return True
+
+    def _take(self, waiting: Callable[[float], None] | None, poll: float) -> None:
+        """Wait for this thread's turn (calling ``waiting(seconds waited)`` every ``poll`` s, outside the lock: it
+        may draw on the page, or stop the run, which gives the turn up)."""
+        ticket, start = object(), time.monotonic()
+        with self._turn:
+            self._queue.append(ticket)
+        try:
+            while True:
+                with self._turn:
+                    if self._ready(ticket):
+                        return
+                    self._turn.wait(poll)
+                    if self._ready(ticket):
+                        return
+                if waiting is not None:
+                    waiting(time.monotonic() - start)
+        except BaseException:  # a run stopped while it waited (a newer click): out of the queue
+            with self._turn:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                    self._turn.notify_all()
+            raise
 
     @contextmanager
     def slot(self, waiting: Callable[[float], None] | None = None, poll: float = 0.5) -> Iterator[None]:
@@ -375,29 +407,23 @@ class HeavyJobs:
         if getattr(self._local, "held", False):
             yield
             return
-        semaphore = self._get()
-        start = time.monotonic()
-        while not semaphore.acquire(timeout=poll):
-            if waiting is not None:
-                waiting(time.monotonic() - start)
-        with self._lock:
-            self.running += 1
+        self._take(waiting, poll)
         self._local.held = True
         req = current()
         if req is not None:  # kept until the request ends: a request waits for a slot once, not once per job
-            req.on_end.append(lambda: self._free(semaphore))
+            req.on_end.append(self._free)
             yield
             return
         try:
             yield
         finally:
-            self._free(semaphore)
+            self._free()
 
-    def _free(self, semaphore: threading.BoundedSemaphore) -> None:
+    def _free(self) -> None:
         self._local.held = False
-        with self._lock:
+        with self._turn:
             self.running -= 1
-        semaphore.release()
+            self._turn.notify_all()
         release_memory()
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -285,25 +284,25 @@ def set_view(at, view: str):
     return at.run()
 
 
-class CountingSemaphore(threading.BoundedSemaphore):
-    """A heavy slot that counts how often it was taken."""
+def counting_jobs(slots: int = 1):
+    """The server's heavy slots (``app.work.HeavyJobs``), counting every time a job takes one (``.taken``)."""
+    from app import work
 
-    def __init__(self, value: int = 1) -> None:
-        super().__init__(value)
-        self.taken = 0
+    class CountingJobs(work.HeavyJobs):
+        taken = 0
 
-    def acquire(self, *args, **kwargs) -> bool:
-        got = super().acquire(*args, **kwargs)
-        self.taken += bool(got)
-        return got
+        def _take(self, *args, **kwargs) -> None:
+            super()._take(*args, **kwargs)
+            self.taken += 1
+
+    return CountingJobs(slots=lambda: slots)
 
 
 @pytest.fixture()
-def counted_slot(monkeypatch) -> CountingSemaphore:
+def counted_slot(monkeypatch):
     """The server's heavy slot (one), counting every time a job takes it."""
     from app import work
 
-    jobs = work.HeavyJobs(slots=lambda: 1)
-    jobs._semaphore, jobs._size = CountingSemaphore(1), 1
+    jobs = counting_jobs(1)
     monkeypatch.setattr(work, "HEAVY", jobs)
-    return jobs._semaphore
+    return jobs

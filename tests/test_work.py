@@ -235,6 +235,48 @@ def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     assert not both.broken
 
 
+def test_heavy_jobs_are_served_in_the_order_they_asked():
+    """First come, first served: requests that queue behind a long job get the slot in the order they asked, however
+    often they wake to say how long they have waited, and a request that stopped while it waited leaves the queue
+    (the one behind it is not stuck). Oracle: the order the threads asked in."""
+    jobs = work.HeavyJobs(lambda: 1)
+    order, asked, release = [], [], threading.Event()
+
+    def first() -> None:
+        with jobs.slot():
+            release.wait(5)
+
+    def later(k: int) -> None:
+        asked.append(k)
+        with jobs.slot(waiting=lambda s: None, poll=0.003):
+            order.append(k)
+            time.sleep(0.002)
+
+    class Stopped(Exception):
+        pass
+
+    def gives_up(seconds: float) -> None:
+        raise Stopped  # a newer click stops the run while it waits
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    time.sleep(0.05)
+    threads = []
+    for k in range(8):
+        threads.append(threading.Thread(target=later, args=(k,)))
+        threads[-1].start()
+        time.sleep(0.02)  # each in the queue before the next asks
+        if k == 3:
+            with pytest.raises(Stopped):
+                jobs.slot(waiting=gives_up, poll=0.001).__enter__()
+    assert jobs.waiting == 8
+    release.set()
+    for x in [holder, *threads]:
+        x.join(5)
+    assert order == asked == list(range(8))
+    assert jobs.running == 0 and jobs.waiting == 0
+
+
 def test_memory_is_handed_back_after_every_heavy_job(monkeypatch):
     released = []
     monkeypatch.setattr(work, "release_freed_memory", lambda: released.append(1))
