@@ -302,22 +302,24 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
     return q0, q1, k0, k1
 
 
-def span_param(name: str, key: str) -> Param:
-    """The address parameter of one window slider (``name=1-60``, positions from 1, both ends included)."""
-    return Param(name, key, _parse_span, (1, WINDOW), lambda v: f"{v[0]}-{v[1]}")
+def span_param(name: str, key: str, size: int = WINDOW) -> Param:
+    """The address parameter of one window slider (``name=1-60``, positions from 1, both ends included), whose
+    window is at first ``size`` positions."""
+    return Param(name, key, _parse_span, (1, size), lambda v: f"{v[0]}-{v[1]}")
 
 
 def span_slider(container: Any, label: str, n: int, param: Param) -> tuple[int, int]:
-    """Slice bounds of one axis of ``n`` positions: all of it when ``n <= WINDOW``, else the window a range slider
-    under ``param`` chooses (at first ``WINDOW`` positions, at the most ``MOST``: what the browser must draw stays
-    bounded)."""
-    if n <= WINDOW:
+    """Slice bounds of one axis of ``n`` positions: all of it when it fits the window ``param`` starts with
+    (``WINDOW`` positions unless it says otherwise), else the window a range slider under ``param`` chooses (at
+    the most ``MOST`` positions: what the browser must draw stays bounded)."""
+    size = param.default[1]
+    if n <= size:
         keep_if(param.key, False)
         return 0, n
     span = st.session_state.get(param.key)
     keep_if(param.key, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n)
     st.session_state.get(FROM_LINK, {}).pop(param.key, None)
-    st.session_state.setdefault(param.key, (1, WINDOW))
+    st.session_state.setdefault(param.key, (1, size))
     first, last = container.slider(label, 1, n, key=param.key, persist_state="session")
     if last - first + 1 > MOST:
         last = first + MOST - 1

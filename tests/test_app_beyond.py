@@ -127,7 +127,16 @@ def test_beam_tree_view(app_env, tr):
     ref = tr.translate(TEXT, return_tree=True)
     spec = chart(at, "Beam search tree")
     shown = sum(len(t.get("x", [])) for t in spec["data"] if t.get("mode") == "markers+text")
-    assert shown == len(ref.tree.nodes)
+    steps = max(n.step for n in ref.tree.nodes)
+    if steps > 25:  # a long search is drawn a window of output steps at a time, the first 25 at first
+        assert at.slider(key="beam_tree_swin").value == (1, 25)
+        assert shown == sum(n.step <= 25 for n in ref.tree.nodes)
+        at.slider(key="beam_tree_swin").set_value((20, steps)).run()
+        spec = chart(at, "Beam search tree")
+        assert sorted(x for t in spec["data"] if t.get("mode") == "markers+text" for x in t["x"]) == \
+            sorted(n.step for n in ref.tree.nodes if n.step >= 20)
+    else:
+        assert shown == len(ref.tree.nodes)
     assert any(f"{ref.score:.3f}" in c.value for c in at.caption)
     assert not any("transformers' beam-search rules" in c.value for c in at.caption)  # GNMT rules: the same search
     at.sidebar.radio(key="search").set_value("Greedy")

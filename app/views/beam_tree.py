@@ -8,7 +8,8 @@ import streamlit as st
 from .. import controls, figures
 from ..state import ViewContext
 
-STEPS = controls.span_param("steps", "beam_tree_swin")  # a long search: the output steps drawn (steps=1-60)
+# a long search: the output steps drawn (steps=1-25 at first: a label per node stays readable on a laptop)
+STEPS = controls.span_param("steps", "beam_tree_swin", size=25)
 PARAMS = (STEPS,)
 
 COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
