@@ -25,12 +25,14 @@ from .browser import (  # noqa: F401  (the helpers' old home: still importable f
     FIRST_HEATMAP,
     HEATMAP_TICKS_JS,
     IDLE_JS,
+    SCREENS,
     SETTLED_JS,
     SHOWS_JS,
     app_page,
     click_until,
     expected_ticks,
     free_port,
+    new_context,
     server_process,
     streamlit_server,
     wait_healthy,
@@ -47,13 +49,14 @@ def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
     return (lines + [s for s in built if s not in lines])[:n]
 
 
-def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0) -> dict[str, Any]:
+def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0,
+            screen: str = "desktop") -> dict[str, Any]:
     """Seconds from the Translate click that applies a newly typed sentence to its heatmap, one per sentence (none
-    cached)."""
+    cached), on one of ``SCREENS``."""
     labels = expected_ticks(checkpoint, sentences)
     reclicks = 0
     times: list[float] = []
-    with app_page(checkpoint, 1400, 1400, timeout_s) as (page, errors):
+    with app_page(checkpoint, 0, 0, timeout_s, screen=screen) as (page, errors):
         box = page.locator("[data-testid=stTextArea] textarea")
         button = page.get_by_role("button", name="Translate")
         for text, ticks in zip(sentences, labels):
@@ -82,7 +85,7 @@ KINDS_SHOWN = ("Encoder self-attention", "Decoder self-attention", "Cross-attent
 
 
 def server_cpu(checkpoint: str | Path, sentences: list[str], changes: int = 6,
-               timeout_s: float = 120.0) -> dict[str, Any]:
+               timeout_s: float = 120.0, screen: str = "desktop") -> dict[str, Any]:
     """The server process's CPU seconds per Translate click (each a new sentence) and per view-control change (the
     heatmap's attention type, cycled ``changes`` times), each counted from the click until the page has settled
     (all of the server's work for it, its threads and Streamlit's post-run garbage collection included)."""
@@ -98,7 +101,7 @@ def server_cpu(checkpoint: str | Path, sentences: list[str], changes: int = 6,
     with server_process(checkpoint) as (url, proc), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page = new_context(browser, screen).new_page()
             page.goto(url, wait_until="domcontentloaded")
             page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             settle(page)
@@ -136,10 +139,10 @@ FLOOR_PAGES = {
 
 
 def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 120.0, script: Path | None = None,
-                 selector: str = APP_HEATMAP) -> dict[str, Any]:
+                 selector: str = APP_HEATMAP, screen: str = "desktop") -> dict[str, Any]:
     """Seconds from a new visitor's request (a fresh browser context: empty cache, new session) to the first
     heatmap on screen (``selector``). The first visitor meets a cold server (model not loaded, nothing cached);
-    the others a warm one. ``script``: another Streamlit page instead of the app."""
+    the others a warm one. ``script``: another Streamlit page instead of the app; ``screen``: one of ``SCREENS``."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():
@@ -150,7 +153,7 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             for _ in range(visitors):
-                context = browser.new_context(viewport={"width": 1600, "height": 1000})
+                context = new_context(browser, screen)
                 page = context.new_page()
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 t0 = time.perf_counter()
@@ -202,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                    "warm page after each of --repeat new 20-word sentences (a table; see bench/app_views.py)")
     p.add_argument("--split", metavar="COUNTS", help="instead: visitors at once (e.g. 1,2,4,8) with the server "
                    "pinned to core 0 and the browsers to the others; the server's CPU per click (bench/app_split.py)")
+    p.add_argument("--screen", choices=list(SCREENS), default="desktop", help="the screen of every page (desktop "
+                   "1600x1000, laptop 1280x720, phone 390x844 with touch) for the first visits, the floors and the "
+                   "clicks")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
     if args.views or args.split:
@@ -212,25 +218,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, (code, selector) in FLOOR_PAGES.items():
                 page = Path(tmp) / f"floor_{name}.py"
                 page.write_text(code, encoding="utf-8")
-                warm = first_visits(args.checkpoint, args.visitors, script=page, selector=selector)
+                warm = first_visits(args.checkpoint, args.visitors, script=page, selector=selector, screen=args.screen)
                 floors[f"app_first_visit_floor_{name}_s_p50"] = warm["app_first_visit_warm_s_p50"]
                 print(f"Floor, a bare Streamlit page ({name}): warm server p50 "
                       f"{warm['app_first_visit_warm_s_p50']:.2f} s, max {warm['app_first_visit_warm_s_max']:.2f} s")
-    visits = first_visits(args.checkpoint, args.visitors) if args.visitors > 0 else {"app_page_errors": []}
+    visits = first_visits(args.checkpoint, args.visitors, screen=args.screen) if args.visitors > 0 else \
+        {"app_page_errors": []}
     if args.visitors > 0:
         print(f"New visitor -> first heatmap on screen: cold server {visits['app_first_visit_cold_s']:.2f} s; "
               f"warm server p50 {visits['app_first_visit_warm_s_p50']:.2f} s, "
               f"max {visits['app_first_visit_warm_s_max']:.2f} s ({args.visitors - 1} visitors)")
-    result = measure(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir)) if args.repeat > 0 else \
+    sentences = twenty_word_sentences(args.repeat, args.data_dir)
+    result = measure(args.checkpoint, sentences, screen=args.screen) if args.repeat > 0 else \
         {"app_page_errors": [], "app_sentences": 0}
-    cpu = server_cpu(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir)[:5]) if args.repeat > 0 else {}
+    cpu = server_cpu(args.checkpoint, sentences[:5], screen=args.screen) if args.repeat > 0 else {}
     if cpu:
         print(f"Server CPU (the whole process, all threads): per Translate click p50 "
               f"{cpu['app_server_cpu_per_translate_s_p50']:.3f} s; per view-control change (attention type) p50 "
               f"{cpu['app_server_cpu_per_view_control_s_p50']:.3f} s")
     result = {**visits, **floors, **result, **cpu,
               "app_page_errors": visits["app_page_errors"] + result["app_page_errors"]}
-    result["machine"] = machine_info()
+    result["machine"], result["screen"] = machine_info(), args.screen
     if result["app_sentences"]:
         print(f"Translate click -> translation and heatmap on screen, {result['app_sentences']} sentences of 20 "
               f"words: p50 {result['app_translate_s_p50']:.2f} s, p95 {result['app_translate_s_p95']:.2f} s, "

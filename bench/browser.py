@@ -47,6 +47,17 @@ SHOWS_JS = (f"expected => {{ const base = t => t.replace(/·\\d+$/, ''); const g
             " }")
 
 
+# the screens the app is made for (as docs/screenshots.py takes them): viewport and whether it is a phone
+SCREENS = {"desktop": ({"width": 1600, "height": 1000}, False), "laptop": ({"width": 1280, "height": 720}, False),
+           "phone": ({"width": 390, "height": 844}, True)}
+
+
+def new_context(browser, screen: str = "desktop"):
+    """A fresh browser context (empty cache, new session) of one of ``SCREENS`` (a phone: touch, mobile viewport)."""
+    viewport, phone = SCREENS[screen]
+    return browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,9 +141,10 @@ def pinned(cores: set[int] | None) -> Iterator[None]:
 
 
 @contextmanager
-def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float) -> Iterator[tuple[Any, list[str]]]:
-    """A ``streamlit run`` server on ``checkpoint`` and one Chromium page open on it, its first heatmap drawn;
-    yields (the Playwright page, the page's errors as they come)."""
+def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float,
+             screen: str | None = None) -> Iterator[tuple[Any, list[str]]]:
+    """A ``streamlit run`` server on ``checkpoint`` and one Chromium page open on it (``width`` x ``height``, or one
+    of ``SCREENS``), its first heatmap drawn; yields (the Playwright page, the page's errors as they come)."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():
@@ -141,7 +153,8 @@ def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float) 
     with streamlit_server(checkpoint) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
+            page = (new_context(browser, screen) if screen else
+                    browser.new_context(viewport={"width": width, "height": height})).new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url, wait_until="domcontentloaded")
             page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
