@@ -18,9 +18,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# the kinds of element on the first screen (the Heatmap view of the default sentence), by the name of their chunk
-FIRST_SCREEN = ("Selectbox", "Radio", "Slider", "TextArea", "Button", "ButtonGroup", "Checkbox", "DownloadButton",
-                "Html", "rehype-raw")
+# the kinds of element on the first screen (the Heatmap view of the default sentence), by the name of their chunk,
+# in the order the page needs them (this server sends the files about one at a time): the raw-HTML plugin (the page's
+# name, the heatmap's SVG), the page's style, the sidebar's widgets, the input, the view's controls
+FIRST_SCREEN = ("rehype-raw", "Html", "Selectbox", "Radio", "Slider", "TextArea", "Button", "ButtonGroup",
+                "Checkbox", "DownloadButton")
 IMPORT = re.compile(r"import\(`\./([\w.\-]+\.js)`\)(?:\.then\([^()]*(?:\([^()]*\))?[^()]*\))?,"
                     r"__vite__mapDeps\(\[([\d,]*)\]\)")  # a lazy import and the files it needs
 DEPS = re.compile(r"m\.f=\[(.*?)\]")  # a bundle's table of file names that those imports index
@@ -54,7 +56,8 @@ def first_screen_scripts(static: Path, kinds: tuple[str, ...] = FIRST_SCREEN) ->
                 needs.setdefault(target, [target]).extend(files[int(i)] for i in indices.split(",") if i)
     except (OSError, ValueError, IndexError):
         return []
-    chosen = [target for target in needs if target.split(".")[0] in kinds]
+    chosen = sorted((target for target in needs if target.split(".")[0] in kinds),
+                    key=lambda target: kinds.index(target.split(".")[0]))
     names = dict.fromkeys(name for target in chosen for name in needs[target])  # ordered, once each
     return [name for name in names if name not in eager and (js / name).is_file()]
 
