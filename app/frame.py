@@ -48,6 +48,20 @@ PAGE_CSS = """<style>
 </style>"""
 
 
+# the page's name, once, first on the page (on a wider screen it sits in the band of the header, above whatever a
+# notice or the input brings)
+PAGE_NAME = ("**:material/travel_explore: Attention explorer** :gray[· inside a translation Transformer, every "
+             "attention weight visible]")
+
+
+def page_name() -> None:
+    """The page's name (``PAGE_NAME``, fixed text), as Markdown with raw HTML allowed: not for the name, which has
+    none, but so that the browser fetches Streamlit's raw-HTML plugin with the page's first elements. The first
+    screen's heatmap is an SVG shown as raw HTML (``controls.svg_heatmap``); it would otherwise be drawn only once
+    it has arrived, asked for the plugin and waited for it (it shows a placeholder meanwhile)."""
+    st.container(key="page_title").markdown(PAGE_NAME, unsafe_allow_html=True)
+
+
 def page_style() -> None:
     """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas."""
     st.html(PAGE_CSS)

@@ -48,10 +48,7 @@ def page(req: work.Request) -> None:
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
     frame.page_style()
-    # the page's name, once, first on the page (on a wider screen it sits in the band of the header, above whatever
-    # a notice or the input brings)
-    st.container(key="page_title").markdown("**:material/travel_explore: Attention explorer** :gray[· inside a "
-                                            "translation Transformer, every attention weight visible]")
+    frame.page_name()
     state.start_run()
     model = frame.sidebar()
     state.show_ignored()

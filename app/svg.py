@@ -4,6 +4,11 @@ Same arrays and same colour scale as :func:`app.figures.attention_heatmap`; ever
 ``<title>`` (the browser's hover tooltip) names the query token, the key token and the weight. Every piece of
 text comes from the visitor's sentence, so every piece goes through :func:`app.analysis.escape`: the SVG holds
 no markup but the markup built here. No Streamlit here.
+
+Lean on purpose: the browser turns this string into a tree of elements on every new visit (through Streamlit's
+Markdown, which parses it in JavaScript), so a row's cells are one line with no whitespace between them (each
+would be a text node) and numbers carry no more digits than they need (whole pixels where exact, else one
+decimal).
 """
 
 from __future__ import annotations
@@ -59,6 +64,12 @@ def _text_width(label: str, size: int) -> float:
     return 0.6 * size * len(html.unescape(label))
 
 
+def _n(value: float) -> str:
+    """A coordinate as short as it is exact to 0.1 px: ``40``, ``37.6``."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
 def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
                 query_title: str = "query", key_title: str = "key", zmin: float = 0.0, zmax: float | None = None,
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
@@ -82,7 +93,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     angle = 60 if k > 8 else 0
     ywidth = max(_text_width(_cut(s), font) for s in ylabels)
     xwidth = max(_text_width(_cut(s), font) for s in xlabels)
-    left = 28 + ywidth + 8  # axis title, labels, gap
+    left = math.ceil(28 + ywidth + 8)  # axis title, labels, gap (whole pixels: shorter coordinates)
     top = 28 if title else 10
     grid_w, grid_h = cw * k, ch * q
     bottom = 4 + (xwidth * math.sin(math.radians(angle)) if angle else font) + 8 + 20
@@ -99,27 +110,27 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
            f'role="img" aria-label="{escape(title)}" data-zmin="{zmin:.6g}" data-zmax="{zmax:.6g}">']
     if title:
         out.append(f'<text class="title" x="0" y="18" font-size="15" font-weight="600">{escape(title)}</text>')
-    out.append('<g class="cells">')
-    for i in range(q):
-        y = top + i * ch
-        for j in range(k):
-            hover = (f"{qtext[i]} ({i + query_offset + query_first}) → {ktext[j]} ({j + key_offset + key_first}): "
-                     f"{vname} {w[i, j]:.3f}")
-            out.append(f'<rect x="{left + j * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" height="{ch - 1:.1f}" '
-                       f'fill="{fill[i, j]}"><title>{hover}</title></rect>')
-    out.append("</g>")
+    xs = [_n(left + j * cw) for j in range(k)]
+    size = f'width="{_n(cw - 1)}" height="{_n(ch - 1)}"'
+    keys = [f"{ktext[j]} ({j + key_offset + key_first}): {vname} " for j in range(k)]
+    rows = []
+    for i in range(q):  # one line per row, no whitespace between its cells
+        y, query = _n(top + i * ch), f"{qtext[i]} ({i + query_offset + query_first}) → "
+        rows.append("".join(f'<rect x="{xs[j]}" y="{y}" {size} fill="{fill[i, j]}"><title>{query}{keys[j]}'
+                            f'{w[i, j]:.3f}</title></rect>' for j in range(k)))
+    out.append('<g class="cells">' + "\n".join(rows) + "</g>")
     if highlight_row is not None and 0 <= highlight_row < q:
         out.append(f'<rect class="row-highlight" x="{left - 1:.1f}" y="{top + highlight_row * ch - 1:.1f}" '
                    f'width="{grid_w + 1:.1f}" height="{ch + 1:.1f}" fill="none" stroke="#d62728" stroke-width="2"/>')
     for i, label in enumerate(ylabels):
-        out.append(f'<text class="ytick" x="{left - 6:.1f}" y="{top + (i + 0.5) * ch:.1f}" font-size="{font}" '
+        out.append(f'<text class="ytick" x="{_n(left - 6)}" y="{_n(top + (i + 0.5) * ch)}" font-size="{font}" '
                    f'text-anchor="end" dominant-baseline="middle"><title>{qtext[i]}</title>{_cut(label)}</text>')
     ty = top + grid_h + 8
     for j, label in enumerate(xlabels):
         x = left + (j + 0.5) * cw
-        rotate = f' transform="rotate(-{angle} {x:.1f} {ty:.1f})"' if angle else ""
+        rotate = f' transform="rotate(-{angle} {_n(x)} {_n(ty)})"' if angle else ""
         anchor = "end" if angle else "middle"
-        out.append(f'<text class="xtick" x="{x:.1f}" y="{ty:.1f}" font-size="{font}" text-anchor="{anchor}" '
+        out.append(f'<text class="xtick" x="{_n(x)}" y="{_n(ty)}" font-size="{font}" text-anchor="{anchor}" '
                    f'dominant-baseline="hanging"{rotate}><title>{ktext[j]}</title>{_cut(label)}</text>')
     out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{height - 6:.0f}" font-size="12" '
                f'text-anchor="middle">{escape(key_title)}</text>')

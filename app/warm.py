@@ -7,7 +7,7 @@ import gc
 
 import transformer
 
-from . import cached, catalog, inference, state, svg
+from . import cached, catalog, inference, preload, state, svg
 from .inference import DecodeSettings
 
 
@@ -19,6 +19,7 @@ def warm_up() -> None:
     import app.views  # noqa: F401  (every view module and what it imports: plotly, pandas...)
 
     is_emoji("🔭")  # the page icon: the check loads Streamlit's table of emoji
+    preload.link_header()  # the first screen's scripts, read from Streamlit's bundle once
 
     checkpoint = catalog.default_checkpoint()
     try:

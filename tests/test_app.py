@@ -22,7 +22,7 @@ from conftest import (  # noqa: E402
 )
 
 import transformer  # noqa: E402
-from app import analysis, catalog, grid, inference  # noqa: E402
+from app import analysis, catalog, frame, grid, inference  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ the main path
 
@@ -250,8 +250,12 @@ def test_emoji_and_markup_are_shown_as_text(app_env, tr):
     assert any("<unk>" in plain(i.value) for i in at.info)  # characters outside the vocabulary are named
     assert tr.translate(text).text in shown_texts(at)
     # no element lets HTML through, and token labels in the charts are escaped
+    # raw HTML: the page's fixed name (first, so that the browser fetches the raw-HTML plugin early) and the heatmap's
+    # SVG, nothing else
     raw = [m.value for m in at.markdown if m.proto.allow_html]
-    assert len(raw) == 1 and raw[0].startswith('<div class="attn-svg">\n<svg')  # only the heatmap's SVG
+    assert len(raw) == 2 and raw[0] == frame.PAGE_NAME and at.markdown[0].value == frame.PAGE_NAME
+    raw = raw[1:]
+    assert raw[0].startswith('<div class="attn-svg">\n<svg')
     pieces = shown_texts(at)  # the subword pieces are plain text
     assert any("<unk>" in p and "▁" in p for p in pieces)
     spec = svg_chart(at, "Cross-attention")

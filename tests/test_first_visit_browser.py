@@ -1,5 +1,6 @@
-"""A first visit in a real browser: the heatmap is the server-built SVG, no plotly.js is fetched, and the SVG's
-hover titles are the model's weights. The Interactive switch then loads the plotly figure.
+"""A first visit in a real browser: the heatmap is the server-built SVG, no plotly.js is fetched, the first screen's
+scripts are asked for with the page, and the SVG's hover titles are the model's weights. The Interactive switch
+then loads the plotly figure.
 
 Debian's chromium driven by Playwright; skipped cleanly without ``/usr/bin/chromium`` or ``playwright``.
 """
@@ -17,6 +18,11 @@ TEXT = "A dog runs on the beach."
 # the cells of the first SVG heatmap: (x, y, hover title)
 CELLS_JS = ("() => [...document.querySelectorAll('svg.attn-heatmap g.cells rect')]"
             ".map(r => [+r.getAttribute('x'), +r.getAttribute('y'), r.querySelector('title').textContent])")
+
+# when the page's main bundle had been parsed, and when the select box's and the raw-HTML plugin's scripts were asked
+LATE_JS = ("() => ({dcl: performance.getEntriesByType('navigation')[0].domContentLoadedEventStart,"
+           " chunks: performance.getEntriesByType('resource').filter(e => /\\/(Selectbox|rehype-raw)\\./.test(e.name))"
+           ".map(e => e.startTime)})")
 
 
 def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkpoint, tr):
@@ -36,6 +42,10 @@ def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkp
             page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&a=0&b=8", wait_until="commit")
             page.locator("svg.attn-heatmap g.cells rect").first.wait_for(timeout=90_000)
             page.wait_for_timeout(2000)  # anything loaded lazily after the first paint would show by now
+            # the first screen's lazily loaded scripts (a select box's, the raw-HTML plugin the SVG needs) were asked
+            # for with the page, while the browser parsed the main bundle, not once the elements had arrived
+            timing = page.evaluate(LATE_JS)
+            assert len(timing["chunks"]) == 2 and max(timing["chunks"]) < timing["dcl"], timing
             assert scripts and any("/static/js/" in s for s in scripts)  # the listener sees the page's chunks
             assert not [s for s in scripts if "plotly" in s.lower()], "plotly.js was fetched on a first visit"
             assert page.locator("[data-testid=stPlotlyChart]").count() == 0

@@ -3,6 +3,7 @@ follow the plotly figure's scale."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -48,6 +49,20 @@ def test_offsets_and_highlight():
     assert hovers[0] == "a (41) → x (8): weight 0.000" and hovers[-1] == "b (42) → z (10): weight 0.500"
     box = root.find("s:rect[@class='row-highlight']", NS)
     assert float(box.get("y")) < float(cells(root)[3].get("y")) < float(box.get("y")) + float(box.get("height"))
+
+
+def test_cells_are_lean():
+    """The browser makes a node of every element and every run of text between elements, on each new visit: no
+    whitespace between a row's cells, coordinates without digits they do not need."""
+    w = np.random.default_rng(0).random((5, 17))
+    root = parse(svg.heatmap_svg(w, list("abcde"), [f"k{j}" for j in range(17)], title="t"))
+    rects = cells(root)
+    tails = [r.tail for r in rects]
+    assert tails.count("\n") == 4 and set(tails) == {None, "\n"}  # one line a row
+    assert [i for i, t in enumerate(tails) if t] == [16, 33, 50, 67]
+    numbers = [r.get(a) for r in rects for a in ("x", "y", "width", "height")]
+    assert all(re.fullmatch(r"\d+(\.\d)?", v) and not v.endswith(".0") for v in numbers), numbers
+    assert {r.get("y") for r in rects} == {"28", "46", "64", "82", "100"}  # whole pixels stay whole
 
 
 HOSTILE = ['<script>alert(1)</script>', '"onload=alert(1) x="', "<img src=x onerror=alert(1)>", "a&b", "'", "]]>",

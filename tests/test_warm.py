@@ -38,4 +38,4 @@ def test_the_entry_point_is_a_streamlit_app_with_a_warming_lifespan():
     assert discover_asgi_app(ROOT / "app" / "serve.py").is_asgi_app
     tree = ast.parse((ROOT / "app" / "serve.py").read_text(encoding="utf-8"))
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "App")
-    assert [k.arg for k in call.keywords] == ["lifespan"]
+    assert [k.arg for k in call.keywords] == ["lifespan", "middleware"]  # middleware: app.preload's Link header
