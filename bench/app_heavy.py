@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks, pinned, server_process, split_cores
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, pinned, server_process, split_cores
 from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile, read_sentences, synthetic_sentences
-from .visitors import sentences_for, visitors_round
+from .visitors import expectations, sentences_for, visitors_round
 
 MODELS = "checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm"  # as the Dockerfile offers them
 ITEMS = ["red apples", "green pears", "two dogs", "a blue bike", "an old church", "three children", "a white boat",
@@ -235,20 +235,25 @@ def crowd_captions(n: int, data_dir: str | None, offset: int = 0) -> list[str]:
     return out
 
 
+def first_sentences(texts: list[str]) -> list[str]:
+    """The sentence of each text the page explores (its first)."""
+    from app.inference import split_sentences
+
+    return [split_sentences(t, "en")[0] for t in texts]
+
+
 async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: float = 2.0,
-                           timeout_s: float = 120.0) -> dict[str, Any]:
+                           timeout_s: float = 120.0,
+                           expect: tuple[list[str], list[list[str]]] | None = None) -> dict[str, Any]:
     """One visitor: for each text, type it, press Translate, wait for the heatmap of its first sentence (the one
-    the page explores), and check the page shows that sentence's own translation; ``pause`` s between clicks."""
+    the page explores), and check the page shows that sentence's own translation; ``pause`` s between clicks.
+    ``expect``: :func:`bench.visitors.expectations` of the first sentences, made before the round (else here)."""
     from playwright.async_api import TimeoutError as PlaywrightTimeout
     from playwright.async_api import async_playwright
 
-    import transformer
     from app.inference import split_sentences
 
-    firsts = [split_sentences(t, "en")[0] for t in texts]
-    tr = transformer.load(checkpoint, device="cpu")
-    expected = [tr.translate(f).text for f in firsts]
-    ticks = expected_ticks(checkpoint, firsts)
+    expected, ticks = expect or expectations(checkpoint, first_sentences(texts))
     seconds, clicked_at, own, errors = [], [], [], []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -278,9 +283,10 @@ async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: f
 
 async def crowd_round_async(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
     stop, durations, unfinished = asyncio.Event(), [], []
+    expect = expectations(checkpoint, first_sentences(texts))  # before any visitor: no model work in the event loop
     runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed, durations, unfinished))
     await asyncio.sleep(8.0 if heavy else 0.0)  # the heavy links are in flight before the ordinary visitor clicks
-    result = await ordinary_visitor(url, checkpoint, texts)
+    result = await ordinary_visitor(url, checkpoint, texts, expect=expect)
     stop.set()
     await runner
     return {**result, "heavy_visitors": heavy, "heavy_seconds": durations, "heavy_unfinished_seconds": unfinished}
@@ -313,9 +319,10 @@ async def mixed_round(url: str, checkpoint: str, texts: list[str], heavy: int, s
     stop = asyncio.Event()
     if not heavy:
         return {**await visitors_round(url, checkpoint, texts), "heavy_visitors": 0}
+    expect = expectations(checkpoint, texts)  # before any visitor: no model work in the event loop
     runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed))
     await asyncio.sleep(8.0)  # the heavy links are in flight before the ordinary visitors click
-    result = await visitors_round(url, checkpoint, texts)
+    result = await visitors_round(url, checkpoint, texts, expect=expect)
     stop.set()
     return {**result, "heavy_visitors": heavy, "heavy_links_finished": await runner}
 

@@ -5,6 +5,7 @@ round of Chromium pages that press Translate at the same moment, each checked fo
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
@@ -25,18 +26,28 @@ def sentences_for(n: int, data_dir: str | Path | None, offset: int = 0) -> list[
     return pool[offset:offset + n]
 
 
-async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bool = False,
-                         timeout_s: float = 180.0) -> dict[str, Any]:
-    """All pages type their sentence, then press Translate at once (the click applies the typed text); returns each
-    page's seconds from the click to its own heatmap and what it showed."""
-    from playwright.async_api import TimeoutError as PlaywrightTimeout
-    from playwright.async_api import async_playwright
+def expectations(checkpoint: str, texts: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Each text's translation and its heatmap's labels, as the page must show them. Call it before any visitor
+    starts: model work inside the event loop would stall every other visitor's page checks meanwhile."""
+    import torch
 
     import transformer
 
+    torch.set_num_threads(1)  # this process shares its core with the browsers
     tr = transformer.load(checkpoint, device="cpu")
-    expected = [tr.translate(t).text for t in texts]
-    ticks = expected_ticks(checkpoint, texts)
+    return [tr.translate(t).text for t in texts], expected_ticks(checkpoint, texts)
+
+
+async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bool = False,
+                         timeout_s: float = 180.0,
+                         expect: tuple[list[str], list[list[str]]] | None = None) -> dict[str, Any]:
+    """All pages type their sentence, then press Translate at once (the click applies the typed text); returns each
+    page's seconds from the click to its own heatmap and what it showed. ``expect``: :func:`expectations` of
+    ``texts``, made before the round (else here)."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+    from playwright.async_api import async_playwright
+
+    expected, ticks = expect or expectations(checkpoint, texts)
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         pages, errors = [], []
@@ -47,7 +58,8 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             query = ""
             if ablate and i == 0:  # this visitor switches every cross head of layer 1 off meanwhile
-                heads = ",".join(f"cross.1.{h}" for h in range(1, tr.config.n_heads + 1))
+                n_heads = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))["n_heads"]
+                heads = ",".join(f"cross.1.{h}" for h in range(1, n_heads + 1))
                 query = f"?text={quote(texts[0])}&view=Ablation&off={heads}"
             await page.goto(url + query, wait_until="domcontentloaded")
             await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
