@@ -256,9 +256,10 @@ def fall_back_from_a_broken_default(device: str) -> None:
     default = catalog.default_checkpoint()
     if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
         return
+    broken = cached.Model(default, device)
     problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
-        or cached.LOAD_FAILURES.get(cached.Model(default, device))
-    other = fallback_model(cached.Model(default, device)) if problem else None
+        or cached.LOAD_FAILURES.get(broken)
+    other = fallback_model(broken) if problem else None
     if other is None:
         return
     ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE] = other  # the picker is drawn after this

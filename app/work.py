@@ -363,11 +363,6 @@ class HeavyJobs:
         self._local = threading.local()  # a heavy job that starts another runs it in its own slot
         self.running = 0
 
-    @property
-    def waiting(self) -> int:
-        """Requests waiting for a slot now."""
-        return len(self._queue)
-
     def _ready(self, ticket: object) -> bool:
         """Whether ``ticket`` is first in the queue and a slot is free; if so it takes the slot (under the lock)."""
         if self._queue[0] is not ticket or self.running >= max(1, self._slots()):
