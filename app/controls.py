@@ -125,11 +125,18 @@ def head_ref_param(name: str, key: str) -> Param:
 def choose(widget: Callable, label: str, options: list, key: str, default, **kwargs):
     """A widget whose value lives in session state (kept while other views show) and is reset when it is not
     among the options (with a notice when a link set it)."""
+    settle(key, options, default)
+    return widget(label, options, key=key, persist_state="session", **kwargs)
+
+
+def settle(key: str, options: list, default):
+    """The value the widget of :func:`choose` will show, known before it is drawn (a view may draw its chart first
+    and its controls after, so that the browser draws the picture in the page's first frame)."""
     keep_if(key, st.session_state.get(key) in options)
     st.session_state.get(FROM_LINK, {}).pop(key, None)  # a link's value that fits: nothing to say later
     if key not in st.session_state:
         st.session_state[key] = default
-    return widget(label, options, key=key, persist_state="session", **kwargs)
+    return st.session_state[key]
 
 
 LARGE_MODEL = 20_000_000  # parameters: above this, integrated gradients take a minute or more on a CPU
@@ -216,6 +223,16 @@ def range_caption(weights: np.ndarray, kind: str) -> None:
     st.caption(text + ".")
 
 
+def heatmap_settings(tr: Translator) -> tuple[str, int, str]:
+    """(kind, layer, head) as :func:`heatmap_controls` will show them, before they are drawn."""
+    kind = settle(ATT, list(KINDS), "cross")
+    layers = list(range(1, n_layers(tr, kind) + 1))
+    layer = settle(LAYER, layers, layers[-1])
+    head = settle(HEAD, ["mean"] + [str(h) for h in range(1, tr.config.n_heads + 1)], "mean")
+    settle(SCALE, SCALES, "absolute")
+    return kind, layer, head
+
+
 def heatmap_controls(tr: Translator) -> tuple[str, int, str]:
     """Type, layer, head and colour scale, stacked (in the narrow column beside a chart): (kind, layer, head)."""
     kind = kind_control(with_scale=False)
@@ -260,10 +277,26 @@ NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖
               "shows a big weight but a small norm there.")
 
 
+def measure_setting(key: str = MEASURE) -> str:
+    """The value :func:`measure_control` will show, before it is drawn."""
+    return settle(key, list(MEASURES), "weights")
+
+
 def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
                   required=True, wrap=True)
+
+
+PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of every container of a server-built picture
+
+
+def picture(image: str, key: str, title: str) -> None:
+    """A server-built SVG (``app.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
+    the page's first frame, nothing in it can run, and its text is only what ``app.svg`` escaped. It keeps
+    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking."""
+    st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {svg.min_width(image)}px;}}</style>")
+    st.container(key=PICTURE + key).markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
 
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
@@ -355,8 +388,9 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
 
 
 def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: str, name: str, **args) -> None:
-    """The heatmap as a server-built SVG (hover a cell for its weight), a "Read a row" picker that outlines a query
-    row and lists its largest values (what a click on a cell of the plotly chart gives), and an SVG download."""
+    """The heatmap as a server-built SVG shown as an image (``picture``), a "Read a row" picker that outlines a
+    query row and lists its largest values (what a click or a hover on a cell of the plotly chart gives), and an
+    SVG download (with a tooltip on every cell)."""
     rows = list(range(len(queries)))
     qfirst = args.get("query_offset", 0) + args.get("query_first", 1)  # numbered as the chart's labels
     kfirst = args.get("key_offset", 0) + args.get("key_first", 1)
@@ -365,9 +399,7 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
         st.session_state.pop(row_key, None)
     chosen = st.session_state.get(row_key)
     image = svg.heatmap_svg(weights, queries, keys, highlight_row=chosen, **args)
-    # a raw-HTML block of Markdown (no blank line inside, so nothing in it is read as Markdown): the SVG built
-    # above, every piece of text in it escaped
-    st.markdown(f'<div class="attn-svg">\n{image}\n</div>', unsafe_allow_html=True)
+    picture(image, key, args.get("title", "attention heatmap"))
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
                        format_func=lambda i: f"{i + qfirst}: {queries[i]}")

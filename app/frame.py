@@ -13,7 +13,7 @@ import transformer
 from transformer import Translator
 
 from . import cached, card, catalog, inference, state, work
-from .controls import choose, md_escape
+from .controls import choose, md_escape, settle
 from .inference import Analysis
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
@@ -42,8 +42,8 @@ PAGE_CSS = """<style>
   .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
   .st-key-wide_chart > div {min-width: 860px;}
 }
-.attn-svg {overflow-x: auto; overflow-y: hidden;}
-.attn-svg svg {display: block;}
+[class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
+[class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
 </style>"""
 
@@ -55,11 +55,8 @@ PAGE_NAME = ("**:material/travel_explore: Attention explorer** :gray[· inside a
 
 
 def page_name() -> None:
-    """The page's name (``PAGE_NAME``, fixed text), as Markdown with raw HTML allowed: not for the name, which has
-    none, but so that the browser fetches Streamlit's raw-HTML plugin with the page's first elements. The first
-    screen's heatmap is an SVG shown as raw HTML (``controls.svg_heatmap``); it would otherwise be drawn only once
-    it has arrived, asked for the plugin and waited for it (it shows a placeholder meanwhile)."""
-    st.container(key="page_title").markdown(PAGE_NAME, unsafe_allow_html=True)
+    """The page's name (``PAGE_NAME``), first on the page."""
+    st.container(key="page_title").markdown(PAGE_NAME)
 
 
 def page_style() -> None:
@@ -67,23 +64,39 @@ def page_style() -> None:
     st.html(PAGE_CSS)
 
 
-def sidebar() -> cached.Model:
-    """Checkpoint, device and decoding settings; returns the chosen model (checkpoint and device)."""
+def chosen_model() -> tuple[cached.Model, list[tuple[str, str]]]:
+    """The model and decoding settings this run uses, settled before anything is drawn (the sidebar that shows
+    them is drawn after the page's picture, :func:`sidebar`): a broken default's replacement, the picked model,
+    the device, the decoding defaults. Returns the model and what the sidebar must say (notice, icon)."""
+    ss = st.session_state
+    notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))]
+    notices.append(settle_model_choice())
+    settle(state.DEVICE, devices(), "auto")
+    settle(state.SEARCH, state.SEARCHES, state.DEFAULTS[state.SEARCH])
+    for key in (state.BEAM, state.MAX_A, state.MAX_B):
+        ss.setdefault(key, state.DEFAULTS[key])
+    ss.setdefault(state.ALPHA, catalog.model_alpha(ss[state.CHECKPOINT]))
+    return cached.Model(ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE])), [n for n in notices if n]
+
+
+def devices() -> list[str]:
+    """The Device picker's choices: auto, the CPU and each GPU present."""
+    return ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+                              if torch.cuda.is_available() else [])
+
+
+def sidebar(notices: list[tuple[str, str]]) -> None:
+    """Checkpoint, device and decoding settings (as :func:`chosen_model` settled them), and its ``notices``."""
     ss = st.session_state
     with st.sidebar:  # the app's name and what it is are at the top of the page, once
         st.subheader("Model")
-        fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))
+        for notice, icon in notices:
+            st.warning(notice, icon=icon)
         model_picker()
-        devices = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
-                                     if torch.cuda.is_available() else [])
-        choose(st.selectbox, "Device", devices, state.DEVICE, "auto",
+        choose(st.selectbox, "Device", devices(), state.DEVICE, "auto",
                help="auto = CUDA when a GPU is present, else CPU.")
         st.subheader("Decoding")
         choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.DEFAULTS[state.SEARCH], horizontal=True)
-        for key in (state.BEAM, state.MAX_A, state.MAX_B):
-            ss.setdefault(key, state.DEFAULTS[key])
-        own_alpha = catalog.model_alpha(ss[state.CHECKPOINT])
-        ss.setdefault(state.ALPHA, own_alpha)
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
         st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA, format="%.1f",
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "
@@ -92,7 +105,6 @@ def sidebar() -> cached.Model:
         c1.slider("Max length a", 0.0, 4.0, step=0.1, key=state.MAX_A, format="%.1f")
         c2.slider("Max length b", 0, 200, key=state.MAX_B)
         st.caption("At most a × source length + b output tokens (and never past the model's maximum).")
-    return cached.Model(ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE]))
 
 
 def _device(choice: str) -> str:
@@ -118,21 +130,45 @@ def markdown_table(header: tuple[str, str], rows: list[tuple[object, object]]) -
     return "\n".join(lines)
 
 
+def settle_model_choice() -> tuple[str, str] | None:
+    """The model picker's choice, settled before it is drawn: in public mode one of the allow-list (a link's
+    broken model gives way to it: the notice and its icon are returned), else the free field's model."""
+    ss = st.session_state
+    infos = cached.get_checkpoint_list()
+    usable = {i.path for i in infos if i.problem is None}
+    if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
+        broken = {i.path: i.problem for i in infos if i.problem}
+        allowed = allowed_models(broken)
+        notice = None
+        if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
+            notice = (f"{md_escape(catalog.short_name(ss[state.CHECKPOINT]))} is unavailable on this server "
+                      f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
+                      f"{md_escape(catalog.short_name(allowed[0]))} opens instead.", ":material/block:")
+        if ss.get(state.MODEL_CHOICE) not in allowed:
+            ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
+        ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
+        return notice
+    options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
+    wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
+    if ss.get(state.MODEL_CHOICE) != wanted:
+        ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
+    return None
+
+
+def allowed_models(broken: dict[str, str]) -> list[str]:
+    """Public mode: the allow-listed models that are not broken (the default if none is left)."""
+    return [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
+
+
 def model_picker() -> None:
     """The checkpoints under ``checkpoints/`` (language pair, layout, test BLEU), and a free field for any
-    directory or Hub repo id. Broken directories are named, not offered."""
+    directory or Hub repo id. Broken directories are named, not offered (the choice is settled by
+    :func:`settle_model_choice`)."""
     ss = st.session_state
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
-    if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
-        broken = {i.path: i.problem for i in infos if i.problem}
-        allowed = [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
-        if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
-            st.warning(f"{md_escape(catalog.short_name(ss[state.CHECKPOINT]))} is unavailable on this server "
-                       f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
-                       f"{md_escape(catalog.short_name(allowed[0]))} opens instead.", icon=":material/block:")
-        if ss.get(state.MODEL_CHOICE) not in allowed:
-            ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
+    if catalog.public_mode():
+        allowed = allowed_models({i.path: i.problem for i in infos if i.problem})
 
         def chosen() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
@@ -141,14 +177,10 @@ def model_picker() -> None:
         st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,  # never a path of the server
                      format_func=lambda p: Path(p).name if p in usable else
                      catalog.hub_label(p) if p in catalog.MULTILINGUAL else catalog.short_name(p))
-        ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         if ss[state.CHECKPOINT] in usable:
             st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
         return
     options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
-    wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
-    if ss.get(state.MODEL_CHOICE) != wanted:
-        ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
 
     def picked() -> None:
         if ss[state.MODEL_CHOICE] != state.OTHER_MODEL:
@@ -248,26 +280,27 @@ def fallback_model(broken: cached.Model) -> str | None:
                  and cached.LOAD_FAILURES.get(cached.Model(m, broken.device)) is None), None)
 
 
-def fall_back_from_a_broken_default(device: str) -> None:
+def fall_back_from_a_broken_default(device: str) -> tuple[str, str] | None:
     """Public mode: when the page would open the default model and it is broken (its check fails, or it failed to
     load on this server), open a working allow-listed model instead, with a notice naming both (short names only)
-    and why. A local server shows the default's error instead (whoever runs it can fix it or pick another)."""
+    and why (returned with its icon, for the sidebar to show). A local server shows the default's error instead
+    (whoever runs it can fix it or pick another)."""
     ss = st.session_state
     default = catalog.default_checkpoint()
     if not catalog.public_mode() or ss.get(state.CHECKPOINT, "").strip() != default:
-        return
+        return None
     broken = cached.Model(default, device)
     problem = next((i.problem for i in cached.get_checkpoint_list() if i.path == default and i.problem), None) \
         or cached.LOAD_FAILURES.get(broken)
     other = fallback_model(broken) if problem else None
     if other is None:
-        return
+        return None
     ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE] = other  # the picker is drawn after this
     if "alpha" not in (ss.get(state.LAST_URL) or {}):  # the model's own length penalty, unless the link set one
         state.adopt_model_decoding()
-    st.warning(f"The default model {md_escape(catalog.short_name(default))} could not be opened "
-               f"({md_escape(catalog.visitor_message(problem))}); {md_escape(catalog.short_name(other))} opens "
-               "instead.", icon=":material/swap_horiz:")
+    return (f"The default model {md_escape(catalog.short_name(default))} could not be opened "
+            f"({md_escape(catalog.visitor_message(problem))}); {md_escape(catalog.short_name(other))} opens instead.",
+            ":material/swap_horiz:")
 
 
 def use_example() -> None:

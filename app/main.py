@@ -44,18 +44,20 @@ def main() -> None:
 
 
 def page(req: work.Request) -> None:
-    """The page: sidebar, model, input, view selector, translation, the chosen view; then the address."""
+    """The page: model, input, view selector, translation, the chosen view; then the sidebar and the address.
+    The page's picture (the first screen's heatmap) is sent before the controls that are not above it (the sidebar,
+    the view selector, the view's own controls): the browser draws it in the page's first frame."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
     frame.page_style()
     frame.page_name()
     state.start_run()
-    model = frame.sidebar()
+    model, notices = frame.chosen_model()
     state.show_ignored()
     tr = frame.load_model(model)
     if tr is None:
+        frame.sidebar(notices)  # to pick another model
         return
-    frame.show_model_facts(tr, model.checkpoint)
     languages.pickers(tr)  # a multilingual model: source and target language
     frame.input_area(tr)
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
@@ -65,20 +67,18 @@ def page(req: work.Request) -> None:
     result = analyse(model, sub)
     req.keep(0.0)
     render_view(model, sub, result)
+    frame.sidebar(notices)
+    frame.show_model_facts(tr, model.checkpoint)
     controls.work_notice(notice, req)
 
 
 def render_view(model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None) -> None:
     """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
-    then the address."""
+    then the address. The selector's row is placed first and filled after the view has been sent."""
     tr = model.tr
+    name = selector.resolve(VIEWS, GROUPS)  # the view, settled before its selector is drawn
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
-    name = selector.view_selector(VIEWS, GROUPS, row)
-    readme = card.model_card(tr)
-    if readme and row.toggle("Model card", key=state.SHOW_CARD,
-                           help="Show the model card: how it was trained, its scores, its limits."):
-        with st.container(border=True, height=420):
-            st.markdown(readme)  # the checkpoint's own README: Markdown, never raw HTML
+    model_card = st.empty()
     if result is not None:
         frame.show_translation(tr, result)
     view = VIEWS[name]
@@ -90,6 +90,12 @@ def render_view(model: cached.Model, sub: state.Submitted | None, result: infere
     except Exception as err:  # never a stack trace
         st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")
+    selector.view_selector(VIEWS, GROUPS, row)
+    readme = card.model_card(tr)
+    if readme and row.toggle("Model card", key=state.SHOW_CARD,
+                           help="Show the model card: how it was trained, its scores, its limits."):
+        with model_card.container(border=True, height=420):
+            st.markdown(readme)  # the checkpoint's own README: Markdown, never raw HTML
     state.end_run(name)
 
 

@@ -1,9 +1,8 @@
 """Fetch the first screen's scripts while the browser still parses Streamlit's main bundle.
 
-Streamlit's frontend fetches the code of each kind of element (a select box, a slider, the raw-HTML plugin the
-heatmap's SVG needs...) only when the first element of that kind arrives, after the page has loaded, connected and
-the script has run: about seventy small files at once, each served by this server while it runs the page's script,
-on the path to the first heatmap. The page's HTML already names the main bundle's own files for the browser to
+Streamlit's frontend fetches the code of each kind of element (a select box, a slider...) only when the first
+element of that kind arrives, after the page has loaded, connected and the script has run: about seventy small
+files at once, each served by this server while it runs the page's script, on the path to the first screen. The page's HTML already names the main bundle's own files for the browser to
 fetch early (``<link rel="modulepreload">``); :class:`PreloadFirstScreen` names the first screen's lazily loaded
 ones the same way, in an HTTP ``Link`` header of the page (low priority: after the main bundle, while the network
 is idle). The names come from the installed Streamlit's own bundle (its files are named by content hash); if they
@@ -19,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 # the kinds of element on the first screen (the Heatmap view of the default sentence), by the name of their chunk,
-# in the order the page needs them (this server sends the files about one at a time): the raw-HTML plugin (the page's
-# name, the heatmap's SVG), the page's style, the sidebar's widgets, the input, the view's controls
-FIRST_SCREEN = ("rehype-raw", "Html", "Selectbox", "Radio", "Slider", "TextArea", "Button", "ButtonGroup",
-                "Checkbox", "DownloadButton")
+# in the order the page needs them (this server sends the files about one at a time): the page's style, the
+# sidebar's widgets, the input, the view's controls (the heatmap is a Markdown image: no raw-HTML plugin)
+FIRST_SCREEN = ("Html", "Selectbox", "Radio", "Slider", "TextArea", "Button", "ButtonGroup", "Checkbox",
+                "DownloadButton")
 IMPORT = re.compile(r"import\(`\./([\w.\-]+\.js)`\)(?:\.then\([^()]*(?:\([^()]*\))?[^()]*\))?,"
                     r"__vite__mapDeps\(\[([\d,]*)\]\)")  # a lazy import and the files it needs
 DEPS = re.compile(r"m\.f=\[(.*?)\]")  # a bundle's table of file names that those imports index

@@ -1,18 +1,20 @@
 """The first screen's heatmap as a plain SVG string built on the server: no plotly.js to fetch and parse.
 
 Same arrays and same colour scale as :func:`app.figures.attention_heatmap`; every cell is a ``<rect>`` whose
-``<title>`` (the browser's hover tooltip) names the query token, the key token and the weight. Every piece of
-text comes from the visitor's sentence, so every piece goes through :func:`app.analysis.escape`: the SVG holds
-no markup but the markup built here. No Streamlit here.
+``<title>`` (the hover tooltip of the downloaded file) names the query token, the key token and the weight. Every
+piece of text comes from the visitor's sentence, so every piece goes through :func:`app.analysis.escape`: the SVG
+holds no markup but the markup built here. No Streamlit here.
 
-Lean on purpose: the browser turns this string into a tree of elements on every new visit (through Streamlit's
-Markdown, which parses it in JavaScript), so a row's cells are one line with no whitespace between them (each
-would be a text node) and numbers carry no more digits than they need (whole pixels where exact, else one
-decimal).
+The page shows it as an image (:func:`data_uri`): the browser draws it natively, like a PNG, in the page's first
+frame (no JavaScript turns it into elements, no script in it could ever run). Lean on purpose: a row's cells are
+one line with no whitespace between them and numbers carry no more digits than they need (whole pixels where
+exact, else one decimal). The cells' tooltips show in the downloaded file; in the page's image they are the
+numbers behind the picture, for whoever reads its source.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 import re
@@ -139,6 +141,17 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     out.append(_colourbar(left + grid_w + 24, top, min(grid_h, 260.0), zmin, zmax, value_name))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def data_uri(svg: str) -> str:
+    """The SVG as a ``data:`` address for an image (base64: nothing in it can end the address early)."""
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+
+
+def min_width(svg: str) -> int:
+    """The narrowest the picture may be drawn (px) with its labels still ``MIN_FONT`` px tall."""
+    match = re.search(r'min-width:(\d+)px', svg)
+    return int(match.group(1)) if match else 0
 
 
 def _colourbar(x: float, y: float, h: float, zmin: float, zmax: float, value_name: str) -> str:

@@ -74,7 +74,8 @@ def crafted_links(seed: int = 0) -> dict[str, dict[str, str]]:
 # a finished page: no script run in progress, and a chart drawn (or the page's message of what it could not do);
 # cheapest check first, and the page's text only when there is no chart (reading it lays the whole page out)
 DONE_JS = ("() => { if (document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]'))"
-           " return false; if (document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot, .attn-svg svg'))"
+           " return false; if (document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot, "
+           "[class*=st-key-attn_picture_] img'))"
            " return true; const alerts = [...document.querySelectorAll('[data-testid=stAlert]')]"
            ".map(e => e.textContent).join(' '); return alerts.includes('could not') || "
            "alerts.includes('sentences translated so far'); }")

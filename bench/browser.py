@@ -23,14 +23,21 @@ from .common import REPO_ROOT
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# the first server-built picture on the page (app.controls.picture: an SVG as a Markdown image), and its SVG document
+# decoded from the image's data: address (an expression: the root element, or null)
+PICTURE = "[class*=st-key-attn_picture_] img"
+PICTURE_SVG_JS = (f"(() => {{ const i = document.querySelector('{PICTURE}'); if (!i) return null;"
+                  " const b = atob(i.getAttribute('src').split(',')[1]);"
+                  " const t = new TextDecoder().decode(Uint8Array.from(b, c => c.charCodeAt(0)));"
+                  " return new DOMParser().parseFromString(t, 'image/svg+xml').documentElement; })()")
 # the x tick labels of the first heatmap on the page: the server-built SVG of the first screen (each label's
 # tooltip holds the whole token), else the plotly chart (the Interactive switch)
-HEATMAP_TICKS_JS = ("() => { const s = document.querySelector('[data-testid=stMarkdown] svg.attn-heatmap');"
+HEATMAP_TICKS_JS = (f"() => {{ const s = {PICTURE_SVG_JS};"
                     " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
                     " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
 FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"  # a plotly heatmap drawn
-APP_HEATMAP = "[data-testid=stMarkdown] svg.attn-heatmap rect, " + FIRST_HEATMAP  # the app's first heatmap drawn
+APP_HEATMAP = f"{PICTURE}, {FIRST_HEATMAP}"  # the app's first heatmap drawn (a picture has no height until decoded)
 # the page is done: nothing running, nothing stale or still loading, every chart and data grid drawn
 SETTLED_JS = ("(!document.querySelector('[data-testid=stStatusWidgetRunningIcon], [data-stale=true], "
               "[data-testid=stSkeleton], [data-testid=stSpinner]')"

@@ -46,7 +46,7 @@ CHART = "[data-testid=stPlotlyChart] .main-svg"  # a drawn plotly figure (the fi
 
 def settle(page, timeout_s: float) -> None:
     """Wait until the page has drawn its charts and Streamlit has stopped running the script."""
-    page.locator(f"{CHART}, .attn-svg svg").first.wait_for(timeout=timeout_s * 1000)  # plotly, or the first SVG
+    page.locator(f"{CHART}, [class*=st-key-attn_picture_] img").first.wait_for(timeout=timeout_s * 1000)  # or a picture
     end = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < end and quiet < 3:  # three quiet half-seconds in a row
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     page.goto(f"{url}/?{urlencode(query)}", wait_until="domcontentloaded")
                     settle(page, args.timeout)
                     if block:
-                        page.locator(f"{CHART}, .attn-svg").first.evaluate(
+                        page.locator(f"{CHART}, [class*=st-key-attn_picture_]").first.evaluate(
                             "(e, block) => e.scrollIntoView({block})", block)
                         time.sleep(0.5)
                     path = args.out / name.replace(".png", f"{suffix}.png")

@@ -219,6 +219,16 @@ def chart(at, title_part: str) -> dict:
     return found[0]
 
 
+PICTURE = re.compile(r"!\[[^\]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)")
+
+
+def pictures(at) -> list[str]:
+    """The SVG documents the page shows as Markdown images (``controls.picture``), decoded, in page order."""
+    import base64
+
+    return [base64.b64decode(m.group(1)).decode("utf-8") for md in at.markdown for m in PICTURE.finditer(md.value)]
+
+
 def svg_chart(at, title_part: str) -> dict:
     """The server-built SVG heatmap titled ``title_part`` as numbers: ``z`` from the cells' hover titles (cells
     placed by their x/y), the tick labels, the colour range, and the parsed ``root``."""
@@ -226,11 +236,8 @@ def svg_chart(at, title_part: str) -> dict:
     import xml.etree.ElementTree as ET
 
     ns = {"s": "http://www.w3.org/2000/svg"}
-    for md in at.markdown:
-        start = md.value.find("<svg")
-        if start < 0:
-            continue
-        root = ET.fromstring(md.value[start:md.value.rindex("</svg>") + 6])
+    for source in pictures(at):
+        root = ET.fromstring(source)
         title = root.find("s:text[@class='title']", ns)
         if title is None or title_part not in (title.text or ""):
             continue
@@ -244,7 +251,7 @@ def svg_chart(at, title_part: str) -> dict:
         ticks = {axis: [t.find("s:title", ns).tail for t in root.findall(f"s:text[@class='{axis}tick']", ns)]
                  for axis in "xy"}
         return {"z": z, "x": ticks["x"], "y": ticks["y"], "zmin": float(root.get("data-zmin")),
-                "zmax": float(root.get("data-zmax")), "root": root, "source": html.unescape(md.value)}
+                "zmax": float(root.get("data-zmax")), "root": root, "source": html.unescape(source)}
     raise AssertionError(f"no SVG heatmap titled {title_part!r}")
 
 

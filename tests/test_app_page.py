@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, chart, new_app, plain, set_view, shown_texts  # noqa: E402
+from conftest import assert_clean, chart, new_app, pictures, plain, set_view, shown_texts  # noqa: E402
 
 from app import inference, state  # noqa: E402
 from app.views import GROUPS, VIEWS  # noqa: E402
@@ -222,7 +222,7 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     assert at.slider(key="heatmap_chart_qwin").value == (1, controls.WINDOW)  # the default instead
     assert at.slider(key="heatmap_chart_kwin").value == (3, n)
     assert "Showing 3–42: at most 40 at a time." in " ".join(c.value for c in at.caption)
-    svg = next(m.value for m in at.markdown if "attn-heatmap" in m.value)
+    svg = pictures(at)[0]
     assert svg.count('class="xtick"') == 40 and svg.count('class="ytick"') == 40  # rows: (1, 60) capped too
     assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params
     short = new_app({"text": "A man rides a red bike.", "view": "Heatmap", "qw": "5-40"})  # no window to choose

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.app_browser import measure, twenty_word_sentences
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, IDLE_JS, streamlit_server
+from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,8 +49,8 @@ def test_translate_in_a_real_browser(server):
             # the heatmap of the new sentence: '<' is not in the tiny vocabulary, so its pieces include <unk>,
             # which must show as typed (an unescaped label would vanish as an unknown tag)
             page.wait_for_function(
-                "[...document.querySelectorAll('svg.attn-heatmap text.xtick')]"
-                ".some(e => e.lastChild.textContent.startsWith('<unk>'))", timeout=90_000)
+                f"(() => {{ const s = {PICTURE_SVG_JS}; return !!s && [...s.querySelectorAll('text.xtick')]"
+                ".some(e => e.lastChild.textContent.startsWith('<unk>')); })()", timeout=90_000)
             page.locator(APP_HEATMAP).first.wait_for(timeout=30_000)
             page.screenshot(path=str(out / "browser.png"))
             # the translation is on the page, markup in the input stays text
@@ -202,7 +202,7 @@ def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
         try:
             page.wait_for_timeout(500)
             page.screenshot(path=str(out / "first-screen.png"))
-            heatmap = page.locator("svg.attn-heatmap").first.bounding_box()
+            heatmap = page.locator(PICTURE).first.bounding_box()
             selector = page.locator("[data-testid=stButtonGroup]", has_text="All heads").first.bounding_box()
             assert selector is not None and 0 <= selector["y"] < 1000 - selector["height"]
             assert heatmap is not None and heatmap["y"] < 1000 - 150  # the chart starts above the fold

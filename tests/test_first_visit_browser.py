@@ -1,6 +1,6 @@
-"""A first visit in a real browser: the heatmap is the server-built SVG, no plotly.js is fetched, the first screen's
-scripts are asked for with the page, and the SVG's hover titles are the model's weights. The Interactive switch
-then loads the plotly figure.
+"""A first visit in a real browser: the heatmap is the server-built SVG (an image), no plotly.js and no raw-HTML
+plugin are fetched, the first screen's scripts are asked for with the page, and the SVG's cell titles are the
+model's weights. The Interactive switch then loads the plotly figure.
 
 Debian's chromium driven by Playwright; skipped cleanly without ``/usr/bin/chromium`` or ``playwright``.
 """
@@ -11,17 +11,18 @@ import numpy as np
 import pytest
 
 from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, FIRST_HEATMAP, streamlit_server
+from bench.browser import PICTURE, PICTURE_SVG_JS
 
 pytestmark = pytest.mark.browser
 
 TEXT = "A dog runs on the beach."
-# the cells of the first SVG heatmap: (x, y, hover title)
-CELLS_JS = ("() => [...document.querySelectorAll('svg.attn-heatmap g.cells rect')]"
+# the cells of the first SVG heatmap, read from the picture's own SVG: (x, y, title)
+CELLS_JS = (f"() => [...{PICTURE_SVG_JS}.querySelectorAll('g.cells rect')]"
             ".map(r => [+r.getAttribute('x'), +r.getAttribute('y'), r.querySelector('title').textContent])")
 
-# when the page's main bundle had been parsed, and when the select box's and the raw-HTML plugin's scripts were asked
+# when the page's main bundle had been parsed, and when the select box's and the slider's scripts were asked
 LATE_JS = ("() => ({dcl: performance.getEntriesByType('navigation')[0].domContentLoadedEventStart,"
-           " chunks: performance.getEntriesByType('resource').filter(e => /\\/(Selectbox|rehype-raw)\\./.test(e.name))"
+           " chunks: performance.getEntriesByType('resource').filter(e => /\\/(Selectbox|Slider)\\./.test(e.name))"
            ".map(e => e.startTime)})")
 
 
@@ -40,14 +41,15 @@ def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkp
             page.on("request", lambda r: scripts.append(r.url) if r.resource_type == "script" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&a=0&b=8", wait_until="commit")
-            page.locator("svg.attn-heatmap g.cells rect").first.wait_for(timeout=90_000)
+            page.locator(PICTURE).first.wait_for(timeout=90_000)
             page.wait_for_timeout(2000)  # anything loaded lazily after the first paint would show by now
-            # the first screen's lazily loaded scripts (a select box's, the raw-HTML plugin the SVG needs) were asked
-            # for with the page, while the browser parsed the main bundle, not once the elements had arrived
+            # the first screen's lazily loaded scripts (a select box's, a slider's) were asked for with the page, while
+            # the browser parsed the main bundle, not once the elements had arrived
             timing = page.evaluate(LATE_JS)
             assert len(timing["chunks"]) == 2 and max(timing["chunks"]) < timing["dcl"], timing
             assert scripts and any("/static/js/" in s for s in scripts)  # the listener sees the page's chunks
             assert not [s for s in scripts if "plotly" in s.lower()], "plotly.js was fetched on a first visit"
+            assert not [s for s in scripts if "rehype-raw" in s], "the page shows no raw HTML: no plugin for it"
             assert page.locator("[data-testid=stPlotlyChart]").count() == 0
             cells = page.evaluate(CELLS_JS)
             xs = sorted({x for x, _, _ in cells})

@@ -8,9 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, streamlit_server
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
 
 ROOT = Path(__file__).resolve().parents[1]
+# the first picture's SVG put into the page at the size it is drawn: [the title's box, the query axis title's box,
+# that axis title's text]
+LAID_OUT_JS = (f"() => {{ const img = document.querySelector('{PICTURE}');"
+               f" const s = document.importNode({PICTURE_SVG_JS}, true);"
+               " s.style.cssText = `position:absolute;left:0;top:0;width:${img.getBoundingClientRect().width}px`;"
+               " document.body.appendChild(s);"
+               " const box = e => { const r = e.getBoundingClientRect();"
+               " return {x: r.x, y: r.y, width: r.width, height: r.height}; };"
+               " const axis = s.querySelectorAll('text.axis-title')[1];"
+               " const out = [box(s.querySelector('text.title')), box(axis), axis.textContent];"
+               " s.remove(); return out; }")
 
 pytestmark = pytest.mark.browser
 
@@ -38,11 +49,11 @@ def test_short_sentence_axis_titles_stay_clear_of_the_chart_titles(server):
             page = browser.new_page(viewport={"width": 1280, "height": 720})
             # a two-piece output: the rows are far shorter than "output token (query = the step producing it)"
             page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross", wait_until="domcontentloaded")
-            svg = page.locator("svg.attn-heatmap").first
-            svg.wait_for(timeout=90_000)
-            title = svg.locator("text.title").bounding_box()
-            axis = svg.locator("text.axis-title").nth(1).bounding_box()  # the query axis' (rotated) title
-            assert "query" in svg.locator("text.axis-title").nth(1).text_content()
+            page.locator(PICTURE).first.wait_for(timeout=90_000)
+            # the picture's SVG laid out in the page as it is drawn: the chart's title and the query axis' (rotated)
+            # title
+            title, axis, name = page.evaluate(LAID_OUT_JS)
+            assert "query" in name
             assert not _overlap(title, axis), (title, axis)
             page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross&view=All+heads&pick=2.2",
                       wait_until="domcontentloaded")

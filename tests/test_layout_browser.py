@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SETTLED_JS, streamlit_server
+from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, SETTLED_JS, streamlit_server
 
 pytestmark = pytest.mark.browser
 
@@ -40,12 +40,23 @@ CHECK_JS = """min => {
     for (const d of [g, ...g.querySelectorAll('*')])
       if (visible(d) && d.scrollWidth > d.clientWidth + 1 && getComputedStyle(d).overflowX !== 'visible')
         out.clipped.push(text(g));
-  for (const t of main.querySelectorAll('.main-svg text, svg.attn-heatmap text')) {
+  for (const t of main.querySelectorAll('.main-svg text')) {
     if (!visible(t) || !t.textContent.trim() || t.closest('.modebar, .hoverlayer')) continue;
     const svg = t.closest('svg'), vb = svg.viewBox && svg.viewBox.baseVal;
     const scale = vb && vb.width ? svg.getBoundingClientRect().width / vb.width : 1;
     const size = parseFloat(getComputedStyle(t).fontSize) * scale;
     if (size < min) out.small.push(text(t) + ' ' + size.toFixed(1) + 'px');
+  }
+  for (const img of main.querySelectorAll('[class*=st-key-attn_picture_] img')) {  // a server-built SVG picture
+    if (!visible(img)) continue;
+    const b = atob(img.getAttribute('src').split(',')[1]);
+    const svg = new DOMParser().parseFromString(new TextDecoder().decode(Uint8Array.from(b, c => c.charCodeAt(0))),
+                                                'image/svg+xml').documentElement;
+    const scale = img.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    for (const t of svg.querySelectorAll('text[font-size]')) {
+      const size = parseFloat(t.getAttribute('font-size')) * scale;
+      if (size < min) out.small.push(text(t) + ' ' + size.toFixed(1) + 'px');
+    }
   }
   return out;
 }"""
@@ -81,7 +92,7 @@ def test_the_translation_and_the_whole_first_heatmap_are_on_the_first_screen(shi
             page.goto(shipped_server, wait_until="domcontentloaded")
             page.locator(APP_HEATMAP).first.wait_for(timeout=120_000)
             _settled(page)
-            heatmap = page.locator("svg.attn-heatmap").first.bounding_box()
+            heatmap = page.locator(PICTURE).first.bounding_box()
             assert heatmap is not None and heatmap["height"] > 200  # the default sentence's 17 x 15 cells
             assert heatmap["y"] >= 0 and heatmap["y"] + heatmap["height"] <= height, (size, heatmap)
             assert heatmap["x"] >= 0 and heatmap["x"] + heatmap["width"] <= width, (size, heatmap)

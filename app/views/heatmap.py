@@ -21,14 +21,12 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, control
 
 def render(ctx: ViewContext) -> None:
     """The big heatmap, its controls in a narrow column beside it (below it on a phone), so that the chart is on
-    the first screen of a laptop."""
+    the first screen of a laptop. The chart is sent first and its controls after: the browser draws the picture
+    in the page's first frame, before it has built the controls."""
     chart, side = st.columns([3.4, 1], gap="medium")
-    with side:
-        kind, layer, head = controls.heatmap_controls(ctx.tr)
-        measure = controls.measure_control()
-        interactive = st.toggle("Interactive", key=INTERACTIVE, persist_state="session",
-                                help="Zoom, pan and a PNG button, with hover labels: loads the plotting library (about "
-                                     "5 MB of JavaScript), which the other views use too.")
+    kind, layer, head = controls.heatmap_settings(ctx.tr)  # what the controls below will show
+    measure = controls.measure_setting()
+    interactive = bool(st.session_state.get(INTERACTIVE, False))
     with chart:
         if measure == "norms":
             norms = ctx.model.beyond("norms", ctx.result)[kind]
@@ -38,6 +36,12 @@ def render(ctx: ViewContext) -> None:
         else:
             controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
         hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive
-                 else "Hover a cell for its query token, key token and weight; pick a row to read its values; the "
-                      "switch beside the chart makes it interactive (zoom, pan, PNG).")
+                 else "Pick a row to read its values; the switch beside the chart makes it interactive (hover a "
+                      "cell for its weight, zoom, pan, PNG).")
         st.caption(f"{controls.READING[kind]} {hover}")
+    with side:
+        controls.heatmap_controls(ctx.tr)
+        controls.measure_control()
+        st.toggle("Interactive", key=INTERACTIVE, persist_state="session",
+                  help="Hover labels on every cell, zoom, pan and a PNG button: loads the plotting library (about 5 MB "
+                       "of JavaScript), which the other views use too.")
