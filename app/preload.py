@@ -1,12 +1,13 @@
 """Fetch the first screen's scripts while the browser still parses Streamlit's main bundle.
 
 Streamlit's frontend fetches the code of each kind of element (a select box, a slider...) only when the first
-element of that kind arrives, after the page has loaded, connected and the script has run: about seventy small
-files at once, each served by this server while it runs the page's script, on the path to the first screen. The page's HTML already names the main bundle's own files for the browser to
-fetch early (``<link rel="modulepreload">``); :class:`PreloadFirstScreen` names the first screen's lazily loaded
-ones the same way, in an HTTP ``Link`` header of the page (low priority: after the main bundle, while the network
-is idle). The names come from the installed Streamlit's own bundle (its files are named by content hash); if they
-cannot be read, no header is sent and the page works as before. No Streamlit elements here.
+element of that kind arrives, after the page has loaded, connected and the script has run: dozens of small files
+at once, each served by this server while it runs the page's script, on the path to the first screen. The page's
+HTML already names the main bundle's own files for the browser to fetch early (``<link rel="modulepreload">``);
+:class:`PreloadFirstScreen` names the first screen's lazily loaded ones the same way, in an HTTP ``Link`` header of
+the page (low priority: after the main bundle, while the network is idle). The names come from the installed
+Streamlit's own bundle (its files are named by content hash); if they cannot be read, no header is sent and the
+page works as before. No Streamlit elements here.
 """
 
 from __future__ import annotations
