@@ -44,9 +44,10 @@ def main() -> None:
 
 
 def page(req: work.Request) -> None:
-    """The page: model, input, view selector, translation, the chosen view; then the sidebar and the address.
-    The page's picture (the first screen's heatmap) is sent before the controls that are not above it (the sidebar,
-    the view selector, the view's own controls): the browser draws it in the page's first frame."""
+    """The page: input, view selector, translation, the chosen view, the sidebar; then the address. The page's
+    picture (the first screen's heatmap) is sent before the controls (the input area and the view selector above
+    it, in places kept for them; the view's own controls; the sidebar), so that the browser draws it in the page's
+    first frame, before it has built them."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
     frame.page_style()
@@ -59,7 +60,7 @@ def page(req: work.Request) -> None:
         frame.sidebar(notices)  # to pick another model
         return
     languages.pickers(tr)  # a multilingual model: source and target language
-    frame.input_area(tr)
+    above = st.container()  # the input area, drawn in its place once the picture has been sent
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
     view = VIEWS[selector.resolve(VIEWS, GROUPS)]
     req.keep(view.work_share if view.needs_translation else 0.0)  # for the view's own jobs
@@ -67,6 +68,8 @@ def page(req: work.Request) -> None:
     result = analyse(model, sub)
     req.keep(0.0)
     render_view(model, sub, result)
+    with above:
+        frame.input_area(tr)
     frame.sidebar(notices)
     frame.show_model_facts(tr, model.checkpoint)
     controls.work_notice(notice, req)
@@ -74,13 +77,13 @@ def page(req: work.Request) -> None:
 
 def render_view(model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None) -> None:
     """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
-    then the address. The selector's row is placed first and filled after the view has been sent."""
+    then the address. The selector's row and the translation are placed first and filled once the view (its
+    picture) has been sent."""
     tr = model.tr
     name = selector.resolve(VIEWS, GROUPS)  # the view, settled before its selector is drawn
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
     model_card = st.empty()
-    if result is not None:
-        frame.show_translation(tr, result)
+    translation = st.container()  # filled after the view: the picture goes first
     view = VIEWS[name]
     try:
         if view.needs_translation and result is None:
@@ -90,6 +93,9 @@ def render_view(model: cached.Model, sub: state.Submitted | None, result: infere
     except Exception as err:  # never a stack trace
         st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")
+    if result is not None:
+        with translation:
+            frame.show_translation(tr, result)
     selector.view_selector(VIEWS, GROUPS, row)
     readme = card.model_card(tr)
     if readme and row.toggle("Model card", key=state.SHOW_CARD,
