@@ -89,28 +89,31 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
 
 @contextmanager
 def streamlit_server(checkpoint: str | Path, env: dict[str, str] | None = None,
-                     script: str | Path | None = None) -> Iterator[str]:
+                     script: str | Path | None = None, cwd: str | Path | None = None) -> Iterator[str]:
     """``streamlit run app/serve.py`` (the page of ``app/main.py``, warmed before the server answers its health check,
-    as the image serves it; or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``; yields its URL."""
-    with server_process(checkpoint, env, script) as (url, _):
+    as the image serves it; or ``script``) on a free local port with ``ATTN_CHECKPOINT=checkpoint``; yields its URL.
+    ``cwd``: another checkout to serve (its ``app/serve.py``, its code first on the path)."""
+    with server_process(checkpoint, env, script, cwd=cwd) as (url, _):
         yield url
 
 
 @contextmanager
 def server_process(checkpoint: str | Path, env: dict[str, str] | None = None, script: str | Path | None = None,
-                   cpus: set[int] | None = None, log: str | Path | None = None
+                   cpus: set[int] | None = None, log: str | Path | None = None, cwd: str | Path | None = None
                    ) -> Iterator[tuple[str, subprocess.Popen]]:
     """As :func:`streamlit_server`, yielding (URL, process); ``cpus``: the cores the server may run on; ``log``: a
-    file for the server's output (else discarded)."""
+    file for the server's output (else discarded); ``cwd``: another checkout to serve."""
     port = free_port()
-    full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1", **(env or {})}
-    script = script or REPO_ROOT / "app" / "serve.py"
+    root = Path(cwd) if cwd else REPO_ROOT
+    full_env = {**os.environ, "ATTN_CHECKPOINT": str(checkpoint), "OMP_NUM_THREADS": "1",
+                **({"PYTHONPATH": str(root)} if cwd else {}), **(env or {})}
+    script = script or root / "app" / "serve.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT if log else out,
+    proc = subprocess.Popen(cmd, cwd=root, env=full_env, stdout=out, stderr=subprocess.STDOUT if log else out,
                             preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:
