@@ -18,11 +18,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# the kinds of element on the first screen (the Heatmap view of the default sentence), by the name of their chunk,
-# in the order the page needs them (this server sends the files about one at a time): the page's style, the
-# sidebar's widgets, the input, the view's controls (the heatmap is a Markdown image: no raw-HTML plugin)
-FIRST_SCREEN = ("Html", "Selectbox", "Radio", "Slider", "TextArea", "Button", "ButtonGroup", "Checkbox",
-                "DownloadButton")
+# the kinds of element drawn with the first screen's picture, by the name of their chunk, in the order the page needs
+# them (this server sends the files about one at a time): the page's style (and each picture's), the input row, the
+# view selector. Not the sidebar's and the view's controls (select boxes, sliders, radios, toggles: with their
+# number and date formatting, most of the bytes): they are drawn after the picture, and fetching them with the page
+# made the picture later (measured: docs/speed-app.md).
+FIRST_SCREEN = ("Html", "TextArea", "Button", "ButtonGroup")
 IMPORT = re.compile(r"import\(`\./([\w.\-]+\.js)`\)(?:\.then\([^()]*(?:\([^()]*\))?[^()]*\))?,"
                     r"__vite__mapDeps\(\[([\d,]*)\]\)")  # a lazy import and the files it needs
 DEPS = re.compile(r"m\.f=\[(.*?)\]")  # a bundle's table of file names that those imports index
