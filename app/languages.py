@@ -97,8 +97,9 @@ def chosen(tr: Translator) -> tuple[str | None, str | None]:
             ss.get(TGT_LANG) if ss.get(TGT_LANG) in tr.languages else getattr(tok, "default_tgt", None))
 
 
-def pickers(tr: Translator) -> None:
-    """Two searchable selectboxes in the sidebar (source, target) for a multilingual model; nothing otherwise."""
+def settle(tr: Translator) -> None:
+    """A multilingual model's (source, target) codes in the session, before the pickers are drawn (the page draws
+    its picture first): a code this model lacks falls back to its default, with a notice when a link set it."""
     if not tr.languages:
         return
     ss = st.session_state
@@ -107,6 +108,14 @@ def pickers(tr: Translator) -> None:
         if ss.get(key) not in (None, code):  # a code of another model (or from a link) falls back to the defaults
             params.link_value_dropped(key, f"this model has no language {ss.get(key)}")
     ss[SRC_LANG], ss[TGT_LANG] = src, tgt
+
+
+def pickers(tr: Translator) -> None:
+    """Two searchable selectboxes in the sidebar (source, target) for a multilingual model, as :func:`settle`
+    left them; nothing otherwise."""
+    if not tr.languages:
+        return
+    settle(tr)
     codes = sorted(tr.languages, key=lambda c: (language_name(c, tr.languages).lower(), c))
     label = {c: f"{language_name(c, tr.languages)} · {c}" for c in codes}
     with st.sidebar:

@@ -59,7 +59,7 @@ def page(req: work.Request) -> None:
     if tr is None:
         frame.sidebar(notices)  # to pick another model
         return
-    languages.pickers(tr)  # a multilingual model: source and target language
+    languages.settle(tr)  # a multilingual model: source and target language
     above = st.container()  # the input area, drawn in its place once the picture has been sent
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
     view = VIEWS[selector.resolve(VIEWS, GROUPS)]
@@ -72,6 +72,7 @@ def page(req: work.Request) -> None:
         frame.input_area(tr)
     frame.sidebar(notices)
     frame.show_model_facts(tr, model.checkpoint)
+    languages.pickers(tr)
     controls.work_notice(notice, req)
 
 
