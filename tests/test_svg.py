@@ -149,3 +149,20 @@ def test_read_a_row_lists_the_rows_largest_weights(app_env, tr):
     order = np.argsort(-row, kind="stable")[:8]
     expected = " · ".join(f"{ref.source_tokens[j]} ({j + 1}) {row[j]:.3f}" for j in order)  # which piece: its number
     assert expected in listing[0]
+
+
+@pytest.mark.parametrize("n", [3, 45])
+def test_the_pages_image_is_the_svg_and_never_shrinks_its_labels_below_the_least_size(n):
+    import base64
+
+    rng = np.random.default_rng(n)
+    w = rng.dirichlet(np.ones(n), size=n)
+    tokens = [f"▁tok{i}" for i in range(n)]
+    image = svg.heatmap_svg(w, tokens, tokens, title="<b>T</b>")
+    uri = svg.data_uri(image)
+    assert uri.startswith("data:image/svg+xml;base64,") and re.fullmatch(r"[A-Za-z0-9+/=]+", uri.split(",", 1)[1])
+    assert base64.b64decode(uri.split(",", 1)[1]).decode("utf-8") == image  # the same document, byte for byte
+    root = parse(image)
+    labels = [float(t.get("font-size")) for t in root.findall("s:text[@class='xtick']", NS)]
+    # drawn min_width wide, the smallest label is MIN_FONT px tall (within a rounded pixel)
+    assert svg.min_width(image) * min(labels) / float(root.get("width")) == pytest.approx(svg.MIN_FONT, abs=0.05)
