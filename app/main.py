@@ -12,7 +12,7 @@ import os
 import streamlit as st
 import torch
 
-from app import cached, card, catalog, controls, frame, inference, languages, selector, state, work
+from app import cached, card, catalog, controls, frame, inference, languages, selector, sidebar, state, work
 from app.controls import md_escape
 from app.views import GROUPS, VIEWS
 
@@ -53,11 +53,11 @@ def page(req: work.Request) -> None:
     frame.page_style()
     frame.page_name()
     state.start_run()
-    model, notices = frame.chosen_model()
+    model, notices = sidebar.chosen_model()
     state.show_ignored()
     tr = frame.load_model(model)
     if tr is None:
-        frame.sidebar(notices)  # to pick another model
+        sidebar.sidebar(notices)  # to pick another model
         return
     languages.settle(tr)  # a multilingual model: source and target language
     above = st.container()  # the input area, drawn in its place once the picture has been sent
@@ -70,8 +70,8 @@ def page(req: work.Request) -> None:
     render_view(model, sub, result)
     with above:
         frame.input_area(tr)
-    frame.sidebar(notices)
-    frame.show_model_facts(tr, model.checkpoint)
+    sidebar.sidebar(notices)
+    sidebar.show_model_facts(tr, model.checkpoint)
     languages.pickers(tr)
     controls.work_notice(notice, req)
 
