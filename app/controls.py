@@ -184,11 +184,24 @@ def n_layers(tr: Translator, kind: str) -> int:
     return layer_counts(tr.config)[kind]
 
 
+FIRST_KIND, FIRST_SCALE, FIRST_HEAD = "cross", "absolute", "mean"  # what the controls show until a visitor picks
+
+
+def layer_choices(tr: Translator, kind: str) -> list[int]:
+    """The Layer picker's choices (1-based); its default is the last."""
+    return list(range(1, n_layers(tr, kind) + 1))
+
+
+def head_choices(tr: Translator) -> list[str]:
+    """The Head picker's choices: the mean over heads, then each head (1-based)."""
+    return [FIRST_HEAD] + [str(h) for h in range(1, tr.config.n_heads + 1)]
+
+
 def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None = None) -> str:
     """Which attention type (encoder self / decoder self / cross), and the colour scale beside it (in the two
     ``columns`` given, else in a new row; inactive while weighted norms show, which have their own scale)."""
     c1, c2 = columns or (st.columns([3, 1.3]) if with_scale else (st.container(), None))
-    kind = choose(c1.segmented_control, "Attention", list(KINDS), key, "cross", format_func=KIND_NAMES.get,
+    kind = choose(c1.segmented_control, "Attention", list(KINDS), key, FIRST_KIND, format_func=KIND_NAMES.get,
                   required=True, wrap=True)  # wraps in a narrow column (a phone, a laptop) instead of being cut
     if c2 is not None:
         scale_control(c2)
@@ -198,7 +211,7 @@ def kind_control(key: str = ATT, with_scale: bool = True, columns: tuple | None 
 def scale_control(where=st) -> None:
     """The colour scale, 0 to 1 or stretched (inactive while weighted norms show, which have their own scale)."""
     norms = st.session_state.get(MEASURE) == "norms"
-    choose(where.segmented_control, "Colour scale", SCALES, SCALE, "absolute", disabled=norms,
+    choose(where.segmented_control, "Colour scale", SCALES, SCALE, FIRST_SCALE, disabled=norms,
            required=True, wrap=True, format_func=lambda v: "0 – 1" if v == "absolute" else "stretch",
            help="Weighted norms run from 0 to their largest value; the scale applies to weights." if norms else
            "0 – 1: a colour means the same weight in every chart. Stretch: from the smallest to the "
@@ -207,7 +220,7 @@ def scale_control(where=st) -> None:
 
 def colour_range(*arrays: np.ndarray) -> tuple[float, float]:
     """(zmin, zmax) for attention charts: 0 to 1, or stretched over the weights shown."""
-    if st.session_state.get(SCALE, "absolute") != "stretched":
+    if st.session_state.get(SCALE, FIRST_SCALE) != "stretched":
         return (0.0, 1.0)
     low = min(float(np.min(a)) for a in arrays)
     high = max(float(np.max(a)) for a in arrays)
@@ -225,11 +238,11 @@ def range_caption(weights: np.ndarray, kind: str) -> None:
 
 def heatmap_settings(tr: Translator) -> tuple[str, int, str]:
     """(kind, layer, head) as :func:`heatmap_controls` will show them, before they are drawn."""
-    kind = settle(ATT, list(KINDS), "cross")
-    layers = list(range(1, n_layers(tr, kind) + 1))
+    kind = settle(ATT, list(KINDS), FIRST_KIND)
+    layers = layer_choices(tr, kind)
     layer = settle(LAYER, layers, layers[-1])
-    head = settle(HEAD, ["mean"] + [str(h) for h in range(1, tr.config.n_heads + 1)], "mean")
-    settle(SCALE, SCALES, "absolute")
+    head = settle(HEAD, head_choices(tr), FIRST_HEAD)
+    settle(SCALE, SCALES, FIRST_SCALE)
     return kind, layer, head
 
 
@@ -245,12 +258,11 @@ def layer_head_controls(tr: Translator, kind: str, with_head: bool = True,
                         columns: tuple | None = None) -> tuple[int, str]:
     """Layer (1-based) and head ('mean' or '1'…), in the two ``columns`` given, else in a new row."""
     c1, c2 = columns or st.columns(2)
-    layers = list(range(1, n_layers(tr, kind) + 1))
+    layers = layer_choices(tr, kind)
     layer = choose(c1.selectbox, "Layer", layers, LAYER, layers[-1])
-    head = "mean"
+    head = FIRST_HEAD
     if with_head:
-        heads = ["mean"] + [str(h) for h in range(1, tr.config.n_heads + 1)]
-        head = choose(c2.selectbox, "Head", heads, HEAD, "mean",
+        head = choose(c2.selectbox, "Head", head_choices(tr), HEAD, FIRST_HEAD,
                       format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
     return layer, head
 
@@ -272,6 +284,7 @@ def has_repeats(*token_lists: list[str]) -> bool:
 
 
 MEASURES = {"weights": "attention weights α", "norms": "weighted norms ‖α v W_O‖"}
+FIRST_MEASURE = "weights"
 NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖, how much of key j head h actually "
               "passes on, not just how much it looks at it. A head parked on </s> or <s> with a tiny value vector "
               "shows a big weight but a small norm there.")
@@ -279,12 +292,12 @@ NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖
 
 def measure_setting(key: str = MEASURE) -> str:
     """The value :func:`measure_control` will show, before it is drawn."""
-    return settle(key, list(MEASURES), "weights")
+    return settle(key, list(MEASURES), FIRST_MEASURE)
 
 
 def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
-    return choose(st.segmented_control, "Show", list(MEASURES), key, "weights", format_func=MEASURES.get,
+    return choose(st.segmented_control, "Show", list(MEASURES), key, FIRST_MEASURE, format_func=MEASURES.get,
                   required=True, wrap=True)
 
 

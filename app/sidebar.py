@@ -87,29 +87,31 @@ def settle_model_choice() -> tuple[str, str] | None:
     broken model gives way to it: the notice and its icon are returned), else the free field's model."""
     ss = st.session_state
     infos = cached.get_checkpoint_list()
-    usable = {i.path for i in infos if i.problem is None}
+    options = picker_choices(infos)
     if catalog.public_mode():  # the hosted demo: the allow-list only, no free-form field
         broken = {i.path: i.problem for i in infos if i.problem}
-        allowed = allowed_models(broken)
         notice = None
         if ss[state.CHECKPOINT] in broken and ss[state.CHECKPOINT] != ss.get(state.MODEL_CHOICE):  # e.g. a link's
             notice = (f"{md_escape(catalog.short_name(ss[state.CHECKPOINT]))} is unavailable on this server "
                       f"({md_escape(catalog.visitor_message(broken[ss[state.CHECKPOINT]]))}); "
-                      f"{md_escape(catalog.short_name(allowed[0]))} opens instead.", ":material/block:")
-        if ss.get(state.MODEL_CHOICE) not in allowed:
-            ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in allowed else allowed[0]
+                      f"{md_escape(catalog.short_name(options[0]))} opens instead.", ":material/block:")
+        if ss.get(state.MODEL_CHOICE) not in options:
+            ss[state.MODEL_CHOICE] = ss[state.CHECKPOINT] if ss[state.CHECKPOINT] in options else options[0]
         ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
         return notice
-    options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
     wanted = ss[state.CHECKPOINT].strip() if ss[state.CHECKPOINT].strip() in options else state.OTHER_MODEL
     if ss.get(state.MODEL_CHOICE) != wanted:
         ss[state.MODEL_CHOICE] = wanted  # follow the free field (typed, or set by a link)
     return None
 
 
-def allowed_models(broken: dict[str, str]) -> list[str]:
-    """Public mode: the allow-listed models that are not broken (the default if none is left)."""
-    return [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
+def picker_choices(infos: list[catalog.CheckpointInfo]) -> list[str]:
+    """The Model picker's choices: in public mode the allow-listed models that are not broken (the default if none
+    is left); else the usable checkpoints, the Hub's models and "another directory"."""
+    if catalog.public_mode():
+        broken = {i.path for i in infos if i.problem}
+        return [m for m in catalog.allowed_models() if m not in broken] or [catalog.default_checkpoint()]
+    return [*(i.path for i in infos if i.problem is None), *catalog.hub_models(), state.OTHER_MODEL]
 
 
 def model_picker() -> None:
@@ -119,20 +121,19 @@ def model_picker() -> None:
     ss = st.session_state
     infos = cached.get_checkpoint_list()
     usable = {i.path: i for i in infos if i.problem is None}
+    options = picker_choices(infos)
     if catalog.public_mode():
-        allowed = allowed_models({i.path: i.problem for i in infos if i.problem})
 
         def chosen() -> None:
             ss[state.CHECKPOINT] = ss[state.MODEL_CHOICE]
             state.adopt_model_decoding()
 
-        st.selectbox("Model", allowed, key=state.MODEL_CHOICE, on_change=chosen,  # never a path of the server
+        st.selectbox("Model", options, key=state.MODEL_CHOICE, on_change=chosen,  # never a path of the server
                      format_func=lambda p: Path(p).name if p in usable else
                      catalog.hub_label(p) if p in catalog.MULTILINGUAL else catalog.short_name(p))
         if ss[state.CHECKPOINT] in usable:
             st.caption(md_escape(usable[ss[state.CHECKPOINT]].label()))
         return
-    options = [*usable, *catalog.hub_models(), state.OTHER_MODEL]
 
     def picked() -> None:
         if ss[state.MODEL_CHOICE] != state.OTHER_MODEL:

@@ -23,13 +23,12 @@ from .common import REPO_ROOT
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the first server-built picture on the page (app.controls.picture: an SVG as a Markdown image), and its SVG document
-# decoded from the image's data: address (an expression: the root element, or null)
+# the first server-built picture on the page (app.controls.picture: an SVG as a Markdown image); a function from
+# such an image to its SVG document (decoded from its data: address); the first picture's SVG root, or null
 PICTURE = "[class*=st-key-attn_picture_] img"
-PICTURE_SVG_JS = (f"(() => {{ const i = document.querySelector('{PICTURE}'); if (!i) return null;"
-                  " const b = atob(i.getAttribute('src').split(',')[1]);"
-                  " const t = new TextDecoder().decode(Uint8Array.from(b, c => c.charCodeAt(0)));"
-                  " return new DOMParser().parseFromString(t, 'image/svg+xml').documentElement; })()")
+SVG_OF_JS = ("(i => new DOMParser().parseFromString(new TextDecoder().decode(Uint8Array.from("
+             "atob(i.getAttribute('src').split(',')[1]), c => c.charCodeAt(0))), 'image/svg+xml').documentElement)")
+PICTURE_SVG_JS = f"(i => i ? {SVG_OF_JS}(i) : null)(document.querySelector('{PICTURE}'))"
 # the x tick labels of the first heatmap on the page: the server-built SVG of the first screen (each label's
 # tooltip holds the whole token), else the plotly chart (the Interactive switch)
 HEATMAP_TICKS_JS = (f"() => {{ const s = {PICTURE_SVG_JS};"

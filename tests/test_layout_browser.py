@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, SETTLED_JS, streamlit_server
+from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, SETTLED_JS, SVG_OF_JS, streamlit_server
 
 pytestmark = pytest.mark.browser
 
@@ -47,11 +47,9 @@ CHECK_JS = """min => {
     const size = parseFloat(getComputedStyle(t).fontSize) * scale;
     if (size < min) out.small.push(text(t) + ' ' + size.toFixed(1) + 'px');
   }
-  for (const img of main.querySelectorAll('[class*=st-key-attn_picture_] img')) {  // a server-built SVG picture
+  for (const img of main.querySelectorAll('PICTURE')) {  // a server-built SVG picture
     if (!visible(img)) continue;
-    const b = atob(img.getAttribute('src').split(',')[1]);
-    const svg = new DOMParser().parseFromString(new TextDecoder().decode(Uint8Array.from(b, c => c.charCodeAt(0))),
-                                                'image/svg+xml').documentElement;
+    const svg = SVG_OF(img);
     const scale = img.getBoundingClientRect().width / svg.viewBox.baseVal.width;
     for (const t of svg.querySelectorAll('text[font-size]')) {
       const size = parseFloat(t.getAttribute('font-size')) * scale;
@@ -59,7 +57,7 @@ CHECK_JS = """min => {
     }
   }
   return out;
-}"""
+}""".replace("PICTURE", PICTURE).replace("SVG_OF", SVG_OF_JS)
 
 
 @pytest.fixture(scope="module")
