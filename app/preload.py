@@ -18,12 +18,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# the kinds of element drawn with the first screen's picture, by the name of their chunk, in the order the page needs
-# them (this server sends the files about one at a time): the page's style (and each picture's), the input row, the
-# view selector. Not the sidebar's and the view's controls (select boxes, sliders, radios, toggles: with their
-# number and date formatting, most of the bytes): they are drawn after the picture, and fetching them with the page
-# made the picture later (measured: docs/speed-app.md).
-FIRST_SCREEN = ("Html", "TextArea", "Button", "ButtonGroup")
+# the kinds of element drawn with the first screen's picture, by the name of their chunk: the page's style and each
+# picture's (``st.html``), so that the picture keeps its least width in the frame it first shows in. Not the input
+# row's, the view selector's, the sidebar's nor the view's controls: they are drawn after the picture, and fetching
+# their scripts with the page makes the websocket open later and the picture come later (measured in turns against
+# a bare page, 30 visitors per server on each screen: 1.05-1.07x with ``Html`` alone, 1.08-1.11x with the input
+# row's and the view selector's too; docs/speed-app.md).
+FIRST_SCREEN = ("Html",)
 IMPORT = re.compile(r"import\(`\./([\w.\-]+\.js)`\)(?:\.then\([^()]*(?:\([^()]*\))?[^()]*\))?,"
                     r"__vite__mapDeps\(\[([\d,]*)\]\)")  # a lazy import and the files it needs
 DEPS = re.compile(r"m\.f=\[(.*?)\]")  # a bundle's table of file names that those imports index

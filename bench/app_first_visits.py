@@ -69,9 +69,12 @@ def first_visits(checkpoint: str | Path, rounds: int, base: str | Path | None = 
                 context.close()
         browser.close()
     p50 = {name: statistics.median(t) for name, t in times.items()}
+    # each round's visit against the bare page's visit of the same round (the machine's drift cancels), their median
+    paired = {name: statistics.median(a / b for a, b in zip(t, times["bare"])) for name, t in times.items()
+              if name != "bare"}
     return {"first_visit_ms": times, "first_visit_ms_p50": p50,
             "first_visit_ratio_to_bare": {name: p50[name] / p50["bare"] for name in p50 if name != "bare"},
-            "screen": screen, "rounds": rounds}
+            "first_visit_paired_ratio_p50": paired, "screen": screen, "rounds": rounds}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ms in result["first_visit_ms_p50"].items():
         ratio = result["first_visit_ratio_to_bare"].get(name)
         print(f"{name:5s} first {'line' if name == 'bare' else 'heatmap'} p50 {ms:6.0f} ms"
-              + (f" ({ratio:.2f}x the bare page)" if ratio else "")
+              + (f" ({ratio:.2f}x the bare page; the same round's visits paired: "
+                 f"{result['first_visit_paired_ratio_p50'][name]:.2f}x)" if ratio else "")
               + f"; all {sorted(round(t) for t in result['first_visit_ms'][name])}")
     result["machine"] = machine_info()
     if args.json:

@@ -182,11 +182,12 @@ async def crafted_round(url: str, pid: int, seed: int = 0) -> list[dict[str, Any
 
 
 async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
-                         durations: list[float] | None = None, unfinished: list[float] | None = None) -> int:
+                         durations: list[float] | None = None, unfinished: list[float] | None = None,
+                         kinds: list[str] | None = None) -> int:
     """``n`` visitors opening heavy links (attribution, beam tree, 100 sentences at beam 16) one after another until
     ``stop``; returns how many links they finished. ``durations``: each finished link's seconds (infinite: it did
     not finish within ``open_link``'s timeout) are appended; ``unfinished``: the seconds of the links still running
-    at ``stop``."""
+    at ``stop``; ``kinds``: which link each duration is (its name in :func:`crafted_links`)."""
     from playwright.async_api import async_playwright
 
     done = [0]
@@ -197,10 +198,10 @@ async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
         async def visitor(k: int) -> None:
             i = 0
             while not stop.is_set():
-                links = list(crafted_links(seed + 1000 * k + 10 * i).values())
+                name, query = list(crafted_links(seed + 1000 * k + 10 * i).items())[(k + i) % 3]
                 started[k] = time.perf_counter()
                 try:
-                    row = await open_link(browser, url, links[(k + i) % 3])  # attribution, beam tree, 100 sentences
+                    row = await open_link(browser, url, query)  # attribution, beam tree, 100 sentences
                     seconds = row["seconds"]
                 except asyncio.CancelledError:
                     raise
@@ -209,6 +210,8 @@ async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
                 started.pop(k, None)
                 if durations is not None:
                     durations.append(seconds)
+                if kinds is not None:
+                    kinds.append(name)
                 done[0] += 1
                 i += 1
 
@@ -283,14 +286,15 @@ async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: f
 
 
 async def crowd_round_async(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
-    stop, durations, unfinished = asyncio.Event(), [], []
+    stop, durations, unfinished, kinds = asyncio.Event(), [], [], []
     expect = expectations(checkpoint, first_sentences(texts))  # before any visitor: no model work in the event loop
-    runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed, durations, unfinished))
+    runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed, durations, unfinished, kinds))
     await asyncio.sleep(8.0 if heavy else 0.0)  # the heavy links are in flight before the ordinary visitor clicks
     result = await ordinary_visitor(url, checkpoint, texts, expect=expect)
     stop.set()
     await runner
-    return {**result, "heavy_visitors": heavy, "heavy_seconds": durations, "heavy_unfinished_seconds": unfinished}
+    return {**result, "heavy_visitors": heavy, "heavy_seconds": durations, "heavy_links": kinds,
+            "heavy_unfinished_seconds": unfinished}
 
 
 def crowd(url: str, checkpoint: str, data_dir: str | None, clicks: int, heavy: int,
@@ -313,6 +317,9 @@ def crowd(url: str, checkpoint: str, data_dir: str | None, clicks: int, heavy: i
     print(f"heavy links: {len(res['heavy_seconds'])} finished, the longest {longest:.1f} s (still running at the "
           f"end: {res['heavy_unfinished_seconds']}); goals (p95 < 2 s, every link within 60 s): {res['goals_met']}",
           flush=True)
+    for name in dict.fromkeys(res["heavy_links"]):
+        took = sorted(s for s, k in zip(res["heavy_seconds"], res["heavy_links"]) if k == name)
+        print(f"  {name}: " + ", ".join(f"{s:.1f}" for s in took) + " s", flush=True)
     return out
 
 

@@ -20,9 +20,11 @@ TEXT = "A dog runs on the beach."
 CELLS_JS = (f"() => [...{PICTURE_SVG_JS}.querySelectorAll('g.cells rect')]"
             ".map(r => [+r.getAttribute('x'), +r.getAttribute('y'), r.querySelector('title').textContent])")
 
-# when the page's main bundle had been parsed, and when the text box's and the button's scripts were asked
+# when the page's main bundle had been parsed, and when the style's (st.html) and the text box's scripts were asked
 LATE_JS = ("() => ({dcl: performance.getEntriesByType('navigation')[0].domContentLoadedEventStart,"
-           " chunks: performance.getEntriesByType('resource').filter(e => /\\/(TextArea|Button)\\./.test(e.name))"
+           " style: performance.getEntriesByType('resource').filter(e => /\\/Html\\./.test(e.name))"
+           ".map(e => e.startTime),"
+           " box: performance.getEntriesByType('resource').filter(e => /\\/TextArea\\./.test(e.name))"
            ".map(e => e.startTime)})")
 
 
@@ -43,10 +45,11 @@ def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkp
             page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&a=0&b=8", wait_until="commit")
             page.locator(PICTURE).first.wait_for(timeout=90_000)
             page.wait_for_timeout(2000)  # anything loaded lazily after the first paint would show by now
-            # the scripts of what is drawn with the picture (the text box's, the button's) were asked for with the
-            # page, while the browser parsed the main bundle, not once the elements had arrived
+            # the script of what is drawn with the picture (its style) was asked for with the page, while the browser
+            # parsed the main bundle; the text box's, drawn after the picture, only once its element had arrived
             timing = page.evaluate(LATE_JS)
-            assert len(timing["chunks"]) == 2 and max(timing["chunks"]) < timing["dcl"], timing
+            assert len(timing["style"]) == 1 and timing["style"][0] < timing["dcl"], timing
+            assert len(timing["box"]) == 1 and timing["box"][0] > timing["dcl"], timing
             assert scripts and any("/static/js/" in s for s in scripts)  # the listener sees the page's chunks
             assert not [s for s in scripts if "plotly" in s.lower()], "plotly.js was fetched on a first visit"
             assert not [s for s in scripts if "rehype-raw" in s], "the page shows no raw HTML: no plugin for it"
