@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, pinned, server_process, split_cores
+from .browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    OWN_TRANSLATION_JS,
+    SHOWS_JS,
+    pinned,
+    server_process,
+    split_cores,
+)
 from .common import DEFAULT_DATA_DIR, REPO_ROOT, machine_info, percentile, read_sentences, synthetic_sentences
 from .visitors import expectations, sentences_for, visitors_round
 
@@ -277,7 +286,12 @@ async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: f
                 errors.append(f"no heatmap of its own within {timeout_s:g} s: {text[:60]}")
                 seconds.append(math.inf)
             clicked_at.append(clicked)
-            own.append(want in " ".join(await page.locator("[data-testid=stText]").all_inner_texts()))
+            try:  # the translation is sent after the picture: its own, once the run has sent it (never another's)
+                await page.wait_for_function(OWN_TRANSLATION_JS, arg=want, polling=100, timeout=10_000)
+                own.append(True)
+            except PlaywrightTimeout:
+                own.append(False)
+                errors.append(f"not its own translation: {text[:60]}")
             await asyncio.sleep(pause)
         await browser.close()
     return {"texts": texts, "sentences": [len(split_sentences(t, "en")) for t in texts], "seconds": seconds,

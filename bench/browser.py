@@ -35,6 +35,9 @@ HEATMAP_TICKS_JS = (f"() => {{ const s = {PICTURE_SVG_JS};"
                     " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
                     " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
+# the page's translation panel shows the given text (it is sent after the picture: wait for it, not read it at once)
+OWN_TRANSLATION_JS = ("want => [...document.querySelectorAll('[data-testid=stText]')]"
+                      ".map(e => e.innerText).join(' ').includes(want)")
 FIRST_HEATMAP = "[data-testid=stPlotlyChart] .heatmaplayer"  # a plotly heatmap drawn
 APP_HEATMAP = f"{PICTURE}, {FIRST_HEATMAP}"  # the app's first heatmap drawn (a picture has no height until decoded)
 # the page is done: nothing running, nothing stale or still loading, every chart and data grid drawn

@@ -5,6 +5,7 @@ round of Chromium pages that press Translate at the same moment, each checked fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SHOWS_JS, expected_ticks
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, OWN_TRANSLATION_JS, SHOWS_JS, expected_ticks
 from .common import percentile, read_sentences
 
 
@@ -88,6 +89,8 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
         clicked_at, times = zip(*await asyncio.gather(*(click_and_wait(i, page) for i, page in enumerate(pages))))
         own, others = [], []
         for i, page in enumerate(pages):
+            with contextlib.suppress(PlaywrightTimeout):  # the translation comes after the picture
+                await page.wait_for_function(OWN_TRANSLATION_JS, arg=expected[i], polling=100, timeout=10_000)
             shown = " ".join(await page.locator("[data-testid=stText]").all_inner_texts())
             if ablate and i == 0:
                 continue
