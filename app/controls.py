@@ -331,9 +331,11 @@ def window_params(key: str) -> tuple[Param, Param]:
     return tuple(span_param(name, f"{key}_{axis}") for name, axis in (("qw", "qwin"), ("kw", "kwin")))
 
 
-def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
+def window(n_queries: int, n_keys: int, key: str,
+           labels: tuple[str, str] = ("Query rows", "Key columns")) -> tuple[int, int, int, int]:
     """``(q0, q1, k0, k1)``, as slice bounds: everything for a short sentence; for a longer axis a window of it,
-    chosen with a range slider (positions from 1, at first ``WINDOW`` of them, at the most ``MOST``)."""
+    chosen with a range slider (positions from 1, at first ``WINDOW`` of them, at the most ``MOST``) labelled
+    ``labels`` (what the chart's rows and columns are)."""
     if max(n_queries, n_keys) <= WINDOW:
         for param in window_params(key):  # no window to choose: a link's window does not apply
             keep_if(param.key, False)
@@ -341,8 +343,7 @@ def window(n_queries: int, n_keys: int, key: str) -> tuple[int, int, int, int]:
     st.caption(f"Long sentence: a window of it at a time (at most {MOST} rows and columns); choose it below, or "
                "drag on an interactive chart to zoom.")
     bounds = []
-    for column, label, n, param in zip(st.columns(2), ("Query rows", "Key columns"), (n_queries, n_keys),
-                                         window_params(key)):
+    for column, label, n, param in zip(st.columns(2), labels, (n_queries, n_keys), window_params(key)):
         bounds += span_slider(column, label, n, param)
     q0, q1, k0, k1 = bounds
     return q0, q1, k0, k1

@@ -92,6 +92,21 @@ def test_what_drives_each_word_shows_the_attributions(app_env, tr):
     assert last.split("·")[0] == html.escape(ref.target_tokens[-1])
 
 
+def test_a_long_sentences_attribution_window_names_its_pieces(app_env, tr):
+    """The window sliders of a long sentence say what the attribution maps' rows and columns are (output and source
+    pieces), not the attention maps' queries and keys."""
+    long = " ".join(["a man rides a red bike in the park"] * 10)
+    at = set_view(translate(new_app(), long), "What drives each word")
+    at.segmented_control(key="drivers_method").set_value("input_x_gradient")
+    at.run()
+    assert_clean(at)
+    labels = {s.key: s.label for s in at.slider if s.key.startswith("drivers_chart_")}
+    assert labels.get("drivers_chart_kwin") == "Source pieces (columns)", labels
+    assert labels.get("drivers_chart_qwin", "Output pieces (rows)") == "Output pieces (rows)", labels
+    heatmap = set_view(at, "Heatmap")
+    assert {s.key: s.label for s in heatmap.slider}.get("heatmap_chart_kwin") == "Key columns"
+
+
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
     from app import controls
 

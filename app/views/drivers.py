@@ -39,7 +39,8 @@ def render(ctx: ViewContext) -> None:
     s_share = abs(src).sum(1) / (abs(src).sum(1) + abs(tgt).sum(1) + 1e-12)  # (T',)
     # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
     # pieces; the decoder-input map shows the inputs of the same steps (input t fed output step t)
-    q0, q1, k0, k1 = controls.window(len(outputs), len(result.source_tokens), "drivers_chart")
+    q0, q1, k0, k1 = controls.window(len(outputs), len(result.source_tokens), "drivers_chart",
+                                     ("Output pieces (rows)", "Source pieces (columns)"))
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
     long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
