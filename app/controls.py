@@ -307,9 +307,11 @@ PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of ever
 def picture(image: str, key: str, title: str) -> None:
     """A server-built SVG (``app.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
     the page's first frame, nothing in it can run, and its text is only what ``app.svg`` escaped. It keeps
-    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking."""
+    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking. On a
+    session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
     st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {svg.min_width(image)}px;}}</style>")
     st.container(key=PICTURE + key).markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
+    state.let_the_browser_paint()  # a new visitor: the picture painted before the page's controls are built
 
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first

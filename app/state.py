@@ -13,6 +13,7 @@ import unicodedata
 from collections import ChainMap
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from time import sleep
 from typing import Any
 from urllib.parse import urlencode
 
@@ -49,6 +50,9 @@ LAST_URL = "_last_url"  # the query parameters this session last wrote
 IGNORED = "_ignored"  # link parameters the last adoption ignored, to tell the visitor
 NOTICES = "_notices"  # what was changed in the visitor's input (cut, bidirectional controls removed)
 EMPTY_SUBMIT = "_empty_submit"  # Translate was pressed on an empty box
+FIRST_RUN = "_first_run"  # this run is the session's first (a new visitor's first screen), until its picture is sent
+# how long a session's first run waits once its picture has been sent (see ``let_the_browser_paint``)
+FIRST_PAINT_S = 0.12
 
 EXAMPLES = [
     "A man in a blue shirt is riding a bike down the street.",
@@ -286,12 +290,24 @@ def start_run() -> None:
         ss[CHECKPOINT] = default_checkpoint()
     current = st.query_params.to_dict()
     first = ss.get(LAST_URL) is None
+    ss[FIRST_RUN] = first
     if first or (current != ss[LAST_URL] and history_navigation()):
         ss[IGNORED] = adopt_url(current) if current else []
         ss.setdefault(ALPHA, model_alpha(ss[CHECKPOINT]))  # the model's own length penalty unless the link names one
         if first and not current.get("text"):  # a first visit opens on a worked example
             ss[SOURCE_TEXT] = ss.get(SOURCE_TEXT) or EXAMPLES[0]
         ss[LAST_URL] = current
+
+
+def let_the_browser_paint() -> None:
+    """Once, on a session's first run, right after its picture was sent: wait ``FIRST_PAINT_S``, so that the browser
+    paints the picture before the rest of the page arrives. Without it the rest (~45 elements, and the scripts of
+    their kinds) reaches the browser while it is still drawing the picture, and building it holds the picture's
+    first paint back by ~200 ms; the rest itself comes no later than it did (docs/speed-app.md). Later runs (the
+    browser has every script then) and first runs with no picture do not wait."""
+    if st.session_state.get(FIRST_RUN):
+        st.session_state[FIRST_RUN] = False
+        sleep(FIRST_PAINT_S)
 
 
 def end_run(view: str) -> None:

@@ -10,7 +10,7 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, chart, new_app, pictures, plain, set_view, shown_texts  # noqa: E402
 
-from app import inference, state  # noqa: E402
+from app import controls, inference, state  # noqa: E402
 from app.views import GROUPS, VIEWS  # noqa: E402
 
 torch.set_num_threads(1)
@@ -19,6 +19,21 @@ torch.set_num_threads(1)
 def infos(at) -> str:
     """The page's notices, with the names of a link's ignored parameters listed as plain text below one."""
     return " ".join([plain(i.value) for i in at.info] + [t.value for t in at.text])
+
+
+def test_a_new_visitors_first_run_lets_the_browser_paint_its_picture_once(app_env, monkeypatch):
+    """A session's first run waits ``state.FIRST_PAINT_S`` once its picture has been sent (the browser paints it
+    before the page's controls arrive); its later runs, and a first run opening on a view with no picture, do not."""
+    waits: list[float] = []
+    monkeypatch.setattr(state, "sleep", waits.append)
+    at = new_app()
+    assert_clean(at)
+    assert pictures(at) and waits == [state.FIRST_PAINT_S]
+    at.selectbox(key=controls.LAYER).set_value(1).run()  # a control: the same session's next run
+    assert_clean(at)
+    assert pictures(at) and waits == [state.FIRST_PAINT_S]
+    assert_clean(new_app({"view": "All heads"}))  # a new visitor on a view drawn with plotly
+    assert waits == [state.FIRST_PAINT_S]
 
 
 def test_the_box_and_the_examples_apply_at_once(app_env, tr):
