@@ -24,24 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from .app_browser import FLOOR_PAGES
-from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, SCREENS, new_context, streamlit_server
+from .browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, DRAWN_TIMER_JS, SCREENS, new_context, streamlit_server
 from .common import DEFAULT_CHECKPOINT, machine_info
 
 PAINT_WAIT_MS = 1500  # after the first heatmap is drawn: its paint (and the bare page's) has been reported by then
 BARE_PAGE, BARE_LINE = FLOOR_PAGES["streamlit"]  # a text box and a line of text, as ``bench.app_browser --floor``
 # what each server's first heatmap is (the app before the picture was an image: an inline SVG)
 DRAWN = f"{APP_HEATMAP}, [data-testid=stMarkdown] svg.attn-heatmap rect"
-# records in window.__drawn the page's clock when the first match of the selector is drawn (an image: decoded), and
-# in window.__painted the largest contentful paint so far (the browser's own "main content painted": for the app the
-# picture, for the bare page its text)
-TIMER_JS = """selector => { window.__drawn = null; window.__painted = null; const done = () => {
-  if (window.__drawn === null) window.__drawn = performance.now(); };
-  new PerformanceObserver(list => { for (const e of list.getEntries()) window.__painted = [e.renderTime || e.startTime,
-    e.element ? e.element.tagName : null]; }).observe({type: 'largest-contentful-paint', buffered: true});
-  new MutationObserver(() => { const e = window.__drawn === null && document.querySelector(selector); if (!e) return;
-    if (e.tagName !== 'IMG' || (e.complete && e.naturalWidth)) done();
-    else if (!e.__timed) { e.__timed = true; e.addEventListener('load', done); } })
-  .observe(document, {childList: true, subtree: true}); }"""
 
 
 def first_visits(checkpoint: str | Path, rounds: int, base: str | Path | None = None, screen: str = "desktop",
@@ -71,7 +60,7 @@ def first_visits(checkpoint: str | Path, rounds: int, base: str | Path | None = 
                 url, selector = urls[name]
                 context = new_context(browser, screen)
                 page = context.new_page()
-                page.add_init_script(f"({TIMER_JS})({json.dumps(selector)})")
+                page.add_init_script(f"({DRAWN_TIMER_JS})({json.dumps(selector)})")
                 page.goto(url, wait_until="commit")
                 page.wait_for_function("() => window.__drawn !== null", timeout=timeout_s * 1000)
                 page.wait_for_timeout(PAINT_WAIT_MS)  # the paint of what was drawn has been reported by then

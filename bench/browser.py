@@ -35,6 +35,17 @@ HEATMAP_TICKS_JS = (f"() => {{ const s = {PICTURE_SVG_JS};"
                     " if (s) return [...s.querySelectorAll('text.xtick > title')].map(e => e.textContent);"
                     " const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                     " return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : []; }")
+# records in window.__drawn the page's clock when the first match of the selector is drawn (an image: decoded), and
+# in window.__painted the largest contentful paint so far (the browser's own "main content painted": for the app the
+# picture, for the bare page its text)
+DRAWN_TIMER_JS = """selector => { window.__drawn = null; window.__painted = null; const done = () => {
+  if (window.__drawn === null) window.__drawn = performance.now(); };
+  new PerformanceObserver(list => { for (const e of list.getEntries()) window.__painted = [e.renderTime || e.startTime,
+    e.element ? e.element.tagName : null]; }).observe({type: 'largest-contentful-paint', buffered: true});
+  new MutationObserver(() => { const e = window.__drawn === null && document.querySelector(selector); if (!e) return;
+    if (e.tagName !== 'IMG' || (e.complete && e.naturalWidth)) done();
+    else if (!e.__timed) { e.__timed = true; e.addEventListener('load', done); } })
+  .observe(document, {childList: true, subtree: true}); }"""
 # the page's translation panel shows the given text (it is sent after the picture: wait for it, not read it at once)
 OWN_TRANSLATION_JS = ("want => [...document.querySelectorAll('[data-testid=stText]')]"
                       ".map(e => e.innerText).join(' ').includes(want)")
