@@ -23,7 +23,7 @@ from .common import REPO_ROOT
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the first server-built picture on the page (app.controls.picture: an SVG as a Markdown image); a function from
+# the first server-built picture on the page (app.heatmaps.picture: an SVG as a Markdown image); a function from
 # such an image to its SVG document (decoded from its data: address); the first picture's SVG root, or null
 PICTURE = "[class*=st-key-attn_picture_] img"
 SVG_OF_JS = ("(i => new DOMParser().parseFromString(new TextDecoder().decode(Uint8Array.from("

@@ -223,7 +223,7 @@ PICTURE = re.compile(r"!\[[^\]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)
 
 
 def pictures(at) -> list[str]:
-    """The SVG documents the page shows as Markdown images (``controls.picture``), decoded, in page order."""
+    """The SVG documents the page shows as Markdown images (``heatmaps.picture``), decoded, in page order."""
     import base64
 
     return [base64.b64decode(m.group(1)).decode("utf-8") for md in at.markdown for m in PICTURE.finditer(md.value)]

@@ -10,7 +10,7 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, chart, new_app, pictures, plain, set_view, shown_texts  # noqa: E402
 
-from app import controls, inference, state  # noqa: E402
+from app import controls, heatmaps, inference, state  # noqa: E402
 from app.views import GROUPS, VIEWS  # noqa: E402
 
 torch.set_num_threads(1)
@@ -230,11 +230,11 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     monkeypatch.setattr(controls, "MOST", 40)  # the tiny model reads at most 64 pieces: a lower cap to pass
     text = " ".join(["a man rides a red bike in the park"] * 20)
     n = len(tr.encode_source(text)[0])
-    assert controls.WINDOW < n < 2 * controls.WINDOW
+    assert heatmaps.WINDOW < n < 2 * heatmaps.WINDOW
     at = new_app({"text": text, "view": "Heatmap", "att": "encoder", "qw": f"{n - 9}-{n + 50}", "kw": f"3-{n}"})
     assert_clean(at)
     assert "qw= value was ignored" in infos(at)  # past the sentence's end
-    assert at.slider(key="heatmap_chart_qwin").value == (1, controls.WINDOW)  # the default instead
+    assert at.slider(key="heatmap_chart_qwin").value == (1, heatmaps.WINDOW)  # the default instead
     assert at.slider(key="heatmap_chart_kwin").value == (3, n)
     assert "Showing 3–42: at most 40 at a time." in " ".join(c.value for c in at.caption)
     svg = pictures(at)[0]

@@ -152,7 +152,7 @@ def test_escaped_text_holds_no_bare_address_markdown_would_link():
 
 def test_link_numbers_are_ascii_digits_only():
     """Issue #37, 5: ``layer=٣`` (Arabic-Indic three), ``1_0`` or a fullwidth digit are not numbers in a link."""
-    from app import controls, params
+    from app import controls, heatmaps, params
     from app.views import all_heads
 
     for parse in (params.int_in(0, 100), params.float_in(0, 100)):
@@ -164,7 +164,7 @@ def test_link_numbers_are_ascii_digits_only():
     assert controls.parse_head_ref("cross.١.١") is None and controls.parse_head_ref("cross.1.1") == ("cross", 0, 0)
     assert controls.parse_head_label("Cross · L٣ · H1") is None
     assert all_heads._pick("٢.٣") is None and all_heads._pick("2.3") == "L2 · H3"
-    assert controls._parse_span("١-٩") is None and controls._parse_span("1-9") == (1, 9)
+    assert heatmaps._parse_span("١-٩") is None and heatmaps._parse_span("1-9") == (1, 9)
 
 
 def test_control_characters_removed_from_a_link_are_named(app_env, tr):

@@ -8,7 +8,7 @@ import streamlit as st
 from transformer.interpret.heads import KINDS, ranked_heads
 
 from .. import controls, figures, inference, work
-from ..analysis import KIND_NAMES, first_numbers
+from ..analysis import AXIS_TITLES, KIND_NAMES, first_numbers
 from ..catalog import load_heads
 from ..controls import head_label, head_ref, parse_head_ref
 from ..inference import HeadKey
@@ -98,7 +98,7 @@ def render(ctx: ViewContext) -> None:
                "these heads mattered for it.")
     kind = controls.kind_control()
     layer, _ = controls.layer_head_controls(tr, kind, with_head=False)
-    qt, kt = controls.AXIS_TITLES[kind]
+    qt, kt = AXIS_TITLES[kind]
     original = result.attention(kind)[layer - 1].mean(axis=0)
     remaining, n_off = live_mean(ablated.attention(kind)[layer - 1], kind, layer - 1, off)
     zmin, zmax = controls.colour_range(original, remaining)  # one colour scale for both

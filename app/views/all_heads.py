@@ -6,7 +6,7 @@ import re
 
 import streamlit as st
 
-from .. import controls, figures, grid
+from .. import controls, figures, grid, heatmaps
 from ..params import Param
 from ..state import ViewContext
 
@@ -21,7 +21,7 @@ def _pick(text: str) -> str | None:
 
 PARAMS = (controls.ATT_PARAM, controls.SCALE_PARAM, controls.MEASURE_PARAM,
           Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))),
-          *controls.window_params("grid_large_chart"))
+          *heatmaps.window_params("grid_large_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -69,5 +69,5 @@ def render(ctx: ViewContext) -> None:
             st.info("Click a head in the grid, or pick it under the grid, to open it here.", icon=":material/apps:")
         else:
             layer, head = (int(x[1:]) for x in pick.split(" · "))
-            controls.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
+            heatmaps.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
                                   attn=attn if norms else None, value_name="norm" if norms else "weight")

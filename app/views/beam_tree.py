@@ -5,11 +5,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import controls, figures
+from .. import figures, heatmaps
 from ..state import ViewContext
 
 # a long search: the output steps drawn (steps=1-25 at first: a label per node stays readable on a laptop)
-STEPS = controls.span_param("steps", "beam_tree_swin", size=25)
+STEPS = heatmaps.span_param("steps", "beam_tree_swin", size=25)
 PARAMS = (STEPS,)
 
 COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
@@ -85,7 +85,7 @@ def render(ctx: ViewContext) -> None:
     tree = ctx.model.beyond("beam_tree", result)
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     n_steps = max(n.step for n in tree.nodes)  # the start node is step 0, the first output step 1
-    s0, s1 = controls.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps
+    s0, s1 = heatmaps.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps
     with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
         st.plotly_chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), config=figures.plotly_config("beam-tree"),
                         key="beam_tree_chart")

@@ -12,7 +12,7 @@ import streamlit as st
 import transformer
 
 from .. import cached, catalog, controls, figures, params, work
-from ..analysis import KIND_NAMES, KINDS, first_numbers, head_diagnostics
+from ..analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
 
@@ -107,7 +107,7 @@ def render(ctx: ViewContext) -> None:
                            "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
     weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
     zmin, zmax = controls.colour_range(*weights)  # one colour scale for both
-    qt, kt = controls.AXIS_TITLES[kind]
+    qt, kt = AXIS_TITLES[kind]
     st.markdown(f"**{controls.heatmap_title(kind, layer, head)}**, one colour scale for both")
     columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):

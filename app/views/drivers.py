@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls, figures
+from .. import controls, figures, heatmaps
 from ..params import Param, one_of
 from ..state import ViewContext
 
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
-PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *controls.window_params("drivers_chart"))
+PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_params("drivers_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -39,7 +39,7 @@ def render(ctx: ViewContext) -> None:
     s_share = abs(src).sum(1) / (abs(src).sum(1) + abs(tgt).sum(1) + 1e-12)  # (T',)
     # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
     # pieces; the decoder-input map shows the inputs of the same steps (input t fed output step t)
-    q0, q1, k0, k1 = controls.window(len(outputs), len(result.source_tokens), "drivers_chart",
+    q0, q1, k0, k1 = heatmaps.window(len(outputs), len(result.source_tokens), "drivers_chart",
                                      ("Output pieces (rows)", "Source pieces (columns)"))
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
     long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import card, controls, figures, probes, work
+from .. import card, controls, figures, heatmaps, probes, work
 from ..analysis import first_numbers
 from ..state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
-          *controls.window_params("evolution"))
+          *heatmaps.window_params("evolution"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -46,7 +46,7 @@ def render(ctx: ViewContext) -> None:
     panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
-    q0, q1, k0, k1 = controls.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
+    q0, q1, k0, k1 = heatmaps.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
     qf, kf = first_numbers(kind)

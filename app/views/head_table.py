@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls
+from .. import controls, heatmaps
 from ..analysis import KINDS, head_diagnostics
 from ..controls import KIND_LABELS
 from ..params import Param
@@ -14,7 +14,7 @@ from ..state import ViewContext
 PICK = "table_pick"
 AGREEMENT = "agrees with attribution"
 PARAMS = (Param("ag", "table_agreement", lambda v: True if v == "1" else None, False, lambda v: "1"),
-          controls.head_ref_param("row", PICK), *controls.window_params("table_chart"))
+          controls.head_ref_param("row", PICK), *heatmaps.window_params("table_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -53,6 +53,6 @@ def render(ctx: ViewContext) -> None:
     picked = controls.head_picker(refs, PICK)
     if picked:
         kind, layer, head = picked
-        controls.draw_heatmap(result, kind, layer + 1, str(head + 1), key="table_chart")
+        heatmaps.draw_heatmap(result, kind, layer + 1, str(head + 1), key="table_chart")
     else:
         st.info("Select a row (the box at its left) to open that head's heatmap.", icon=":material/touch_app:")

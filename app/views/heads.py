@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import catalog, controls, figures
+from .. import catalog, controls, figures, heatmaps
 from ..analysis import KIND_NAMES, KINDS
 from ..catalog import load_heads
 from ..controls import KIND_LABELS
@@ -19,7 +19,7 @@ from ..state import ViewContext
 
 DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
 PICK = "heads_pick"
-PARAMS = (controls.head_ref_param("row", PICK), *controls.window_params("heads_chart"))
+PARAMS = (controls.head_ref_param("row", PICK), *heatmaps.window_params("heads_chart"))
 
 
 def split_sentences(split: str) -> list[str] | None:
@@ -120,7 +120,7 @@ def render(ctx: ViewContext) -> None:
         return
     kind, layer, head = picked[0], picked[1] + 1, picked[2] + 1
     if ctx.result is not None:
-        controls.draw_heatmap(ctx.result, kind, layer, str(head), key="heads_chart")
+        heatmaps.draw_heatmap(ctx.result, kind, layer, str(head), key="heads_chart")
     indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]
     cited = data.get("cited_sentences") if isinstance(data.get("cited_sentences"), dict) else {}
     sentences = split_sentences(str(data.get("split", ""))) if not all(str(i) in cited for i in indices) else None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, params
+from .. import controls, heatmaps, params
 from ..state import ViewContext
 
-ROW = "heatmap_chart_row"  # controls.svg_heatmap's row picker for the key "heatmap_chart"
+ROW = "heatmap_chart_row"  # heatmaps.svg_heatmap's row picker for the key "heatmap_chart"
 INTERACTIVE = "interactive"  # this view's widget key: the plotly figure (zoom, pan, PNG) instead of the SVG
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
           controls.MEASURE_PARAM,
@@ -16,7 +16,7 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, control
           # the SVG's "Read a row" picker: the row counted from 1 in the address, from 0 in the widget
           params.Param("row", ROW, lambda v: (lambda n: None if n is None else n - 1)(params.int_in(1, 100_000)(v)),
                        None, lambda v: str(int(v) + 1)),
-          *controls.window_params("heatmap_chart"))
+          *heatmaps.window_params("heatmap_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -30,11 +30,11 @@ def render(ctx: ViewContext) -> None:
     with chart:
         if measure == "norms":
             norms = ctx.model.beyond("norms", ctx.result)[kind]
-            controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
+            heatmaps.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
                                   as_svg=not interactive)
             st.caption(controls.NORMS_NOTE)
         else:
-            controls.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
+            heatmaps.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
         hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive
                  else "Pick a row to read its values; the switch beside the chart makes it interactive (hover a "
                       "cell for its weight, zoom, pan, PNG).")

@@ -1,0 +1,144 @@
+"""The big chart of one attention matrix, shared by several views: a server-built picture (the first screen's) or
+the plotly figure, with a window of a long sentence chosen by range sliders (bounded: what the browser must draw
+stays small) and the captions that read it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from . import figures, state, svg
+from .analysis import AXIS_TITLES, first_numbers
+from .controls import REPEATS, colour_range, has_repeats, heatmap_title, keep_if, md_escape, pick_weights, range_caption
+from .inference import Analysis
+from .params import FROM_LINK, Param
+
+PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of every container of a server-built picture
+
+
+def picture(image: str, key: str, title: str) -> None:
+    """A server-built SVG (``app.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
+    the page's first frame, nothing in it can run, and its text is only what ``app.svg`` escaped. It keeps
+    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking. On a
+    session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
+    st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {svg.min_width(image)}px;}}</style>")
+    st.container(key=PICTURE + key).markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
+    state.let_the_browser_paint()  # a new visitor: the picture painted before the page's controls are built
+
+
+WINDOW = 60  # rows and columns a chart of a long sentence shows at first
+MOST = 120  # and at the most (what the browser must draw stays bounded)
+_SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
+
+
+def _parse_span(text: str) -> tuple[int, int] | None:
+    match = _SPAN.fullmatch(text.strip())
+    if not match:
+        return None
+    a, b = int(match.group(1)), int(match.group(2))
+    return (a, b) if 1 <= a <= b else None
+
+
+def window_params(key: str) -> tuple[Param, Param]:
+    """The address parameters of a long sentence's window in the chart ``key``: rows ``qw=1-60`` and columns
+    ``kw=1-60`` (positions counted from 1, both ends included)."""
+    return tuple(span_param(name, f"{key}_{axis}") for name, axis in (("qw", "qwin"), ("kw", "kwin")))
+
+
+def window(n_queries: int, n_keys: int, key: str,
+           labels: tuple[str, str] = ("Query rows", "Key columns")) -> tuple[int, int, int, int]:
+    """``(q0, q1, k0, k1)``, as slice bounds: everything for a short sentence; for a longer axis a window of it,
+    chosen with a range slider (positions from 1, at first ``WINDOW`` of them, at the most ``MOST``) labelled
+    ``labels`` (what the chart's rows and columns are)."""
+    if max(n_queries, n_keys) <= WINDOW:
+        for param in window_params(key):  # no window to choose: a link's window does not apply
+            keep_if(param.key, False)
+        return 0, n_queries, 0, n_keys
+    st.caption(f"Long sentence: a window of it at a time (at most {MOST} rows and columns); choose it below, or "
+               "drag on an interactive chart to zoom.")
+    bounds = []
+    for column, label, n, param in zip(st.columns(2), labels, (n_queries, n_keys), window_params(key)):
+        bounds += span_slider(column, label, n, param)
+    q0, q1, k0, k1 = bounds
+    return q0, q1, k0, k1
+
+
+def span_param(name: str, key: str, size: int = WINDOW) -> Param:
+    """The address parameter of one window slider (``name=1-60``, positions from 1, both ends included), whose
+    window is at first ``size`` positions."""
+    return Param(name, key, _parse_span, (1, size), lambda v: f"{v[0]}-{v[1]}")
+
+
+def span_slider(container: Any, label: str, n: int, param: Param) -> tuple[int, int]:
+    """Slice bounds of one axis of ``n`` positions: all of it when it fits the window ``param`` starts with
+    (``WINDOW`` positions unless it says otherwise), else the window a range slider under ``param`` chooses (at
+    the most ``MOST`` positions: what the browser must draw stays bounded)."""
+    size = param.default[1]
+    if n <= size:
+        keep_if(param.key, False)
+        return 0, n
+    span = st.session_state.get(param.key)
+    keep_if(param.key, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n)
+    st.session_state.get(FROM_LINK, {}).pop(param.key, None)
+    st.session_state.setdefault(param.key, (1, size))
+    first, last = container.slider(label, 1, n, key=param.key, persist_state="session")
+    if last - first + 1 > MOST:
+        last = first + MOST - 1
+        container.caption(f"Showing {first}–{last}: at most {MOST} at a time.")
+    return first - 1, last
+
+
+def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,
+                 value_name: str = "weight", as_svg: bool = False) -> None:
+    """The big heatmap of one head (or the mean), with a window for long sentences (``attn``: other numbers of the
+    same shape to draw instead of the weights, e.g. the weighted norms). ``as_svg``: drawn as an SVG built here
+    (no plotly.js for the browser to load), with a row reader under it."""
+    attn = result.attention(kind) if attn is None else attn
+    weights = pick_weights(attn, layer, head)
+    queries, keys = result.axes(kind)
+    q0, q1, k0, k1 = window(len(queries), len(keys), key)
+    qt, kt = AXIS_TITLES[kind]
+    zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
+        (0.0, max(float(weights.max()), 1e-9))
+    qf, kf = first_numbers(kind)
+    args = dict(title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
+                zmin=zmin, zmax=zmax, value_name=value_name, query_first=qf, key_first=kf)
+    name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
+    if as_svg:
+        svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
+    else:
+        fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], **args)
+        st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
+    if value_name == "weight":
+        range_caption(weights, kind)
+    if has_repeats(queries, keys):
+        st.caption(REPEATS)
+
+
+def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: str, name: str, **args) -> None:
+    """The heatmap as a server-built SVG shown as an image (``picture``), a "Read a row" picker that outlines a
+    query row and lists its largest values (what a click or a hover on a cell of the plotly chart gives), and an
+    SVG download (with a tooltip on every cell)."""
+    rows = list(range(len(queries)))
+    qfirst = args.get("query_offset", 0) + args.get("query_first", 1)  # numbered as the chart's labels
+    kfirst = args.get("key_offset", 0) + args.get("key_first", 1)
+    row_key = f"{key}_row"
+    if st.session_state.get(row_key) not in rows:
+        st.session_state.pop(row_key, None)
+    chosen = st.session_state.get(row_key)
+    image = svg.heatmap_svg(weights, queries, keys, highlight_row=chosen, **args)
+    picture(image, key, args.get("title", "attention heatmap"))
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
+                       format_func=lambda i: f"{i + qfirst}: {queries[i]}")
+    c2.download_button("SVG", image, file_name=f"{name}.svg", mime="image/svg+xml", icon=":material/download:",
+                       key=f"{key}_svg", width="stretch")
+    if row is not None:
+        top = svg.row_summary(weights[row])
+        numbered = [f"{t} ({j})" for j, t in enumerate(keys, kfirst)]  # which ▁a: the key's number, as on the axis
+        listed = " · ".join(f"{md_escape(numbered[j])} {value:.3f}" for j, value in top)
+        st.caption(f"Query {row + qfirst} ({md_escape(queries[row])}) takes the most from: {listed}"
+                   + (f" (the largest {len(top)} of {len(keys)})" if len(keys) > len(top) else ""))
