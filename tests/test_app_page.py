@@ -225,9 +225,8 @@ def test_a_head_table_row_is_in_the_address(app_env):
 
 
 def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app_env, tr, monkeypatch):
-    from app import controls
 
-    monkeypatch.setattr(controls, "MOST", 40)  # the tiny model reads at most 64 pieces: a lower cap to pass
+    monkeypatch.setattr(heatmaps, "MOST", 40)  # the tiny model reads at most 64 pieces: a lower cap to pass
     text = " ".join(["a man rides a red bike in the park"] * 20)
     n = len(tr.encode_source(text)[0])
     assert heatmaps.WINDOW < n < 2 * heatmaps.WINDOW
