@@ -31,7 +31,7 @@ def test_percentile_and_sentences():
 
 
 def test_server_times_pick_the_run_whose_page_the_visitor_saw(tmp_path):
-    from bench.app_heavy import server_times
+    from bench.heavy_links import server_times
 
     runs = [  # (start, end, text): an earlier run of the same text, a run stopped by the click's rerun, the run
         (90.0, 91.0, "a"), (100.1, 100.2, "a"), (100.3, 101.5, "a"), (100.2, 100.9, "b"), (130.0, 131.0, "a")]
