@@ -80,6 +80,17 @@ def test_every_signal_equals_a_hand_written_loop_and_a_padded_batch_one_sentence
     assert len({round(r["source_share"], 6) for r in batched}) > 5  # the pairs differ: a real check
 
 
+@pytest.mark.parametrize("layout", [dict(norm_first=True), dict(bos_id=0)])  # pre-norm; Marian's start token <pad>
+def test_other_layouts_in_a_padded_batch_equal_the_loop(tr, layout):
+    from conftest import tiny_model
+
+    model = tiny_model(seed=3, **layout)
+    other = Translator(model, tr.tokenizer, {}, None)
+    sources, targets = random_pairs(other, 6, seed=2)
+    for s, t, got in zip(sources, targets, pair_signals(other, sources, targets)):
+        assert close(got, oracle(other, s, t)), (got, layout)
+
+
 def test_texts_are_encoded_as_the_translator_does_and_references_end_in_eos(tr):
     text, reference = "a man rides a red bike .", "ein mann fährt ein rotes fahrrad ."
     [got] = pair_signals(tr, [text], [reference])
