@@ -1,7 +1,8 @@
 """Greedy and beam search, batched, with incremental decoding through a key/value cache.
 
 - :class:`DecodeSettings`: how to decode (beam size, length penalty, output-length rule, scoring rules, languages),
-  the one object the translator, the app and the benches pass around; :func:`max_output_length` is its length rule.
+  the one object the translator, the app and the benches pass around, validated when made;
+  :func:`max_output_length` is its length rule, :func:`chosen_alpha` / :func:`chosen_scoring` what ``None`` means.
 - :func:`greedy_decode` and :func:`beam_search`; :func:`search` picks one for a :class:`DecodeSettings`.
 - Beam search scores a finished hypothesis ``logprob / length_penalty(|Y|, alpha, scoring)`` under one of two
   rules (``SCORINGS``), passed to the one :func:`beam_search` as ``scoring``:
@@ -28,6 +29,8 @@
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
@@ -43,12 +46,43 @@ DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoint
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
 
 
+def chosen_alpha(metadata: object) -> float:
+    """The length penalty a checkpoint's ``metadata.json`` names (``decoding.alpha``, a number in [0, 10]), else
+    :data:`DEFAULT_ALPHA`: the one place ``alpha=None`` is decided."""
+    decoding = metadata.get("decoding") if isinstance(metadata, dict) else None
+    value = decoding.get("alpha") if isinstance(decoding, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 10.0:
+        return float(value)
+    return DEFAULT_ALPHA
+
+
+def chosen_scoring(metadata: object) -> str:
+    """The beam-scoring rules a checkpoint's ``metadata.json`` names (``beam_scoring``, one of ``SCORINGS``), else
+    ``"gnmt"``: the one place ``scoring=None`` is decided."""
+    value = metadata.get("beam_scoring", "gnmt") if isinstance(metadata, dict) else "gnmt"
+    return value if value in SCORINGS else "gnmt"
+
+
+def _integer(name: str, value: object, low: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (low is not None and value < low):
+        raise ValueError(f"{name} must be an integer{'' if low is None else f' of at least {low}'}, not {value!r}")
+
+
+def _number(name: str, value: object, low: float | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or (low is not None and value < low):
+        raise ValueError(f"{name} must be a finite number{'' if low is None else f' of at least {low:g}'}, "
+                         f"not {value!r}")
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
-    """How to decode. ``beam_size`` 1 is greedy search; ``alpha``: the length penalty (None: the checkpoint's own,
-    ``Translator.default_alpha``); at most ``floor(max_len_a * source + max_len_b)`` output tokens
-    (:func:`max_output_length`); ``scoring``: beam search's rules, one of ``SCORINGS`` (None: the checkpoint's);
-    ``src_lang`` / ``tgt_lang``: a multilingual model's language codes (None: its defaults)."""
+    """How to decode, the one object the translator, the app and the benches pass around, validated when made
+    (whether by the constructor, :meth:`but` or a translator's keywords). ``beam_size`` 1 is greedy search;
+    ``alpha``: the length penalty (None: the checkpoint's own, :meth:`filled`); at most
+    ``floor(max_len_a * source + max_len_b)`` output tokens (:func:`max_output_length`); ``scoring``: beam search's
+    rules, one of ``SCORINGS`` (None: the checkpoint's); ``src_lang`` / ``tgt_lang``: a multilingual model's
+    language codes (None: its defaults)."""
 
     beam_size: int = 4
     alpha: float | None = None
@@ -58,13 +92,33 @@ class DecodeSettings:
     tgt_lang: str | None = None
     scoring: str | None = None
 
+    def __post_init__(self) -> None:
+        _integer("beam_size", self.beam_size, 1)
+        if self.alpha is not None:
+            _number("alpha", self.alpha, None)
+        _number("max_len_a", self.max_len_a, 0.0)
+        _integer("max_len_b", self.max_len_b, None)
+        if self.scoring is not None and self.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, not {self.scoring!r}")
+        for name in ("src_lang", "tgt_lang"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a language code (a string), not {getattr(self, name)!r}")
+
     def but(self, **changes: object) -> DecodeSettings:
-        """These settings with the ``changes`` that are not None (keyword sugar: ``translate(text, beam_size=5)``)."""
+        """These settings with the ``changes`` that are not None (keyword sugar: ``translate(text, beam_size=5)``);
+        a name that is no field is a ``TypeError``, a wrong value a ``ValueError``."""
         given = {k: v for k, v in changes.items() if v is not None}
         unknown = set(given) - {f.name for f in fields(self)}
         if unknown:
             raise TypeError(f"not a decoding setting: {', '.join(sorted(unknown))}")
         return replace(self, **given) if given else self
+
+    def filled(self, metadata: object = None) -> DecodeSettings:
+        """These settings with the length penalty and the scoring rules they leave None taken from a checkpoint's
+        ``metadata.json`` (:func:`chosen_alpha`, :func:`chosen_scoring`; no metadata: :data:`DEFAULT_ALPHA`,
+        ``"gnmt"``)."""
+        return self.but(alpha=chosen_alpha(metadata) if self.alpha is None else None,
+                        scoring=chosen_scoring(metadata) if self.scoring is None else None)
 
     def max_output_length(self, model: Transformer, src_len: int | Tensor) -> int | Tensor:
         """:func:`max_output_length` under these settings."""
@@ -196,14 +250,14 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
 def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
            record_tree: bool = False, forced: Tensor | None = None) -> Hypotheses:
     """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
-    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). ``settings.alpha`` and
-    ``settings.scoring`` must be set (``Translator.settings`` fills in the checkpoint's)."""
+    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). What ``settings`` leave
+    None is filled as :meth:`DecodeSettings.filled` says (``Translator.settings`` fills in the checkpoint's own)."""
     if settings.beam_size <= 1:
         return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced)
-    scoring = "gnmt" if record_tree else (settings.scoring or "gnmt")
-    return beam_search(model, src, settings.beam_size, DEFAULT_ALPHA if settings.alpha is None else settings.alpha,
-                       settings.max_len_a, settings.max_len_b, head_mask=head_mask, record_tree=record_tree,
-                       forced=forced, scoring=scoring)
+    settings = settings.filled()
+    return beam_search(model, src, settings.beam_size, settings.alpha, settings.max_len_a, settings.max_len_b,
+                       head_mask=head_mask, record_tree=record_tree, forced=forced,
+                       scoring="gnmt" if record_tree else settings.scoring)
 
 
 @_inference
