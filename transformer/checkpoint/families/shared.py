@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from ...network.model import Transformer, TransformerConfig
+from ...network.model import Transformer, TransformerConfig, missing_weights
 from ..files import MAX_CONFIG_BYTES, CheckpointError, read_json
 from ..tokenizer import TokenizerProtocol
 
@@ -95,12 +95,9 @@ def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], fami
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # a shape that differs from config.json's
         raise CheckpointError(f"the {family} weights do not match config.json: {str(err)[:300]}") from err
-    if unexpected or [k for k in missing if k not in ("tgt_embed.weight", "generator.weight")]:
-        raise CheckpointError(f"the {family} weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if not config.share_embeddings:  # untied: load each table as stored
-        with torch.no_grad():
-            model.tgt_embed.weight.copy_(state["tgt_embed.weight"])
-            model.generator.weight.copy_(state["generator.weight"])
+    absent = missing_weights(config, missing)
+    if unexpected or absent:
+        raise CheckpointError(f"the {family} weights do not fit (missing {absent[:3]}, unexpected {unexpected[:3]})")
     return model.eval()
 
 
@@ -111,8 +108,8 @@ def check_renamed(path: Path, config: TransformerConfig, rename: Any, family: st
     state = rename(stored, config)
     with torch.device("meta"):
         expected = Transformer(config).state_dict()
-    tied = {"tgt_embed.weight", "generator.weight"} if config.share_embeddings else set()
-    wrong = [k for k, v in expected.items() if k not in tied and (k not in state or state[k].shape != v.shape)]
+    wrong = missing_weights(config, [k for k in expected if k not in state])
+    wrong += [k for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if wrong:
         raise CheckpointError(f"the {family} weights do not match config.json (e.g. {wrong[0]})")
     return config
