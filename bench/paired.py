@@ -94,6 +94,10 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
                                                 lambda: ours.greedy_decode(mo, batch), 8 // reps)
         result["beam 4, 64 sentences"] = paired(lambda: base.beam_search(mb, batch, 4),
                                                 lambda: ours.beam_search(mo, batch, 4), 8 // reps)
+        same = [(base.greedy_decode(mb, src), ours.greedy_decode(mo, src)) for src in (one, batch)]
+        same += [(base.beam_search(mb, src, 4, **kw), ours.beam_search(mo, src, 4, **kw))
+                 for src in (one, batch) for kw in ({}, {"head_mask": mask})]
+        result["same tokens, every workload above"] = all(torch.equal(b.tokens, o.tokens) for b, o in same)
         if not quick:
             torch.manual_seed(0)
             m_ours = ours.Transformer(ours.TransformerConfig(**MARIAN_SIZES)).eval()
