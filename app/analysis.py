@@ -1,4 +1,4 @@
-"""Numbers behind the views: head statistics (``transformer.kinds``' own, on numpy arrays), labels,
+"""Numbers behind the views: head statistics (``transformer.network.kinds``' own, on numpy arrays), labels,
 positional-encoding similarity."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def unique_labels(tokens: Sequence[str], first: int = 1) -> list[str]:
 
 
 def entropy(weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Shannon entropy in nats of distributions along ``axis`` (0 log 0 = 0): ``transformer.kinds.entropy``."""
+    """Shannon entropy in nats of distributions along ``axis`` (0 log 0 = 0): ``transformer.network.kinds.entropy``."""
     w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
     return kinds.entropy(w.movedim(axis, -1)).numpy()
 
@@ -61,7 +61,7 @@ def diagonal_share(weights: np.ndarray, offset: int) -> float:
 
 def head_diagnostics(attentions: dict[str, np.ndarray], special_keys: dict[str, int | None]) -> list[dict]:
     """One row per head: entropy, peak weight, share on a special token, share on previous/same/next position
-    (``transformer.kinds.query_stats``).
+    (``transformer.network.kinds.query_stats``).
 
     ``attentions[kind]`` is ``(layers, heads, queries, keys)``; ``special_keys[kind]`` the key index of the
     special token (``</s>`` for source keys, ``<s>`` for decoder keys), or None. Every number is a mean over

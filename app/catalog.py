@@ -13,6 +13,7 @@ from pathlib import Path
 
 import transformer
 from transformer import Translator
+from transformer.checkpoint import families
 from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.decoding import DEFAULT_ALPHA
 from transformer.translator import chosen_alpha
@@ -268,35 +269,37 @@ def load_heads(path: str | Path | None) -> dict | None:
     return data if isinstance(data, dict) and "importance" in data else None
 
 
-OPUS_MT = [f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")]
-# multilingual Hub models (the NLLB-200 / M2M100 family); offered for local use, in public mode only when
-# $ATTN_MODELS names them. Their download (safetensors) in MB, to say in the picker when it is over the limit.
-MULTILINGUAL = {"facebook/nllb-200-distilled-600M": ("NLLB-200, 200 languages", 2460),
-                "facebook/m2m100_418M": ("M2M100, 100 languages", 1940)}
-
-
 def hub_models() -> list[str]:
-    """The Hub ids the picker suggests: every family's (``transformer.families``), OPUS-MT first."""
-    from transformer.checkpoint.families import hub_models as suggested
+    """The Hub ids the picker suggests: every family's (``transformer.checkpoint.families``), in registry order."""
+    return list(dict.fromkeys(families.hub_models()))
 
-    return list(dict.fromkeys([*OPUS_MT, *suggested()]))
+
+def _sized_hub_models() -> dict[str, tuple[str, int]]:
+    """The suggested Hub models whose download the registry sizes (NLLB-200 / M2M100's): id -> (what, MB)."""
+    return {m.repo_id: (m.what, m.download_mb) for f in families.families() for m in f.hub
+            if m.download_mb is not None}
+
+
+# the suggested Hub models the picker names with their download size (multilingual: offered for local use, in
+# public mode only when $ATTN_MODELS names them)
+MULTILINGUAL = _sized_hub_models()
 
 
 def hub_label(repo_id: str) -> str:
-    """How the picker shows a suggested Hub id: its family, and for a download over ``$ATTN_MAX_DOWNLOAD_MB`` why
-    it will not open (unless already in the local cache)."""
-    if repo_id in OPUS_MT:
-        return f"{repo_id} (OPUS-MT, from the Hub)"
-    if repo_id not in MULTILINGUAL:
-        return f"{repo_id} (from the Hub)"
+    """How the picker shows a suggested Hub id: what its family says it is, and for a download over
+    ``$ATTN_MAX_DOWNLOAD_MB`` why it will not open (unless already in the local cache)."""
     from transformer.checkpoint.hub import max_download_mb
 
-    what, size_mb = MULTILINGUAL[repo_id]
+    model = families.hub_model(repo_id)
+    if model is None:
+        return f"{repo_id} (from the Hub)"
+    if model.download_mb is None:
+        return f"{repo_id} ({model.what}, from the Hub)"
     limit = max_download_mb()
-    if size_mb > limit and needs_download(repo_id):
-        return f"{repo_id} ({what}; about {size_mb:,} MB: over the {limit:,.0f} MB download limit, " \
+    if model.download_mb > limit and needs_download(repo_id):
+        return f"{repo_id} ({model.what}; about {model.download_mb:,} MB: over the {limit:,.0f} MB download limit, " \
                "raise ATTN_MAX_DOWNLOAD_MB)"
-    return f"{repo_id} ({what}, about {size_mb:,} MB, from the Hub)"
+    return f"{repo_id} ({model.what}, about {model.download_mb:,} MB, from the Hub)"
 
 
 def public_mode() -> bool:

@@ -8,8 +8,7 @@ import streamlit as st
 from transformer import Translator
 
 from . import params
-
-SRC_LANG, TGT_LANG = "src_lang", "tgt_lang"  # session-state keys, read by ``state.settings_from_state``
+from .state import SRC_LANG, TGT_LANG  # the pickers' session-state keys, read by ``state.settings_from_state``
 
 # ISO 639-3 (NLLB-200's FLORES-200 codes: ``eng_Latn``) and ISO 639-1 (M2M100's: ``en``) -> English names
 NAMES_639_3 = {

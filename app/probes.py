@@ -16,6 +16,7 @@ import torch
 import transformer
 from transformer import Transformer, Translator
 from transformer.network.kinds import decoder_input
+from transformer.network.model import missing_weights
 
 from .inference import Analysis, model_settings, stack_layers
 
@@ -95,10 +96,10 @@ def load_snapshot_model(tr: Translator, path: Path | str) -> Transformer:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except Exception as err:  # a corrupt or mismatched file: one clear message
         raise transformer.CheckpointError(f"snapshot {Path(path).name} could not be loaded: {err}") from err
-    tied = {"tgt_embed.weight", "generator.weight"} if tr.config.share_embeddings else set()
-    if unexpected or set(missing) - tied:
+    absent = missing_weights(tr.config, missing)
+    if unexpected or absent:
         raise transformer.CheckpointError(f"snapshot {Path(path).name} does not match the model "
-                                          f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
+                                          f"(missing {sorted(absent)[:3]}, unexpected {unexpected[:3]})")
     return model.to(tr.device).eval()
 
 

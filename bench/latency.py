@@ -7,6 +7,7 @@ from typing import Any
 
 from transformer import Translator
 from transformer.decoding import beam_search, greedy_decode
+from transformer.network.masks import pad_sequences
 
 from .common import median, percentile, time_interleaved
 
@@ -30,7 +31,7 @@ def bench_latency(translator: Translator, sentence: str, repeat: int = 20, warmu
         result["capture_overhead" if beam == 4 else "capture_overhead_greedy"] = overhead
 
     # key/value cache against recomputing the whole prefix, on the decoding functions themselves
-    src = translator._pad([translator.encode_source(sentence)[0]])
+    src = pad_sequences([translator.encode_source(sentence)[0]], translator.config.pad_id).to(translator.device)
     model = translator.model
     for name, fn in (("greedy", lambda cache: greedy_decode(model, src, use_cache=cache)),
                      ("beam4", lambda cache: beam_search(model, src, 4, use_cache=cache))):

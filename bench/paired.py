@@ -65,6 +65,7 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
     import transformer as ours
     from transformer.decoding.beam_transformers import beam_search_transformers
     from transformer.network.kinds import head_mask
+    from transformer.network.masks import pad_sequences
     from transformer.network.weights import decoding_layout
 
     reps = 3 if quick else 1
@@ -76,8 +77,9 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
         t_ours, t_base = ours.load(checkpoint, device="cpu"), base.load(checkpoint, device="cpu")
         lines = read_sentences(data_dir) or [f"A man in a red shirt walks {i} dogs past the old church."
                                              for i in range(64)]
-        one = t_ours._pad([t_ours.encode_source(lines[3 % len(lines)])[0]])
-        batch = t_ours._pad([t_ours.encode_source(s)[0] for s in (lines * 64)[:64]])
+        pad = t_ours.config.pad_id
+        one = pad_sequences([t_ours.encode_source(lines[3 % len(lines)])[0]], pad)
+        batch = pad_sequences([t_ours.encode_source(s)[0] for s in (lines * 64)[:64]], pad)
         mo, mb = t_ours.model, t_base.model
         cfg = mo.config
         mask = head_mask(cfg, [("cross", 0, 1)])
@@ -92,6 +94,10 @@ def run(base_tree: Path, checkpoint: str, data_dir: str, quick: bool = False) ->
                                                 lambda: ours.greedy_decode(mo, batch), 8 // reps)
         result["beam 4, 64 sentences"] = paired(lambda: base.beam_search(mb, batch, 4),
                                                 lambda: ours.beam_search(mo, batch, 4), 8 // reps)
+        same = [(base.greedy_decode(mb, src), ours.greedy_decode(mo, src)) for src in (one, batch)]
+        same += [(base.beam_search(mb, src, 4, **kw), ours.beam_search(mo, src, 4, **kw))
+                 for src in (one, batch) for kw in ({}, {"head_mask": mask})]
+        result["same tokens, every workload above"] = all(torch.equal(b.tokens, o.tokens) for b, o in same)
         if not quick:
             torch.manual_seed(0)
             m_ours = ours.Transformer(ours.TransformerConfig(**MARIAN_SIZES)).eval()

@@ -84,3 +84,25 @@ def test_mixed_step_files_are_refused(run, tmp_path: Path, tiny_tokenizer, capsy
                  "--out", str(tmp_path / "mixed")]) == 1
     assert "holds other tensors than" in capsys.readouterr().err
     assert json.loads((export / "metadata.json").read_text())["final_validation"] == {"val_bleu": 1.0}
+
+
+@pytest.mark.parametrize("stored_as", ["src_embed.weight", "tgt_embed.weight", "generator.weight"])
+def test_a_tied_weight_loads_under_any_one_of_its_names(stored_as: str) -> None:
+    """Step files keep the tied table under ``src_embed.weight``; ``save_checkpoint`` (safetensors' ``save_model``)
+    under ``generator.weight``: either loads, and a file with none of the names is refused, naming it."""
+    from conftest import tiny_model
+
+    from transformer import CheckpointError
+    from transformer.network.model import TIED_WEIGHTS
+    from transformer.training.average import load_averaged
+
+    source = tiny_model(seed=3)
+    state = {k: v for k, v in source.state_dict().items() if k not in TIED_WEIGHTS}
+    loaded = load_averaged(tiny_model(seed=4), {**state, stored_as: source.src_embed.weight.detach().clone()})
+    for name in TIED_WEIGHTS:
+        assert torch.equal(loaded.get_parameter(name), source.src_embed.weight)
+    with pytest.raises(CheckpointError, match="src_embed.weight"):
+        load_averaged(tiny_model(seed=4), state)
+    untied = tiny_model(seed=5, share_embeddings=False)
+    with pytest.raises(CheckpointError, match="generator.weight"):  # untied: each table is its own
+        load_averaged(untied, {k: v for k, v in untied.state_dict().items() if k != "generator.weight"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +16,9 @@ from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa:
 from transformer.decoding import output_limits  # noqa: E402
 from transformer.exchange.ctranslate2_export import export_ctranslate2, main  # noqa: E402
 
+with contextlib.suppress(pytest.skip.Exception):  # test_marian needs transformers
+    from test_marian import marian_files  # noqa: F401  (the fixture)
+
 SENTENCES = ["A man rides a bike.", "Two people are walking on the beach.", "A girl plays with a red ball in the park.",
              "The dog runs.", "A woman in a blue street with two children", "boy"]
 
@@ -23,41 +28,79 @@ def limit_of(translator, src_ids):
     return int(output_limits(translator.model, torch.tensor([src_ids]), 1.5, 10)[0])
 
 
-def ct2_greedy(ct2, translator, sentences):
-    """CTranslate2 greedy output ids and scores (summed log-probabilities), with our length budget."""
+def ct2_greedy(ct2, translator, sentences, out_dir, tgt_lang=None):
+    """CTranslate2 greedy output ids and scores (summed log-probabilities), with our length budget, what our search
+    never outputs suppressed and a multilingual model's target code as the prefix; pieces <-> ids through the
+    exported vocabulary."""
     tok, cfg = translator.tokenizer, translator.config
-    suppress = [[tok.pieces([cfg.pad_id])[0]], [tok.pieces([cfg.bos_id])[0]]]  # never outputs, as in ours
+    names = json.loads((out_dir / "shared_vocabulary.json").read_text())
+    ids_of = {p: i for i, p in enumerate(names)}
+    never = [cfg.pad_id] + ([cfg.bos_id] if cfg.bos_id != cfg.eos_id else [])  # as our search (``_never``)
+    prefix = tok.pieces(tok.target_prefix(tgt_lang)) or None
     ids, scores = [], []
     for s in sentences:
         src_ids = translator.encode_source(s)[0]
         res = ct2.translate_batch([tok.pieces(src_ids[:-1])], beam_size=1,
                                   max_decoding_length=limit_of(translator, src_ids), min_decoding_length=0,
-                                  length_penalty=0.0, suppress_sequences=suppress, return_scores=True)[0]
-        ids.append([tok.sp.piece_to_id(p) for p in res.hypotheses[0]])
+                                  length_penalty=0.0, suppress_sequences=[[names[i]] for i in never],
+                                  return_scores=True, target_prefix=[prefix] if prefix else None)[0]
+        ids.append([ids_of[p] for p in res.hypotheses[0]])
         scores.append(res.scores[0])
     return ids, scores
 
 
-def check_same_greedy(checkpoint, out_dir, sentences=SENTENCES):
+def check_same_greedy(checkpoint, out_dir, sentences=SENTENCES, tgt_lang=None):
     """Export, then CTranslate2's greedy search must give our tokens, with our model's log-probabilities."""
     export_ctranslate2(checkpoint, out_dir)
     translator = transformer.load(checkpoint, device="cpu")
     ct2 = ctranslate2.Translator(str(out_dir), device="cpu", intra_threads=1)
-    ours_ids, _ = translator.generate([translator.encode_source(s)[0] for s in sentences], beam_size=1)
-    theirs_ids, theirs_scores = ct2_greedy(ct2, translator, sentences)
+    sources = [translator.encode_source(s)[0] for s in sentences]
+    ours_ids, _ = translator.generate(sources, beam_size=1, tgt_lang=tgt_lang)
+    theirs_ids, theirs_scores = ct2_greedy(ct2, translator, sentences, out_dir, tgt_lang)
     assert theirs_ids == ours_ids
     # CTranslate2 takes the suppressed tokens out before its softmax: its score is our model's log-probability
-    # of the output (EOS included where produced) with PAD and BOS out of the distribution
+    # of the output (EOS included where produced) with PAD and BOS out of the distribution; a forced prefix is not
+    # scored
     cfg = translator.config
-    for s, ids, theirs in zip(sentences, ours_ids, theirs_scores):
-        src_ids = translator.encode_source(s)[0]
+    forced = len(translator.tokenizer.target_prefix(tgt_lang))
+    for src_ids, ids, theirs in zip(sources, ours_ids, theirs_scores):
         out = ids + [cfg.eos_id] if len(ids) < limit_of(translator, src_ids) else ids
         with torch.no_grad():
             logits = translator.model(torch.tensor([src_ids]), torch.tensor([[cfg.bos_id, *out[:-1]]])).logits[0]
-        logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")
-        expected = logits.log_softmax(-1)[torch.arange(len(out)), torch.tensor(out)].sum().item()
+        logits[:, cfg.pad_id] = float("-inf")
+        if cfg.bos_id != cfg.eos_id:
+            logits[:, cfg.bos_id] = float("-inf")
+        logp = logits.log_softmax(-1)[torch.arange(len(out)), torch.tensor(out)]
+        expected = logp[forced:].sum().item()
         assert abs(expected - theirs) < 1e-3 * max(1.0, abs(expected))
     return translator, ct2
+
+
+def layout_checkpoint(tokenizer, directory, seed=1, **layout):
+    """A random model of ``layout`` (config fields) on ``tokenizer``, with non-trivial norms and biases (so that a
+    wrong mapping would show), saved as one of our checkpoints."""
+    torch.manual_seed(seed)
+    v = tokenizer.vocab_size
+    cfg = TransformerConfig(**{**dict(src_vocab_size=v, tgt_vocab_size=v, d_model=32, n_heads=4, n_encoder_layers=2,
+                                      n_decoder_layers=3, d_ff=48, max_len=64), **layout})
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+        if cfg.final_logits_bias:
+            model.generator.bias.normal_(0, 0.5)
+    return save_checkpoint(directory, model, tokenizer)
+
+
+# Each family's layout as our config fields (the tiny tokenizer's ids: <pad> 0, <s> 2, </s> 3)
+LAYOUTS = {
+    "paper, pre-norm, untied": dict(norm_first=True, share_embeddings=False),
+    "Marian / OPUS-MT": dict(activation="swish", positional_layout="halves", final_logits_bias=True, bos_id=0),
+    "NLLB-200 / M2M100": dict(norm_first=True, positional_layout="fairseq", position_offset=1, bos_id=3),
+    "unscaled gelu": dict(activation="gelu", scale_embedding=False, norm_first=True),
+    "unscaled swish": dict(activation="swish", scale_embedding=False),
+}
 
 
 def test_export_writes_a_ctranslate2_model(tiny_checkpoint, tmp_path):
@@ -78,18 +121,91 @@ def test_greedy_tokens_equal_ours(tiny_checkpoint, tmp_path):
     check_same_greedy(tiny_checkpoint, tmp_path / "ct2")
 
 
-def test_pre_norm_untied_model_exports_too(tiny_tokenizer, tmp_path):
-    torch.manual_seed(1)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_familys_layout_gives_our_greedy_tokens(tiny_tokenizer, tmp_path, layout):
+    check_same_greedy(layout_checkpoint(tiny_tokenizer, tmp_path / "ckpt", **LAYOUTS[layout]), tmp_path / "ct2")
+
+
+def test_every_config_field_is_mapped_or_refused():
+    """A new TransformerConfig field must say where it goes in CTranslate2 (or be refused when not at its
+    default); the activations are CTranslate2's."""
+    from ctranslate2.specs.common_spec import Activation
+
+    from transformer.exchange.ctranslate2_export import ACTIVATIONS, CONFIG_FIELDS
+    from transformer.network.config import ACTIVATIONS as OURS
+
+    assert set(CONFIG_FIELDS) == {f.name for f in dataclasses.fields(TransformerConfig)}
+    assert set(ACTIVATIONS) == set(OURS) and all(name in Activation.__members__ for name in ACTIVATIONS.values())
+
+
+@dataclasses.dataclass
+class _RotaryConfig(TransformerConfig):
+    """A config with a field the export does not know (as a future one would be)."""
+
+    rotary: bool = False
+
+
+def test_what_ctranslate2_cannot_express_is_refused_by_name(tiny_tokenizer, tiny_checkpoint, tmp_path, capsys):
+    from transformer.exchange.ctranslate2_export import build_spec
+
     v = tiny_tokenizer.vocab_size
-    cfg = TransformerConfig(src_vocab_size=v, tgt_vocab_size=v, d_model=32, n_heads=4, n_encoder_layers=2,
-                            n_decoder_layers=3, d_ff=48, max_len=64, norm_first=True, share_embeddings=False)
-    model = Transformer(cfg).eval()
-    with torch.no_grad():  # non-trivial norms and biases, so that a wrong mapping would show
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    ckpt = save_checkpoint(tmp_path / "pre", model, tiny_tokenizer)
-    check_same_greedy(ckpt, tmp_path / "ct2")
+    sizes = dict(src_vocab_size=v, tgt_vocab_size=v, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+                 d_ff=16, max_len=32)
+    build_spec(Transformer(_RotaryConfig(**sizes)), tiny_tokenizer)  # at its default: nothing to express
+    with pytest.raises(ValueError, match="rotary = True"):
+        build_spec(Transformer(_RotaryConfig(**sizes, rotary=True)), tiny_tokenizer)
+    with pytest.raises(ValueError, match="at least one encoder"):
+        build_spec(Transformer(TransformerConfig(**{**sizes, "n_encoder_layers": 0})), tiny_tokenizer)
+    small = dict(sizes, src_vocab_size=v - 1, tgt_vocab_size=v - 1)
+    with pytest.raises(ValueError, match=f"{v} ids but the model only {v - 1} rows"):
+        build_spec(Transformer(TransformerConfig(**small)), tiny_tokenizer)
+    # the command line says it in one line, without a traceback, and writes nothing
+    big = layout_checkpoint(tiny_tokenizer, tmp_path / "ckpt", n_encoder_layers=0)
+    assert main(["--checkpoint", str(big), "--out", str(tmp_path / "ct2")]) == 2
+    assert "at least one encoder" in capsys.readouterr().err and not (tmp_path / "ct2").exists()
+
+
+def test_a_larger_model_vocabulary_gets_unused_names(tiny_tokenizer):
+    """Rows past the tokenizer's ids (a converted NLLB-200 has 2) are named, so the vocabulary fits the tables."""
+    from transformer.exchange.ctranslate2_export import vocabulary
+
+    v = tiny_tokenizer.vocab_size
+    assert vocabulary(tiny_tokenizer, v + 2) == tiny_tokenizer.pieces(range(v)) + [f"<unused:{v}>", f"<unused:{v + 1}>"]
+
+
+def test_a_marian_directory_exports_as_it_is(tmp_path, request):
+    """A Marian / OPUS-MT ``save_pretrained`` directory (swish, sin | cos positions, a logits bias, decoding from
+    <pad>, its split tokenizer): CTranslate2 gives our greedy tokens, and the tokenizer's files come along."""
+    pytest.importorskip("transformers")
+    from test_marian import SENTENCES as MARIAN_SENTENCES
+    from test_marian import save_marian
+
+    marian_files = request.getfixturevalue("marian_files")
+    _, path = save_marian(tmp_path, marian_files[1], files=marian_files)
+    translator, _ = check_same_greedy(path, tmp_path / "ct2", MARIAN_SENTENCES)
+    assert translator.config.activation == "swish" and translator.config.final_logits_bias
+    assert {"source.spm", "target.spm", "vocab.json"} <= {p.name for p in (tmp_path / "ct2").iterdir()}
+
+
+@pytest.mark.parametrize("name", ["nllb", "gelu-unscaled-untied"])
+def test_an_nllb_or_m2m100_directory_exports_with_its_languages(tmp_path, tiny_corpus, name):
+    """NLLB-200 / M2M100 (pre-norm, fairseq positions past the padding row, decoding from </s>, two unused rows past
+    the tokenizer's ids; also gelu, unscaled and untied), straight from transformers and converted to ours: the
+    target language's code as CTranslate2's target prefix gives our greedy tokens."""
+    pytest.importorskip("transformers")
+    from m2m100_models import CONFIGS, LANGS, save_m2m100, train_spm
+
+    from transformer.exchange.convert import main as convert
+
+    spm_dir = train_spm(tmp_path, tiny_corpus)
+    _, _, path = save_m2m100(tmp_path, spm_dir, name)
+    src, _, tgt = LANGS[CONFIGS[name][0]]
+    converted = tmp_path / "converted"
+    assert convert(["--from-hf", str(path), "--out", str(converted)]) == 0
+    for i, checkpoint in enumerate((path, converted)):
+        translator, _ = check_same_greedy(checkpoint, tmp_path / f"ct2-{i}", SENTENCES[:4], tgt_lang=tgt)
+        assert translator.config.position_offset == 2 and translator.config.bos_id == translator.config.eos_id
+        assert (tmp_path / f"ct2-{i}" / "sentencepiece.bpe.model").is_file()
 
 
 def test_command_line(tiny_checkpoint, tmp_path, capsys):

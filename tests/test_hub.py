@@ -101,3 +101,25 @@ def test_load_checks_the_size_before_downloading(monkeypatch):
     with pytest.raises(CheckpointError, match="download limit"):
         transformer.load("someone/ten-gigabytes")
     assert downloads == []  # refused before any download
+
+
+def test_the_picker_names_each_suggested_hub_model_as_its_family_says(monkeypatch, tmp_path):
+    """The app's catalog holds no family's ids, labels or sizes: each comes from the registry's ``HubModel``."""
+    from app import catalog
+    from transformer.checkpoint.families import families, hub_model
+
+    suggested = [m for f in families() for m in f.hub]
+    assert catalog.hub_models() == [m.repo_id for m in suggested] and len(suggested) >= 8
+    assert {m.repo_id for m in suggested if m.download_mb} == set(catalog.MULTILINGUAL)
+    assert hub_model("someone/else") is None and catalog.hub_label("someone/else") == "someone/else (from the Hub)"
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache: each sized model would be downloaded
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("ATTN_MAX_DOWNLOAD_MB", "2000")
+    for m in suggested:
+        label = catalog.hub_label(m.repo_id)
+        assert label.startswith(f"{m.repo_id} ({m.what}")
+        if m.download_mb is None:
+            assert "MB" not in label
+        else:
+            assert f"{m.download_mb:,} MB" in label
+            assert ("over the 2,000 MB download limit" in label) == (m.download_mb > 2000)

@@ -1,5 +1,6 @@
-"""The three attention kinds in one place (``transformer.kinds``): head masks, decoder input and the per-query head
-statistics, against plain loops; the app's head table and ``transformer.heads`` read the same statistics."""
+"""The three attention kinds in one place (``transformer.network.kinds``): head masks, decoder input and the
+per-query head statistics, against plain loops; the app's head table and ``transformer.heads`` read the same
+statistics."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def test_public_mode_without_attn_models_offers_only_what_ships(repo, monkeypatc
     monkeypatch.delenv("ATTN_MODELS", raising=False)
     allowed = catalog.allowed_models()
     assert allowed and all(m.startswith("checkpoints/") for m in allowed)  # no Hub id is downloaded by default
-    assert not set(catalog.OPUS_MT) & set(allowed)
+    assert not set(catalog.hub_models()) & set(allowed)
 
 
 def test_the_image_names_the_models_it_offers():

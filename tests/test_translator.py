@@ -224,3 +224,42 @@ def test_settings_object_and_keywords_decode_alike(translator):
         translator.translate(TEXTS[0], scoring="nope")
     with pytest.raises(TypeError, match="keyword"):
         translator.translate(TEXTS[0], 4)
+
+
+@pytest.mark.parametrize("name,value", [("beam_size", 0), ("beam_size", 2.5), ("beam_size", True), ("alpha", "1"),
+                                        ("alpha", float("nan")), ("max_len_a", -1.0), ("max_len_b", 1.5),
+                                        ("scoring", "nope"), ("tgt_lang", 3)])
+def test_settings_are_checked_once_whichever_way_they_come(translator, name, value):
+    """A wrong value gets the same message from the constructor, ``but``, and every method's keywords."""
+    with pytest.raises(ValueError, match=name) as made:
+        transformer.DecodeSettings(**{name: value})
+    for attempt in (lambda: transformer.DecodeSettings().but(**{name: value}),
+                    lambda: translator.translate(TEXTS[0], **{name: value}),
+                    lambda: translator.translate_batch(TEXTS, **{name: value}),
+                    lambda: translator.translate_batch([], **{name: value}),
+                    lambda: translator.generate([translator.encode_source(TEXTS[0])[0]], **{name: value})):
+        with pytest.raises(ValueError) as err:
+            attempt()
+        assert str(err.value) == str(made.value)
+    for method in (translator.translate, translator.translate_batch):
+        with pytest.raises(TypeError, match="not a decoding setting: beams"):
+            method(TEXTS[:1] if method == translator.translate_batch else TEXTS[0], beams=3)
+
+
+def test_the_default_alpha_is_decided_in_one_place(translator, tiny_checkpoint):
+    """``alpha=None`` means the checkpoint's ``decoding.alpha``, else DEFAULT_ALPHA, wherever settings are filled: the
+    translator, a bare ``search`` (no checkpoint) and the app's catalog all ask ``chosen_alpha``."""
+    from transformer.decoding import DEFAULT_ALPHA, DecodeSettings, chosen_alpha, search
+
+    assert transformer.translator.chosen_alpha is chosen_alpha
+    assert DecodeSettings().filled() == DecodeSettings(alpha=DEFAULT_ALPHA, scoring="gnmt")
+    assert DecodeSettings().filled({"decoding": {"alpha": 1.7}, "beam_scoring": "transformers"}) == \
+        DecodeSettings(alpha=1.7, scoring="transformers")
+    assert DecodeSettings(alpha=0.0).filled({"decoding": {"alpha": 1.7}}).alpha == 0.0
+    src = translator._pad([translator.encode_source(t)[0] for t in TEXTS])
+    bare = search(translator.model, src, DecodeSettings(beam_size=3, max_len_b=6))
+    explicit = beam_search(translator.model, src, 3, DEFAULT_ALPHA, 1.5, 6)
+    assert torch.equal(bare.tokens, explicit.tokens) and torch.equal(bare.scores, explicit.scores)
+    tuned = Translator(translator.model, translator.tokenizer, {"decoding": {"alpha": 2.5}})
+    assert tuned.default_alpha == 2.5 == tuned.translate(TEXTS[0], beam_size=2).settings.alpha
+    assert tuned.translate(TEXTS[0], beam_size=2, alpha=0.5).settings.alpha == 0.5

@@ -45,22 +45,3 @@ __all__ = [
     "positional_encoding", "resolve_device", "save_checkpoint", "scaled_dot_product_attention",
 ]
 __version__ = "0.1.0"
-
-# The import paths of the flat layout (before the folders), kept for scripts that use them: ``import
-# transformer.model`` is ``transformer.network.model``, and so on. One table, no module files for them.
-_MOVED = {"model": "network.model", "config": "network.config", "positional": "network.positional",
-          "masks": "network.masks", "outputs": "network.outputs", "kv_cache": "network.kv_cache",
-          "kinds": "network.kinds", "tokenizer": "checkpoint.tokenizer", "hub": "checkpoint.hub",
-          "checkpoint_files": "checkpoint.files", "families": "checkpoint.families",
-          "beam_transformers": "decoding.beam_transformers"}
-
-
-def _keep_old_paths() -> None:
-    import importlib
-    import sys
-
-    for old, new in _MOVED.items():
-        sys.modules.setdefault(f"{__name__}.{old}", importlib.import_module(f".{new}", __name__))
-
-
-_keep_old_paths()

@@ -14,7 +14,7 @@ from .checkpoint.families import family_of_dir
 from .checkpoint.files import resolve_device
 from .checkpoint.hub import resolve_checkpoint_dir
 from .checkpoint.tokenizer import TokenizerProtocol
-from .decoding.search import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, search
+from .decoding.search import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, chosen_alpha, chosen_scoring, search
 from .network.kinds import decoder_input
 from .network.masks import pad_sequences
 from .network.model import Transformer
@@ -72,16 +72,6 @@ class TranslationResult:
 __all__ = ["DEFAULT_ALPHA", "SCORINGS", "DecodeSettings", "TranslationResult", "Translator", "chosen_alpha", "load"]
 
 
-def chosen_alpha(metadata: object) -> float:
-    """The length penalty a checkpoint's ``metadata.json`` names (``decoding.alpha``, a number in [0, 10]), else
-    :data:`DEFAULT_ALPHA`."""
-    decoding = metadata.get("decoding") if isinstance(metadata, dict) else None
-    value = decoding.get("alpha") if isinstance(decoding, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 10.0:
-        return float(value)
-    return DEFAULT_ALPHA
-
-
 class Translator:
     """A model, its tokenizer and decoding settings. Beam search scores hypotheses by the ``scoring`` rules:
     ``"gnmt"`` (fairseq's search, GNMT length penalty) or ``"transformers"`` (Hugging Face ``generate``'s, so an
@@ -102,8 +92,7 @@ class Translator:
     @property
     def scoring(self) -> str:
         """The checkpoint's own beam-scoring rules (``metadata["beam_scoring"]``), else ``"gnmt"``."""
-        value = self.metadata.get("beam_scoring", "gnmt")
-        return value if value in SCORINGS else "gnmt"
+        return chosen_scoring(self.metadata)
 
     @property
     def default_alpha(self) -> float:
@@ -143,25 +132,21 @@ class Translator:
         return pad_sequences(seqs, self.config.pad_id).to(self.device)
 
     def settings(self, settings: DecodeSettings | None = None, **changes: Any) -> DecodeSettings:
-        """``settings`` (None: the defaults) with the keyword ``changes`` that are not None, and this checkpoint's
-        own length penalty and scoring rules where they name none."""
+        """``settings`` (None: the defaults) with the keyword ``changes`` that are not None (any field of
+        :class:`DecodeSettings`, by name), and this checkpoint's own length penalty and scoring rules where they name
+        none (:meth:`DecodeSettings.filled`)."""
         if settings is not None and not isinstance(settings, DecodeSettings):
             raise TypeError(f"settings must be a DecodeSettings, not {type(settings).__name__} (beam_size=... is a "
                             "keyword)")
-        chosen = (settings or DecodeSettings()).but(**changes)
-        return chosen.but(alpha=self.default_alpha if chosen.alpha is None else None,
-                          scoring=self.scoring if chosen.scoring is None else None)
+        return (settings or DecodeSettings()).but(**changes).filled(self.metadata)
 
     @torch.no_grad()
     def generate(self, sources: Sequence[Sequence[int]], settings: DecodeSettings | None = None, *,
-                 beam_size: int | None = None, alpha: float | None = None, max_len_a: float | None = None,
-                 max_len_b: int | None = None, head_mask: dict[str, Tensor] | None = None,
-                 scoring: str | None = None, tgt_lang: str | None = None) -> tuple[list[list[int]], list[float]]:
+                 head_mask: dict[str, Tensor] | None = None, **changes: Any) -> tuple[list[list[int]], list[float]]:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``settings``,
-        or its fields as keywords (:meth:`settings`; ``alpha=None``: the checkpoint's, :attr:`default_alpha`)."""
-        chosen = self.settings(settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
-                               scoring=scoring, tgt_lang=tgt_lang)
-        outputs, _, scores, _ = self._decode(sources, chosen, head_mask)
+        or its fields as keywords (``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``, ``scoring``, ``tgt_lang``:
+        :meth:`settings`; ``alpha=None``: the checkpoint's, :attr:`default_alpha`)."""
+        outputs, _, scores, _ = self._decode(sources, self.settings(settings, **changes), head_mask)
         return outputs, scores
 
     def _decode(self, sources: Sequence[Sequence[int]], settings: DecodeSettings,
@@ -170,8 +155,6 @@ class Translator:
         """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
         with ``record_tree`` (beam search only) each sentence's search tree. The target language's code (if any) is
         imposed as every output's first token (it is part of the outputs)."""
-        if settings.scoring not in SCORINGS:
-            raise ValueError(f"scoring must be one of {SCORINGS}, not {settings.scoring!r}")
         hyp = search(self.model, self._pad(sources), settings, head_mask=head_mask, record_tree=record_tree,
                      forced=self._forced(len(sources), settings.tgt_lang))
         outputs, ended = [], []
@@ -196,34 +179,26 @@ class Translator:
         tgt = self._pad([[self.config.bos_id, *target_ids]])
         return self.model(src, tgt, return_attention=True, head_mask=head_mask)
 
-    def translate(self, text: str, settings: DecodeSettings | None = None, *, beam_size: int | None = None,
-                  alpha: float | None = None, max_len_a: float | None = None, max_len_b: int | None = None,
-                  return_attention: bool = True, head_mask: dict[str, Tensor] | None = None,
-                  return_tree: bool = False, scoring: str | None = None, src_lang: str | None = None,
-                  tgt_lang: str | None = None) -> TranslationResult:
+    def translate(self, text: str, settings: DecodeSettings | None = None, *, return_attention: bool = True,
+                  head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
+                  **changes: Any) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
         tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). How to decode: ``settings``
         (:class:`DecodeSettings`; None: the defaults), or any of its fields as keywords, which override it
-        (``translate(text, beam_size=5, alpha=1.0)``). ``alpha=None``: the checkpoint's length penalty
-        (:attr:`default_alpha`). ``src_lang`` / ``tgt_lang``: language codes of a multilingual model
-        (:attr:`languages`; None: the tokenizer's defaults); the target code is the translation's first token,
-        forced."""
-        return self.translate_batch([text], settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
-                                    max_len_b=max_len_b, return_attention=return_attention, head_mask=head_mask,
-                                    return_tree=return_tree, scoring=scoring, src_lang=src_lang,
-                                    tgt_lang=tgt_lang)[0]
+        (``translate(text, beam_size=5, alpha=1.0)``; also ``max_len_a``, ``max_len_b``, ``scoring``, ``src_lang``,
+        ``tgt_lang``). ``alpha=None``: the checkpoint's length penalty (:attr:`default_alpha`). ``src_lang`` /
+        ``tgt_lang``: language codes of a multilingual model (:attr:`languages`; None: the tokenizer's defaults); the
+        target code is the translation's first token, forced."""
+        return self.translate_batch([text], settings, return_attention=return_attention, head_mask=head_mask,
+                                    return_tree=return_tree, **changes)[0]
 
     def translate_batch(self, texts: Sequence[str], settings: DecodeSettings | None = None, *,
-                        beam_size: int | None = None, alpha: float | None = None, max_len_a: float | None = None,
-                        max_len_b: int | None = None, return_attention: bool = False,
-                        head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
-                        scoring: str | None = None, src_lang: str | None = None,
-                        tgt_lang: str | None = None) -> list[TranslationResult]:
-        """Translate many sentences in one batch (settings and languages as in :meth:`translate`)."""
+                        return_attention: bool = False, head_mask: dict[str, Tensor] | None = None,
+                        return_tree: bool = False, **changes: Any) -> list[TranslationResult]:
+        """Translate many sentences in one batch (settings, their keywords and languages as in :meth:`translate`)."""
+        chosen = self.settings(settings, **changes)  # checked even for no text
         if not texts:
             return []
-        chosen = self.settings(settings, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
-                               scoring=scoring, src_lang=src_lang, tgt_lang=tgt_lang)
         encoded = [self.encode_source(t, chosen.src_lang) for t in texts]
         sources = [ids for ids, _ in encoded]
         outputs, ended, scores, trees = self._decode(sources, chosen, head_mask, record_tree=return_tree)

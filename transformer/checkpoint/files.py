@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model
 
 from ..network.config import check_loadable
-from ..network.model import Transformer, TransformerConfig
+from ..network.model import Transformer, TransformerConfig, tied_weights
 from .tokenizer import Tokenizer, TokenizerProtocol
 
 CONFIG_FILE = "config.json"
@@ -116,7 +116,7 @@ def check_weights(weights: Path, config: TransformerConfig) -> None:
     with torch.device("meta"):
         expected = {k: list(v.shape) for k, v in Transformer(config).state_dict().items()}
     # tied weights are stored once, under any one of their names
-    tied = {"src_embed.weight", "tgt_embed.weight", "generator.weight"} if config.share_embeddings else set()
+    tied = tied_weights(config)
     wrong = [k for k, shape in expected.items() if k not in tied and stored.get(k) != shape]
     if tied and not any(stored.get(k) == expected[k] for k in tied):
         wrong.append("src_embed.weight")

@@ -18,6 +18,8 @@ from .search import (
     DecodeSettings,
     Hypotheses,
     beam_search,
+    chosen_alpha,
+    chosen_scoring,
     greedy_decode,
     length_penalty,
     max_output_length,
@@ -27,5 +29,6 @@ from .search import (
 
 __all__ = [
     "DEFAULT_ALPHA", "SCORINGS", "BeamNode", "BeamTree", "DecodeSettings", "Hypotheses", "beam_search",
-    "beam_search_transformers", "greedy_decode", "length_penalty", "max_output_length", "output_limits", "search",
+    "beam_search_transformers", "chosen_alpha", "chosen_scoring", "greedy_decode", "length_penalty",
+    "max_output_length", "output_limits", "search",
 ]

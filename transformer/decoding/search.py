@@ -1,7 +1,8 @@
 """Greedy and beam search, batched, with incremental decoding through a key/value cache.
 
 - :class:`DecodeSettings`: how to decode (beam size, length penalty, output-length rule, scoring rules, languages),
-  the one object the translator, the app and the benches pass around; :func:`max_output_length` is its length rule.
+  the one object the translator, the app and the benches pass around, validated when made;
+  :func:`max_output_length` is its length rule, :func:`chosen_alpha` / :func:`chosen_scoring` what ``None`` means.
 - :func:`greedy_decode` and :func:`beam_search`; :func:`search` picks one for a :class:`DecodeSettings`.
 - Beam search scores a finished hypothesis ``logprob / length_penalty(|Y|, alpha, scoring)`` under one of two
   rules (``SCORINGS``), passed to the one :func:`beam_search` as ``scoring``:
@@ -28,6 +29,8 @@
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
@@ -36,19 +39,50 @@ from torch import Tensor
 
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
-from .tree import BeamNode, BeamTree, record_limit, record_step
+from .tree import BeamNode, BeamTree, NoTree, TreeRecorder  # noqa: F401  (BeamNode: re-exported)
 
 SCORINGS = ("gnmt", "transformers")
 DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoints that name none
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
 
 
+def chosen_alpha(metadata: object) -> float:
+    """The length penalty a checkpoint's ``metadata.json`` names (``decoding.alpha``, a number in [0, 10]), else
+    :data:`DEFAULT_ALPHA`: the one place ``alpha=None`` is decided."""
+    decoding = metadata.get("decoding") if isinstance(metadata, dict) else None
+    value = decoding.get("alpha") if isinstance(decoding, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 10.0:
+        return float(value)
+    return DEFAULT_ALPHA
+
+
+def chosen_scoring(metadata: object) -> str:
+    """The beam-scoring rules a checkpoint's ``metadata.json`` names (``beam_scoring``, one of ``SCORINGS``), else
+    ``"gnmt"``: the one place ``scoring=None`` is decided."""
+    value = metadata.get("beam_scoring", "gnmt") if isinstance(metadata, dict) else "gnmt"
+    return value if value in SCORINGS else "gnmt"
+
+
+def _integer(name: str, value: object, low: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (low is not None and value < low):
+        raise ValueError(f"{name} must be an integer{'' if low is None else f' of at least {low}'}, not {value!r}")
+
+
+def _number(name: str, value: object, low: float | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or (low is not None and value < low):
+        raise ValueError(f"{name} must be a finite number{'' if low is None else f' of at least {low:g}'}, "
+                         f"not {value!r}")
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
-    """How to decode. ``beam_size`` 1 is greedy search; ``alpha``: the length penalty (None: the checkpoint's own,
-    ``Translator.default_alpha``); at most ``floor(max_len_a * source + max_len_b)`` output tokens
-    (:func:`max_output_length`); ``scoring``: beam search's rules, one of ``SCORINGS`` (None: the checkpoint's);
-    ``src_lang`` / ``tgt_lang``: a multilingual model's language codes (None: its defaults)."""
+    """How to decode, the one object the translator, the app and the benches pass around, validated when made
+    (whether by the constructor, :meth:`but` or a translator's keywords). ``beam_size`` 1 is greedy search;
+    ``alpha``: the length penalty (None: the checkpoint's own, :meth:`filled`); at most
+    ``floor(max_len_a * source + max_len_b)`` output tokens (:func:`max_output_length`); ``scoring``: beam search's
+    rules, one of ``SCORINGS`` (None: the checkpoint's); ``src_lang`` / ``tgt_lang``: a multilingual model's
+    language codes (None: its defaults)."""
 
     beam_size: int = 4
     alpha: float | None = None
@@ -58,13 +92,33 @@ class DecodeSettings:
     tgt_lang: str | None = None
     scoring: str | None = None
 
+    def __post_init__(self) -> None:
+        _integer("beam_size", self.beam_size, 1)
+        if self.alpha is not None:
+            _number("alpha", self.alpha, None)
+        _number("max_len_a", self.max_len_a, 0.0)
+        _integer("max_len_b", self.max_len_b, None)
+        if self.scoring is not None and self.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, not {self.scoring!r}")
+        for name in ("src_lang", "tgt_lang"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a language code (a string), not {getattr(self, name)!r}")
+
     def but(self, **changes: object) -> DecodeSettings:
-        """These settings with the ``changes`` that are not None (keyword sugar: ``translate(text, beam_size=5)``)."""
+        """These settings with the ``changes`` that are not None (keyword sugar: ``translate(text, beam_size=5)``);
+        a name that is no field is a ``TypeError``, a wrong value a ``ValueError``."""
         given = {k: v for k, v in changes.items() if v is not None}
         unknown = set(given) - {f.name for f in fields(self)}
         if unknown:
             raise TypeError(f"not a decoding setting: {', '.join(sorted(unknown))}")
         return replace(self, **given) if given else self
+
+    def filled(self, metadata: object = None) -> DecodeSettings:
+        """These settings with the length penalty and the scoring rules they leave None taken from a checkpoint's
+        ``metadata.json`` (:func:`chosen_alpha`, :func:`chosen_scoring`; no metadata: :data:`DEFAULT_ALPHA`,
+        ``"gnmt"``)."""
+        return self.but(alpha=chosen_alpha(metadata) if self.alpha is None else None,
+                        scoring=chosen_scoring(metadata) if self.scoring is None else None)
 
     def max_output_length(self, model: Transformer, src_len: int | Tensor) -> int | Tensor:
         """:func:`max_output_length` under these settings."""
@@ -196,14 +250,14 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
 def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
            record_tree: bool = False, forced: Tensor | None = None) -> Hypotheses:
     """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
-    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). ``settings.alpha`` and
-    ``settings.scoring`` must be set (``Translator.settings`` fills in the checkpoint's)."""
+    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). What ``settings`` leave
+    None is filled as :meth:`DecodeSettings.filled` says (``Translator.settings`` fills in the checkpoint's own)."""
     if settings.beam_size <= 1:
         return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced)
-    scoring = "gnmt" if record_tree else (settings.scoring or "gnmt")
-    return beam_search(model, src, settings.beam_size, DEFAULT_ALPHA if settings.alpha is None else settings.alpha,
-                       settings.max_len_a, settings.max_len_b, head_mask=head_mask, record_tree=record_tree,
-                       forced=forced, scoring=scoring)
+    settings = settings.filled()
+    return beam_search(model, src, settings.beam_size, settings.alpha, settings.max_len_a, settings.max_len_b,
+                       head_mask=head_mask, record_tree=record_tree, forced=forced,
+                       scoring="gnmt" if record_tree else settings.scoring)
 
 
 @_inference
@@ -291,11 +345,20 @@ class _Beams:
         self.tokens = torch.cat([self.tokens.index_select(0, src_beam), new_tok], dim=1)
         return src_beam
 
+    def keep(self, sentences: Tensor) -> Tensor:
+        """Only the ``sentences (B',)`` stay in the batch: their rows of the tokens, memory, mask and forced tokens;
+        returns those rows ``(B'*K,)`` (for the cache, whose cross-attention keys/values leave with the others)."""
+        rows = (sentences[:, None] * self.k + torch.arange(self.k, device=sentences.device)).view(-1)  # (B'*K,)
+        self.tokens, self.memory, self.src_mask = (t.index_select(0, rows) for t in (self.tokens, self.memory,
+                                                                                      self.src_mask))
+        self.forced = self.forced.index_select(0, rows) if self.forced is not None else None
+        return rows
+
 
 def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: bool) -> Hypotheses:
     """fairseq's rules (the GNMT penalty): finished hypotheses (ending in EOS) are scored ``logprob / lp(length)``;
     a sentence stops when it has K of them or no live beam can beat its best one (live scores only fall; lp grows
-    to lp(max)), and leaves the batch."""
+    to lp(max)), and leaves the batch. With ``record_tree``, a :class:`TreeRecorder` keeps every expansion."""
     cfg = model.config
     dev = beams.tokens.device
     k, limits = beams.k, beams.limits
@@ -313,13 +376,10 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
     active = torch.arange(b, device=dev)  # original position of each sentence still in the batch
     best_tokens = torch.full((b, max_steps + 1), cfg.pad_id, dtype=torch.long, device=dev)
     best_scores = torch.full((b,), float("-inf"), device=dev)
-    trees: list[list[BeamNode]] = [[BeamNode(0, -1, 0, cfg.bos_id, 0.0, "kept")] for _ in range(b)]
-    beam_node = [[0] * k for _ in range(b)]  # node id of each live beam, by current batch row
-    fin_nodes = [[-1] * k for _ in range(b)]  # node id of each finished entry
-    best_nodes = [-1] * b
+    tree = TreeRecorder(b, k, cfg.bos_id) if record_tree else NoTree()
 
     for step in range(1, max_steps + 1):
-        top_scores, top_beam, top_tok = beams.expand(step, live)  # (B, 2K) each
+        top = top_scores, top_beam, top_tok = beams.expand(step, live)  # (B, 2K) each
         is_eos = top_tok == cfg.eos_id
         # as in fairseq, an ending counts only when it ranks among the K best candidates
         # (so beam size 1 is exactly greedy search)
@@ -333,11 +393,8 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
         fin_tokens = torch.cat([fin_tokens, eos_seqs], dim=1).gather(1, keep[:, :, None].expand(-1, -1, max_steps + 1))
 
         # live beams: the K best candidates that did not end
-        live_scores = top_scores.masked_fill(is_eos, float("-inf"))
-        live, order = live_scores.topk(k, dim=1)  # (B, K)
-        if record_tree:
-            beam_node, fin_nodes = record_step(trees, active.tolist(), beam_node, fin_nodes, step, top_beam, top_tok,
-                                                top_scores, accept, eos_scores, keep, order, live, done, k)
+        live, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (B, K)
+        tree.step(active, step, top, accept, eos_scores, keep, order, live, done)
         src_beam = beams.advance(top_beam, top_tok, order)
 
         # stop a sentence when it has K endings, or when its best live beam, even at the best
@@ -346,14 +403,7 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
         # a sentence at its own length limit without an ending takes its best live beam
         at_limit = (step >= limits) & ~done & (fin_scores[:, 0] == float("-inf"))
         if at_limit.any():
-            live_norm = live / length_penalty(step, alpha)
-            best = live_norm.argmax(dim=1)
-            rows = torch.arange(b, device=dev)
-            seqs = beams.tokens.view(b, k, -1)[rows, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
-            fin_tokens[at_limit, 0, : seqs.size(1)] = seqs[at_limit]
-            fin_scores[at_limit, 0] = live_norm[rows, best][at_limit]
-            if record_tree:
-                record_limit(trees, active.tolist(), beam_node, fin_nodes, at_limit, best, live_norm)
+            _end_with_best_live(beams, live, step, alpha, at_limit, fin_tokens, fin_scores, tree, active)
         done |= (fin_scores[:, -1] > float("-inf")) | (fin_scores[:, 0] >= best_live_bound) | (step >= limits)
         if done.all():
             break
@@ -364,39 +414,37 @@ def _finish_gnmt(model: Transformer, beams: _Beams, alpha: float, record_tree: b
             best_tokens[active[drop]] = fin_tokens[drop, 0]
             best_scores[active[drop]] = fin_scores[drop, 0]
             keep = (~drop).nonzero().squeeze(1)  # (B',) sentences that stay
-            if record_tree:
-                for row in drop.nonzero().squeeze(1).tolist():
-                    best_nodes[int(active[row])] = fin_nodes[row][0]
-                beam_node = [beam_node[r] for r in keep.tolist()]
-                fin_nodes = [fin_nodes[r] for r in keep.tolist()]
-            rows = cross_rows = (keep[:, None] * k + torch.arange(k, device=dev)).view(-1)  # (B'*K,) their rows
+            tree.leave(active, drop, keep)
             active, live, done, fin_scores, fin_tokens, limits, max_lp = (
                 t[keep] for t in (active, live, done, fin_scores, fin_tokens, limits, max_lp))
-            beams.tokens, beams.memory, beams.src_mask, src_beam = (
-                t.index_select(0, rows) for t in (beams.tokens, beams.memory, beams.src_mask, src_beam))
-            beams.forced = beams.forced.index_select(0, rows) if beams.forced is not None else None
-            b = keep.numel()
+            cross_rows = beams.keep(keep)
+            src_beam = src_beam.index_select(0, cross_rows)
         if beams.cache is not None:  # the cached keys/values follow their beams (and leave with their sentences)
             beams.cache.reorder(src_beam, cross_rows)
 
     # sentences with no finished hypothesis (hit max length): take the best live beam
     no_fin = fin_scores[:, 0] == float("-inf")
     if no_fin.any():
-        live_norm = live / length_penalty(beams.tokens.size(1) - 1, alpha)
-        best = live_norm.argmax(dim=1)
-        seqs = beams.tokens.view(b, k, -1)[torch.arange(b, device=dev), best, 1:]
-        fin_tokens[no_fin, 0, : seqs.size(1)] = seqs[no_fin]
-        fin_scores[no_fin, 0] = live_norm[torch.arange(b, device=dev), best][no_fin]
-        if record_tree:
-            record_limit(trees, active.tolist(), beam_node, fin_nodes, no_fin, best, live_norm)
+        _end_with_best_live(beams, live, beams.tokens.size(1) - 1, alpha, no_fin, fin_tokens, fin_scores, tree, active)
     best_tokens[active] = fin_tokens[:, 0]
     best_scores[active] = fin_scores[:, 0]
-    if record_tree:
-        for row, original in enumerate(active.tolist()):
-            best_nodes[original] = fin_nodes[row][0]
     lengths = (best_tokens != cfg.pad_id).sum(dim=1)
-    return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores,
-                      [BeamTree(nodes, best) for nodes, best in zip(trees, best_nodes)] if record_tree else None)
+    return Hypotheses(best_tokens[:, : max(int(lengths.max()), 1)], best_scores, tree.result(active))
+
+
+def _end_with_best_live(beams: _Beams, live: Tensor, length: int, alpha: float, rows: Tensor, fin_tokens: Tensor,
+                        fin_scores: Tensor, tree: TreeRecorder | NoTree, active: Tensor) -> None:
+    """Sentences ``rows (B,)`` without an ending at their length limit (``length`` tokens) end with their best live
+    beam, normalised: it becomes their best finished entry (``fin_tokens (B, K, L)``, ``fin_scores (B, K)``, in
+    place)."""
+    b = live.size(0)
+    live_norm = live / length_penalty(length, alpha)
+    best = live_norm.argmax(dim=1)
+    batch = torch.arange(b, device=live.device)
+    seqs = beams.tokens.view(b, beams.k, -1)[batch, best, 1:]  # (B*K, t) -> (B, t-1) without BOS
+    fin_tokens[rows, 0, : seqs.size(1)] = seqs[rows]
+    fin_scores[rows, 0] = live_norm[batch, best][rows]
+    tree.limit(active, rows, best, live_norm)
 
 
 def _finish_transformers(model: Transformer, beams: _Beams, alpha: float) -> Hypotheses:

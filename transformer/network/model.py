@@ -244,6 +244,21 @@ class DecoderLayer(SublayerStack):
 # ----------------------------------------------------------------------------------------------
 # The model
 
+TIED_WEIGHTS = ("src_embed.weight", "tgt_embed.weight", "generator.weight")  # one tensor under share_embeddings
+
+
+def tied_weights(config: TransformerConfig) -> frozenset[str]:
+    """The names of the one tensor the two embeddings and the output projection share when ``share_embeddings``
+    (a file stores it once, under any one of them); none otherwise."""
+    return frozenset(TIED_WEIGHTS) if config.share_embeddings else frozenset()
+
+
+def missing_weights(config: TransformerConfig, missing: list[str]) -> list[str]:
+    """Of the names ``load_state_dict(..., strict=False)`` reports ``missing``, those really not loaded: a tied
+    weight is loaded when any one of its names was."""
+    tied = tied_weights(config)
+    return [k for k in missing if k not in tied] + ([TIED_WEIGHTS[0]] if tied and tied <= set(missing) else [])
+
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer returning every attention weight on request."""

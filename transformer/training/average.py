@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from ..checkpoint.families.ours import load_model_dir
 from ..checkpoint.files import METADATA_FILE, CheckpointError
 from ..checkpoint.save import save_checkpoint
-from ..network.model import Transformer
+from ..network.model import Transformer, missing_weights
 
 STEP_GLOB = "step*.safetensors"
 
@@ -74,9 +74,9 @@ def load_averaged(model: Transformer, averaged: dict[str, torch.Tensor]) -> Tran
         missing, unexpected = model.load_state_dict(averaged, strict=False)
     except RuntimeError as err:  # a shape differs
         raise CheckpointError(f"the step files do not match config.json: {str(err).splitlines()[-1].strip()}") from err
-    tied = {"tgt_embed.weight", "generator.weight"} if model.config.share_embeddings else set()
-    if unexpected or set(missing) - tied:
-        raise CheckpointError(f"the step files do not match config.json (missing {sorted(set(missing) - tied)[:3]}, "
+    absent = missing_weights(model.config, missing)
+    if unexpected or absent:
+        raise CheckpointError(f"the step files do not match config.json (missing {sorted(absent)[:3]}, "
                               f"unexpected {sorted(unexpected)[:3]})")
     return model
 

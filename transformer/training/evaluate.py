@@ -43,10 +43,10 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, 
             "signature": str(bleu.get_signature())}
 
 
-def translate_all(translator: Translator, sources: Sequence[str], beam: int, batch_size: int, alpha: float,
-                  progress: bool = True, head_mask: dict | None = None) -> list[str]:
-    """Translate in length-sorted batches (less padding), returning outputs in input order (``head_mask``:
-    heads switched off, as ``Translator.translate_batch`` takes it)."""
+def translate_all(translator: Translator, sources: Sequence[str], beam: int, batch_size: int,
+                  alpha: float | None = None, progress: bool = True, head_mask: dict | None = None) -> list[str]:
+    """Translate in length-sorted batches (less padding), returning outputs in input order (``alpha=None``: the
+    checkpoint's own, as ``Translator.translate_batch`` takes it; ``head_mask``: heads switched off)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list[str] = [""] * len(sources)
     with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr) as bar:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -112,50 +113,72 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    # ---------------------------------------------------------------- processes and device
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+@dataclass
+class Processes:
+    """This process's place in a run: the only one, or one of ``world`` under ``torchrun`` (rank 0 the main one, which
+    alone writes and logs)."""
+
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+
+def start_processes(args: argparse.Namespace) -> Processes:
+    """Threads, device and, under ``torchrun`` (``WORLD_SIZE`` > 1), the process group (gloo on CPU, nccl on CUDA)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if device.type == "cpu":
         keep_freed_memory()
-    rank, world = 0, 1
-    if distributed:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend)
-        rank, world = dist.get_rank(), dist.get_world_size()
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-            torch.cuda.set_device(device)
-    main_process = rank == 0
-    run_dir = Path(args.run_dir)
-    state_path = run_dir / "state.pt"
-    if main_process:
-        (run_dir / "averaging").mkdir(parents=True, exist_ok=True)
-        (run_dir / "snapshots").mkdir(parents=True, exist_ok=True)
-    if distributed:
-        dist.barrier()
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Processes(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    return Processes(device, dist.get_rank(), dist.get_world_size())
 
-    def log(message: str) -> None:
-        if main_process:
-            tqdm.write(message)
-            with open(run_dir / "train.log", "a", encoding="utf-8") as f:
-                f.write(message + "\n")
 
-    # ---------------------------------------------------------------- data and vocabulary
+@dataclass
+class Corpus:
+    """The run's tokenizer and its encoded data: training pairs (``[BOS]`` only on targets, ``</s>`` on both) within
+    the length limit, and the validation set as ``validate`` takes it."""
+
+    tokenizer: Tokenizer
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    lengths: list[tuple[int, int]]
+    val_src: list[str]
+    val_tgt: list[str]
+    val_pairs: tuple[list[list[int]], list[list[int]]]
+    val_batches: list[list[int]]
+
+
+def prepare_corpus(args: argparse.Namespace, procs: Processes, run_dir: Path) -> Corpus:
+    """Read the splits, train the run's sentencepiece model once (the main process) and encode everything."""
     data_dir = Path(args.data_dir)
     train_src, train_tgt = read_parallel(data_dir, args.train_split, args.src, args.tgt)
     val_src, val_tgt = read_parallel(data_dir, args.valid_split, args.src, args.tgt)
     spm_path = run_dir / "tokenizer.model"
-    if main_process and not spm_path.is_file():
+    if procs.main and not spm_path.is_file():
         train_files = [data_dir / f"{args.train_split}.{lang}" for lang in (args.src, args.tgt)]
         tok = Tokenizer.train(train_files, vocab_size=args.vocab_size, seed=args.seed)
         tmp = spm_path.with_name("tokenizer.model.tmp")
         tok.save(tmp)
         os.replace(tmp, spm_path)
-    if distributed:
-        dist.barrier()
+    procs.barrier()
     tokenizer = Tokenizer(spm_path)
 
     def encode_all(lines: list[str], bos: bool) -> list[list[int]]:
@@ -166,16 +189,16 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
     if not src_ids:
         raise TrainingError("no training pairs left after the length filter")
-    lengths = [(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)]
     val_pairs = (encode_all(val_src, False), encode_all(val_tgt, True))
     val_batches = token_batches([(len(s), len(t)) for s, t in zip(*val_pairs)], args.batch_tokens, 0, shuffle=False)
-    batches_per_epoch = len(token_batches(lengths, args.batch_tokens, args.seed)) // world
-    total_steps = args.epochs * batches_per_epoch
-    if args.max_steps:
-        total_steps = min(total_steps, args.max_steps)
-    eval_every = args.eval_every or batches_per_epoch
+    return Corpus(tokenizer, src_ids, tgt_ids, [(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)], val_src,
+                  val_tgt, val_pairs, val_batches)
 
-    # ---------------------------------------------------------------- model and optimiser
+
+def build_model(args: argparse.Namespace, tokenizer: Tokenizer, device: torch.device
+                ) -> tuple[Transformer, torch.optim.Optimizer, torch.amp.GradScaler]:
+    """The model of the arguments (seeded), its Adam optimiser (the paper's betas and epsilon) and the loss scaler
+    (fp16 on CUDA only)."""
     config = TransformerConfig(
         src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=args.d_model,
         n_heads=args.n_heads, n_encoder_layers=args.n_encoder_layers, n_decoder_layers=args.n_decoder_layers,
@@ -191,136 +214,205 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1, args.d_model, args.warmup, args.lr_scale),
                                  betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay)
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16" and device.type == "cuda")
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+    return model, optimizer, scaler
 
-    step, epoch, batch_in_epoch = 0, 0, 0
-    history: list[dict] = []
-    best_bleu, evals_since_best = -1.0, 0
-    if state_path.is_file():  # resume: model, optimiser, scaler, position in the data, RNG
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
-        if state["config"] != config.to_dict():
-            raise TrainingError(f"{state_path} was written by a run with another model config; "
-                                f"use another --run-dir or the same arguments")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        history, best_bleu, evals_since_best = state["history"], state["best_bleu"], state["evals_since_best"]
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate((state["py_rng"][0], tuple(state["py_rng"][1]), state["py_rng"][2]))
-        log(f"resumed from {state_path} at step {step} (epoch {epoch + 1}, batch {batch_in_epoch})")
-    elif main_process:
+
+@dataclass
+class Progress:
+    """Where a run is (saved in ``state.pt`` with the weights, the optimiser and the random generators)."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_bleu: float = -1.0
+    evals_since_best: int = 0
+
+
+def save_state(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               progress: Progress) -> None:
+    """Everything a run resumes from, written atomically."""
+    py_rng = random.getstate()
+    atomic_torch_save({
+        "config": model.config.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(), "step": progress.step, "epoch": progress.epoch,
+        "batch_in_epoch": progress.batch_in_epoch, "history": progress.history, "best_bleu": progress.best_bleu,
+        "evals_since_best": progress.evals_since_best, "torch_rng": torch.get_rng_state(),
+        "py_rng": (py_rng[0], list(py_rng[1]), py_rng[2]),
+    }, path)
+
+
+def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler
+           ) -> Progress:
+    """Load what :func:`save_state` wrote (model, optimiser, scaler, position in the data, random generators)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state["config"] != model.config.to_dict():
+        raise TrainingError(f"{path} was written by a run with another model config; "
+                            f"use another --run-dir or the same arguments")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate((state["py_rng"][0], tuple(state["py_rng"][1]), state["py_rng"][2]))
+    return Progress(state["step"], state["epoch"], state["batch_in_epoch"], state["history"], state["best_bleu"],
+                    state["evals_since_best"])
+
+
+def optimizer_step(args: argparse.Namespace, model: Transformer, ddp_model: torch.nn.Module,
+                   optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, src: torch.Tensor,
+                   tgt: torch.Tensor, lr: float, state_path: Path, step: int) -> torch.Tensor:
+    """One training step at learning rate ``lr``: the loss (under ``--amp``), its gradients (clipped with
+    ``--clip-norm``) and the update; returns the plain cross-entropy. A non-finite loss stops the run before any
+    update (``TrainingError``)."""
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with torch.autocast(src.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        loss, ce = training_loss(ddp_model, src, tgt, model.config.pad_id, args.label_smoothing, args.r_drop)
+    if not torch.isfinite(loss):
+        raise TrainingError(f"loss became {loss.item()} at step {step + 1} (lr {lr:.2e}); nothing was "
+                            f"saved from this step. Lower --lr-scale, raise --warmup or use --amp none, "
+                            f"then run again: training resumes from {state_path}")
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if args.clip_norm > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return ce
+
+
+def validate_and_keep(args: argparse.Namespace, run_dir: Path, model: Transformer, corpus: Corpus,
+                      progress: Progress, device: torch.device, metrics_of_step: dict) -> bool:
+    """Validate (the main process), record it in ``progress`` and ``metrics.json``, and keep the weights for
+    averaging (the last ``--average`` of them); returns whether validation BLEU improved."""
+    metrics = validate(model, corpus.tokenizer, corpus.val_pairs, corpus.val_src, corpus.val_tgt, corpus.val_batches,
+                       args.bleu_sentences, device)
+    metrics.update(metrics_of_step)
+    progress.history.append(metrics)
+    improved = metrics["val_bleu"] > progress.best_bleu
+    progress.best_bleu = max(progress.best_bleu, metrics["val_bleu"])
+    progress.evals_since_best = 0 if improved else progress.evals_since_best + 1
+    save_step_file(unique_state(model), run_dir / "averaging" / f"step{progress.step:07d}.safetensors")
+    kept = set(last_step_files(run_dir / "averaging", args.average))
+    for old in set((run_dir / "averaging").glob("step*.safetensors")) - kept:
+        old.unlink()
+    (run_dir / "metrics.json").write_text(json.dumps(progress.history, indent=2) + "\n")
+    return improved
+
+
+def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    procs = start_processes(args)
+    device, rank, world = procs.device, procs.rank, procs.world
+    run_dir = Path(args.run_dir)
+    state_path = run_dir / "state.pt"
+    if procs.main:
+        (run_dir / "averaging").mkdir(parents=True, exist_ok=True)
+        (run_dir / "snapshots").mkdir(parents=True, exist_ok=True)
+    procs.barrier()
+
+    def log(message: str) -> None:
+        if procs.main:
+            tqdm.write(message)
+            with open(run_dir / "train.log", "a", encoding="utf-8") as f:
+                f.write(message + "\n")
+
+    # ---------------------------------------------------------------- data, model, where the run is
+    corpus = prepare_corpus(args, procs, run_dir)
+    batches_per_epoch = len(token_batches(corpus.lengths, args.batch_tokens, args.seed)) // world
+    total_steps = args.epochs * batches_per_epoch
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    eval_every = args.eval_every or batches_per_epoch
+    model, optimizer, scaler = build_model(args, corpus.tokenizer, device)
+    config = model.config
+    progress = Progress()
+    if state_path.is_file():
+        progress = resume(state_path, model, optimizer, scaler)
+        log(f"resumed from {state_path} at step {progress.step} (epoch {progress.epoch + 1}, batch "
+            f"{progress.batch_in_epoch})")
+    elif procs.main:
         config.save(run_dir / "config.json")
         (run_dir / "args.json").write_text(json.dumps(vars(args), indent=2) + "\n")
-        log(f"model: {model.num_parameters():,} parameters, vocabulary {tokenizer.vocab_size}, "
-            f"{len(src_ids):,} training pairs, {batches_per_epoch} batches an epoch, {total_steps} steps")
-    if main_process:
+        log(f"model: {model.num_parameters():,} parameters, vocabulary {corpus.tokenizer.vocab_size}, "
+            f"{len(corpus.src_ids):,} training pairs, {batches_per_epoch} batches an epoch, {total_steps} steps")
+    if procs.main:
         command = "python -m transformer.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                      else sys.argv[1:]))
         with open(run_dir / "command.txt", "a", encoding="utf-8") as f:
             f.write(command + "\n")
-    ddp_model = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model) if procs.distributed else model
     snapshot_steps = {max(1, round(float(f) * total_steps)) for f in args.snapshots.split(",") if f.strip()}
-
-    def save_state() -> None:
-        if not main_process:
-            return
-        py_rng = random.getstate()
-        atomic_torch_save({
-            "config": config.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(), "step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch,
-            "history": history, "best_bleu": best_bleu, "evals_since_best": evals_since_best,
-            "torch_rng": torch.get_rng_state(), "py_rng": (py_rng[0], list(py_rng[1]), py_rng[2]),
-        }, state_path)
 
     # ---------------------------------------------------------------- the loop
     model.train()
-    stop = step >= total_steps
-    bar = tqdm(total=total_steps, initial=step, disable=not main_process or args.no_progress, unit="step",
+    stop = progress.step >= total_steps
+    bar = tqdm(total=total_steps, initial=progress.step, disable=not procs.main or args.no_progress, unit="step",
                dynamic_ncols=True)
     tokens_seen, t_last = 0, time.time()
     while not stop:
-        batches = token_batches(lengths, args.batch_tokens, args.seed * 1000 + epoch)
+        batches = token_batches(corpus.lengths, args.batch_tokens, args.seed * 1000 + progress.epoch)
         my_batches = batches[rank::world][:batches_per_epoch]
-        for rows in my_batches[batch_in_epoch:]:
-            src = make_batch(src_ids, rows, config.pad_id).to(device)
-            tgt = make_batch(tgt_ids, rows, config.pad_id).to(device)
-            lr = lr_at(step + 1, args.d_model, args.warmup, args.lr_scale, total_steps, args.cooldown)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                loss, ce = training_loss(ddp_model, src, tgt, config.pad_id, args.label_smoothing, args.r_drop)
-            if not torch.isfinite(loss):
-                raise TrainingError(f"loss became {loss.item()} at step {step + 1} (lr {lr:.2e}); nothing was "
-                                    f"saved from this step. Lower --lr-scale, raise --warmup or use --amp none, "
-                                    f"then run again: training resumes from {state_path}")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if args.clip_norm > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            step += 1
-            batch_in_epoch += 1
+        for rows in my_batches[progress.batch_in_epoch:]:
+            src = make_batch(corpus.src_ids, rows, config.pad_id).to(device)
+            tgt = make_batch(corpus.tgt_ids, rows, config.pad_id).to(device)
+            lr = lr_at(progress.step + 1, args.d_model, args.warmup, args.lr_scale, total_steps, args.cooldown)
+            ce = optimizer_step(args, model, ddp_model, optimizer, scaler, src, tgt, lr, state_path, progress.step)
+            progress.step += 1
+            progress.batch_in_epoch += 1
+            step = progress.step
             tokens_seen += int((tgt[:, 1:] != config.pad_id).sum()) * world
-            now = time.time()
             bar.update(1)
-            bar.set_postfix(loss=f"{ce.item():.3f}", tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}",
-                            lr=f"{lr:.2e}", epoch=epoch + 1)
-            if main_process and step in snapshot_steps:
+            bar.set_postfix(loss=f"{ce.item():.3f}", tok_s=f"{tokens_seen / max(time.time() - t_last, 1e-9):.0f}",
+                            lr=f"{lr:.2e}", epoch=progress.epoch + 1)
+            if procs.main and step in snapshot_steps:
                 half = {k: v.half() for k, v in unique_state(model).items()}
                 save_step_file(half, run_dir / "snapshots" / f"step{step:07d}.safetensors")
             if step % eval_every == 0 or step >= total_steps:
-                if main_process:
-                    metrics = validate(model, tokenizer, val_pairs, val_src, val_tgt, val_batches,
-                                       args.bleu_sentences, device)
-                    metrics.update(step=step, epoch=epoch + 1, train_loss=ce.item(), lr=lr)
-                    history.append(metrics)
-                    improved = metrics["val_bleu"] > best_bleu
-                    best_bleu = max(best_bleu, metrics["val_bleu"])
-                    evals_since_best = 0 if improved else evals_since_best + 1
-                    save_step_file(unique_state(model), run_dir / "averaging" / f"step{step:07d}.safetensors")
-                    kept = set(last_step_files(run_dir / "averaging", args.average))
-                    for old in set((run_dir / "averaging").glob("step*.safetensors")) - kept:
-                        old.unlink()
-                    log(f"step {step} epoch {epoch + 1}: train loss {metrics['train_loss']:.3f}, "
-                        f"val loss {metrics['val_loss']:.3f}, val ppl {metrics['val_ppl']:.2f}, "
-                        f"val BLEU {metrics['val_bleu']:.2f}{' (best)' if improved else ''}, lr {lr:.2e}, "
+                if procs.main:
+                    improved = validate_and_keep(args, run_dir, model, corpus, progress, device,
+                                                 dict(step=step, epoch=progress.epoch + 1, train_loss=ce.item(), lr=lr))
+                    m = progress.history[-1]
+                    log(f"step {step} epoch {progress.epoch + 1}: train loss {m['train_loss']:.3f}, "
+                        f"val loss {m['val_loss']:.3f}, val ppl {m['val_ppl']:.2f}, "
+                        f"val BLEU {m['val_bleu']:.2f}{' (best)' if improved else ''}, lr {lr:.2e}, "
                         f"{tokens_seen / max(time.time() - t_last, 1e-9):.0f} tok/s")
-                    (run_dir / "metrics.json").write_text(json.dumps(history, indent=2) + "\n")
                     tokens_seen, t_last = 0, time.time()
                 if args.patience:
-                    flag = torch.tensor([int(evals_since_best >= args.patience)])
-                    if distributed:
+                    flag = torch.tensor([int(progress.evals_since_best >= args.patience)])
+                    if procs.distributed:
                         dist.broadcast(flag, 0)
                     if flag.item():
                         log(f"early stop: no better validation BLEU in {args.patience} validations")
                         stop = True
-            if step % args.save_every == 0 or step >= total_steps or stop:
-                save_state()
+            if (step % args.save_every == 0 or step >= total_steps or stop) and procs.main:
+                save_state(state_path, model, optimizer, scaler, progress)
             if step >= total_steps or stop:
                 stop = True
                 break
         else:
-            epoch += 1
-            batch_in_epoch = 0
-            save_state()
+            progress.epoch += 1
+            progress.batch_in_epoch = 0
+            if procs.main:
+                save_state(state_path, model, optimizer, scaler, progress)
     bar.close()
 
     # ---------------------------------------------------------------- average, export
-    if distributed:
+    if procs.distributed:
         save_file(unique_state(model), str(run_dir / f"replica{rank}.safetensors"))
         dist.barrier()
         dist.destroy_process_group()
-    if not main_process:
+    if not procs.main:
         return 0
 
     def check(m: Transformer) -> dict[str, float]:
-        return validate(m, tokenizer, val_pairs, val_src, val_tgt, val_batches, args.bleu_sentences, device)
+        return validate(m, corpus.tokenizer, corpus.val_pairs, corpus.val_src, corpus.val_tgt, corpus.val_batches,
+                        args.bleu_sentences, device)
 
-    average_and_export(args, run_dir, model, tokenizer, check, log,
-                       {"steps": step, "history": history, "device": str(device), "world_size": world})
+    average_and_export(args, run_dir, model, corpus.tokenizer, check, log,
+                       {"steps": progress.step, "history": progress.history, "device": str(device),
+                        "world_size": world})
     return 0
 
 

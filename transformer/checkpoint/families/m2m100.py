@@ -19,7 +19,7 @@ from ...network.model import Transformer, TransformerConfig
 from ..files import CheckpointError, loadable
 from .fairseq_tokenizer import SPM_FILE, FairseqTokenizer
 from .marian import state_dict_from_marian
-from .shared import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
+from .shared import HubModel, HuggingFaceFamily
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
@@ -66,34 +66,20 @@ def state_dict_from_m2m100(hf: dict[str, Tensor], config: TransformerConfig) -> 
     return out
 
 
-def load_m2m100_model(path: str | Path) -> Transformer:
-    """Our ``Transformer`` with an M2M100 / NLLB checkpoint's weights (CPU, eval mode)."""
-    path = Path(path)
-    hf_config = read_config_json(path)
-    if hf_config is None:
-        raise CheckpointError(f"{path / 'config.json'} could not be read")
-    config = config_from_m2m100(hf_config)
-    return load_renamed(config, state_dict_from_m2m100(read_weights(path), config), "M2M100")
-
-
-class M2M100Family:
+class M2M100Family(HuggingFaceFamily):
     """NLLB-200 / M2M100: pre-norm, fairseq positions, decoding from ``</s>`` with a forced target-language code."""
 
     name = "NLLB-200 / M2M100"
+    short = "M2M100"
     model_types = ("m2m_100",)
     tokenizer_files = (SPM_FILE,)
     copied_files = (SPM_FILE, "vocab.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-    hub_models = ("facebook/nllb-200-distilled-600M", "facebook/m2m100_418M")
+    # offered for local use, in public mode only when $ATTN_MODELS names them; their download said in the picker
+    hub = (HubModel("facebook/nllb-200-distilled-600M", "NLLB-200, 200 languages", 2460),
+           HubModel("facebook/m2m100_418M", "M2M100, 100 languages", 1940))
     metadata_defaults = {"source": "m2m100", "beam_scoring": "transformers", "decoding": {"alpha": 1.0}}  # generate's
-
-    def config(self, config_json: dict[str, Any]) -> TransformerConfig:
-        return config_from_m2m100(config_json)
-
-    def missing_files(self, path: Path) -> list[str]:
-        return missing_hf_files(path, self.tokenizer_files)
-
-    def has_tokenizer(self, path: Path) -> bool:
-        return (path / SPM_FILE).is_file()
+    config_from = staticmethod(config_from_m2m100)
+    rename = staticmethod(state_dict_from_m2m100)
 
     def tokenizer(self, path: Path) -> FairseqTokenizer:
         try:
@@ -104,7 +90,7 @@ class M2M100Family:
 
     def load(self, path: Path, name: str | None = None) -> tuple[Transformer, FairseqTokenizer, dict]:
         tokenizer = self.tokenizer(path)
-        model = load_m2m100_model(path)
+        model = self.model(path)
         if tokenizer.vocab_size > model.config.tgt_vocab_size:
             raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but config.json says vocab_size="
                                   f"{model.config.tgt_vocab_size}")
@@ -112,12 +98,10 @@ class M2M100Family:
                     "languages": len(tokenizer.languages)}
         return model, tokenizer, metadata
 
-    def check(self, path: Path) -> TransformerConfig:
-        missing = self.missing_files(path)
-        if missing:
-            raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
-        config = config_from_m2m100(read_config_json(path) or {})
-        return check_renamed(path, config, state_dict_from_m2m100, "M2M100")
-
 
 FAMILY = M2M100Family()
+
+
+def load_m2m100_model(path: str | Path) -> Transformer:
+    """Our ``Transformer`` with an M2M100 / NLLB checkpoint's weights (CPU, eval mode)."""
+    return FAMILY.model(path)

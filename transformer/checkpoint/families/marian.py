@@ -17,7 +17,7 @@ from torch import Tensor
 from ...network.model import Transformer, TransformerConfig
 from ..files import CheckpointError, loadable
 from ..tokenizer import SplitTokenizer
-from .shared import check_renamed, load_renamed, missing_hf_files, read_config_json, read_weights
+from .shared import HubModel, HuggingFaceFamily, read_config_json, read_weights
 
 
 def is_marian_dir(path: str | Path) -> bool:
@@ -100,36 +100,19 @@ def state_dict_from_marian(hf: dict[str, Tensor], config: TransformerConfig) -> 
     return out
 
 
-def load_marian_model(path: str | Path) -> Transformer:
-    """Our ``Transformer`` with a Marian checkpoint's weights (CPU, eval mode)."""
-    path = Path(path)
-    hf_config = read_config_json(path)
-    if hf_config is None:
-        raise CheckpointError(f"{path / 'config.json'} could not be read (absent, not a JSON object, too large or "
-                              "nested too deeply)")
-    config = config_from_marian(hf_config)
-    return load_renamed(config, state_dict_from_marian(read_weights(path), config), "Marian")
-
-
-class MarianFamily:
+class MarianFamily(HuggingFaceFamily):
     """Marian / OPUS-MT (``MarianMTModel``): swish, sin | cos positions, a logits bias, decoding from ``<pad>``."""
 
     name = "Marian / OPUS-MT"
+    short = "Marian"
     model_types = ("marian",)
     tokenizer_files = ("source.spm", "target.spm", "vocab.json")
     copied_files = (*tokenizer_files, "tokenizer_config.json")
-    hub_models = tuple(f"Helsinki-NLP/opus-mt-{pair}" for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es",
-                                                                     "es-en"))
+    hub = tuple(HubModel(f"Helsinki-NLP/opus-mt-{pair}", "OPUS-MT")
+                for pair in ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en"))
     metadata_defaults = {"source": "marian", "beam_scoring": "transformers"}
-
-    def config(self, config_json: dict) -> TransformerConfig:
-        return config_from_marian(config_json)
-
-    def missing_files(self, path: Path) -> list[str]:
-        return missing_hf_files(path, self.tokenizer_files)
-
-    def has_tokenizer(self, path: Path) -> bool:
-        return all((path / name).is_file() for name in self.tokenizer_files)
+    config_from = staticmethod(config_from_marian)
+    rename = staticmethod(state_dict_from_marian)
 
     def tokenizer(self, path: Path) -> SplitTokenizer:
         try:
@@ -143,13 +126,12 @@ class MarianFamily:
         name = name or str(path)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
         metadata = {**self.metadata_defaults, "converted_from": name, "language_pair": pair}
-        return load_marian_model(path), tokenizer, metadata
-
-    def check(self, path: Path) -> TransformerConfig:
-        missing = self.missing_files(path)
-        if missing:
-            raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
-        return check_renamed(path, config_from_marian(read_config_json(path) or {}), state_dict_from_marian, "Marian")
+        return self.model(path), tokenizer, metadata
 
 
 FAMILY = MarianFamily()
+
+
+def load_marian_model(path: str | Path) -> Transformer:
+    """Our ``Transformer`` with a Marian checkpoint's weights (CPU, eval mode)."""
+    return FAMILY.model(path)

@@ -25,7 +25,7 @@ from ..files import (
 )
 from ..tokenizer import Tokenizer, TokenizerProtocol
 from .converted import CONVERTED, converted_family
-from .shared import Family, read_config_json
+from .shared import Family, HubModel, read_config_json
 
 
 def tokenizer_family(path: str | Path) -> Family | None:
@@ -104,6 +104,7 @@ class OursFamily:
     model_types: tuple[str, ...] = ()
     tokenizer_files = (TOKENIZER_FILE,)
     copied_files = tokenizer_files
+    hub: tuple[HubModel, ...] = ()
     hub_models: tuple[str, ...] = ()
     metadata_defaults: dict[str, Any] = {}
 

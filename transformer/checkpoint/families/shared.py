@@ -3,6 +3,8 @@ checkpoint directory (its ``config.json``, its weights, renamed and checked agai
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -10,9 +12,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from ...network.model import Transformer, TransformerConfig
+from ...network.model import Transformer, TransformerConfig, missing_weights
 from ..files import MAX_CONFIG_BYTES, CheckpointError, read_json
 from ..tokenizer import TokenizerProtocol
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A Hub model a family suggests, as the app's model picker names it."""
+
+    repo_id: str  # e.g. "Helsinki-NLP/opus-mt-en-de"
+    what: str  # what it is, in a few words: "OPUS-MT", "NLLB-200, 200 languages"
+    download_mb: int | None = None  # its download (safetensors) in MB, said in the picker; None: small, not said
 
 
 class Family(Protocol):
@@ -22,7 +33,8 @@ class Family(Protocol):
     model_types: tuple[str, ...]  # the ``config.json`` ``model_type`` values it opens (ours: none)
     tokenizer_files: tuple[str, ...]  # the files its tokenizer needs
     copied_files: tuple[str, ...]  # the tokenizer files ``convert`` copies (those present)
-    hub_models: tuple[str, ...]  # Hub ids the app suggests
+    hub: tuple[HubModel, ...]  # the Hub models the app suggests, with what the picker says of them
+    hub_models: tuple[str, ...]  # their ids
     metadata_defaults: dict[str, Any]  # what a checkpoint of it says without a metadata.json (decoding rules)
 
     def config(self, config_json: dict[str, Any]) -> TransformerConfig:
@@ -83,12 +95,9 @@ def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], fami
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # a shape that differs from config.json's
         raise CheckpointError(f"the {family} weights do not match config.json: {str(err)[:300]}") from err
-    if unexpected or [k for k in missing if k not in ("tgt_embed.weight", "generator.weight")]:
-        raise CheckpointError(f"the {family} weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if not config.share_embeddings:  # untied: load each table as stored
-        with torch.no_grad():
-            model.tgt_embed.weight.copy_(state["tgt_embed.weight"])
-            model.generator.weight.copy_(state["generator.weight"])
+    absent = missing_weights(config, missing)
+    if unexpected or absent:
+        raise CheckpointError(f"the {family} weights do not fit (missing {absent[:3]}, unexpected {unexpected[:3]})")
     return model.eval()
 
 
@@ -99,8 +108,8 @@ def check_renamed(path: Path, config: TransformerConfig, rename: Any, family: st
     state = rename(stored, config)
     with torch.device("meta"):
         expected = Transformer(config).state_dict()
-    tied = {"tgt_embed.weight", "generator.weight"} if config.share_embeddings else set()
-    wrong = [k for k, v in expected.items() if k not in tied and (k not in state or state[k].shape != v.shape)]
+    wrong = missing_weights(config, [k for k in expected if k not in state])
+    wrong += [k for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if wrong:
         raise CheckpointError(f"the {family} weights do not match config.json (e.g. {wrong[0]})")
     return config
@@ -112,3 +121,46 @@ def missing_hf_files(path: Path, tokenizer_files: tuple[str, ...]) -> list[str]:
     if not (path / "model.safetensors").is_file() and not (path / "pytorch_model.bin").is_file():
         missing.append("model.safetensors")
     return missing + [name for name in tokenizer_files if not (path / name).is_file()]
+
+
+class HuggingFaceFamily:
+    """What every Hugging Face family's :class:`Family` does the same way, given its ``config_from(config_json)``
+    (our config, ``CheckpointError`` for what it cannot represent), its ``rename(state, config)`` (its weights under
+    our names) and ``short`` (its name in messages, e.g. "Marian"): the config, the missing files, the tokenizer
+    files' presence, the quick check, the model and the suggested Hub ids. A family adds its tokenizer and
+    ``load``."""
+
+    tokenizer_files: tuple[str, ...]
+    hub: tuple[HubModel, ...]
+    short: str
+    config_from: Callable[[dict[str, Any]], TransformerConfig]
+    rename: Callable[[dict[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]
+
+    @property
+    def hub_models(self) -> tuple[str, ...]:
+        return tuple(m.repo_id for m in self.hub)
+
+    def config(self, config_json: dict[str, Any]) -> TransformerConfig:
+        return self.config_from(config_json)
+
+    def missing_files(self, path: Path) -> list[str]:
+        return missing_hf_files(path, self.tokenizer_files)
+
+    def has_tokenizer(self, path: Path) -> bool:
+        return all((path / name).is_file() for name in self.tokenizer_files)
+
+    def check(self, path: Path) -> TransformerConfig:
+        missing = self.missing_files(path)
+        if missing:
+            raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
+        return check_renamed(path, self.config(read_config_json(path) or {}), self.rename, self.short)
+
+    def model(self, path: str | Path) -> Transformer:
+        """Our ``Transformer`` with the checkpoint's weights (CPU, eval mode)."""
+        path = Path(path)
+        config_json = read_config_json(path)
+        if config_json is None:
+            raise CheckpointError(f"{path / 'config.json'} could not be read (absent, not a JSON object, too large or "
+                                  "nested too deeply)")
+        config = self.config(config_json)
+        return load_renamed(config, self.rename(read_weights(path), config), self.short)
