@@ -154,7 +154,7 @@ def table_rows(translator: Translator, sources: Sequence[str], references: Seque
 
 def arrow_schema() -> pa.Schema:
     """The table's pyarrow schema (:data:`COLUMNS`)."""
-    return pa.schema([(name, getattr(pa, kind)()) for name, (kind, _) in COLUMNS.items()])
+    return pa.schema([(name, pa.type_for_alias(kind)) for name, (kind, _) in COLUMNS.items()])
 
 
 def without_inputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
