@@ -40,6 +40,7 @@ from ..decoding.search import DecodeSettings
 from ..translator import Translator, load
 from .signals import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
+from .table import table_rows as table_rows  # re-exported: transformer.corpus.table_rows, for the app
 
 SUFFIXES = (".parquet", ".jsonl")
 MAX_LINE_CHARS = 1_000_000  # a longer line is not a sentence: refused before the model sees it
