@@ -108,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", choices=("shipped", "opus-mt"), default="shipped",
                    help="scaling on the shipped checkpoint, or on an OPUS-MT-sized random model")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the cost section")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="sentences per batch (default 64; opus-mt 16, so that its fewer sentences make batches for "
+                        "both processes)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run (16 sentences, a tiny Marian)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     return p.parse_args(argv)
@@ -123,15 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     references = references[:n] if references and len(references) >= n else None
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     result: dict[str, Any] = {"machine": machine_info()}
+    batch = args.batch_size or (16 if args.model == "opus-mt" else 64)
     if "cost" in sections:
-        result.update(cost(args.checkpoint, sources, references, args.threads))
+        result.update(cost(args.checkpoint, sources, references, args.threads, batch))
     if "scaling" in sections:
         if args.model == "opus-mt":
             with tempfile.TemporaryDirectory(prefix="bench-corpus-opus-") as tmp:
                 path = opus_mt_dir(Path(tmp), read_sentences(args.data_dir) or sources, args.quick)
-                result.update(scaling(path, sources, "corpus_opus_mt"))
+                result.update(scaling(path, sources, "corpus_opus_mt", ["--batch-size", str(batch)]))
         else:
-            result.update(scaling(args.checkpoint, sources, "corpus"))
+            result.update(scaling(args.checkpoint, sources, "corpus", ["--batch-size", str(batch)]))
+    result["corpus_batch_size"] = batch
     for key, value in result.items():
         if key != "machine":
             print(f"{key}: {value}")
