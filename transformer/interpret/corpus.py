@@ -372,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
         record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
                   "no_inputs": args.no_inputs, "processes": world,
                   "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
+                  "seconds_by_rank": [round(t, 2) for _, t, _ in gathered],
                   "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
                   "flagged": sum(bool(row["flag"]) for row in rows)}
         manifest.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
