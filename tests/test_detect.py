@@ -120,3 +120,30 @@ def test_the_command_writes_a_rule_the_checkpoint_then_reads(tiny_checkpoint, ti
 def test_the_command_says_what_is_wrong(tmp_path, capsys):
     assert detect.main(["--data-dir", str(tmp_path), "--checkpoint", str(tmp_path)]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-de-prenorm"])
+def test_the_shipped_rules_flag_every_loop_and_few_normal_translations(multi30k_dir, name):
+    from pathlib import Path
+
+    import transformer
+    from transformer.interpret.signals import pair_signals, repetition
+    from transformer.training.data import read_parallel
+
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / name
+    rule = flag_rule(path)
+    assert rule.origin == str(path / FLAG_FILE) and LOOP_CONDITION in rule.conditions
+    assert rule.calibration["split"] == "val" and rule.calibration["held_back"]["split"] == "test_2016_flickr"
+    tr = transformer.load(path, device="cpu")
+    sources, _ = read_parallel(multi30k_dir, "test_2016_flickr", "en", "de")
+    odd = detect.nonsense_inputs(5, seed=99)  # drawn with a seed neither set used
+    results = tr.translate_batch(sources[:80]) + tr.translate_batch(odd)  # a loop runs to the length limit
+    signals = pair_signals(tr, [r.source_ids for r in results], [r.target_ids for r in results])
+    rows = [{**s, "repetition": repetition(r.text), "hit_max_len": r.hit_max_len, "translation": r.text}
+            for r, s in zip(results, signals)]
+    normal = [flag(row, rule) for row in rows[:80]]
+    assert sum(normal) <= 0.05 * len(normal)
+    loops = [row for row in rows[80:] if looping(row["translation"])]
+    assert len(loops) >= 5 and all(flag(row, rule) for row in loops)

@@ -6,6 +6,7 @@
                 section over a whole test set (``heads.json``)
     signals.py  per-sentence hallucination signals (``pair_signals``: sequence log-probability, ALTI+ source share,
                 attention on ``</s>``; ``repetition``), and ``flag``: the rule stored beside a checkpoint
+    detect.py   ``python -m transformer.detect``: that rule chosen on val, measured on a constructed test set
 
 The names below are the public entry point (``from transformer.interpret import head_computation``).
 """
