@@ -199,3 +199,30 @@ def test_a_killed_run_resumes_and_equals_an_unbroken_one(tiny_checkpoint, tmp_pa
     assert again.returncode == 0, err
     assert f"{written} of {len(lines)} sentences already written" in err
     assert read_table(tmp_path / "t.parquet") == read_table(tmp_path / "whole.parquet")
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-de-prenorm"])
+def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
+    """Each shipped checkpoint's committed table: every line of test_2016_flickr, no Multi30k text in it, and its
+    first batch (the 64 shortest lines) recomputed now with the manifest's settings gives the same rows."""
+    import transformer
+    from transformer.decoding import DecodeSettings
+    from transformer.interpret.table import batch_rows, source_lengths
+
+    folder = ROOT / "checkpoints" / name / "tables"
+    rows = read_table(folder / "test_2016_flickr.parquet")
+    manifest = json.loads((folder / "test_2016_flickr.manifest.json").read_text(encoding="utf-8"))
+    assert manifest["input"]["split"] == "test_2016_flickr" and manifest["rows"] == len(rows) == 1000
+    assert manifest["no_inputs"] and all(r["source"] is None and r["reference"] is None for r in rows)
+    assert [r["id"] for r in rows] == list(range(1000)) and manifest["model"]["name"] == name
+    tr = transformer.load(ROOT / "checkpoints" / name, device="cpu")
+    s = manifest["settings"]
+    settings = tr.settings(DecodeSettings(beam_size=s["beam"], alpha=s["alpha"], max_len_a=s["max_len_a"],
+                                          max_len_b=s["max_len_b"], scoring=s["scoring"]))
+    sources = (multi30k_dir / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    references = (multi30k_dir / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    first = batches(source_lengths(tr, sources), s["batch_size"])[0]
+    fresh = batch_rows(tr, first, sources, references, settings, signals.flag_rule(tr.path))
+    assert [{**r, "source": None, "reference": None} for r in fresh] == [rows[i] for i in first]
+    assert manifest["flagged"] == sum(r["flag"] for r in rows) <= 0.05 * len(rows)
