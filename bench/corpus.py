@@ -51,8 +51,8 @@ def cost(checkpoint: str | Path, sources: list[str], references: list[str] | Non
     start = time.perf_counter()
     rows = table_rows(tr, sources, references, settings, batch_size=batch_size)
     table_s = time.perf_counter() - start
-    return {"corpus_sentences": len(sources), "corpus_translate_s": round(translate_s, 2),
-            "corpus_table_s": round(table_s, 2), "corpus_cost_ratio": round(table_s / translate_s, 2),
+    return {"corpus_sentences": len(sources), "corpus_translate_s": round(translate_s, 3),
+            "corpus_table_s": round(table_s, 3), "corpus_cost_ratio": round(table_s / translate_s, 2),
             "corpus_cost_goal": COST_GOAL, "corpus_flagged": sum(r["flag"] for r in rows),
             "corpus_beam": settings.beam_size, "corpus_threads": threads}
 

@@ -226,3 +226,11 @@ def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
     fresh = batch_rows(tr, first, sources, references, settings, signals.flag_rule(tr.path))
     assert [{**r, "source": None, "reference": None} for r in fresh] == [rows[i] for i in first]
     assert manifest["flagged"] == sum(r["flag"] for r in rows) <= 0.05 * len(rows)
+
+
+def test_bench_cost_section_runs_on_the_same_batches(tiny_checkpoint):
+    from bench import corpus as bench_corpus
+
+    r = bench_corpus.cost(tiny_checkpoint, SOURCES, REFERENCES, threads=1, batch_size=3)
+    assert r["corpus_sentences"] == len(SOURCES) and r["corpus_cost_goal"] == 3.0
+    assert r["corpus_cost_ratio"] > 0 and r["corpus_beam"] == 4 and r["corpus_flagged"] >= 0
