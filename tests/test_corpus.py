@@ -117,6 +117,8 @@ def test_limit_data_dir_and_a_finished_table(tiny_checkpoint, tiny_corpus, tmp_p
     assert (tmp_path / "d.jsonl").stat().st_mtime_ns == before
     assert corpus.main(args(4)) == 1  # another run onto the same --out
     assert "--overwrite" in capsys.readouterr().err
+    assert corpus.main(args(5, "--no-inputs")) == 1  # the same rows, but written without the inputs
+    assert "--overwrite" in capsys.readouterr().err
     assert corpus.main(args(4, "--overwrite")) == 0
     assert len(read_table(tmp_path / "d.jsonl")) == 4
 

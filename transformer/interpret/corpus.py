@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -319,12 +320,14 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.overwrite:
         try:
             written = json.loads(manifest.read_text(encoding="utf-8"))
-            same = all(written.get(key) == value for key, value in described.items())
+            same = (all(written.get(key) == value for key, value in described.items())
+                    and written.get("no_inputs") == args.no_inputs)
         except (OSError, ValueError, AttributeError):
             same = False
         if same:
             if rank == 0:
                 print(f"{out} is already complete ({len(sources)} rows): nothing to do", file=sys.stderr)
+                shutil.rmtree(parts_dir(out), ignore_errors=True)  # left by a run stopped after its merge
             return 0
         raise CorpusError(f"{out} exists and was not written by this run (another model, input or settings): "
                           "choose another --out, or pass --overwrite")
@@ -369,7 +372,6 @@ def run(args: argparse.Namespace) -> int:
         if [row["id"] for row in rows] != list(range(len(sources))):
             raise CorpusError(f"the merged parts do not hold every line once ({len(rows)} rows for "
                               f"{len(sources)} lines); the parts stay in {parts_dir(out)}")
-        write_table(out, without_inputs(rows) if args.no_inputs else rows)
         record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
                   "no_inputs": args.no_inputs, "processes": world,
                   "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
@@ -377,6 +379,7 @@ def run(args: argparse.Namespace) -> int:
                   "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
                   "flagged": sum(bool(row["flag"]) for row in rows)}
         manifest.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_table(out, without_inputs(rows) if args.no_inputs else rows)  # last: a table has its manifest
         print(f"{out}: {len(rows)} rows ({record['flagged']} flagged), {world} process(es), {record['seconds']:.1f} s",
               file=sys.stderr)
     barrier(world)
