@@ -308,6 +308,81 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
+def finished(out: Path, described: dict[str, Any], no_inputs: bool) -> bool:
+    """Whether ``out`` is this run's table, already complete (its manifest names the same model, settings and
+    input); a table of another run is a ``CorpusError``."""
+    if not out.exists():
+        return False
+    try:
+        written = json.loads(manifest_path(out).read_text(encoding="utf-8"))
+        same = (all(written.get(key) == value for key, value in described.items())
+                and written.get("no_inputs") == no_inputs)
+    except (OSError, ValueError, AttributeError):
+        same = False
+    if not same:
+        raise CorpusError(f"{out} exists and was not written by this run (another model, input or settings): "
+                          "choose another --out, or pass --overwrite")
+    return True
+
+
+def written_rows(out: Path, rank: int, world: int, described: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The rows every part this machine sees already holds (a resumed run may have had another number of
+    processes), once this rank's own part is cut after its last whole line."""
+    parts_dir(out).mkdir(parents=True, exist_ok=True)
+    repair_part(part_path(out, rank))
+    barrier(world)
+    done: dict[int, dict[str, Any]] = {}
+    for path in sorted(parts_dir(out).glob("rank*.jsonl")):
+        done.update(read_part(path, described))
+    barrier(world)
+    return done
+
+
+def compute(translator: Translator, groups: Sequence[Sequence[int]], done: dict[int, dict[str, Any]],
+            sources: Sequence[str], references: Sequence[str] | None, settings: DecodeSettings,
+            part: Path, described: dict[str, Any], progress: bool) -> tuple[list[dict[str, Any]], float, int]:
+    """This rank's rows (its batches ``groups``, in order): those in ``done``, and every batch not wholly there
+    computed and appended to ``part`` as it finishes. Also the seconds it took and how many it computed."""
+    todo = [g for g in groups if not all(i in done for i in g)]
+    total = sum(len(g) for g in groups)
+    kept = total - sum(len(g) for g in todo)
+    rank = part.stem.removeprefix("rank")
+    if kept:
+        print(f"rank {rank}: {kept} of {total} sentences already written, {total - kept} to compute",
+              file=sys.stderr)
+    rule = flag_rule(translator.path)
+    start = time.perf_counter()
+    new = not part.exists() or part.stat().st_size == 0
+    with open(part, "a", encoding="utf-8") as f, tqdm(total=total, initial=kept, unit="sent", file=sys.stderr,
+                                                      disable=not progress) as bar:
+        if new:
+            append_rows(f, [{"run": described}])
+        for ids in todo:
+            rows = batch_rows(translator, ids, sources, references, settings, rule)
+            append_rows(f, rows)
+            done.update((row["id"], row) for row in rows)
+            bar.update(len(ids))
+    return [done[i] for g in groups for i in g], time.perf_counter() - start, total - kept
+
+
+def merge(out: Path, gathered: Sequence[tuple[list[dict[str, Any]], float, int]], lines: int,
+          described: dict[str, Any], no_inputs: bool) -> dict[str, Any]:
+    """Rank 0: every rank's rows by line, written as the table beside its manifest (written first); the manifest."""
+    rows = sorted((row for part, _, _ in gathered for row in part), key=lambda row: row["id"])
+    if [row["id"] for row in rows] != list(range(lines)):
+        raise CorpusError(f"the merged parts do not hold every line once ({len(rows)} rows for {lines} lines); the "
+                          f"parts stay in {parts_dir(out)}")
+    record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
+              "no_inputs": no_inputs, "processes": len(gathered),
+              "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
+              "seconds_by_rank": [round(t, 2) for _, t, _ in gathered],
+              "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
+              "flagged": sum(bool(row["flag"]) for row in rows)}
+    manifest_path(out).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_table(out, without_inputs(rows) if no_inputs else rows)  # last: a table always has its manifest
+    return record
+
+
 def run(args: argparse.Namespace) -> int:
     rank, world, device = start_processes(args.device)
     out = Path(args.out)
@@ -316,74 +391,25 @@ def run(args: argparse.Namespace) -> int:
     settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,
                                    tgt_lang=args.tgt_lang)
     described = describe_run(args, translator, settings, info, sources, references)
-    manifest = manifest_path(out)
-    if out.exists() and not args.overwrite:
-        try:
-            written = json.loads(manifest.read_text(encoding="utf-8"))
-            same = (all(written.get(key) == value for key, value in described.items())
-                    and written.get("no_inputs") == args.no_inputs)
-        except (OSError, ValueError, AttributeError):
-            same = False
-        if same:
-            if rank == 0:
-                print(f"{out} is already complete ({len(sources)} rows): nothing to do", file=sys.stderr)
-                shutil.rmtree(parts_dir(out), ignore_errors=True)  # left by a run stopped after its merge
-            return 0
-        raise CorpusError(f"{out} exists and was not written by this run (another model, input or settings): "
-                          "choose another --out, or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    parts_dir(out).mkdir(exist_ok=True)
-    own = part_path(out, rank)
-    repair_part(own)
-    barrier(world)
-    done: dict[int, dict[str, Any]] = {}
-    for path in sorted(parts_dir(out).glob("rank*.jsonl")):  # every part this machine sees (a resumed run may have
-        done.update(read_part(path, described))               # had another number of processes)
-    barrier(world)
-
+    if not args.overwrite and finished(out, described, args.no_inputs):
+        if rank == 0:
+            print(f"{out} is already complete ({len(sources)} rows): nothing to do", file=sys.stderr)
+            shutil.rmtree(parts_dir(out), ignore_errors=True)  # left by a run stopped after its merge
+        return 0
+    done = written_rows(out, rank, world, described)
     groups = shard(batches(source_lengths(translator, sources, settings.src_lang), args.batch_size), rank, world)
-    todo = [g for g in groups if not all(i in done for i in g)]
-    total = sum(len(g) for g in groups)
-    kept = total - sum(len(g) for g in todo)
-    if kept:
-        print(f"rank {rank}: {kept} of {total} sentences already written, {total - kept} to compute",
-              file=sys.stderr)
-    rule = flag_rule(translator.path)
-    start = time.perf_counter()
-    new = not own.exists() or own.stat().st_size == 0
-    with open(own, "a", encoding="utf-8") as f, tqdm(total=total, initial=kept, unit="sent", file=sys.stderr,
-                                                     disable=args.no_progress or rank != 0) as bar:
-        if new:
-            append_rows(f, [{"run": described}])
-        for ids in todo:
-            rows = batch_rows(translator, ids, sources, references, settings, rule)
-            append_rows(f, rows)
-            done.update((row["id"], row) for row in rows)
-            bar.update(len(ids))
-    seconds = time.perf_counter() - start
-    mine = ([done[i] for g in groups for i in g], seconds, total - kept)
-    gathered: list[Any] = [None] * world
+    mine = compute(translator, groups, done, sources, references, settings, part_path(out, rank), described,
+                   progress=not args.no_progress and rank == 0)
+    gathered: list[Any] = [mine]
     if world > 1:
+        gathered = [None] * world
         dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
-    else:
-        gathered = [mine]
     if rank == 0:
-        rows = sorted((row for part, _, _ in gathered for row in part), key=lambda row: row["id"])
-        if [row["id"] for row in rows] != list(range(len(sources))):
-            raise CorpusError(f"the merged parts do not hold every line once ({len(rows)} rows for "
-                              f"{len(sources)} lines); the parts stay in {parts_dir(out)}")
-        record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
-                  "no_inputs": args.no_inputs, "processes": world,
-                  "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
-                  "seconds_by_rank": [round(t, 2) for _, t, _ in gathered],
-                  "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
-                  "flagged": sum(bool(row["flag"]) for row in rows)}
-        manifest.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        write_table(out, without_inputs(rows) if args.no_inputs else rows)  # last: a table has its manifest
-        print(f"{out}: {len(rows)} rows ({record['flagged']} flagged), {world} process(es), {record['seconds']:.1f} s",
-              file=sys.stderr)
+        record = merge(out, gathered, len(sources), described, args.no_inputs)
+        print(f"{out}: {len(sources)} rows ({record['flagged']} flagged), {world} process(es), "
+              f"{record['seconds']:.1f} s", file=sys.stderr)
     barrier(world)
-    own.unlink(missing_ok=True)
+    part_path(out, rank).unlink(missing_ok=True)
     barrier(world)
     if rank == 0:
         for path in parts_dir(out).glob("rank*.jsonl"):  # parts of an earlier run with more processes
