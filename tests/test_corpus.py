@@ -236,3 +236,27 @@ def test_bench_cost_section_runs_on_the_same_batches(tiny_checkpoint):
     r = bench_corpus.cost(tiny_checkpoint, SOURCES, REFERENCES, threads=1, batch_size=3)
     assert r["corpus_sentences"] == len(SOURCES) and r["corpus_cost_goal"] == 3.0
     assert r["corpus_cost_ratio"] > 0 and r["corpus_beam"] == 4 and r["corpus_flagged"] >= 0
+
+
+@pytest.mark.slow
+def test_a_multilingual_model_takes_its_language_codes(tmp_path, tiny_corpus):
+    pytest.importorskip("transformers")
+    from m2m100_models import save_m2m100, train_spm
+
+    import transformer
+
+    (tmp_path / "fairseq").mkdir()
+    _, _, nllb = save_m2m100(tmp_path, train_spm(tmp_path / "fairseq", tiny_corpus), "nllb")
+    args = command(nllb, tmp_path, "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn", sources=SOURCES[:4],
+                   references=REFERENCES[:4])
+    assert corpus.main(args) == 0
+    rows = read_table(tmp_path / "t.parquet")
+    tr = transformer.load(nllb, device="cpu")
+    oracle = tr.translate_batch(SOURCES[:4], beam_size=2, src_lang="eng_Latn", tgt_lang="fra_Latn")
+    assert [r["translation"] for r in rows] == [o.text for o in oracle]
+    for row, o in zip(rows, oracle):
+        assert o.target_tokens[0] == "fra_Latn" and o.source_tokens[0] == "eng_Latn"
+        assert row["output_pieces"] == len(o.target_ids) - 1 - (0 if o.hit_max_len else 1)  # the code left out
+        assert row["source_pieces"] == len(o.source_ids) - 2  # the code and </s> left out
+    manifest = json.loads((tmp_path / "t.manifest.json").read_text(encoding="utf-8"))
+    assert manifest["settings"]["src_lang"] == "eng_Latn" and manifest["settings"]["tgt_lang"] == "fra_Latn"
