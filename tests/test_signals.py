@@ -80,6 +80,17 @@ def test_every_signal_equals_a_hand_written_loop_and_a_padded_batch_one_sentence
     assert len({round(r["source_share"], 6) for r in batched}) > 5  # the pairs differ: a real check
 
 
+@pytest.mark.parametrize("layout", [dict(norm_first=True), dict(bos_id=0)])  # pre-norm; Marian's start token <pad>
+def test_other_layouts_in_a_padded_batch_equal_the_loop(tr, layout):
+    from conftest import tiny_model
+
+    model = tiny_model(seed=3, **layout)
+    other = Translator(model, tr.tokenizer, {}, None)
+    sources, targets = random_pairs(other, 6, seed=2)
+    for s, t, got in zip(sources, targets, pair_signals(other, sources, targets)):
+        assert close(got, oracle(other, s, t)), (got, layout)
+
+
 def test_texts_are_encoded_as_the_translator_does_and_references_end_in_eos(tr):
     text, reference = "a man rides a red bike .", "ein mann fährt ein rotes fahrrad ."
     [got] = pair_signals(tr, [text], [reference])
@@ -209,3 +220,22 @@ def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
     [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
     assert close({k: row[k] for k in want}, want, 1e-5)
     assert row["repetition"] == 6 and row["hit_max_len"] is True
+
+
+def test_a_rule_and_its_reasons_read_in_words():
+    from transformer.interpret.signals import reason_text, reasons, rule_text
+
+    rule = FlagRule((Condition("repetition", ">=", 6), Condition("seq_logprob", "<", -4.1107),
+                     Condition("source_share", "<", 0.5731), Condition("eos_attention", ">", 0.4),
+                     Condition("hit_max_len", ">=", 1), Condition("chrf", "<", 20)))
+    assert rule_text(rule) == ("one short unit repeats 6 or more times in a row or the mean log-probability per piece "
+                               "is below -4.11 or the mean source share is below 57.3% or the attention on `</s>` is "
+                               "above 40.0% or the output was cut at the maximum length or chrf < 20")
+    row = {"repetition": 9, "seq_logprob": -1.0, "source_share": 0.5, "eos_attention": 0.1, "hit_max_len": True,
+           "chrf": 55.0}
+    why = reasons(row, rule)
+    assert [c.column for c in why] == ["repetition", "source_share", "hit_max_len"]
+    assert [reason_text(c, row) for c in why] == [
+        "one short unit repeats 9 times in a row (a looping output)",
+        "on average only 50.0% of each output piece comes from the source (threshold 57.3%)",
+        "the output was cut at the maximum length"]

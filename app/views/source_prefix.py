@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from transformer.interpret.signals import flag_rule, reason_text, reasons, translation_row
+from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
 
 from .. import controls, figures, work
 from ..catalog import load_heads
@@ -65,10 +65,10 @@ def render(ctx: ViewContext) -> None:
               else "this model has no rule chosen on val yet (`python -m transformer.detect --write`): looping only")
     if why:
         st.warning("This translation may be a hallucination: " + "; ".join(reason_text(c, row) for c in why) +
-                   f". Flagged when {rule.describe()} ({origin}).", icon=":material/report:")
+                   f". A translation is flagged when {rule_text(rule)} ({origin}).", icon=":material/report:")
     else:
         st.caption(f"Not flagged as a possible hallucination (mean source share {mean:.1%}, mean log-probability "
-                   f"{row['seq_logprob']:.2f} per piece): flagged when {rule.describe()} ({origin}).")
+                   f"{row['seq_logprob']:.2f} per piece). A translation is flagged when {rule_text(rule)} ({origin}).")
     threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
     outputs = result.target_tokens
     st.plotly_chart(figures.source_share_figure(share, outputs, threshold),

@@ -13,8 +13,9 @@
 - alti: ALTI+ (Ferrando et al., 2022, :func:`transformer.interpret.contributions`) on the references: the mean share
   of each output position's prediction that comes from the source (the rest from the target prefix), how often
   ALTI+'s alignment (each output step's strongest source piece) is cross-attention's strongest source piece, and a
-  threshold on a sentence's mean source share below which the app says a translation may be a hallucination
-  (Dale et al., 2023), chosen on a calibration split (val) from the model's own translations.
+  threshold on a sentence's mean source share below which a translation may be a hallucination (Dale et al.,
+  2023), chosen on a calibration split (val) from the model's own translations (a corpus figure: the app's notice
+  is the checkpoint's ``flag``, ``python -m transformer.detect``).
 
 ``--json`` prints one JSON object as the last line; ``--out`` writes the same object to a file.
 """
@@ -195,9 +196,9 @@ ALTI_NOTE = ("ALTI+ (Ferrando et al., 2022): each attention block's output split
              "layer's heads), and for the mean over every layer and head.")
 THRESHOLD_NOTE = (f"hallucination_threshold: percentile {ALTI_PERCENTILE:g} (in %) of the sentences' mean "
                   "source share (mean over the output steps) of the model's own translations (beam search, the "
-                  "settings of this command) of the calibration split; the app flags a translation whose mean "
-                  "source share is below it as one that may be a hallucination (Dale et al., 2023: low source "
-                  "contribution).")
+                  "settings of this command) of the calibration split: a translation whose mean source share is "
+                  "below it may be a hallucination (Dale et al., 2023: low source contribution). The app's notice "
+                  "uses the checkpoint's flag.json instead (python -m transformer.detect: this and other signals).")
 
 
 def alti_summary(tr: Translator, sources: Sequence[str], references: Sequence[str],
