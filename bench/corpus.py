@@ -7,9 +7,11 @@
 2. ``scaling``: the command itself, ``python -m transformer.corpus`` in one process against ``torchrun
    --nproc-per-node 2``, one thread each; sentences/s from the manifest's ``seconds`` (the slowest rank's
    batches: model loading and process start-up left out; the wall-clock times with them are reported beside).
-   Goal: 2 processes at least 1.7x one (``corpus_scaling``). ``--model opus-mt``: the same on an OPUS-MT-sized
-   model (Marian, 512 / 6+6 / 8 heads / 2048, 58,101 pieces, random weights; built as ``bench.marian`` does, so
-   ``transformers`` is needed; random weights ramble to the length limit, so its sentences are long).
+   Goal: 2 processes at least 1.7x one (``corpus_scaling``); beside it, ``corpus_machine_scaling``, what the
+   machine gives 2 processes of plain one-thread matrix products at that moment (about 2 when 2 cores are free).
+   ``--model opus-mt``: the same on an OPUS-MT-sized model (Marian, 512 / 6+6 / 8 heads / 2048, 58,101 pieces,
+   random weights; built as ``bench.marian`` does, so ``transformers`` is needed; random weights ramble to the
+   length limit, so its sentences are long).
 
 Ratios from one run on the same machine; on a machine shared with other work they are noisy.
 """
@@ -99,8 +101,25 @@ def scaling(checkpoint: str | Path, sources: list[str], prefix: str, extra: list
             result[f"{prefix}_sent_s_per_process_{n}proc"] = round(r["rows"] / r["seconds"] / n, 2)
             result[f"{prefix}_wall_s_{n}proc"] = round(r["wall_s"], 1)
     result[f"{prefix}_scaling"] = round(result[f"{prefix}_sent_s_2proc"] / result[f"{prefix}_sent_s_1proc"], 2)
+    result[f"{prefix}_machine_scaling"] = machine_ceiling()  # the same machine's 2-process ceiling, just after
     result[f"{prefix}_sentences"] = len(sources)
     return result
+
+
+CEILING_WORK = ("import time, torch\ntorch.set_num_threads(1)\na = torch.randn(256, 256)\nt = time.perf_counter()\n"
+                "for _ in range(3000):\n    a @ a\nprint(time.perf_counter() - t)")
+
+
+def machine_ceiling() -> float:
+    """What this machine gives 2 processes now: the same fixed work (a one-thread matrix-product loop) alone, then
+    twice at once; 2 x (alone) / (the slower of the two). About 2 on 2 free cores; lower when others use them."""
+    def together(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", CEILING_WORK], stdout=subprocess.PIPE, text=True)
+                 for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    alone = together(1)
+    return round(2 * alone / together(2), 2)
 
 
 def opus_mt_dir(directory: Path, corpus: list[str], quick: bool) -> Path:
