@@ -1,0 +1,195 @@
+"""The "Whole test set" view: its table helpers (reading, the join by id, presets), its figures, and the page
+(AppTest, tiny checkpoint with a small table of its own beside it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+
+from conftest import assert_clean, new_app  # noqa: E402
+
+from app import table_figures, tables  # noqa: E402
+from app.views import test_set  # noqa: E402
+
+VIEW = "Whole test set"
+
+
+def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> pd.DataFrame:
+    """A table as ``transformer.corpus --no-inputs`` writes it: ids, translations and signals, no texts."""
+    rng = np.random.default_rng(seed)
+    share = rng.uniform(0.3, 0.9, n)
+    return pd.DataFrame({
+        "id": np.arange(n), "source": inputs or [None] * n,
+        "translation": [f"Übersetzung {i} <b>x</b>" for i in range(n)],
+        "reference": [None] * n, "score": rng.normal(-0.5, 0.2, n), "seq_logprob": rng.normal(-0.4, 0.2, n),
+        "chrf": np.where(np.arange(n) == 3, np.nan, rng.uniform(10, 90, n)), "bleu": rng.uniform(0, 80, n),
+        "source_share": share, "source_share_min": share - 0.2, "eos_attention": rng.uniform(0, 0.5, n),
+        "repetition": rng.uniform(0, 1, n), "length_ratio": rng.uniform(0.5, 2, n), "hit_max_len": [False] * n,
+        "unk": [0] * n, "flag": share < 0.5})
+
+
+def write_table(folder, frame: pd.DataFrame, name: str = "test", split: str = "test", lines: int | None = None):
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(folder / f"{name}.parquet")
+    manifest = {"model": "tiny", "settings": {"beam": 2}, "versions": {}, "columns": list(frame.columns),
+                "rows": len(frame), "input": {"split": split, "lines": lines if lines is not None else len(frame),
+                                              "src_lang": "en", "tgt_lang": "de"}}
+    (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
+    return folder / f"{name}.parquet"
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+def test_join_by_id_reads_sources_and_references_back_in_any_row_order(tmp_path, tiny_corpus):
+    sources = (tiny_corpus / "test.en").read_text().splitlines()
+    references = (tiny_corpus / "test.de").read_text().splitlines()
+    frame = make_table(len(sources)).sample(frac=1.0, random_state=1).iloc[:-3]  # shuffled, some lines left out
+    table = tables.read_table(write_table(tmp_path / "t", frame))
+    joined = tables.join_inputs(table, [tmp_path / "nowhere", tiny_corpus])
+    assert joined.inputs_note is None
+    for _, row in joined.frame.iterrows():
+        assert row["source"] == sources[row["id"]] and row["reference"] == references[row["id"]]
+    # the signals are the file's, untouched by the join
+    np.testing.assert_allclose(joined.frame.set_index("id")["source_share"].sort_index(),
+                               frame.set_index("id")["source_share"].sort_index())
+
+
+def test_join_says_why_the_sources_are_missing(tmp_path, tiny_corpus):
+    frame = make_table(20)
+    absent = tables.join_inputs(tables.read_table(write_table(tmp_path / "a", frame)), [tmp_path / "nowhere"])
+    assert absent.frame["source"].isna().all() and "not on this server" in absent.inputs_note
+    assert "python -m transformer.data --download" in absent.inputs_note
+    other = tables.join_inputs(tables.read_table(write_table(tmp_path / "b", frame, lines=999)), [tiny_corpus])
+    assert other.frame["source"].isna().all() and "cannot be matched" in other.inputs_note  # another file's lines
+    (tmp_path / "c").mkdir()
+    frame.to_parquet(tmp_path / "c" / "x.parquet")  # no manifest: no data set named
+    bare = tables.join_inputs(tables.read_table(tmp_path / "c" / "x.parquet"), [tiny_corpus])
+    assert bare.frame["source"].isna().all() and "does not say" in bare.inputs_note
+
+
+def test_a_table_without_the_contract_columns_is_refused_and_missing_signals_are_empty(tmp_path):
+    pd.DataFrame({"line": [0], "text": ["x"]}).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(tables.TableError, match="no id or translation"):
+        tables.read_table(tmp_path / "bad.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    with pytest.raises(tables.TableError, match="not a readable parquet"):
+        tables.read_table(tmp_path / "junk.parquet")
+    pd.DataFrame({"id": [1, 0], "translation": ["b", "a"], "extra": [1.0, 2.0]}).to_parquet(tmp_path / "few.parquet")
+    frame = tables.read_table(tmp_path / "few.parquet").frame
+    assert list(frame.columns) == [*tables.COLUMNS, "extra"]  # the contract first, other columns kept after
+    assert frame["chrf"].isna().all() and not frame["flag"].any()
+
+
+def test_presets_sort_filter_and_find():
+    frame = tables.normalise(make_table(12))
+    worst = tables.apply_preset(frame, "worst-chrf")
+    chrf = worst["chrf"].to_numpy()
+    assert len(worst) == 12 and np.isnan(chrf[-1]) and worst["id"].iloc[-1] == 3  # no chrF: last
+    assert (np.diff(chrf[:-1]) >= 0).all() and chrf[0] == np.nanmin(frame["chrf"])
+    low = tables.apply_preset(frame, "lowest-share")
+    assert (np.diff(low["source_share"]) >= 0).all()
+    flagged = tables.apply_preset(frame, "flagged")
+    assert set(flagged["id"]) == set(frame["id"][frame["source_share"] < 0.5]) and flagged["flag"].all()
+    assert list(tables.apply_preset(frame, "all")["id"]) == list(range(12))
+    found = tables.apply_preset(frame, "all", "übersetzung 1")  # case-insensitive, plain text
+    assert list(found["id"]) == [1, 10, 11]
+    assert tables.apply_preset(frame, "all", "<B>X").shape[0] == 12
+
+
+def test_the_threshold_is_the_manifests_else_the_checkpoints():
+    assert tables.share_threshold({"settings": {"flag": {"source_share": 0.55}}}, 0.6) == 0.55
+    assert tables.share_threshold({"settings": {"source_share_threshold": 0.5}}) == 0.5
+    assert tables.share_threshold({}, 0.611) == 0.611
+    assert tables.share_threshold({"settings": {"flag": {"source_share": "x"}}}) is None
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def test_histogram_counts_every_value_once_flagged_stacked_and_missing_counted():
+    rng = np.random.default_rng(0)
+    values = rng.uniform(0, 1, 200)
+    values[:7] = np.nan
+    flagged = values < 0.3
+    fig = table_figures.signal_histogram(values, "source share", flagged, threshold=0.3)
+    by_name = {t.name: np.asarray(t.x) for t in fig.data}
+    assert set(by_name) == {"flagged", "not flagged"}
+    assert len(by_name["flagged"]) + len(by_name["not flagged"]) == 193
+    np.testing.assert_allclose(np.sort(by_name["flagged"]), np.sort(values[flagged]))
+    assert fig.data[0].xbins.size == fig.data[1].xbins.size  # the same bins, stacked
+    assert fig.layout.barmode == "stack"
+    assert "7 without a value" in fig.layout.title.text
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 1 and lines[0].x0 == lines[0].x1 == 0.3
+    assert table_figures.signal_histogram(values, "x").layout.shapes == ()  # no threshold: no line
+
+
+def test_scatter_places_each_line_at_its_share_and_chrf():
+    share = np.array([0.2, 0.5, np.nan, 0.8, 0.9])
+    chrf = np.array([10.0, 40.0, 50.0, np.nan, 70.0])
+    ids = np.array([4, 7, 9, 11, 13])
+    fig = table_figures.share_chrf_scatter(share, chrf, ids, [True, False, False, False, False], threshold=0.611)
+    points = {t.name: (list(t.x), list(t.y), list(t.customdata)) for t in fig.data}
+    assert points["flagged"] == ([0.2], [10.0], [4])
+    assert points["not flagged"] == ([0.5, 0.9], [40.0, 70.0], [7, 13])  # lines without a value left out
+    assert "2 without chrF or source share" in fig.layout.title.text
+    line = fig.layout.shapes[0]
+    assert line.x0 == line.x1 == 0.611 and "0.61" in fig.layout.annotations[0].text
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "chrF"
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+@pytest.fixture()
+def with_table(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
+    ckpt = tmp_path / "tiny"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    n = len((tiny_corpus / "test.en").read_text().splitlines())
+    frame = make_table(n)
+    write_table(ckpt / "tables", frame)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    monkeypatch.setenv("ATTN_DATA_DIR", str(tiny_corpus))
+    return ckpt, frame, (tiny_corpus / "test.en").read_text().splitlines()
+
+
+def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_sentence(with_table):
+    ckpt, frame, sources = with_table
+    at = new_app({"view": VIEW, "preset": "lowest-share"})
+    assert_clean(at)
+    shown = at.dataframe[0].value
+    assert list(shown["id"]) == list(frame.sort_values("source_share")["id"])
+    assert list(shown["source"]) == [sources[i] for i in shown["id"]]  # joined by id from ATTN_DATA_DIR
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["source_share"]["type_config"]["type"] == "progress"
+    assert columns["chrf"]["type_config"]["format"] == "%.1f"
+    line = int(shown["id"].iloc[2])
+    selected = {"selection": {"rows": [2], "columns": [], "cells": []}}
+    at.session_state[test_set.rows_key("test", "lowest-share", "")] = selected
+    at.run()
+    assert_clean(at)
+    assert at.session_state["source_text"] == sources[line]
+    assert at.query_params["text"] == sources[line]  # in the address: every other view opens it
+    assert at.query_params["view"] == VIEW and at.query_params["preset"] == "lowest-share"
+    assert any(f"Line {line} is open" in c.value for c in at.caption)
+    other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "Heatmap"})
+    assert_clean(other)
+    assert other.session_state["source_text"] == sources[line]
+
+
+def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_table, monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTN_DATA_DIR", str(tmp_path / "nowhere"))
+    at = new_app({"view": VIEW})
+    assert_clean(at)
+    assert any("not on this server" in i.value for i in at.info)
+    shown = at.dataframe[0].value
+    assert len(shown) == 20 and shown["source"].isna().all()
+    order = list(at.dataframe[0].proto.column_order)
+    assert "source" not in order and "reference" not in order and order[:2] == ["id", "flag"]
