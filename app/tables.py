@@ -41,7 +41,7 @@ SIGNALS: dict[str, str] = {
     "seq_logprob": "mean log-probability per output piece",
     "score": "the search's own score",
     "eos_attention": "cross-attention's mean share on </s>",
-    "repetition": "repetition (how much the output loops)",
+    "repetition": "the longest run of one repeated unit in the output",
     "length_ratio": "output length / source length",
 }
 SHARES = ("source_share", "source_share_min", "eos_attention")  # shares in [0, 1], drawn as bars
@@ -173,17 +173,18 @@ def join_inputs(table: Table, roots: Sequence[Path] | None = None) -> Table:
         return Table(frame, manifest, "This table ships without its source sentences, and its manifest does not say "
                                       "which data set they come from, so only line ids, translations and signals "
                                       "are shown.")
-    lines = given.get("lines")
+    lines = given.get("file_lines", given.get("lines"))
+    exact = isinstance(given.get("file_lines"), int)  # the whole file's lines (``lines``: after --limit)
     roots = data_roots() if roots is None else list(roots)
     for root in roots:
         sources = _lines(root / f"{split}.{src}")
         if sources is None:
             continue
         too_few = max(int(lines) if isinstance(lines, int) else 0, int(frame["id"].max()) + 1)
-        if len(sources) < too_few:  # another file than the table was made from (more lines: a --limit run)
+        if len(sources) < too_few or (exact and len(sources) != lines):  # another file than the table's
             return Table(frame, manifest, f"The sources are missing: {split}.{src} in the data folder has "
-                                          f"{len(sources):,} lines, fewer than the {too_few:,} the table was made "
-                                          "from, so its lines cannot be matched. Only ids, translations and signals "
+                                          f"{len(sources):,} lines, not the {too_few:,} the table was made from, "
+                                          "so its lines cannot be matched. Only ids, translations and signals "
                                           "are shown.")
         references = _lines(root / f"{split}.{tgt}") if tgt else None
         if references is not None and len(references) != len(sources):
@@ -217,16 +218,28 @@ def apply_preset(frame: pd.DataFrame, preset: str, find: str = "") -> pd.DataFra
     return rows.sort_values(order, na_position="last", kind="stable").reset_index(drop=True)
 
 
-def share_threshold(manifest: dict, heads_threshold: float | None = None) -> float | None:
-    """The source-share threshold under which a line may be a hallucination: the manifest's (``settings`` ->
-    ``flag`` -> ``source_share``, or ``settings`` -> ``source_share_threshold``), else ``heads_threshold`` (the
-    checkpoint's heads.json, chosen on val)."""
-    settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
-    flag = settings.get("flag") if isinstance(settings.get("flag"), dict) else {}
-    for value in (flag.get("source_share"), settings.get("source_share_threshold"), heads_threshold):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-    return None
+def rule_of(manifest: dict) -> dict:
+    """The flag's rule a table was made with (``model`` -> ``flag_rule`` of its manifest: ``{"any": [{"column",
+    "op", "value"}, ...], "rule": "..."}``), or {}."""
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    rule = model.get("flag_rule", manifest.get("flag_rule"))
+    return rule if isinstance(rule, dict) and isinstance(rule.get("any"), list) else {}
+
+
+def thresholds(rule: dict, heads_threshold: float | None = None) -> dict[str, float]:
+    """The threshold of each column the flag's ``rule`` tests (its first condition on the column); the source
+    share's, when the rule has none, ``heads_threshold`` (the checkpoint's heads.json, chosen on val) if given."""
+    found: dict[str, float] = {}
+    for condition in rule.get("any", []) if isinstance(rule.get("any"), list) else []:
+        if not isinstance(condition, dict):
+            continue
+        column, value = condition.get("column"), condition.get("value")
+        if (isinstance(column, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value)):
+            found.setdefault(column, float(value))
+    if "source_share" not in found and heads_threshold is not None and math.isfinite(heads_threshold):
+        found["source_share"] = float(heads_threshold)
+    return found
 
 
 def pasted_lines(text: str, most: int) -> tuple[list[str], int]:
@@ -242,9 +255,10 @@ def describe(manifest: dict, rows: int) -> str:
     if given.get("split"):
         pair = "-".join(str(given[k]) for k in ("src_lang", "tgt_lang") if given.get(k))
         parts.append(f"of {given['split']}" + (f" ({pair})" if pair else ""))
-    if manifest.get("model"):
-        model = manifest["model"]
-        parts.append(f"model {Path(str(model.get('checkpoint', model)) if isinstance(model, dict) else model).name}")
+    model = manifest.get("model")
+    name = model.get("name") if isinstance(model, dict) else model
+    if isinstance(name, str) and name:
+        parts.append(f"model {name}")
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
     decoding = ", ".join(f"{k} {settings[k]}" for k in ("beam", "beam_size", "alpha") if k in settings)
     if decoding:

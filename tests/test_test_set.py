@@ -37,7 +37,9 @@ def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> p
 def write_table(folder, frame: pd.DataFrame, name: str = "test", split: str = "test", lines: int | None = None):
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(folder / f"{name}.parquet")
-    manifest = {"model": "tiny", "settings": {"beam": 2}, "versions": {}, "columns": list(frame.columns),
+    manifest = {"model": {"name": "tiny", "flag_rule": {"any": [{"column": "source_share", "op": "<", "value": 0.5}],
+                                                        "rule": "source_share < 0.5"}},
+                "settings": {"beam": 2}, "versions": {}, "columns": list(frame.columns),
                 "rows": len(frame), "input": {"split": split, "lines": lines if lines is not None else len(frame),
                                               "src_lang": "en", "tgt_lang": "de"}}
     (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
@@ -103,11 +105,16 @@ def test_presets_sort_filter_and_find():
     assert tables.apply_preset(frame, "all", "<B>X").shape[0] == 12
 
 
-def test_the_threshold_is_the_manifests_else_the_checkpoints():
-    assert tables.share_threshold({"settings": {"flag": {"source_share": 0.55}}}, 0.6) == 0.55
-    assert tables.share_threshold({"settings": {"source_share_threshold": 0.5}}) == 0.5
-    assert tables.share_threshold({}, 0.611) == 0.611
-    assert tables.share_threshold({"settings": {"flag": {"source_share": "x"}}}) is None
+def test_thresholds_come_from_the_tables_flag_rule_else_the_checkpoints_heads_json():
+    rule = {"any": [{"column": "repetition", "op": ">=", "value": 6}, {"column": "source_share", "op": "<",
+                                                                        "value": 0.55}], "rule": "..."}
+    manifest = {"model": {"name": "tiny", "flag_rule": rule}}
+    assert tables.rule_of(manifest) == rule
+    assert tables.thresholds(rule, 0.6) == {"repetition": 6.0, "source_share": 0.55}
+    assert tables.thresholds({"any": [{"column": "repetition", "op": ">=", "value": 6}]}, 0.611) == {
+        "repetition": 6.0, "source_share": 0.611}
+    assert tables.thresholds({"any": [{"column": "x", "value": "y"}, 3]}) == {}
+    assert tables.rule_of({"model": "tiny"}) == {}
 
 
 # ------------------------------------------------------------------------------------------------ figures

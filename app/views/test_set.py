@@ -46,12 +46,13 @@ def _find(text: str) -> str | None:
 PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
           Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
-          Param("find", FIND, _find))
+          Param("find", FIND, _find, default=""))
 
 LABELS = {"id": "line", "flag": "flag", "source": "source", "translation": "translation", "reference": "reference",
           "chrf": "chrF", "bleu": "BLEU", "source_share": "source share", "source_share_min": "min share",
           "eos_attention": "on </s>", "seq_logprob": "log-prob", "score": "score", "repetition": "repetition",
-          "length_ratio": "length ratio", "hit_max_len": "hit max len", "unk": "unk"}
+          "length_ratio": "length ratio", "hit_max_len": "hit max len", "unk": "unk", "source_pieces": "source pieces",
+          "output_pieces": "output pieces", "truncated": "source cut", "note": "note"}
 HELP = {"id": "The input's line number, counted from 0.",
         "flag": "May be a hallucination (the signals' rule, chosen on val).",
         "chrf": "chrF of this line against its reference (0-100; empty without a reference).",
@@ -61,12 +62,17 @@ HELP = {"id": "The input's line number, counted from 0.",
         "eos_attention": "Cross-attention's mean weight on the source's </s> (idle heads park there).",
         "seq_logprob": "Mean log-probability of the output pieces.",
         "score": "The search's own score (log-probability / length penalty).",
-        "repetition": "How much the output repeats itself (a looping output scores high).",
+        "repetition": "The longest run of one unit (1-6 characters) repeated back to back in the output.",
         "length_ratio": "Output length over source length.",
         "hit_max_len": "The output was cut at the maximum length.",
-        "unk": "Unknown pieces (<unk>) in the input."}
+        "unk": "Source pieces the vocabulary does not know (<unk>).",
+        "truncated": "The source was cut to the model's length before translating.",
+        "note": "What was unusual about the line (empty, cut)."}
 ORDER = ("id", "flag", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
          "eos_attention", "seq_logprob", "bleu", "score", "repetition", "length_ratio", "hit_max_len", "unk")
+
+
+NARROW = {"id": 52, "flag": 48}  # px: the two first columns leave a phone's screen to the sentences
 
 
 def column_config(frame: pd.DataFrame) -> dict:
@@ -76,17 +82,17 @@ def column_config(frame: pd.DataFrame) -> dict:
         label, tip = LABELS.get(column, column), HELP.get(column)
         if column in tables.SHARES:
             config[column] = st.column_config.ProgressColumn(label, min_value=0.0, max_value=1.0, format="%.2f",
-                                                             help=tip, width="small")
-        elif column in ("flag", "hit_max_len"):
-            config[column] = st.column_config.CheckboxColumn(label, help=tip, width="small")
-        elif column in tables.TEXTS:
+                                                             help=tip, width=112)
+        elif column in ("flag", "hit_max_len", "truncated"):
+            config[column] = st.column_config.CheckboxColumn(label, help=tip, width=NARROW.get(column))
+        elif column in (*tables.TEXTS, "note"):
             config[column] = st.column_config.TextColumn(label, help=tip, width="medium")
-        elif column in ("id", "unk"):
-            config[column] = st.column_config.NumberColumn(label, format="%d", help=tip, width="small")
+        elif column in ("id", "unk", "repetition", "source_pieces", "output_pieces"):
+            config[column] = st.column_config.NumberColumn(label, format="%d", help=tip, width=NARROW.get(column))
         elif column in ("chrf", "bleu"):
             config[column] = st.column_config.NumberColumn(label, format="%.1f", help=tip, width="small")
         elif pd.api.types.is_numeric_dtype(frame[column]):
-            config[column] = st.column_config.NumberColumn(label, format="%.3f", help=tip, width="small")
+            config[column] = st.column_config.NumberColumn(label, format="%.3f", help=tip, width=None)
     return config
 
 
@@ -153,7 +159,7 @@ def render(ctx: ViewContext) -> None:
                                       "find bad or hallucinated translations (python -m transformer.corpus).")
     with top[1]:
         preset = controls.choose(st.segmented_control, "Show", list(tables.PRESETS), PRESET, "all",
-                                 format_func=lambda p: tables.PRESETS[p].label, required=True,
+                                 format_func=lambda p: tables.PRESETS[p].label, required=True, wrap=True,
                                  help="Worst chrF and lowest source share sort those lines first; Flagged keeps "
                                       "the lines that may be hallucinations. Click a column header to sort by it.")
     table = load(ctx, choice)
@@ -177,7 +183,7 @@ def render(ctx: ViewContext) -> None:
                          column_config=column_config(shown))
     follow(event, key, shown, choice, table.manifest)
     opened_line(choice)
-    charts(ctx, frame, table.manifest)
+    charts(ctx, frame, tables.rule_of(table.manifest))
 
 
 def follow(event: object, key: str, shown: pd.DataFrame, choice: str, manifest: dict) -> None:
@@ -230,12 +236,12 @@ def opened_line(choice: str) -> None:
         row.button(view, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
 
 
-def charts(ctx: ViewContext, frame: pd.DataFrame, manifest: dict) -> None:
-    """A histogram of the chosen signal, and source share against chrF, the threshold drawn on both."""
+def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
+    """A histogram of the chosen signal and source share against chrF, each with the flag's threshold on it."""
     heads = load_heads(ctx.tr.path) or {}
     alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
     value = alti.get("hallucination_threshold")
-    threshold = tables.share_threshold(manifest, float(value) if isinstance(value, (int, float)) else None)
+    limits = tables.thresholds(rule, float(value) if isinstance(value, (int, float)) else None)
     present = [s for s in tables.SIGNALS if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
     if not present:
         st.info("This table has no signal values to draw.", icon=":material/bar_chart:")
@@ -246,17 +252,21 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, manifest: dict) -> None:
                                  format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNALS[s]}")
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
-                                                       threshold if signal == "source_share" else None),
+                                                       limits.get(signal)),
                         config=figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
             st.plotly_chart(table_figures.share_chrf_scatter(
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
-                frame["flag"].to_numpy(), threshold), config=figures.plotly_config("test-set-share-chrf"),
-                key="testset_scatter")
-            st.caption("Each line: its share from the source (across) and its chrF (up). Lines left of the dotted "
-                       "threshold take little from the source: a translation made up from the output so far.")
+                frame["flag"].to_numpy(), limits.get("source_share")),
+                config=figures.plotly_config("test-set-share-chrf"), key="testset_scatter")
+            st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
+                       "little from the source: its words come from the output so far, a sign of a made-up "
+                       "translation.")
         else:
-            st.info("Source share against chrF needs both: chrF needs a reference for each line.",
+            st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
+    said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
+    if said:
+        st.caption(f"Flagged (may be a hallucination) when: {said}. Dotted lines: the rule's thresholds.")
