@@ -1,0 +1,194 @@
+"""``transformer.interpret.signals``: each signal of ``pair_signals`` against a one-sentence-at-a-time loop written
+out by hand, a padded batch against one sentence at a time, ``repetition`` against brute force, and the flag rule
+read from beside a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from transformer import Translator
+from transformer.interpret import contributions
+from transformer.interpret.signals import (
+    DEFAULT_RULE,
+    FLAG_FILE,
+    Condition,
+    FlagRule,
+    flag,
+    flag_rule,
+    looping,
+    pair_signals,
+    repetition,
+    write_flag_rule,
+)
+
+
+def random_pairs(tr: Translator, n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    """Random source ids (EOS last) and output ids of different lengths, some ending in EOS (an ended translation),
+    some not (cut at the length limit), one of a single piece; the vocabulary's last id never among the outputs."""
+    rng = random.Random(seed)
+    cfg = tr.config
+    low = max(cfg.pad_id, cfg.bos_id, cfg.eos_id, tr.tokenizer.unk_id) + 1
+    sources, targets = [], []
+    for i in range(n):
+        sources.append([rng.randrange(low, cfg.src_vocab_size) for _ in range(rng.randint(1, 12))] + [cfg.eos_id])
+        out = [rng.randrange(low, cfg.tgt_vocab_size - 1) for _ in range(rng.randint(0, 14))]  # the last: a code
+        targets.append(out + [cfg.eos_id] if i % 3 else out or [low])
+    targets[0] = [cfg.eos_id]  # a translation that ends at once: one step
+    return sources, targets
+
+
+@torch.no_grad()
+def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) -> dict[str, float]:
+    """The four signals of one pair, written out: each step's log-probability from its own forward pass over the
+    prefix (no teacher-forced batch), ALTI+ of the one pair, and the cross-attention on </s> in plain loops."""
+    model, cfg = tr.model, tr.config
+    src = torch.tensor([source])
+    logps = []
+    for t in range(skip, len(target)):
+        logits = model(src, torch.tensor([[cfg.bos_id, *target[:t]]])).logits[0, -1].double()
+        logps.append(float(logits.log_softmax(-1)[target[t]]))
+    tgt = torch.tensor([[cfg.bos_id, *target[:-1]]])
+    shares = contributions(model, src, tgt).source_share[0].tolist()[skip:]
+    cross = model(src, tgt, return_attention=True).cross_attentions
+    on_eos, count = 0.0, 0
+    for layer in cross:
+        for h in range(layer.size(1)):
+            for t in range(skip, len(target)):
+                on_eos += sum(float(layer[0, h, t, j]) for j in range(len(source)) if source[j] == cfg.eos_id)
+                count += 1
+    return {"seq_logprob": sum(logps) / len(logps), "source_share": sum(shares) / len(shares),
+            "source_share_min": min(shares), "eos_attention": on_eos / count}
+
+
+def close(a: dict[str, float], b: dict[str, float], tol: float = 2e-5) -> bool:
+    return a.keys() == b.keys() and all(abs(a[k] - b[k]) <= tol * max(1.0, abs(b[k])) for k in a)
+
+
+def test_every_signal_equals_a_hand_written_loop_and_a_padded_batch_one_sentence_at_a_time(tr):
+    sources, targets = random_pairs(tr, 9)
+    batched = pair_signals(tr, sources, targets)  # one batch, padded on both sides
+    alone = pair_signals(tr, sources, targets, max_batch_tokens=1)  # every pair on its own
+    for s, t, got, one in zip(sources, targets, batched, alone):
+        want = oracle(tr, s, t)
+        assert close(got, want), (got, want)
+        assert close(one, got, 1e-5), (one, got)
+    assert len({round(r["source_share"], 6) for r in batched}) > 5  # the pairs differ: a real check
+
+
+def test_texts_are_encoded_as_the_translator_does_and_references_end_in_eos(tr):
+    text, reference = "a man rides a red bike .", "ein mann fährt ein rotes fahrrad ."
+    [got] = pair_signals(tr, [text], [reference])
+    ids = [*tr.tokenizer.encode_target(reference), tr.config.eos_id]
+    assert close(got, oracle(tr, tr.encode_source(text)[0], ids))
+    result = tr.translate(text, beam_size=2)
+    [own] = pair_signals(tr, [result.source_ids], [result.target_ids])
+    assert close(own, oracle(tr, result.source_ids, result.target_ids))
+
+
+class Prefixed:
+    """The tiny tokenizer with a forced first output token, as a multilingual model's target-language code."""
+
+    def __init__(self, inner, code: int) -> None:
+        self.inner, self.code = inner, code
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def target_prefix(self, lang=None):
+        return [self.code]
+
+    def encode_target(self, text, lang=None):
+        return [self.code, *self.inner.encode(text)]
+
+
+def test_a_forced_language_code_is_put_first_and_not_scored(tr):
+    code = tr.config.tgt_vocab_size - 1
+    multi = Translator(tr.model, Prefixed(tr.tokenizer, code), tr.metadata, tr.path)
+    sources, targets = random_pairs(tr, 5, seed=1)
+    bare = pair_signals(multi, sources, targets)
+    given = pair_signals(multi, sources, [[code, *t] for t in targets])
+    for s, t, a, b in zip(sources, targets, bare, given):
+        assert close(a, b, 1e-6)
+        assert close(a, oracle(tr, s, [code, *t], skip=1))
+    [nothing] = pair_signals(multi, [sources[0]], [[code]])  # only the forced code: no step to score
+    assert all(math.isnan(v) for v in nothing.values())
+
+
+def test_bad_input_says_what_is_wrong(tr):
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        pair_signals(tr, ["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="no ids"):
+        pair_signals(tr, [[]], [[tr.config.eos_id]])
+    [empty] = pair_signals(tr, ["a dog ."], [[]])
+    assert all(math.isnan(v) for v in empty.values())
+    assert pair_signals(tr, [], []) == []
+
+
+# ------------------------------------------------------------------------------------------------ looping
+
+
+def brute_repetition(text: str) -> int:
+    """Every unit of 1-6 characters at every start position of the text without whitespace, repeated as long as
+    it goes on."""
+    s = "".join(text.split())
+    best = 0
+    for start in range(len(s)):
+        for size in range(1, 7):
+            unit = s[start:start + size]
+            if len(unit) < size:
+                continue
+            k = 0
+            while s[start + k * size:start + (k + 1) * size] == unit:
+                k += 1
+            best = max(best, k)
+    return best
+
+
+def test_repetition_equals_brute_force():
+    rng = random.Random(0)
+    texts = ["1 1 1 1 1 1", "zzzzzzzz", "Einzzzzzzzzzz...-Bzz-Bzz-Bzz-", "2 1 1 1 1 1", "", " ", "abcabcab",
+             "Ein Mann fährt auf einem roten Fahrrad.", "Vier1 77 1 1 1999 7 1 199999111111 7 7 11111"]
+    texts += ["".join(rng.choice("ab c") for _ in range(rng.randint(0, 40))) for _ in range(300)]
+    texts += ["".join(rng.choice("xyz-") for _ in range(rng.randint(0, 12))) * rng.randint(1, 9) for _ in range(100)]
+    for text in texts:
+        assert repetition(text) == brute_repetition(text), text
+    assert (repetition("1 1 1 1 1 1"), repetition("zzzzzzzz"), repetition("abcabcab")) == (6, 8, 2)
+    assert looping("1 1 1 1 1 1") and looping("Bzz-Bzz-Bzz-Bzz-Bzz-Bzz-") and not looping("1 1 1 1 1")
+    assert not looping("Zwei Hunde spielen im Schnee.")
+
+
+# ------------------------------------------------------------------------------------------------ the flag
+
+
+def test_the_flag_is_any_condition_and_a_missing_value_never_holds():
+    rule = FlagRule((Condition("repetition", ">=", 6), Condition("seq_logprob", "<", -2.0),
+                     Condition("hit_max_len", ">=", 1)))
+    assert flag({"repetition": 6, "seq_logprob": -1.0}, rule)
+    assert flag({"repetition": 1, "seq_logprob": -2.5}, rule)
+    assert flag({"repetition": 1, "hit_max_len": True}, rule)
+    assert not flag({"repetition": 5, "seq_logprob": -2.0, "hit_max_len": False}, rule)
+    assert not flag({"repetition": None, "seq_logprob": float("nan")}, rule)
+    assert flag({"translation": "2 1 1 1 1 1 1"}, DEFAULT_RULE)  # repetition from the text when not given
+    assert not flag({"translation": "Ein Hund läuft.", "seq_logprob": -9.0}, DEFAULT_RULE)
+    with pytest.raises(ValueError, match="op must be one of"):
+        Condition("seq_logprob", "=<", 1.0)
+
+
+def test_the_rule_lives_beside_the_checkpoint(tmp_path):
+    assert flag_rule(tmp_path) == DEFAULT_RULE  # none there: looping outputs only
+    assert flag_rule(None) == DEFAULT_RULE and flag_rule("Helsinki-NLP/opus-mt-en-de") == DEFAULT_RULE
+    rule = FlagRule((Condition("repetition", ">=", 6), Condition("source_share", "<", 0.5)),
+                    calibration={"split": "val"})
+    path = write_flag_rule(tmp_path, rule)
+    read = flag_rule(tmp_path)
+    assert read == rule and read.origin == str(path) and read.calibration == {"split": "val"}
+    assert json.loads(path.read_text())["rule"] == "repetition >= 6 or source_share < 0.5"
+    for broken in ("{", '{"any": 3}', '{"any": [{"column": "x", "op": "<"}]}', '{"any": [{"column": "x", '
+                   '"op": "==", "value": 1}]}'):
+        (tmp_path / FLAG_FILE).write_text(broken)
+        assert flag_rule(tmp_path).origin == "default", broken

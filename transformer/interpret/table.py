@@ -1,0 +1,186 @@
+"""One row of signals per sentence: the table ``python -m transformer.corpus`` writes, and the function the app calls
+for a short pasted list (:func:`table_rows`).
+
+A row holds the sentence's translation (``Translator.translate_batch``, the same settings), the search's own
+``score``, sacreBLEU's sentence-level ``chrf`` and ``bleu`` against a reference, the teacher-forced signals of
+``transformer.interpret.signals`` (``seq_logprob``, ALTI+ ``source_share`` / ``source_share_min``,
+``eos_attention``; ``repetition``; ``flag``) and a few plain counts. :data:`COLUMNS` names them with their types;
+the names are a contract (the app, users' notebooks and scripts read them).
+
+Sentences go through the model in length-sorted batches that depend only on the input, the batch size and the
+tokenizer (:func:`batches`), so a batch is computed the same way whether one process runs them all, several share
+them out, or a resumed run does the ones left: the numbers come out equal, not merely close.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sacrebleu
+
+from ..decoding.search import DecodeSettings
+from ..translator import Translator
+from .signals import flag, flag_rule, pair_signals, repetition
+
+DEFAULT_BATCH_SIZE = 64  # sentences per batch: decoding and the teacher-forced pass
+
+# name -> (pyarrow type name, what it holds). The order is the table's column order.
+COLUMNS: dict[str, tuple[str, str]] = {
+    "id": ("int64", "0-based line of the input"),
+    "source": ("string", "the input line (null when written with --no-inputs)"),
+    "translation": ("string", "the model's translation (translate_batch, the table's settings)"),
+    "reference": ("string", "the reference translation (null without one, or written with --no-inputs)"),
+    "score": ("float64", "the search's own score: log-probability over the length penalty (beam), or the sum "
+                         "of log-probabilities (greedy)"),
+    "seq_logprob": ("float64", "mean log-probability per output piece (EOS included when produced), teacher-forced"),
+    "chrf": ("float64", "sacreBLEU sentence chrF against the reference (null without one)"),
+    "bleu": ("float64", "sacreBLEU sentence BLEU (effective order) against the reference (null without one)"),
+    "source_share": ("float64", "ALTI+ share of each prediction that comes from the source, mean over the steps"),
+    "source_share_min": ("float64", "ALTI+ source share, minimum over the output steps"),
+    "eos_attention": ("float64", "the cross-attention's mean share on the source's </s>"),
+    "repetition": ("int64", "the longest run of one unit of 1-6 characters repeated back to back in the output "
+                            "(transformer.interpret.signals.repetition)"),
+    "length_ratio": ("float64", "output pieces over source pieces (special tokens left out)"),
+    "hit_max_len": ("bool", "the output stopped at the length limit without </s> (cut)"),
+    "unk": ("int64", "source pieces the vocabulary does not know (<unk>)"),
+    "flag": ("bool", "may be a hallucination (transformer.interpret.signals.flag, the checkpoint's rule)"),
+    "source_pieces": ("int64", "source pieces the model read (special tokens left out)"),
+    "output_pieces": ("int64", "output pieces (special tokens left out)"),
+    "truncated": ("bool", "the source was cut to the model's length before translating"),
+    "note": ("string", "what was unusual about the line (empty, cut), else null"),
+}
+INPUT_COLUMNS = ("source", "reference")  # left null by --no-inputs
+
+Progress = Callable[[int, int], None]  # (sentences done, sentences in all)
+
+
+def source_lengths(translator: Translator, sources: Sequence[str], src_lang: str | None = None) -> list[int]:
+    """Each source's length in ids, as the model reads it (cut to the model's length)."""
+    return [len(translator.encode_source(text, src_lang)[0]) for text in sources]
+
+
+def batches(lengths: Sequence[int], batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[int]]:
+    """Line ids grouped into batches of similar length (sorted by length, ties by id): a function of the lengths
+    and the batch size only, so every process that shares the work out finds the same batches."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def note_of(text: str, truncated: bool, source_pieces: int) -> str | None:
+    """What was unusual about an input line, in a few words (None: nothing)."""
+    if not text.strip():
+        return "empty line"
+    if truncated:
+        return f"source cut to {source_pieces} pieces ({len(text):,} characters)"
+    return None
+
+
+def number(x: float) -> float | None:
+    """A float, or None for NaN (a signal with no output step to average over): null in the table."""
+    return None if math.isnan(x) else float(x)
+
+
+def batch_rows(translator: Translator, ids: Sequence[int], sources: Sequence[str],
+               references: Sequence[str] | None, settings: DecodeSettings, rule: Any) -> list[dict[str, Any]]:
+    """The rows of one batch: ``sources[i]`` (and ``references[i]``) for each ``i`` in ``ids``, in that order.
+    ``settings`` complete (``Translator.settings``)."""
+    texts = [sources[i] for i in ids]
+    results = translator.translate_batch(texts, settings)
+    signals = pair_signals(translator, [r.source_ids for r in results], [r.target_ids for r in results],
+                           tgt_lang=settings.tgt_lang)
+    before, after = translator.tokenizer.source_frame(settings.src_lang)
+    prefix = len(translator.tokenizer.target_prefix(settings.tgt_lang))
+    unk_id = translator.tokenizer.unk_id
+    bleu, chrf = sacrebleu.BLEU(effective_order=True), sacrebleu.CHRF()
+    rows = []
+    for i, text, r, sig in zip(ids, texts, results, signals):
+        reference = references[i] if references is not None else None
+        source_pieces = len(r.source_ids) - len(before) - len(after)
+        output_pieces = len(r.target_ids) - prefix - (0 if r.hit_max_len else 1)
+        row = {
+            "id": int(i), "source": text, "translation": r.text, "reference": reference, "score": float(r.score),
+            "seq_logprob": number(sig["seq_logprob"]),
+            "chrf": None if reference is None else float(chrf.sentence_score(r.text, [reference]).score),
+            "bleu": None if reference is None else float(bleu.sentence_score(r.text, [reference]).score),
+            "source_share": number(sig["source_share"]), "source_share_min": number(sig["source_share_min"]),
+            "eos_attention": number(sig["eos_attention"]), "repetition": int(repetition(r.text)),
+            "length_ratio": output_pieces / max(source_pieces, 1), "hit_max_len": bool(r.hit_max_len),
+            "unk": sum(1 for t in r.source_ids if t == unk_id), "flag": False,
+            "source_pieces": source_pieces, "output_pieces": output_pieces, "truncated": bool(r.truncated),
+            "note": note_of(text, r.truncated, source_pieces),
+        }
+        row["flag"] = bool(flag(row, rule))
+        rows.append(row)
+    return rows
+
+
+def iter_batches(translator: Translator, sources: Sequence[str], references: Sequence[str] | None,
+                 settings: DecodeSettings, groups: Sequence[Sequence[int]], rule: Any) -> Iterator[list[dict]]:
+    """:func:`batch_rows` of each group of line ids in turn."""
+    for ids in groups:
+        yield batch_rows(translator, ids, sources, references, settings, rule)
+
+
+def check_references(sources: Sequence[str], references: Sequence[str] | None) -> None:
+    if references is not None and len(references) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references: one reference per source line")
+
+
+def table_rows(translator: Translator, sources: Sequence[str], references: Sequence[str] | None = None,
+               settings: DecodeSettings | None = None, progress: Progress | None = None, *,
+               batch_size: int = DEFAULT_BATCH_SIZE, rule: Any = None) -> list[dict[str, Any]]:
+    """Every row of the table for ``sources`` (and ``references``, one per source, or None), in input order
+    (``row["id"]`` is the index). ``settings``: how to decode (None: the translator's defaults; the checkpoint's
+    length penalty and scoring where they name none). ``progress(done, total)`` is called after each batch.
+    ``rule``: the flag's rule (None: ``flag_rule`` of the checkpoint's directory). Prints nothing."""
+    check_references(sources, references)
+    chosen = translator.settings(settings)
+    rule = flag_rule(translator.path) if rule is None else rule
+    groups = batches(source_lengths(translator, sources, chosen.src_lang), batch_size)
+    rows: list[dict[str, Any]] = []
+    for batch in iter_batches(translator, sources, references, chosen, groups, rule):
+        rows += batch
+        if progress is not None:
+            progress(len(rows), len(sources))
+    return sorted(rows, key=lambda row: row["id"])
+
+
+def arrow_schema() -> pa.Schema:
+    """The table's pyarrow schema (:data:`COLUMNS`)."""
+    return pa.schema([(name, pa.type_for_alias(kind)) for name, (kind, _) in COLUMNS.items()])
+
+
+def without_inputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with ``source`` and ``reference`` null (a table committed without the corpus' lines)."""
+    return [{**row, **dict.fromkeys(INPUT_COLUMNS)} for row in rows]
+
+
+def write_table(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` to ``path``: Parquet (``.parquet``, the :func:`arrow_schema` types) or JSON Lines
+    (``.jsonl``, one object a line, columns in table order); written beside and then renamed, so a reader never
+    sees half a table."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".jsonl":
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({name: row.get(name) for name in COLUMNS}, ensure_ascii=False) + "\n")
+    else:
+        pq.write_table(pa.Table.from_pylist([{name: row.get(name) for name in COLUMNS} for row in rows],
+                                            schema=arrow_schema()), tmp)
+    os.replace(tmp, path)
+
+
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    """A table written by :func:`write_table` (``.parquet`` or ``.jsonl``), as rows."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return pq.read_table(path).to_pylist()
