@@ -200,3 +200,56 @@ def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_tab
     assert len(shown) == 20 and shown["source"].isna().all()
     order = list(at.dataframe[0].proto.column_order)
     assert "source" not in order and "reference" not in order and order[:2] == ["id", "flag"]
+
+
+def test_a_pasted_list_is_computed_within_the_work_limit_with_a_notice(with_table, monkeypatch):
+    import transformer
+    from app import work
+    from app.inference import DecodeSettings
+    from transformer.interpret.table import table_rows
+
+    ckpt, _, _ = with_table
+    tr = transformer.load(ckpt, device="cpu")
+    lines = ["a dog runs on the beach .", "two men play .", "a red ball", "the girl walks in the park .", "zzz"]
+    at = new_app({"view": VIEW, "table": "paste"})
+    assert_clean(at)
+    settings = tr.settings(DecodeSettings(beam_size=at.session_state["beam_size"], alpha=at.session_state["alpha"]))
+    costs = [work.table_work(tr, line, settings) for line in lines]
+    # room for the first two lines only: the view plans the list against its share of the limit
+    monkeypatch.setenv("ATTN_MAX_WORK", str((costs[0] + costs[1] + costs[2] / 2) / test_set.WORK_SHARE))
+    at.text_area(key="source_text").set_value("")  # no sentence: the whole limit is the list's (and the frame's)
+    at.text_area(key=test_set.PASTED).set_value("\n".join(lines))
+    at.button(key="testset_compute").click()
+    at.run()
+    assert_clean(at)
+    shown = at.dataframe[0].value
+    expected = table_rows(tr, lines[:2], None, settings)
+    assert list(shown.sort_values("id")["translation"]) == [row["translation"] for row in expected]
+    assert list(shown.sort_values("id")["source"]) == lines[:2]
+    np.testing.assert_allclose(shown.sort_values("id")["source_share"], [row["source_share"] for row in expected])
+    notices = " ".join(i.value for i in at.info)
+    assert "the first 2 of the 5 pasted lines" in notices and "ATTN\\_MAX\\_WORK" in notices
+    # a selected row opens its sentence, and the list stays the same two lines (its work does not depend on it)
+    at.session_state[test_set.rows_key(test_set.PASTE, "all", "")] = {"selection": {"rows": [1], "columns": [],
+                                                                                    "cells": []}}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["source_text"] == lines[1] and at.query_params["text"] == lines[1]
+    assert list(at.dataframe[0].value["source"]) == lines[:2]
+
+
+def test_public_mode_offers_the_shipped_tables_and_the_pasted_list_only(with_table, monkeypatch):
+    ckpt, _, _ = with_table
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    monkeypatch.setenv("ATTN_MODELS", str(ckpt))
+    at = new_app({"view": VIEW, "table": "file"})
+    assert_clean(at)
+    picker = at.selectbox(key=test_set.TABLE)
+    assert picker.options == ["test (shipped with this model)", "Sentences you paste (computed here)"]
+    assert picker.value == "test"  # the link's table=file is not offered: the first shipped table instead
+    assert any("table= value was ignored" in i.value for i in at.info)
+    assert test_set.PATH not in [w.key for w in at.text_input]  # no path to a file on the server
+    monkeypatch.delenv("ATTN_PUBLIC")
+    local = new_app({"view": VIEW, "table": "file"})
+    assert local.selectbox(key=test_set.TABLE).value == test_set.FILE
+    assert test_set.PATH in [w.key for w in local.text_input]

@@ -16,8 +16,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .. import catalog, controls, figures, state, table_figures, tables
+from transformer.interpret.signals import flag_rule
+
+from .. import catalog, controls, figures, state, table_figures, tables, work
 from ..catalog import load_heads
+from ..inference import MAX_INPUT_CHARS
 from ..params import Param, one_of
 from ..state import ViewContext
 
@@ -26,6 +29,10 @@ PATH = "testset_path"  # a table file on this machine (not in public mode; never
 SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selection opens its line once
 OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
 PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
+PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
+MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
+WORK_SHARE = 0.8  # of a request's work (ATTN_MAX_WORK), kept for the pasted list: 800 units in public mode, about
+# 28 Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -142,10 +149,66 @@ def load(ctx: ViewContext, choice: str) -> tables.Table | None:
 
 
 def pasted_table(ctx: ViewContext) -> tables.Table | None:
-    """The pasted list's form; its table once computed."""
-    st.info("Computing a pasted list here comes with the corpus module (python -m transformer.corpus).",
-            icon=":material/hourglass_top:")
-    return None
+    """The pasted list's form; once asked, its table, computed here with a progress bar for as many lines, from the
+    first, as this request's work limit allows (a notice says when that is fewer than pasted)."""
+    ss = st.session_state
+    st.text_area(f"Sentences to translate, one a line (at most {MAX_LIST})", key=PASTED, height=120,
+                 placeholder="A dog runs on the beach.\nSKU 4471-AX 9930\nzzz zzz zzz zzz")
+    st.text_area("Their references, one a line in the same order (optional: for chrF and BLEU)", key=REFS,
+                 height=68)
+    asked = st.button("Compute the table", key="testset_compute", type="primary", icon=":material/table:")
+    sources, total = tables.pasted_lines(state.clean_text(ss.get(PASTED, "")), MAX_LIST)
+    references, _ = tables.pasted_lines(state.clean_text(ss.get(REFS, "")), MAX_LIST)
+    if total > MAX_LIST:
+        st.info(f"{total:,} lines were pasted; the first {MAX_LIST} are used.", icon=":material/content_cut:")
+    if references and len(references) != len(sources):
+        st.warning(f"{len(references)} references for {len(sources)} sentences: the references are left out (one "
+                   "a line, in the same order, for every sentence).", icon=":material/rule:")
+        references = []
+    long = sum(len(line) > MAX_INPUT_CHARS for line in sources)
+    sources = [line[:MAX_INPUT_CHARS] for line in sources]
+    if long:
+        st.info(f"{long} line(s) were cut to {MAX_INPUT_CHARS:,} characters.", icon=":material/content_cut:")
+    settings = state.settings_from_state()
+    wanted = (tuple(sources), tuple(references) or None, settings)
+    if asked and not sources:
+        st.warning("Paste a sentence first: the box is empty.", icon=":material/edit:")
+    if asked and sources:
+        ss[ASKED] = wanted
+    if not sources or ss.get(ASKED) != wanted:
+        if sources:
+            st.caption("Press Compute the table to translate these lines and measure their signals.")
+        return None
+    tr = ctx.tr
+    # planned against this view's own share, not what the page's sentence left: the same lines whichever sentence
+    # is open (a selected row opens another one, and must not change the table)
+    fit, estimate = work.table_lines(tr, sources, settings, min(work.left(), WORK_SHARE * work.max_work()))
+    if fit == 0:
+        st.warning(f"Even the first line is more work than this server allows per request (ATTN_MAX_WORK, about "
+                   f"{work.amount(work.table_work(tr, sources[0], settings))} units asked): try shorter lines or a "
+                   "smaller beam.", icon=":material/speed:")
+        return None
+    if fit < len(sources):
+        work.cut([f"the table holds the first {fit} of the {len(sources)} pasted lines (about "
+                  f"{work.amount(sum(work.table_work(tr, line, settings) for line in sources))} units asked)"])
+    work.spend(estimate)
+    bar = st.progress(0.0, text=f"Translating and measuring {fit} lines…")
+
+    def progress(done: int, count: int) -> None:
+        bar.progress(done / max(count, 1), text=f"Translating and measuring: {done} of {count} lines")
+
+    try:
+        rows = ctx.model.table(tuple(sources[:fit]), tuple(references[:fit]) or None, settings, progress)
+    except Exception as err:  # never a stack trace
+        bar.empty()
+        st.error(f"The table could not be computed: {type(err).__name__}: "
+                 f"{controls.md_escape(catalog.visitor_message(err))}", icon=":material/error:")
+        return None
+    bar.empty()
+    manifest = {"model": {"name": catalog.short_name(ctx.model.checkpoint),
+                          "flag_rule": flag_rule(tr.path).to_json()},
+                "settings": {"beam": settings.beam_size, "alpha": settings.alpha}, "input": {"lines": fit}}
+    return tables.Table(tables.normalise(pd.DataFrame(rows), "the pasted list"), manifest)
 
 
 def render(ctx: ViewContext) -> None:
