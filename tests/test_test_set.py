@@ -253,3 +253,48 @@ def test_public_mode_offers_the_shipped_tables_and_the_pasted_list_only(with_tab
     local = new_app({"view": VIEW, "table": "file"})
     assert local.selectbox(key=test_set.TABLE).value == test_set.FILE
     assert test_set.PATH in [w.key for w in local.text_input]
+
+
+@pytest.mark.browser
+def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows_every_preset(with_table):
+    """Only a browser clicks the table's canvas; and only a browser lays the presets out on a phone's width."""
+    from urllib.parse import parse_qs, urlparse
+
+    from bench.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ckpt, frame, sources = with_table
+    import os
+
+    with streamlit_server(ckpt, {"ATTN_DATA_DIR": os.environ["ATTN_DATA_DIR"]}) as url, \
+            sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(f"{url}/?view=Whole+test+set&preset=lowest-share", wait_until="domcontentloaded")
+            grid = page.locator("[data-testid=stDataFrame]").first
+            grid.wait_for(timeout=90_000)
+            grid.scroll_into_view_if_needed()
+            box = grid.bounding_box()
+            row = 2  # the third row shown: the third lowest source share
+            page.mouse.click(box["x"] + 16, box["y"] + 35 * (row + 1) + 17)  # its selection box (35 px rows)
+            line = int(frame.sort_values("source_share")["id"].iloc[row])
+            page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
+                                   arg=sources[line], timeout=60_000)  # the row's source, in the address
+            assert parse_qs(urlparse(page.url).query)["view"] == ["Whole test set"]
+            page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
+            assert page.locator("[data-testid=stException]").count() == 0
+            phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                        has_touch=True).new_page()
+            phone.goto(f"{url}/?view=Whole+test+set", wait_until="domcontentloaded")
+            phone.locator("[data-testid=stDataFrame]").first.wait_for(timeout=90_000)
+            for label in ("All lines", "Worst chrF", "Lowest source share", "Flagged"):
+                button = phone.locator("[data-testid=stButtonGroup] button", has_text=label).first
+                edge = button.bounding_box()
+                assert edge["x"] >= 0 and edge["x"] + edge["width"] <= 390, (label, edge)  # nothing cut off
+            table = phone.locator("[data-testid=stDataFrame]").first.bounding_box()
+            assert table["x"] >= 0 and table["x"] + table["width"] <= 390
+        finally:
+            browser.close()
