@@ -3,6 +3,7 @@ they run in a notebook or a test without a browser."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,7 +45,7 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
     title = f"{int(ok.sum()):,} lines" + (f" ({missing:,} without a value)" if missing else "")
     fig.update_layout(barmode="stack", height=HEIGHT, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
                       title=dict(text=title, x=0.0, font=dict(size=13)),
-                      xaxis=dict(title=dict(text=name), automargin=True),
+                      xaxis=dict(title=dict(text=html.escape(name)), automargin=True),  # "on </s>" as typed
                       yaxis=dict(title=dict(text="lines"), automargin=True),
                       legend=dict(orientation="h", y=1.02, x=1.0, xanchor="right", yanchor="bottom"),
                       bargap=0.05)

@@ -136,6 +136,7 @@ def test_histogram_counts_every_value_once_flagged_stacked_and_missing_counted()
     lines = [s for s in fig.layout.shapes if s.type == "line"]
     assert len(lines) == 1 and lines[0].x0 == lines[0].x1 == 0.3
     assert table_figures.signal_histogram(values, "x").layout.shapes == ()  # no threshold: no line
+    assert table_figures.signal_histogram(values, "on </s>").layout.xaxis.title.text == "on &lt;/s&gt;"  # as typed
 
 
 def test_scatter_places_each_line_at_its_share_and_chrf():
@@ -189,15 +190,26 @@ def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_s
     other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "Heatmap"})
     assert_clean(other)
     assert other.session_state["source_text"] == sources[line]
+    at.button(key="testset_go_Source or prefix").click()  # the row's sentence in another view, one click
+    at.run()
+    assert_clean(at)
+    assert at.query_params["view"] == "Source or prefix" and at.query_params["text"] == sources[line]
 
 
 def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_table, monkeypatch, tmp_path):
+    ckpt, _, _ = with_table
+    manifest = ckpt / "tables" / "test.manifest.json"
+    data = json.loads(manifest.read_text())
+    data["model"]["name"] = "**bold** [a link](https://example.org)"  # a manifest's words are shown as text
+    manifest.write_text(json.dumps(data))
     monkeypatch.setenv("ATTN_DATA_DIR", str(tmp_path / "nowhere"))
     at = new_app({"view": VIEW})
     assert_clean(at)
     assert any("not on this server" in i.value for i in at.info)
     shown = at.dataframe[0].value
     assert len(shown) == 20 and shown["source"].isna().all()
+    caption = next(c.value for c in at.caption if "flagged" in c.value)
+    assert "\\*\\*bold\\*\\*" in caption and "\\[a link\\]" in caption
     order = list(at.dataframe[0].proto.column_order)
     assert "source" not in order and "reference" not in order and order[:2] == ["id", "flag"]
 

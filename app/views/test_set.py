@@ -231,10 +231,10 @@ def render(ctx: ViewContext) -> None:
     frame = table.frame
     find = st.text_input("Find", key=FIND, placeholder="Lines whose source, translation or reference contains…",
                          label_visibility="collapsed")
-    if table.inputs_note:
-        st.info(table.inputs_note, icon=":material/description:")
+    if table.inputs_note:  # it names the manifest's split and languages: as text, never Markdown
+        st.info(controls.md_escape(table.inputs_note), icon=":material/description:")
     flagged = int(frame["flag"].sum())
-    st.caption(f"{tables.describe(table.manifest, len(frame))} · {flagged:,} flagged "
+    st.caption(f"{controls.md_escape(tables.describe(table.manifest, len(frame)))} · {flagged:,} flagged "
                f"({flagged / max(len(frame), 1):.1%}). Select a row (the box at its left) to open that sentence in "
                "every view.")
     shown = tables.apply_preset(frame, preset, find or "")
@@ -332,4 +332,5 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
                     icon=":material/scatter_plot:")
     said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
     if said:
-        st.caption(f"Flagged (may be a hallucination) when: {said}. Dotted lines: the rule's thresholds.")
+        st.caption(f"Flagged (may be a hallucination) when: {controls.md_escape(said)}. Dotted lines: the rule's "
+                   "thresholds.")
