@@ -248,6 +248,8 @@ def test_a_pasted_list_is_computed_within_the_work_limit_with_a_notice(with_tabl
     assert_clean(at)
     assert at.session_state["source_text"] == lines[1] and at.query_params["text"] == lines[1]
     assert list(at.dataframe[0].value["source"]) == lines[:2]
+    order = list(at.dataframe[0].proto.column_order)
+    assert "source" in order and "chrf" not in order and "bleu" not in order  # no references: no blank columns
 
 
 def test_public_mode_offers_the_shipped_tables_and_the_pasted_list_only(with_table, monkeypatch):

@@ -104,10 +104,10 @@ def column_config(frame: pd.DataFrame) -> dict:
 
 
 def shown_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns in the table's order: the contract's first (a text column only where it holds text), others
-    after."""
-    own = [c for c in ORDER if c in frame.columns and not (c in tables.TEXTS and frame[c].isna().all())]
-    return own + [c for c in frame.columns if c not in ORDER]
+    """The columns in the table's order, the contract's first, others after; a column with no value in any line
+    (sources without the data set, chrF without references) is left out rather than shown as a column of blanks."""
+    kept = [c for c in frame.columns if c in ("id", "flag", "translation") or not frame[c].isna().all()]
+    return [c for c in ORDER if c in kept] + [c for c in kept if c not in ORDER]
 
 
 def rows_key(*parts: object) -> str:
@@ -242,7 +242,7 @@ def render(ctx: ViewContext) -> None:
     if shown.empty:
         st.info("No line matches: try another preset or clear the filter.", icon=":material/filter_alt_off:")
     event = st.dataframe(shown, hide_index=True, width="stretch", height=360, on_select="rerun",
-                         selection_mode="single-row", key=key, column_order=shown_columns(shown),
+                         selection_mode="single-row", key=key, column_order=shown_columns(frame),
                          column_config=column_config(shown))
     follow(event, key, shown, choice, table.manifest)
     opened_line(choice)
