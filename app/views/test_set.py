@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +34,7 @@ OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
 PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
 PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
 MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
+MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
 WORK_SHARE = 0.8  # of a request's work (ATTN_MAX_WORK), kept for the pasted list: 800 units in public mode, about
 # 28 Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -50,10 +54,35 @@ def _find(text: str) -> str | None:
     return found or None
 
 
+def _pasted(text: str) -> str | None:
+    """A link's pasted list (``lines=``, ``refs=``): cleaned, its first ``MAX_LIST`` lines, ``MAX_LINK_LIST``
+    characters at most."""
+    lines = state.clean_text(text)[:MAX_LINK_LIST].split("\n")[:MAX_LIST]
+    return "\n".join(lines) or None
+
+
+def _path(text: str) -> str | None:
+    path = state.clean_text(text).strip()
+    return path if 0 < len(path) <= 300 and "\n" not in path else None
+
+
+def _open_path(path: str, ss: MutableMapping[str, Any]) -> str | None:
+    """A link's table file, except on a public server (which opens no file a link names)."""
+    if catalog.public_mode():
+        return "this server opens only the tables shipped with its models"
+    ss[PATH] = path
+    return None
+
+
+# The address holds the pasted list too (a link reopens it, to compute with one click; it never computes by itself)
+# and, off a public server, the table file's path.
 PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
           Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
-          Param("find", FIND, _find, default=""))
+          Param("find", FIND, _find, default=""),
+          Param("lines", PASTED, _pasted, default=""),
+          Param("refs", REFS, _pasted, default=""),
+          Param("file", PATH, _path, default="", adopt=_open_path))
 
 LABELS = {"id": "line", "flag": "flag", "source": "source", "translation": "translation", "reference": "reference",
           "chrf": "chrF", "bleu": "BLEU", "source_share": "source share", "source_share_min": "min share",
@@ -132,12 +161,15 @@ def load(ctx: ViewContext, choice: str) -> tables.Table | None:
         return pasted_table(ctx)
     if choice == FILE:
         path = st.text_input("Table file (.parquet, made by python -m transformer.corpus)", key=PATH,
-                             placeholder="runs/test.parquet")
+                             placeholder="runs/test.parquet", persist_state="session")
         if not path.strip():
             st.info("Name a table file made by `python -m transformer.corpus --out FILE.parquet`.",
                     icon=":material/table:")
             return None
-        source = catalog.resolve_checkpoint(path.strip())
+        source = Path(catalog.resolve_checkpoint(path.strip())).expanduser()
+        if not source.is_file():  # a typo, most often: a warning, not an error
+            st.warning(f"There is no table file at {controls.md_escape(path.strip())}.", icon=":material/search_off:")
+            return None
     else:
         source = tables.shipped_tables(ctx.tr.path)[choice]
     try:
@@ -153,9 +185,10 @@ def pasted_table(ctx: ViewContext) -> tables.Table | None:
     first, as this request's work limit allows (a notice says when that is fewer than pasted)."""
     ss = st.session_state
     st.text_area(f"Sentences to translate, one a line (at most {MAX_LIST})", key=PASTED, height=120,
+                 persist_state="session",  # kept while a shipped table shows
                  placeholder="A dog runs on the beach.\nSKU 4471-AX 9930\nzzz zzz zzz zzz")
     st.text_area("Their references, one a line in the same order (optional: for chrF and BLEU)", key=REFS,
-                 height=68)
+                 height=68, persist_state="session")
     asked = st.button("Compute the table", key="testset_compute", type="primary", icon=":material/table:")
     sources, total = tables.pasted_lines(state.clean_text(ss.get(PASTED, "")), MAX_LIST)
     references, _ = tables.pasted_lines(state.clean_text(ss.get(REFS, "")), MAX_LIST)
@@ -230,7 +263,7 @@ def render(ctx: ViewContext) -> None:
         return
     frame = table.frame
     find = st.text_input("Find", key=FIND, placeholder="Lines whose source, translation or reference contains…",
-                         label_visibility="collapsed")
+                         label_visibility="collapsed", persist_state="session")
     if table.inputs_note:  # it names the manifest's split and languages: as text, never Markdown
         st.info(controls.md_escape(table.inputs_note), icon=":material/description:")
     flagged = int(frame["flag"].sum())
