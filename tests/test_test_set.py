@@ -256,8 +256,9 @@ def test_public_mode_offers_the_shipped_tables_and_the_pasted_list_only(with_tab
     ckpt, _, _ = with_table
     monkeypatch.setenv("ATTN_PUBLIC", "1")
     monkeypatch.setenv("ATTN_MODELS", str(ckpt))
-    at = new_app({"view": VIEW, "table": "file"})
+    at = new_app({"view": VIEW, "table": "file", "file": "/etc/passwd"})
     assert_clean(at)
+    assert any("file (this server opens only the tables shipped" in t.value for t in at.text)  # said, not taken
     picker = at.selectbox(key=test_set.TABLE)
     assert picker.options == ["test (shipped with this model)", "Sentences you paste (computed here)"]
     assert picker.value == "test"  # the link's table=file is not offered: the first shipped table instead
