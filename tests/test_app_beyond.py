@@ -187,27 +187,30 @@ def test_head_table_gains_the_agreement_column(app_env, tr):
         r"^[+-]\d\.\d{3}$").all()
 
 
-def alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, threshold):
-    """A copy of the tiny checkpoint with a heads.json whose ALTI+ section holds ``threshold`` (None: no file)."""
+def alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, rule):
+    """A copy of the tiny checkpoint with a heads.json ALTI+ section and a ``flag.json`` holding ``rule`` (its
+    conditions as JSON; None: no file, the default rule)."""
     import json
     import shutil
 
     path = tmp_path / "tiny-alti"
     shutil.copytree(tiny_checkpoint, path)
-    if threshold is not None:
-        section = {"hallucination_threshold": threshold, "threshold_percentile": 1.0, "threshold_split": "val",
-                   "split": "test", "alignment_agreement": {"mean_of_layers_and_heads": 0.5, "best_layer": 2}}
-        (path / "heads.json").write_text(json.dumps({"importance": {}, "alti": section}))
+    section = {"hallucination_threshold": 0.5, "threshold_percentile": 1.0, "threshold_split": "val",
+               "split": "test", "alignment_agreement": {"mean_of_layers_and_heads": 0.5, "best_layer": 2}}
+    (path / "heads.json").write_text(json.dumps({"importance": {}, "alti": section}))
+    if rule is not None:
+        (path / "flag.json").write_text(json.dumps({"any": rule}))
     monkeypatch.setenv("ATTN_CHECKPOINT", str(path))
     return path
 
 
-@pytest.mark.parametrize("threshold", [1.0, 0.0, None])
-def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoint, tmp_path, monkeypatch, tr,
-                                                                  threshold):
-    from transformer.interpret import contributions
+@pytest.mark.parametrize("rule", ["always", "never", None])
+def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoint, tmp_path, monkeypatch, tr, rule):
+    from transformer.interpret import contributions, looping
 
-    alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, threshold)
+    conditions = {"always": [{"column": "source_share", "op": "<", "value": 1.01}],
+                  "never": [{"column": "seq_logprob", "op": "<", "value": -1000}], None: None}[rule]
+    alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, conditions)
     at = set_view(translate(new_app(), TEXT), "Source or prefix")
     assert_clean(at)
     ref = tr.translate(TEXT)
@@ -222,13 +225,14 @@ def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoin
     last = ref.cross_attentions[-1].mean(0).numpy()  # (T, S): the last layer, mean over heads (the default)
     np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2")["data"][0]["z"]), last, atol=1e-6)
     warned = [w.value for w in at.warning if "may be a hallucination" in w.value]
-    captions = " ".join(c.value for c in at.caption)
-    if threshold == 1.0:  # every translation is below: the notice shows, with the threshold and its split
-        assert len(warned) == 1 and "100.0%" in warned[0] and "val" in warned[0]
-    elif threshold == 0.0:
-        assert not warned and "above this model's hallucination threshold" in captions
-    else:
-        assert not warned and "no hallucination threshold" in captions
+    said = " ".join([*warned, *(c.value for c in at.caption)])
+    if rule == "always":  # the checkpoint's rule flags every translation, and the notice says why, with the value
+        assert len(warned) == 1 and f"{share.mean():.1%} of each output piece comes from the source" in warned[0]
+        assert "source_share < 1.01" in warned[0] and "chosen on val" in warned[0]
+    elif rule == "never":
+        assert not warned and "Not flagged" in said and "chosen on val" in said
+    else:  # no flag.json: looping outputs only
+        assert bool(warned) == looping(ref.text) and "no rule chosen on val yet" in said
     # the layer to compare with is the view's own address parameter
     at.selectbox(key="source_prefix_layer").set_value("all")
     at.run()

@@ -192,3 +192,20 @@ def test_the_rule_lives_beside_the_checkpoint(tmp_path):
                    '"op": "==", "value": 1}]}'):
         (tmp_path / FLAG_FILE).write_text(broken)
         assert flag_rule(tmp_path).origin == "default", broken
+
+
+def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
+    from transformer.interpret.signals import translation_row
+
+    result = tr.translate("two people are walking on the beach .", beam_size=3)
+    src = torch.tensor([result.source_ids])
+    tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
+    with torch.no_grad():
+        logp = tr.model(src, tgt).logits[0].log_softmax(-1)[range(len(result.target_ids)), result.target_ids]
+    share = contributions(tr.model, src, tgt).source_share[0]
+    cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
+    row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
+                          cross.numpy(), hit_max_len=True)
+    [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
+    assert close({k: row[k] for k in want}, want, 1e-5)
+    assert row["repetition"] == 6 and row["hit_max_len"] is True

@@ -1,10 +1,13 @@
 """Source or prefix: how much of each output piece comes from the source and how much from the target prefix
-(ALTI+, Ferrando et al. 2022), beside the plain cross-attention, with a hallucination notice (Dale et al. 2023)."""
+(ALTI+, Ferrando et al. 2022), beside the plain cross-attention, with the checkpoint's hallucination ``flag``
+(``transformer.interpret.signals``: the rule in its ``flag.json``, chosen on val)."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
+
+from transformer.interpret.signals import flag_rule, reason_text, reasons, translation_row
 
 from .. import controls, figures, work
 from ..catalog import load_heads
@@ -52,22 +55,21 @@ def render(ctx: ViewContext) -> None:
     data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
-    threshold, section = threshold_of(ctx.tr.path)
-    percentile = f"{section['threshold_percentile']:g}" if isinstance(section.get("threshold_percentile"),
-                                                                        (int, float)) else "?"
-    if threshold is not None and mean < threshold:
-        st.warning(f"This translation may be a hallucination: on average only {mean:.1%} of each output piece "
-                   f"comes from the source, below this model's threshold of {threshold:.1%} ("
-                   f"percentile {percentile} of the mean source shares over "
-                   f"{section.get('threshold_split', 'val')}; Dale et al., 2023, flag low source contribution).",
-                   icon=":material/report:")
-    elif threshold is not None:
-        st.caption(f"Mean source share {mean:.1%}: above this model's hallucination threshold of {threshold:.1%} "
-                   f"(percentile {percentile} of the sentences' mean source share "
-                   f"over {section.get('threshold_split', 'val')}, on the model's own translations).")
+    _, section = threshold_of(ctx.tr.path)
+    rule = flag_rule(ctx.tr.path)
+    row = translation_row(ctx.tr, result.source_ids, result.target_ids, result.translation,
+                          np.log(np.maximum(result.chosen_probs.astype(np.float64), 1e-300)), share, result.cross,
+                          hit_max_len=result.hit_max_len, tgt_lang=result.settings.tgt_lang)
+    why = reasons(row, rule)
+    origin = ("this model's rule, chosen on val (`flag.json`)" if rule.origin != "default"
+              else "this model has no rule chosen on val yet (`python -m transformer.detect --write`): looping only")
+    if why:
+        st.warning("This translation may be a hallucination: " + "; ".join(reason_text(c, row) for c in why) +
+                   f". Flagged when {rule.describe()} ({origin}).", icon=":material/report:")
     else:
-        st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
-                   "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
+        st.caption(f"Not flagged as a possible hallucination (mean source share {mean:.1%}, mean log-probability "
+                   f"{row['seq_logprob']:.2f} per piece): flagged when {rule.describe()} ({origin}).")
+    threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
     outputs = result.target_tokens
     st.plotly_chart(figures.source_share_figure(share, outputs, threshold),
                     config=figures.plotly_config("source-share"), key="source_prefix_share")

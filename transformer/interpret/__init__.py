@@ -43,7 +43,9 @@ from .signals import (
     flag_rule,
     looping,
     pair_signals,
+    reasons,
     repetition,
+    translation_row,
     write_flag_rule,
 )
 
@@ -52,6 +54,6 @@ __all__ = [
     "alti_rows", "attention_attribution_agreement", "attention_module", "attention_terms", "attribute",
     "attribution_row_bytes", "block_contributions", "block_terms", "contributions", "forward_from_embeddings",
     "head_computation", "internals", "logit_lens", "logit_lens_chosen", "require_eval", "value_norms",
-    "DEFAULT_RULE", "SIGNALS", "Condition", "FlagRule", "flag", "flag_rule", "looping", "pair_signals", "repetition",
-    "write_flag_rule",
+    "DEFAULT_RULE", "SIGNALS", "Condition", "FlagRule", "flag", "flag_rule", "looping", "pair_signals", "reasons",
+    "repetition", "translation_row", "write_flag_rule",
 ]

@@ -43,6 +43,7 @@ from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_leng
 from .table import table_rows as table_rows  # re-exported: transformer.corpus.table_rows, for the app
 
 SUFFIXES = (".parquet", ".jsonl")
+DEFAULT_DATA_DIR = "data/multi30k"  # as every command (python -m transformer.data --download data/multi30k)
 MAX_LINE_CHARS = 1_000_000  # a longer line is not a sentence: refused before the model sees it
 PROCESS_GROUP_TIMEOUT = timedelta(hours=12)  # ranks wait for the slowest at the merge
 VERSIONED = ("torch", "sacrebleu", "pyarrow", "sentencepiece", "numpy")
@@ -255,7 +256,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
     p.add_argument("--source", help="source file, one sentence a line")
     p.add_argument("--reference", help="reference file, one translation a line (optional, with --source)")
-    p.add_argument("--data-dir", help="directory with {split}.{lang} files (instead of --source)")
+    p.add_argument("--data-dir", help="directory with {split}.{lang} files (default, without --source: "
+                                      f"{DEFAULT_DATA_DIR})")
     p.add_argument("--split", default="test_2016_flickr", help="with --data-dir (default: test_2016_flickr)")
     p.add_argument("--src", help="with --data-dir: the source files' language suffix (default: the checkpoint's "
                                  "language pair, else en)")
@@ -275,8 +277,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads per process (0: leave as is)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    if bool(args.source) == bool(args.data_dir):
+    if args.source and args.data_dir:
         p.error("give either --source FILE (with an optional --reference FILE) or --data-dir DIR --split NAME")
+    if not args.source:
+        args.data_dir = args.data_dir or DEFAULT_DATA_DIR
     if args.reference and not args.source:
         p.error("--reference goes with --source")
     for name in ("limit", "beam", "batch_size"):
@@ -353,23 +357,26 @@ def run(args: argparse.Namespace) -> int:
             done.update((row["id"], row) for row in rows)
             bar.update(len(ids))
     seconds = time.perf_counter() - start
-    mine = [done[i] for g in groups for i in g]
+    mine = ([done[i] for g in groups for i in g], seconds, total - kept)
     gathered: list[Any] = [None] * world
     if world > 1:
         dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
     else:
         gathered = [mine]
     if rank == 0:
-        rows = sorted((row for part in gathered for row in part), key=lambda row: row["id"])
+        rows = sorted((row for part, _, _ in gathered for row in part), key=lambda row: row["id"])
         if [row["id"] for row in rows] != list(range(len(sources))):
             raise CorpusError(f"the merged parts do not hold every line once ({len(rows)} rows for "
                               f"{len(sources)} lines); the parts stay in {parts_dir(out)}")
         write_table(out, without_inputs(rows) if args.no_inputs else rows)
         record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
-                  "no_inputs": args.no_inputs, "processes": world, "seconds": round(seconds, 2),
+                  "no_inputs": args.no_inputs, "processes": world,
+                  "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
+                  "seconds_by_rank": [round(t, 2) for _, t, _ in gathered],
+                  "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
                   "flagged": sum(bool(row["flag"]) for row in rows)}
         manifest.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"{out}: {len(rows)} rows ({record['flagged']} flagged), {world} process(es), {seconds:.1f} s",
+        print(f"{out}: {len(rows)} rows ({record['flagged']} flagged), {world} process(es), {record['seconds']:.1f} s",
               file=sys.stderr)
     barrier(world)
     own.unlink(missing_ok=True)

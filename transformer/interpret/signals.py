@@ -5,8 +5,9 @@
   2023; Dale et al., 2023). The same numbers as one sentence at a time; no hook, the model untouched.
 - :func:`repetition` / :func:`looping`: the longest run of one unit of 1-6 characters repeated back to back.
 - :class:`FlagRule`, :func:`flag`, :func:`flag_rule`: "may be a hallucination", a rule stored beside a checkpoint
-  (``flag.json``, chosen on val), or, for a checkpoint
-  without one, looping outputs only.
+  (``flag.json``, chosen on val by ``python -m transformer.detect``), or, for a checkpoint without one, looping
+  outputs only. :func:`translation_row` builds the row of one translation whose teacher-forced pass is at hand
+  (the app's notice); :func:`reasons` says which conditions hold.
 
 The column names (``seq_logprob``, ``source_share``, ``source_share_min``, ``eos_attention``, ``repetition``, ...)
 are those of ``python -m transformer.corpus``'s table: a row of that table is what :func:`flag` reads.
@@ -37,6 +38,7 @@ MAX_UNIT = 6  # the longest unit, in characters
 DEFAULT_MAX_BATCH_TOKENS = 4096  # padded (source + output) pieces per batch of pair_signals
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 _SPACE = re.compile(r"\s+")
+Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 
 
 # ----------------------------------------------------------------------------------------------- looping outputs
@@ -73,8 +75,7 @@ def eos_share(cross: Tensor | np.ndarray, source_ids: Sequence[int], eos_id: int
     return a[..., on_eos].sum(-1).mean(dim=(0, 1)).numpy()  # (L, H, T, |eos|) -> (T,)
 
 
-def step_signals(logprobs: Sequence[float] | np.ndarray | Tensor, source_share: Sequence[float] | np.ndarray | Tensor,
-                 eos: Sequence[float] | np.ndarray | Tensor) -> dict[str, float]:
+def step_signals(logprobs: Values, source_share: Values, eos: Values) -> dict[str, float]:
     """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob``
     the mean log-probability, ``source_share`` / ``source_share_min`` the mean / minimum ALTI+ source share,
     ``eos_attention`` the mean of :func:`eos_share`. No step: every value NaN."""
@@ -87,6 +88,27 @@ def step_signals(logprobs: Sequence[float] | np.ndarray | Tensor, source_share: 
         return dict.fromkeys(SIGNALS, math.nan)
     return {"seq_logprob": float(lp.mean()), "source_share": float(ss.mean()), "source_share_min": float(ss.min()),
             "eos_attention": float(eo.mean())}
+
+
+def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: str | None = None) -> int:
+    """How many of ``target_ids``' first pieces a multilingual model's search imposed (its target-language code):
+    not predicted, so not scored."""
+    prefix = list(translator.tokenizer.target_prefix(tgt_lang))
+    return len(prefix) if prefix and [int(i) for i in target_ids[: len(prefix)]] == prefix else 0
+
+
+def translation_row(translator: Translator, source_ids: Sequence[int], target_ids: Sequence[int], text: str,
+                    logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, *, hit_max_len: bool = False,
+                    tgt_lang: str | None = None) -> dict[str, Any]:
+    """The row :func:`flag` reads, for one translation whose teacher-forced pass is at hand (decoder input
+    ``[BOS] + target_ids[:-1]``): ``logprobs (T,)`` of each ``target_ids[t]``, ALTI+'s ``source_share (T,)``,
+    ``cross (L, H, T, S)``. The signals are :func:`pair_signals`' of the same pair (the forced language code not
+    scored), plus ``repetition`` of ``text`` and ``hit_max_len``."""
+    skip = forced_steps(translator, target_ids, tgt_lang)
+    row: dict[str, Any] = step_signals(np.asarray(logprobs)[skip:], np.asarray(source_share)[skip:],
+                                       eos_share(cross, source_ids, translator.config.eos_id)[skip:])
+    row.update(repetition=repetition(text), hit_max_len=bool(hit_max_len))
+    return row
 
 
 def source_ids_of(translator: Translator, source: str | Sequence[int], src_lang: str | None = None) -> list[int]:
@@ -159,7 +181,7 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
     require_eval(model, "pair_signals")
     srcs = [source_ids_of(translator, s, src_lang) for s in sources]
     tgts = [target_ids_of(translator, t, tgt_lang) for t in targets]
-    skip = len(translator.tokenizer.target_prefix(tgt_lang))
+    skip = len(translator.tokenizer.target_prefix(tgt_lang))  # every target starts with it (target_ids_of)
     results: list[dict[str, float]] = [dict.fromkeys(SIGNALS, math.nan) for _ in srcs]
     todo = [i for i, t in enumerate(tgts) if len(t) > skip]
     for batch in _batches([len(srcs[i]) + len(tgts[i]) for i in todo], max_batch_tokens):
@@ -262,6 +284,27 @@ def _value(row: Mapping[str, Any], column: str) -> float | None:
 def flag(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> bool:
     """Whether ``row`` (a dict with the corpus table's column names) may be a hallucination under ``rule``."""
     return any(c.holds(row) for c in rule.conditions)
+
+
+def reasons(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> list[Condition]:
+    """The conditions of ``rule`` that hold for ``row`` (flagged when there is any)."""
+    return [c for c in rule.conditions if c.holds(row)]
+
+
+def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
+    """One condition that holds, in words, with the row's value."""
+    x = _value(row, condition.column)
+    v = condition.value
+    words = {
+        "repetition": f"one short unit repeats {x:.0f} times in a row (a looping output)",
+        "seq_logprob": f"the model finds its own output unlikely (mean log-probability {x:.2f} per piece, "
+                       f"{'below' if '<' in condition.op else 'above'} {v:.2f})",
+        "source_share": f"on average only {x:.1%} of each output piece comes from the source (threshold {v:.1%})",
+        "source_share_min": f"one output piece takes only {x:.1%} from the source (threshold {v:.1%})",
+        "eos_attention": f"the cross-attention rests on the source's </s> ({x:.1%} of it, threshold {v:.1%})",
+        "hit_max_len": "the output was cut at the maximum length",
+    }
+    return words.get(condition.column, f"{condition.column} = {x:g} ({condition})")
 
 
 def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
