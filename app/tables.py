@@ -189,6 +189,10 @@ def join_inputs(table: Table, roots: Sequence[Path] | None = None) -> Table:
         references = _lines(root / f"{split}.{tgt}") if tgt else None
         if references is not None and len(references) != len(sources):
             references = None
+        if not same_input(given, sources, references):
+            return Table(frame, manifest, f"The sources are missing: {split}.{src} in the data folder is not the "
+                                          "file the table was made from (its lines differ), so its lines cannot be "
+                                          "matched. Only ids, translations and signals are shown.")
         ids = frame["id"].to_numpy()
         inside = ids >= 0
         frame = frame.copy()
@@ -200,6 +204,21 @@ def join_inputs(table: Table, roots: Sequence[Path] | None = None) -> Table:
                                   f"Multi30k, so this table holds only line ids, translations and signals, and no copy "
                                   f"of {split}.{src} was found in the data folder (ATTN_DATA_DIR, else data/multi30k). "
                                   "Get it with: python -m transformer.data --download data/multi30k")
+
+
+def same_input(given: dict, sources: list[str], references: list[str] | None) -> bool:
+    """Whether the data folder's lines are those the table was made from: the manifest's ``sha256`` of its input
+    (``transformer.interpret.corpus.content_hash`` over the first ``lines`` sources, then the references when it
+    had them), when the manifest has one."""
+    from transformer.interpret.corpus import content_hash  # torch.distributed and tqdm: only for a shipped table
+
+    digest, lines = given.get("sha256"), given.get("lines")
+    if not isinstance(digest, str) or not isinstance(lines, int):
+        return True
+    used = references[:lines] if given.get("references") and references is not None else None
+    if given.get("references") and used is None:
+        return True  # no reference file here: the sources alone cannot be checked against the digest
+    return content_hash(sources[:lines], used) == digest
 
 
 def apply_preset(frame: pd.DataFrame, preset: str, find: str = "") -> pd.DataFrame:

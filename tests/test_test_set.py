@@ -63,6 +63,29 @@ def test_join_by_id_reads_sources_and_references_back_in_any_row_order(tmp_path,
                                frame.set_index("id")["source_share"].sort_index())
 
 
+def test_a_table_of_the_real_command_joins_back_to_its_lines_and_a_changed_file_is_refused(tmp_path, tiny_checkpoint,
+                                                                                           tiny_corpus):
+    """``python -m transformer.corpus --no-inputs`` on the tiny model: the join restores exactly the lines it read
+    (the manifest's digest of them checked), and refuses a data folder whose file differs."""
+    from transformer.interpret.corpus import main
+
+    out = tmp_path / "tables" / "test.parquet"
+    assert main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
+                 "--limit", "6", "--beam", "1", "--no-inputs", "--out", str(out)]) == 0
+    table = tables.read_table(out)
+    assert table.frame["source"].isna().all()  # the committed form: no line of the corpus
+    joined = tables.join_inputs(table, [tiny_corpus])
+    assert joined.inputs_note is None
+    lines = (tiny_corpus / "test.en").read_text().splitlines()
+    refs = (tiny_corpus / "test.de").read_text().splitlines()
+    assert list(joined.frame["source"]) == lines[:6] and list(joined.frame["reference"]) == refs[:6]
+    other = tmp_path / "other"
+    shutil.copytree(tiny_corpus, other)
+    (other / "test.en").write_text("\n".join(lines[:2] + ["A changed line."] + lines[3:]) + "\n")
+    refused = tables.join_inputs(table, [other])
+    assert refused.frame["source"].isna().all() and "not the file the table was made from" in refused.inputs_note
+
+
 def test_join_says_why_the_sources_are_missing(tmp_path, tiny_corpus):
     frame = make_table(20)
     absent = tables.join_inputs(tables.read_table(write_table(tmp_path / "a", frame)), [tmp_path / "nowhere"])
