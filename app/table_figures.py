@@ -21,9 +21,10 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                      flagged: Sequence[bool] | np.ndarray | None = None,
-                     threshold: float | None = None, bins: int = 30) -> go.Figure:
+                     threshold: float | None = None, bins: int = 30, threshold_name: str = "threshold") -> go.Figure:
     """How the lines spread over one signal: a histogram of ``values`` (missing ones left out and counted in the
-    title), flagged lines stacked in red on the others, and a dotted line at ``threshold`` when given."""
+    title), flagged lines stacked in red on the others, and a dotted line at ``threshold`` when given, labelled
+    ``threshold_name`` and its value."""
     values = _finite(values)
     flagged = np.zeros(len(values), dtype=bool) if flagged is None else np.asarray(flagged, dtype=bool)
     ok = np.isfinite(values)
@@ -40,7 +41,7 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                                            hovertemplate=f"{label}: %{{y}} lines in %{{x}}<extra></extra>"))
     if threshold is not None:
         fig.add_vline(x=threshold, line_dash="dot", line_width=2, line_color=FLAGGED,
-                      annotation_text=f"threshold {threshold:.2f}", annotation_position="top left",
+                      annotation_text=f"{html.escape(threshold_name)} {threshold:.2f}", annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
     title = f"{int(ok.sum()):,} lines" + (f" ({missing:,} without a value)" if missing else "")
     fig.update_layout(barmode="stack", height=HEIGHT, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
@@ -54,10 +55,10 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
 
 def share_chrf_scatter(share: Sequence[float] | np.ndarray, chrf: Sequence[float] | np.ndarray,
                        ids: Sequence[int] | np.ndarray, flagged: Sequence[bool] | np.ndarray | None = None,
-                       threshold: float | None = None) -> go.Figure:
+                       threshold: float | None = None, threshold_name: str = "threshold") -> go.Figure:
     """Each line as a point: its source share (ALTI+) across, its chrF up; flagged lines red, a dotted line at the
-    source-share ``threshold``. Lines without either value are left out (the title counts them); a point's hover
-    names its line id (``customdata``)."""
+    source-share ``threshold`` (labelled ``threshold_name`` and its value). Lines without either value are left
+    out (the title counts them); a point's hover names its line id (``customdata``)."""
     share, chrf, ids = _finite(share), _finite(chrf), np.asarray(ids)
     flagged = np.zeros(len(share), dtype=bool) if flagged is None else np.asarray(flagged, dtype=bool)
     ok = np.isfinite(share) & np.isfinite(chrf)
@@ -71,7 +72,7 @@ def share_chrf_scatter(share: Sequence[float] | np.ndarray, chrf: Sequence[float
                                                    "chrF %{y:.1f}<extra></extra>"))
     if threshold is not None:
         fig.add_vline(x=threshold, line_dash="dot", line_width=2, line_color=FLAGGED,
-                      annotation_text=f"threshold {threshold:.2f}", annotation_position="top left",
+                      annotation_text=f"{html.escape(threshold_name)} {threshold:.2f}", annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
     left = int(len(share) - ok.sum())
     title = f"{int(ok.sum()):,} lines" + (f" ({left:,} without chrF or source share)" if left else "")

@@ -245,9 +245,8 @@ def rule_of(manifest: dict) -> dict:
     return rule if isinstance(rule, dict) and isinstance(rule.get("any"), list) else {}
 
 
-def thresholds(rule: dict, heads_threshold: float | None = None) -> dict[str, float]:
-    """The threshold of each column the flag's ``rule`` tests (its first condition on the column); the source
-    share's, when the rule has none, ``heads_threshold`` (the checkpoint's heads.json, chosen on val) if given."""
+def thresholds(rule: dict) -> dict[str, float]:
+    """The threshold of each column the flag's ``rule`` tests (its first condition on the column)."""
     found: dict[str, float] = {}
     for condition in rule.get("any", []) if isinstance(rule.get("any"), list) else []:
         if not isinstance(condition, dict):
@@ -256,8 +255,6 @@ def thresholds(rule: dict, heads_threshold: float | None = None) -> dict[str, fl
         if (isinstance(column, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value)):
             found.setdefault(column, float(value))
-    if "source_share" not in found and heads_threshold is not None and math.isfinite(heads_threshold):
-        found["source_share"] = float(heads_threshold)
     return found
 
 

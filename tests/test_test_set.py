@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, new_app  # noqa: E402
+from conftest import assert_clean, charts, new_app  # noqa: E402
 
 from app import table_figures, tables  # noqa: E402
 from app.views import test_set  # noqa: E402
@@ -128,14 +128,12 @@ def test_presets_sort_filter_and_find():
     assert tables.apply_preset(frame, "all", "<B>X").shape[0] == 12
 
 
-def test_thresholds_come_from_the_tables_flag_rule_else_the_checkpoints_heads_json():
+def test_thresholds_come_from_the_tables_flag_rule():
     rule = {"any": [{"column": "repetition", "op": ">=", "value": 6}, {"column": "source_share", "op": "<",
                                                                         "value": 0.55}], "rule": "..."}
     manifest = {"model": {"name": "tiny", "flag_rule": rule}}
     assert tables.rule_of(manifest) == rule
-    assert tables.thresholds(rule, 0.6) == {"repetition": 6.0, "source_share": 0.55}
-    assert tables.thresholds({"any": [{"column": "repetition", "op": ">=", "value": 6}]}, 0.611) == {
-        "repetition": 6.0, "source_share": 0.611}
+    assert tables.thresholds(rule) == {"repetition": 6.0, "source_share": 0.55}
     assert tables.thresholds({"any": [{"column": "x", "value": "y"}, 3]}) == {}
     assert tables.rule_of({"model": "tiny"}) == {}
 
@@ -201,6 +199,9 @@ def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_s
     columns = json.loads(at.dataframe[0].proto.columns)
     assert columns["source_share"]["type_config"]["type"] == "progress"
     assert columns["chrf"]["type_config"]["format"] == "%.1f"
+    scatter = next(c for c in charts(at) if "source" in c["layout"]["xaxis"]["title"]["text"])
+    assert [(s["x0"], s["x1"]) for s in scatter["layout"]["shapes"]] == [(0.5, 0.5)]  # the rule's source_share < 0.5
+    assert scatter["layout"]["annotations"][0]["text"] == "flag threshold 0.50"
     line = int(shown["id"].iloc[2])
     selected = {"selection": {"rows": [2], "columns": [], "cells": []}}
     at.session_state[test_set.rows_key("test", "lowest-share", "")] = selected

@@ -333,29 +333,39 @@ def opened_line(choice: str) -> None:
 
 
 def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
-    """A histogram of the chosen signal and source share against chrF, each with the flag's threshold on it."""
+    """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
+    the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so."""
+    limits = tables.thresholds(rule)
     heads = load_heads(ctx.tr.path) or {}
     alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
     value = alti.get("hallucination_threshold")
-    limits = tables.thresholds(rule, float(value) if isinstance(value, (int, float)) else None)
+    val_share = float(value) if isinstance(value, (int, float)) and "source_share" not in limits else None
     present = [s for s in tables.SIGNALS if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
     if not present:
         st.info("This table has no signal values to draw.", icon=":material/bar_chart:")
         return
+
+    def line(column: str) -> tuple[float | None, str]:
+        if column in limits:
+            return limits[column], "flag threshold"
+        return (val_share, "val threshold") if column == "source_share" and val_share is not None else (None, "")
+
     left, right = st.columns(2)
     with left:
         signal = controls.choose(st.selectbox, "Signal", present, SIGNAL, "chrf" if "chrf" in present else present[0],
                                  format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNALS[s]}")
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
+        at, name = line(signal)
         st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
-                                                       limits.get(signal)),
+                                                       at, threshold_name=name),
                         config=figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
+            at, name = line("source_share")
             st.plotly_chart(table_figures.share_chrf_scatter(
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
-                frame["flag"].to_numpy(), limits.get("source_share")),
+                frame["flag"].to_numpy(), at, threshold_name=name),
                 config=figures.plotly_config("test-set-share-chrf"), key="testset_scatter")
             st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
                        "little from the source: its words come from the output so far, a sign of a made-up "
@@ -364,6 +374,11 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
     said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
-    if said:
-        st.caption(f"Flagged (may be a hallucination) when: {controls.md_escape(said)}. Dotted lines: the rule's "
-                   "thresholds.")
+    notes = [f"Flagged (may be a hallucination) when: {controls.md_escape(said)}." if said else
+             "This table's manifest does not say how its lines were flagged."]
+    if limits:
+        notes.append("A dotted “flag threshold” is one of that rule's limits.")
+    if val_share is not None:
+        notes.append(f"The dotted “val threshold” ({val_share:.2f}) is this model's source-share threshold chosen "
+                     "on val (its heads.json); it is not part of the flag.")
+    st.caption(" ".join(notes))
