@@ -14,7 +14,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     ATTN_PUBLIC=1 \
     ATTN_MODELS=checkpoints/multi30k-en-de,checkpoints/multi30k-en-de-prenorm \
     ATTN_MAX_WORK=1000 \
-    ATTN_HEAVY_JOBS=1
+    ATTN_HEAVY_JOBS=1 \
+    ATTN_DATA_DIR=/home/user/app/data/multi30k
 # Public mode offers exactly ATTN_MODELS (no Hub download unless it names a repo id); every request's work is
 # capped at ATTN_MAX_WORK units and heavy jobs queue for ATTN_HEAVY_JOBS slots (docs/limits.md).
 
@@ -25,6 +26,9 @@ COPY transformer/ transformer/
 COPY app/ app/
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu" && \
     pip install -c constraints.txt ".[app]"
+# Multi30k's test split (the project never ships its lines): "Whole test set" joins the sources and references back
+# to the shipped tables (checkpoints/*/tables/test_2016_flickr.parquet) by line id.
+RUN python -m transformer.data --download data/multi30k --splits test_2016_flickr --langs en de
 
 # Spaces run the container as user 1000. The shipped checkpoints (config.json, model.safetensors,
 # tokenizer.model, metadata.json, heads.json, snapshots/) come in as they are; tests, bench and training

@@ -185,6 +185,21 @@ class Model:
         return RESULTS.get(self.key("translations", sentences, settings),
                            lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
 
+    def table(self, sources: tuple[str, ...], references: tuple[str, ...] | None, settings: DecodeSettings,
+              progress: Callable[[int, int], None] | None = None) -> list[dict]:
+        """The test-set table's rows of a short list (``transformer.interpret.table.table_rows``: translation and
+        signals of each line), kept within the byte budget; light while the request's work is, else a heavy job.
+        The caller plans and counts the work (``app.work.table_lines``); ``progress(done, total)`` is not part of
+        the key."""
+        from transformer.interpret.table import table_rows  # pyarrow and sacrebleu: only once a list is computed
+
+        tr = self.tr
+        run = lambda: table_rows(tr, list(sources), None if references is None else list(references), settings,
+                                 progress)
+        light = work.is_light(0.0)
+        return RESULTS.get(self.key("table", sources, references, settings),
+                           lambda: run() if light else heavy(run, f"Computing the table of {len(sources)} lines…"))
+
     def snapshot_model(self, snapshot: str) -> Transformer:
         """A copy of the model with one snapshot's weights (kept within the byte budget, its weights counted)."""
         return RESULTS.get(self.key("snapshot model", snapshot),

@@ -63,7 +63,7 @@ def page(req: work.Request) -> None:
     above = st.container()  # the input area, drawn in its place once the picture has been sent
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
     view = VIEWS[selector.resolve(VIEWS, GROUPS)]
-    req.keep(view.work_share if view.needs_translation else 0.0)  # for the view's own jobs
+    req.keep(view.work_share)  # for the view's own jobs
     sub = state.submitted()
     result = analyse(model, sub)
     req.keep(0.0)

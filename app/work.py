@@ -230,6 +230,27 @@ def plan_alti(tr: Translator, source: int, target: int) -> tuple[bool, list[str]
                    "shorter sentence fits)"]
 
 
+def table_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float:
+    """One line of a test-set table (``transformer.corpus``): its plain translation, then the teacher-forced pass and
+    ALTI+ over the longest output the length rule allows."""
+    source = source_length(tr, sentence)
+    return plain_work(tr, sentence, settings) + alti_work(tr, source, output_limit(tr, source, settings))
+
+
+def table_lines(tr: Translator, sentences: list[str], settings: DecodeSettings,
+                ceiling: float | None = None) -> tuple[int, float]:
+    """How many of ``sentences``, from the first, a table fits within ``ceiling`` (default what is :func:`left` of
+    this request), and their estimate."""
+    ceiling = left() if ceiling is None else ceiling
+    total = 0.0
+    for i, sentence in enumerate(sentences):
+        cost = table_work(tr, sentence, settings)
+        if total + cost > ceiling:
+            return i, total
+        total += cost
+    return len(sentences), total
+
+
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
     return units(parameters(tr), 2 * source + target + target * decode_step(1))

@@ -27,6 +27,9 @@ CHANGES: dict[str, object] = {
     "table_agreement": True, "table_pick": "cross.1.2", "ablate": ["Cross · L1 · H2"], "pad_src": 3, "pad_tgt": 0,
     "pe_d": 16, "pe_len": 20, "pe_dims": [0, 1], "inside_query": 2, "drivers_method": "input_x_gradient",
     "compare_alpha": "own", "interactive": True, "heatmap_chart_row": 2, "source_prefix_layer": "all",
+    "testset_table": ":file", "testset_preset": "flagged", "testset_find": "dog", "testset_signal": "source_share",
+    "testset_paste": "A dog runs.\nTwo men play.", "testset_refs": "Ein Hund läuft.\nZwei Männer spielen.",
+    "testset_path": "runs/no-such-table.parquet",
 }
 WINDOW_CHANGE = (5, 40)  # a long sentence's window sliders (``*_qwin``, ``*_kwin``): rows / columns 5 to 40
 ALONE = {"compare_with"}  # a picker with one model to offer here (test_app_models covers with= on two models)

@@ -85,6 +85,19 @@ def test_download_multi30k_from_local_server(local_server, tmp_path: Path) -> No
     assert not list(dest.glob(".*"))  # no temporary files left behind
 
 
+def test_the_command_fetches_only_the_splits_and_languages_named(local_server, tmp_path: Path) -> None:
+    """As the app's image runs it: the test split's two languages, nothing else."""
+    from transformer.training.data import main
+
+    served, url = local_server
+    for split in ("train", "test_2016_flickr"):
+        for lang in ("en", "de", "fr"):
+            (served / f"{split}.{lang}.gz").write_bytes(gzip.compress(f"{split} {lang}\n".encode()))
+    dest = tmp_path / "data"
+    main(["--download", str(dest), "--base-url", url, "--splits", "test_2016_flickr", "--langs", "en", "de"])
+    assert sorted(f.name for f in dest.iterdir()) == ["test_2016_flickr.de", "test_2016_flickr.en"]
+
+
 def test_download_reports_missing_file(local_server, tmp_path: Path) -> None:
     _, url = local_server
     with pytest.raises(DataError, match="could not download"):

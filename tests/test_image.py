@@ -91,6 +91,20 @@ def test_the_image_installs_the_project_with_its_constraints_and_starts_public(i
     assert probe is not None and "/_stcore/health" in probe and image_check.IMAGE_PORT in probe
 
 
+def test_the_image_fetches_the_test_split_where_the_app_reads_it(image_check, steps):
+    """The shipped tables hold no Multi30k line; the image downloads the test split (its two languages) to the
+    folder ``ATTN_DATA_DIR`` names, relative to the app's folder, where "Whole test set" joins them back."""
+    import posixpath
+    import shlex
+
+    fetch = next(shlex.split(run) for run in image_check.other_runs(steps) if "transformer.data" in run)
+    assert fetch[:3] == ["python", "-m", "transformer.data"]
+    dest = fetch[fetch.index("--download") + 1]
+    splits = fetch[fetch.index("--splits") + 1:]
+    assert "test_2016_flickr" in splits and "train" not in splits
+    assert posixpath.join(image_check.workdir(steps), dest) == image_check.env_before(steps)["ATTN_DATA_DIR"]
+
+
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 

@@ -27,6 +27,7 @@ from . import (
     positional,
     source_prefix,
     step,
+    test_set,
 )
 
 
@@ -77,6 +78,9 @@ VIEWS: dict[str, View] = {v.name: v for v in [
          work_share=0.5),
     View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "
          "test set.", heads),
+    View("Whole test set", DATA, ":material/dataset:", "Every line of a test set: its translation and the signals "
+         "that find bad or made-up translations; select a row to open it.", test_set, needs_translation=False,
+         work_share=test_set.WORK_SHARE),
     View("Training evolution", DATA, ":material/history:", "This sentence's attention in the training snapshots.",
          evolution, work_share=0.5),
     View("Export", MODELS, ":material/download:", "The weights as JSON or NPZ, and a link to what you saw.", export),

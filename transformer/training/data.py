@@ -106,9 +106,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--download", metavar="DIR", required=True, help="directory to write {split}.{lang} into")
     parser.add_argument("--base-url", default=MULTI30K_URL)
     parser.add_argument("--langs", nargs="+", default=list(MULTI30K_LANGS))
+    parser.add_argument("--splits", nargs="+", default=list(MULTI30K_SPLITS),
+                        help="which splits (the app's image fetches test_2016_flickr only)")
     args = parser.parse_args(argv)
     try:
-        files = download_multi30k(args.download, args.base_url, langs=args.langs)
+        files = download_multi30k(args.download, args.base_url, splits=args.splits, langs=args.langs)
     except DataError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"{len(files)} files in {args.download}")

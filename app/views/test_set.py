@@ -1,0 +1,384 @@
+"""Whole test set: every line's translation and signals in one table (``python -m transformer.corpus``), with
+presets, a histogram of one signal and source share against chrF; a selected row opens its sentence in every view.
+
+The tables shipped beside a checkpoint (``tables/<split>.parquet``) hold ids, translations and signals; their
+sources and references are read back from a copy of the data set (:func:`app.tables.join_inputs`). A pasted list
+is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only tables;
+elsewhere a table file on this machine can be opened too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from transformer.interpret.signals import flag_rule
+
+from .. import catalog, controls, figures, state, table_figures, tables, work
+from ..catalog import load_heads
+from ..inference import MAX_INPUT_CHARS
+from ..params import Param, one_of
+from ..state import ViewContext
+
+TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
+PATH = "testset_path"  # a table file on this machine (not in public mode; never in the address)
+SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selection opens its line once
+OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
+PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
+PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
+MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
+MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
+WORK_SHARE = 0.8  # of a request's work (ATTN_MAX_WORK), kept for the pasted list: 800 units in public mode, about
+# 28 Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _table_choice(text: str) -> str | None:
+    """A link's ``table=``: a shipped table's name (checked against the model's tables where used), ``paste`` or
+    ``file``."""
+    text = text.strip()
+    if text in ("paste", "file"):
+        return ":" + text
+    return text if _NAME.fullmatch(text) else None
+
+
+def _find(text: str) -> str | None:
+    found = state.clean_text(text).strip()[:100]
+    return found or None
+
+
+def _pasted(text: str) -> str | None:
+    """A link's pasted list (``lines=``, ``refs=``): cleaned, its first ``MAX_LIST`` lines, ``MAX_LINK_LIST``
+    characters at most."""
+    lines = state.clean_text(text)[:MAX_LINK_LIST].split("\n")[:MAX_LIST]
+    return "\n".join(lines) or None
+
+
+def _path(text: str) -> str | None:
+    path = state.clean_text(text).strip()
+    return path if 0 < len(path) <= 300 and "\n" not in path else None
+
+
+def _open_path(path: str, ss: MutableMapping[str, Any]) -> str | None:
+    """A link's table file, except on a public server (which opens no file a link names)."""
+    if catalog.public_mode():
+        return "this server opens only the tables shipped with its models"
+    ss[PATH] = path
+    return None
+
+
+# The address holds the pasted list too (a link reopens it, to compute with one click; it never computes by itself)
+# and, off a public server, the table file's path.
+PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
+          Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
+          Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
+          Param("find", FIND, _find, default=""),
+          Param("lines", PASTED, _pasted, default=""),
+          Param("refs", REFS, _pasted, default=""),
+          Param("file", PATH, _path, default="", adopt=_open_path))
+
+LABELS = {"id": "line", "flag": "flag", "source": "source", "translation": "translation", "reference": "reference",
+          "chrf": "chrF", "bleu": "BLEU", "source_share": "source share", "source_share_min": "min share",
+          "eos_attention": "on </s>", "seq_logprob": "log-prob", "score": "score", "repetition": "repetition",
+          "length_ratio": "length ratio", "hit_max_len": "hit max len", "unk": "unk", "source_pieces": "source pieces",
+          "output_pieces": "output pieces", "truncated": "source cut", "note": "note"}
+HELP = {"id": "The input's line number, counted from 0.",
+        "flag": "May be a hallucination (the signals' rule, chosen on val).",
+        "chrf": "chrF of this line against its reference (0-100; empty without a reference).",
+        "bleu": "Sentence BLEU against the reference (0-100; empty without a reference).",
+        "source_share": "Share of the output that comes from the source (ALTI+), mean over the output pieces.",
+        "source_share_min": "The lowest source share of any output piece (ALTI+).",
+        "eos_attention": "Cross-attention's mean weight on the source's </s> (idle heads park there).",
+        "seq_logprob": "Mean log-probability of the output pieces.",
+        "score": "The search's own score (log-probability / length penalty).",
+        "repetition": "The longest run of one unit (1-6 characters) repeated back to back in the output.",
+        "length_ratio": "Output length over source length.",
+        "hit_max_len": "The output was cut at the maximum length.",
+        "unk": "Source pieces the vocabulary does not know (<unk>).",
+        "truncated": "The source was cut to the model's length before translating.",
+        "note": "What was unusual about the line (empty, cut)."}
+ORDER = ("id", "flag", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
+         "eos_attention", "seq_logprob", "bleu", "score", "repetition", "length_ratio", "hit_max_len", "unk")
+
+
+NARROW = {"id": 52, "flag": 48}  # px: the two first columns leave a phone's screen to the sentences
+
+
+def column_config(frame: pd.DataFrame) -> dict:
+    """Bars for the shares, numbers with a fitting format, the texts as plain text; headers in plain words."""
+    config: dict = {}
+    for column in frame.columns:
+        label, tip = LABELS.get(column, column), HELP.get(column)
+        if column in tables.SHARES:
+            config[column] = st.column_config.ProgressColumn(label, min_value=0.0, max_value=1.0, format="%.2f",
+                                                             help=tip, width=112)
+        elif column in ("flag", "hit_max_len", "truncated"):
+            config[column] = st.column_config.CheckboxColumn(label, help=tip, width=NARROW.get(column))
+        elif column in (*tables.TEXTS, "note"):
+            config[column] = st.column_config.TextColumn(label, help=tip, width="medium")
+        elif column in ("id", "unk", "repetition", "source_pieces", "output_pieces"):
+            config[column] = st.column_config.NumberColumn(label, format="%d", help=tip, width=NARROW.get(column))
+        elif column in ("chrf", "bleu"):
+            config[column] = st.column_config.NumberColumn(label, format="%.1f", help=tip, width="small")
+        elif pd.api.types.is_numeric_dtype(frame[column]):
+            config[column] = st.column_config.NumberColumn(label, format="%.3f", help=tip, width=None)
+    return config
+
+
+def shown_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns in the table's order, the contract's first, others after; a column with no value in any line
+    (sources without the data set, chrF without references) is left out rather than shown as a column of blanks."""
+    kept = [c for c in frame.columns if c in ("id", "flag", "translation") or not frame[c].isna().all()]
+    return [c for c in ORDER if c in kept] + [c for c in kept if c not in ORDER]
+
+
+def rows_key(*parts: object) -> str:
+    """The dataframe's key for one table, preset and filter: another of them starts with no row selected."""
+    return "testset_rows_" + hashlib.sha1(repr(parts).encode()).hexdigest()[:12]
+
+
+def choices(ctx: ViewContext) -> tuple[list[str], dict[str, str]]:
+    """The tables this server offers for the loaded model: its shipped ones, a pasted list, and (not in public mode)
+    a table file; with how the picker names each."""
+    shipped = tables.shipped_tables(ctx.tr.path)
+    names = {name: f"{name} (shipped with this model)" for name in shipped}
+    names[PASTE] = "Sentences you paste (computed here)"
+    if not catalog.public_mode():
+        names[FILE] = "A table file on this machine"
+    return list(names), names
+
+
+def load(ctx: ViewContext, choice: str) -> tables.Table | None:
+    """The chosen table with its inputs joined, or None (with a message, or the pasted list's form)."""
+    if choice == PASTE:
+        return pasted_table(ctx)
+    if choice == FILE:
+        path = st.text_input("Table file (.parquet, made by python -m transformer.corpus)", key=PATH,
+                             placeholder="runs/test.parquet", persist_state="session")
+        if not path.strip():
+            st.info("Name a table file made by `python -m transformer.corpus --out FILE.parquet`.",
+                    icon=":material/table:")
+            return None
+        source = Path(catalog.resolve_checkpoint(path.strip())).expanduser()
+        if not source.is_file():  # a typo, most often: a warning, not an error
+            st.warning(f"There is no table file at {controls.md_escape(path.strip())}.", icon=":material/search_off:")
+            return None
+    else:
+        source = tables.shipped_tables(ctx.tr.path)[choice]
+    try:
+        return tables.join_inputs(tables.read_table(source))
+    except tables.TableError as err:
+        st.error(f"This table cannot be shown: {controls.md_escape(catalog.visitor_message(str(err)))}",
+                 icon=":material/error:")
+        return None
+
+
+def pasted_table(ctx: ViewContext) -> tables.Table | None:
+    """The pasted list's form; once asked, its table, computed here with a progress bar for as many lines, from the
+    first, as this request's work limit allows (a notice says when that is fewer than pasted)."""
+    ss = st.session_state
+    st.text_area(f"Sentences to translate, one a line (at most {MAX_LIST})", key=PASTED, height=120,
+                 persist_state="session",  # kept while a shipped table shows
+                 placeholder="A dog runs on the beach.\nSKU 4471-AX 9930\nzzz zzz zzz zzz")
+    st.text_area("Their references, one a line in the same order (optional: for chrF and BLEU)", key=REFS,
+                 height=68, persist_state="session")
+    asked = st.button("Compute the table", key="testset_compute", type="primary", icon=":material/table:")
+    sources, total = tables.pasted_lines(state.clean_text(ss.get(PASTED, "")), MAX_LIST)
+    references, _ = tables.pasted_lines(state.clean_text(ss.get(REFS, "")), MAX_LIST)
+    if total > MAX_LIST:
+        st.info(f"{total:,} lines were pasted; the first {MAX_LIST} are used.", icon=":material/content_cut:")
+    if references and len(references) != len(sources):
+        st.warning(f"{len(references)} references for {len(sources)} sentences: the references are left out (one "
+                   "a line, in the same order, for every sentence).", icon=":material/rule:")
+        references = []
+    long = sum(len(line) > MAX_INPUT_CHARS for line in sources)
+    sources = [line[:MAX_INPUT_CHARS] for line in sources]
+    if long:
+        st.info(f"{long} line(s) were cut to {MAX_INPUT_CHARS:,} characters.", icon=":material/content_cut:")
+    settings = state.settings_from_state()
+    wanted = (tuple(sources), tuple(references) or None, settings)
+    if asked and not sources:
+        st.warning("Paste a sentence first: the box is empty.", icon=":material/edit:")
+    if asked and sources:
+        ss[ASKED] = wanted
+    if not sources or ss.get(ASKED) != wanted:
+        if sources:
+            st.caption("Press Compute the table to translate these lines and measure their signals.")
+        return None
+    tr = ctx.tr
+    # planned against this view's own share, not what the page's sentence left: the same lines whichever sentence
+    # is open (a selected row opens another one, and must not change the table)
+    fit, estimate = work.table_lines(tr, sources, settings, min(work.left(), WORK_SHARE * work.max_work()))
+    if fit == 0:
+        st.warning(f"Even the first line is more work than this server allows per request (ATTN_MAX_WORK, about "
+                   f"{work.amount(work.table_work(tr, sources[0], settings))} units asked): try shorter lines or a "
+                   "smaller beam.", icon=":material/speed:")
+        return None
+    if fit < len(sources):
+        work.cut([f"the table holds the first {fit} of the {len(sources)} pasted lines (about "
+                  f"{work.amount(sum(work.table_work(tr, line, settings) for line in sources))} units asked)"])
+    work.spend(estimate)
+    bar = st.progress(0.0, text=f"Translating and measuring {fit} lines…")
+
+    def progress(done: int, count: int) -> None:
+        bar.progress(done / max(count, 1), text=f"Translating and measuring: {done} of {count} lines")
+
+    try:
+        rows = ctx.model.table(tuple(sources[:fit]), tuple(references[:fit]) or None, settings, progress)
+    except Exception as err:  # never a stack trace
+        bar.empty()
+        st.error(f"The table could not be computed: {type(err).__name__}: "
+                 f"{controls.md_escape(catalog.visitor_message(err))}", icon=":material/error:")
+        return None
+    bar.empty()
+    manifest = {"model": {"name": catalog.short_name(ctx.model.checkpoint),
+                          "flag_rule": flag_rule(tr.path).to_json()},
+                "settings": {"beam": settings.beam_size, "alpha": settings.alpha}, "input": {"lines": fit}}
+    return tables.Table(tables.normalise(pd.DataFrame(rows), "the pasted list"), manifest)
+
+
+def render(ctx: ViewContext) -> None:
+    """The table picker, presets and filter; the table; the histogram and the scatter."""
+    options, names = choices(ctx)
+    default = options[0]
+    top = st.columns([2, 3], vertical_alignment="bottom")
+    with top[0]:
+        choice = controls.choose(st.selectbox, "Table", options, TABLE, default, format_func=names.get,
+                                 help="A table has one row per input line: its translation and the signals that "
+                                      "find bad or hallucinated translations (python -m transformer.corpus).")
+    with top[1]:
+        preset = controls.choose(st.segmented_control, "Show", list(tables.PRESETS), PRESET, "all",
+                                 format_func=lambda p: tables.PRESETS[p].label, required=True, wrap=True,
+                                 help="Worst chrF and lowest source share sort those lines first; Flagged keeps "
+                                      "the lines that may be hallucinations. Click a column header to sort by it.")
+    table = load(ctx, choice)
+    if table is None:
+        return
+    frame = table.frame
+    find = st.text_input("Find", key=FIND, placeholder="Lines whose source, translation or reference contains…",
+                         label_visibility="collapsed", persist_state="session")
+    if table.inputs_note:  # it names the manifest's split and languages: as text, never Markdown
+        st.info(controls.md_escape(table.inputs_note), icon=":material/description:")
+    flagged = int(frame["flag"].sum())
+    st.caption(f"{controls.md_escape(tables.describe(table.manifest, len(frame)))} · {flagged:,} flagged "
+               f"({flagged / max(len(frame), 1):.1%}). Select a row (the box at its left) to open that sentence in "
+               "every view.")
+    shown = tables.apply_preset(frame, preset, find or "")
+    key = rows_key(choice, preset, find or "")
+    if shown.empty:
+        st.info("No line matches: try another preset or clear the filter.", icon=":material/filter_alt_off:")
+    event = st.dataframe(shown, hide_index=True, width="stretch", height=360, on_select="rerun",
+                         selection_mode="single-row", key=key, column_order=shown_columns(frame),
+                         column_config=column_config(shown))
+    follow(event, key, shown, choice, table.manifest)
+    opened_line(choice)
+    charts(ctx, frame, tables.rule_of(table.manifest))
+
+
+def follow(event: object, key: str, shown: pd.DataFrame, choice: str, manifest: dict) -> None:
+    """A newly selected row opens its sentence: the source goes into the text box (and so into the address's
+    ``text=``), and the page runs again to translate it."""
+    rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    ss = st.session_state
+    if not rows or ss.get(SEEN) == (key, rows) or not 0 <= rows[0] < len(shown):
+        return
+    ss[SEEN] = (key, rows)
+    row = shown.iloc[rows[0]]
+    line = int(row["id"])
+    if row["source"] is None or not str(row["source"]).strip():
+        ss[OPENED] = (choice, line, None)
+        return
+    ss[state.SOURCE_TEXT] = state.take_text(str(row["source"]))
+    ss.pop(state.SENTENCE, None)
+    given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
+    for lang_key, name in ((state.SRC_LANG, "src_lang"), (state.TGT_LANG, "tgt_lang")):
+        if given.get(name) and ss.get(lang_key) is not None:  # a multilingual model: the table's languages
+            ss[lang_key] = str(given[name])
+    ss[OPENED] = (choice, line, ss[state.SOURCE_TEXT])
+    st.rerun()
+
+
+JUMPS = ("Heatmap", "Source or prefix", "Step through")
+
+
+def _go(view: str) -> None:
+    """Callback: show ``view``; its group follows (``app.selector.resolve`` sets the group of a view without one)."""
+    st.session_state.pop(state.VIEW_GROUP, None)
+    st.session_state[state.VIEW] = view
+
+
+def opened_line(choice: str) -> None:
+    """What the last selected row opened, and buttons to its heatmap and its ALTI+ per step."""
+    opened = st.session_state.get(OPENED)
+    if not opened or opened[0] != choice:
+        return
+    _, line, text = opened
+    if text is None:
+        st.warning(f"Line {line} cannot be opened in the other views: its source sentence is not on this server.",
+                   icon=":material/link_off:")
+        return
+    if st.session_state.get(state.SOURCE_TEXT) != text:
+        return  # the visitor typed another sentence since
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    row.caption(f"Line {line} is open in every view (it is in the text box and the page's address). See it in:")
+    for view in JUMPS:
+        row.button(view, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
+
+
+def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
+    """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
+    the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so."""
+    limits = tables.thresholds(rule)
+    heads = load_heads(ctx.tr.path) or {}
+    alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
+    value = alti.get("hallucination_threshold")
+    val_share = float(value) if isinstance(value, (int, float)) and "source_share" not in limits else None
+    present = [s for s in tables.SIGNALS if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
+    if not present:
+        st.info("This table has no signal values to draw.", icon=":material/bar_chart:")
+        return
+
+    def line(column: str) -> tuple[float | None, str]:
+        if column in limits:
+            return limits[column], "flag threshold"
+        return (val_share, "val threshold") if column == "source_share" and val_share is not None else (None, "")
+
+    left, right = st.columns(2)
+    with left:
+        signal = controls.choose(st.selectbox, "Signal", present, SIGNAL, "chrf" if "chrf" in present else present[0],
+                                 format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNALS[s]}")
+        values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
+        at, name = line(signal)
+        st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
+                                                       at, threshold_name=name),
+                        config=figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
+    with right:
+        if {"chrf", "source_share"} <= set(present):
+            at, name = line("source_share")
+            st.plotly_chart(table_figures.share_chrf_scatter(
+                pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
+                pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
+                frame["flag"].to_numpy(), at, threshold_name=name),
+                config=figures.plotly_config("test-set-share-chrf"), key="testset_scatter")
+            st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
+                       "little from the source: its words come from the output so far, a sign of a made-up "
+                       "translation.")
+        else:
+            st.info("Source share against chrF needs both; chrF needs a reference for each line.",
+                    icon=":material/scatter_plot:")
+    said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
+    notes = [f"Flagged (may be a hallucination) when: {controls.md_escape(said)}." if said else
+             "This table's manifest does not say how its lines were flagged."]
+    if limits:
+        notes.append("A dotted “flag threshold” is one of that rule's limits.")
+    if val_share is not None:
+        notes.append(f"The dotted “val threshold” ({val_share:.2f}) is this model's source-share threshold chosen "
+                     "on val (its heads.json); it is not part of the flag.")
+    st.caption(" ".join(notes))

@@ -1,0 +1,339 @@
+"""The "Whole test set" view: its table helpers (reading, the join by id, presets), its figures, and the page
+(AppTest, tiny checkpoint with a small table of its own beside it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+
+from conftest import assert_clean, charts, new_app  # noqa: E402
+
+from app import table_figures, tables  # noqa: E402
+from app.views import test_set  # noqa: E402
+
+VIEW = "Whole test set"
+
+
+def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> pd.DataFrame:
+    """A table as ``transformer.corpus --no-inputs`` writes it: ids, translations and signals, no texts."""
+    rng = np.random.default_rng(seed)
+    share = rng.uniform(0.3, 0.9, n)
+    return pd.DataFrame({
+        "id": np.arange(n), "source": inputs or [None] * n,
+        "translation": [f"Übersetzung {i} <b>x</b>" for i in range(n)],
+        "reference": [None] * n, "score": rng.normal(-0.5, 0.2, n), "seq_logprob": rng.normal(-0.4, 0.2, n),
+        "chrf": np.where(np.arange(n) == 3, np.nan, rng.uniform(10, 90, n)), "bleu": rng.uniform(0, 80, n),
+        "source_share": share, "source_share_min": share - 0.2, "eos_attention": rng.uniform(0, 0.5, n),
+        "repetition": rng.uniform(0, 1, n), "length_ratio": rng.uniform(0.5, 2, n), "hit_max_len": [False] * n,
+        "unk": [0] * n, "flag": share < 0.5})
+
+
+def write_table(folder, frame: pd.DataFrame, name: str = "test", split: str = "test", lines: int | None = None):
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(folder / f"{name}.parquet")
+    manifest = {"model": {"name": "tiny", "flag_rule": {"any": [{"column": "source_share", "op": "<", "value": 0.5}],
+                                                        "rule": "source_share < 0.5"}},
+                "settings": {"beam": 2}, "versions": {}, "columns": list(frame.columns),
+                "rows": len(frame), "input": {"split": split, "lines": lines if lines is not None else len(frame),
+                                              "src_lang": "en", "tgt_lang": "de"}}
+    (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
+    return folder / f"{name}.parquet"
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+def test_join_by_id_reads_sources_and_references_back_in_any_row_order(tmp_path, tiny_corpus):
+    sources = (tiny_corpus / "test.en").read_text().splitlines()
+    references = (tiny_corpus / "test.de").read_text().splitlines()
+    frame = make_table(len(sources)).sample(frac=1.0, random_state=1).iloc[:-3]  # shuffled, some lines left out
+    table = tables.read_table(write_table(tmp_path / "t", frame))
+    joined = tables.join_inputs(table, [tmp_path / "nowhere", tiny_corpus])
+    assert joined.inputs_note is None
+    for _, row in joined.frame.iterrows():
+        assert row["source"] == sources[row["id"]] and row["reference"] == references[row["id"]]
+    # the signals are the file's, untouched by the join
+    np.testing.assert_allclose(joined.frame.set_index("id")["source_share"].sort_index(),
+                               frame.set_index("id")["source_share"].sort_index())
+
+
+def test_a_table_of_the_real_command_joins_back_to_its_lines_and_a_changed_file_is_refused(tmp_path, tiny_checkpoint,
+                                                                                           tiny_corpus):
+    """``python -m transformer.corpus --no-inputs`` on the tiny model: the join restores exactly the lines it read
+    (the manifest's digest of them checked), and refuses a data folder whose file differs."""
+    from transformer.interpret.corpus import main
+
+    out = tmp_path / "tables" / "test.parquet"
+    assert main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",
+                 "--limit", "6", "--beam", "1", "--no-inputs", "--out", str(out)]) == 0
+    table = tables.read_table(out)
+    assert table.frame["source"].isna().all()  # the committed form: no line of the corpus
+    joined = tables.join_inputs(table, [tiny_corpus])
+    assert joined.inputs_note is None
+    lines = (tiny_corpus / "test.en").read_text().splitlines()
+    refs = (tiny_corpus / "test.de").read_text().splitlines()
+    assert list(joined.frame["source"]) == lines[:6] and list(joined.frame["reference"]) == refs[:6]
+    other = tmp_path / "other"
+    shutil.copytree(tiny_corpus, other)
+    (other / "test.en").write_text("\n".join(lines[:2] + ["A changed line."] + lines[3:]) + "\n")
+    refused = tables.join_inputs(table, [other])
+    assert refused.frame["source"].isna().all() and "not the file the table was made from" in refused.inputs_note
+
+
+def test_join_says_why_the_sources_are_missing(tmp_path, tiny_corpus):
+    frame = make_table(20)
+    absent = tables.join_inputs(tables.read_table(write_table(tmp_path / "a", frame)), [tmp_path / "nowhere"])
+    assert absent.frame["source"].isna().all() and "not on this server" in absent.inputs_note
+    assert "python -m transformer.data --download" in absent.inputs_note
+    other = tables.join_inputs(tables.read_table(write_table(tmp_path / "b", frame, lines=999)), [tiny_corpus])
+    assert other.frame["source"].isna().all() and "cannot be matched" in other.inputs_note  # another file's lines
+    (tmp_path / "c").mkdir()
+    frame.to_parquet(tmp_path / "c" / "x.parquet")  # no manifest: no data set named
+    bare = tables.join_inputs(tables.read_table(tmp_path / "c" / "x.parquet"), [tiny_corpus])
+    assert bare.frame["source"].isna().all() and "does not say" in bare.inputs_note
+
+
+def test_a_table_without_the_contract_columns_is_refused_and_missing_signals_are_empty(tmp_path):
+    pd.DataFrame({"line": [0], "text": ["x"]}).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(tables.TableError, match="no id or translation"):
+        tables.read_table(tmp_path / "bad.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    with pytest.raises(tables.TableError, match="not a readable parquet"):
+        tables.read_table(tmp_path / "junk.parquet")
+    pd.DataFrame({"id": [1, 0], "translation": ["b", "a"], "extra": [1.0, 2.0]}).to_parquet(tmp_path / "few.parquet")
+    frame = tables.read_table(tmp_path / "few.parquet").frame
+    assert list(frame.columns) == [*tables.COLUMNS, "extra"]  # the contract first, other columns kept after
+    assert frame["chrf"].isna().all() and not frame["flag"].any()
+
+
+def test_presets_sort_filter_and_find():
+    frame = tables.normalise(make_table(12))
+    worst = tables.apply_preset(frame, "worst-chrf")
+    chrf = worst["chrf"].to_numpy()
+    assert len(worst) == 12 and np.isnan(chrf[-1]) and worst["id"].iloc[-1] == 3  # no chrF: last
+    assert (np.diff(chrf[:-1]) >= 0).all() and chrf[0] == np.nanmin(frame["chrf"])
+    low = tables.apply_preset(frame, "lowest-share")
+    assert (np.diff(low["source_share"]) >= 0).all()
+    flagged = tables.apply_preset(frame, "flagged")
+    assert set(flagged["id"]) == set(frame["id"][frame["source_share"] < 0.5]) and flagged["flag"].all()
+    assert list(tables.apply_preset(frame, "all")["id"]) == list(range(12))
+    found = tables.apply_preset(frame, "all", "übersetzung 1")  # case-insensitive, plain text
+    assert list(found["id"]) == [1, 10, 11]
+    assert tables.apply_preset(frame, "all", "<B>X").shape[0] == 12
+
+
+def test_thresholds_come_from_the_tables_flag_rule():
+    rule = {"any": [{"column": "repetition", "op": ">=", "value": 6}, {"column": "source_share", "op": "<",
+                                                                        "value": 0.55}], "rule": "..."}
+    manifest = {"model": {"name": "tiny", "flag_rule": rule}}
+    assert tables.rule_of(manifest) == rule
+    assert tables.thresholds(rule) == {"repetition": 6.0, "source_share": 0.55}
+    assert tables.thresholds({"any": [{"column": "x", "value": "y"}, 3]}) == {}
+    assert tables.rule_of({"model": "tiny"}) == {}
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def test_histogram_counts_every_value_once_flagged_stacked_and_missing_counted():
+    rng = np.random.default_rng(0)
+    values = rng.uniform(0, 1, 200)
+    values[:7] = np.nan
+    flagged = values < 0.3
+    fig = table_figures.signal_histogram(values, "source share", flagged, threshold=0.3)
+    by_name = {t.name: np.asarray(t.x) for t in fig.data}
+    assert set(by_name) == {"flagged", "not flagged"}
+    assert len(by_name["flagged"]) + len(by_name["not flagged"]) == 193
+    np.testing.assert_allclose(np.sort(by_name["flagged"]), np.sort(values[flagged]))
+    assert fig.data[0].xbins.size == fig.data[1].xbins.size  # the same bins, stacked
+    assert fig.layout.barmode == "stack"
+    assert "7 without a value" in fig.layout.title.text
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 1 and lines[0].x0 == lines[0].x1 == 0.3
+    assert table_figures.signal_histogram(values, "x").layout.shapes == ()  # no threshold: no line
+    assert table_figures.signal_histogram(values, "on </s>").layout.xaxis.title.text == "on &lt;/s&gt;"  # as typed
+
+
+def test_scatter_places_each_line_at_its_share_and_chrf():
+    share = np.array([0.2, 0.5, np.nan, 0.8, 0.9])
+    chrf = np.array([10.0, 40.0, 50.0, np.nan, 70.0])
+    ids = np.array([4, 7, 9, 11, 13])
+    fig = table_figures.share_chrf_scatter(share, chrf, ids, [True, False, False, False, False], threshold=0.611)
+    points = {t.name: (list(t.x), list(t.y), list(t.customdata)) for t in fig.data}
+    assert points["flagged"] == ([0.2], [10.0], [4])
+    assert points["not flagged"] == ([0.5, 0.9], [40.0, 70.0], [7, 13])  # lines without a value left out
+    assert "2 without chrF or source share" in fig.layout.title.text
+    line = fig.layout.shapes[0]
+    assert line.x0 == line.x1 == 0.611 and "0.61" in fig.layout.annotations[0].text
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "chrF"
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+@pytest.fixture()
+def with_table(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
+    ckpt = tmp_path / "tiny"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    n = len((tiny_corpus / "test.en").read_text().splitlines())
+    frame = make_table(n)
+    write_table(ckpt / "tables", frame)
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
+    monkeypatch.setenv("ATTN_DATA_DIR", str(tiny_corpus))
+    return ckpt, frame, (tiny_corpus / "test.en").read_text().splitlines()
+
+
+def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_sentence(with_table):
+    ckpt, frame, sources = with_table
+    at = new_app({"view": VIEW, "preset": "lowest-share"})
+    assert_clean(at)
+    shown = at.dataframe[0].value
+    assert list(shown["id"]) == list(frame.sort_values("source_share")["id"])
+    assert list(shown["source"]) == [sources[i] for i in shown["id"]]  # joined by id from ATTN_DATA_DIR
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["source_share"]["type_config"]["type"] == "progress"
+    assert columns["chrf"]["type_config"]["format"] == "%.1f"
+    scatter = next(c for c in charts(at) if "source" in c["layout"]["xaxis"]["title"]["text"])
+    assert [(s["x0"], s["x1"]) for s in scatter["layout"]["shapes"]] == [(0.5, 0.5)]  # the rule's source_share < 0.5
+    assert scatter["layout"]["annotations"][0]["text"] == "flag threshold 0.50"
+    line = int(shown["id"].iloc[2])
+    selected = {"selection": {"rows": [2], "columns": [], "cells": []}}
+    at.session_state[test_set.rows_key("test", "lowest-share", "")] = selected
+    at.run()
+    assert_clean(at)
+    assert at.session_state["source_text"] == sources[line]
+    assert at.query_params["text"] == sources[line]  # in the address: every other view opens it
+    assert at.query_params["view"] == VIEW and at.query_params["preset"] == "lowest-share"
+    assert any(f"Line {line} is open" in c.value for c in at.caption)
+    other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "Heatmap"})
+    assert_clean(other)
+    assert other.session_state["source_text"] == sources[line]
+    at.button(key="testset_go_Source or prefix").click()  # the row's sentence in another view, one click
+    at.run()
+    assert_clean(at)
+    assert at.query_params["view"] == "Source or prefix" and at.query_params["text"] == sources[line]
+
+
+def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_table, monkeypatch, tmp_path):
+    ckpt, _, _ = with_table
+    manifest = ckpt / "tables" / "test.manifest.json"
+    data = json.loads(manifest.read_text())
+    data["model"]["name"] = "**bold** [a link](https://example.org)"  # a manifest's words are shown as text
+    manifest.write_text(json.dumps(data))
+    monkeypatch.setenv("ATTN_DATA_DIR", str(tmp_path / "nowhere"))
+    at = new_app({"view": VIEW})
+    assert_clean(at)
+    assert any("not on this server" in i.value for i in at.info)
+    shown = at.dataframe[0].value
+    assert len(shown) == 20 and shown["source"].isna().all()
+    caption = next(c.value for c in at.caption if "flagged" in c.value)
+    assert "\\*\\*bold\\*\\*" in caption and "\\[a link\\]" in caption
+    order = list(at.dataframe[0].proto.column_order)
+    assert "source" not in order and "reference" not in order and order[:2] == ["id", "flag"]
+
+
+def test_a_pasted_list_is_computed_within_the_work_limit_with_a_notice(with_table, monkeypatch):
+    import transformer
+    from app import work
+    from app.inference import DecodeSettings
+    from transformer.interpret.table import table_rows
+
+    ckpt, _, _ = with_table
+    tr = transformer.load(ckpt, device="cpu")
+    lines = ["a dog runs on the beach .", "two men play .", "a red ball", "the girl walks in the park .", "zzz"]
+    at = new_app({"view": VIEW, "table": "paste"})
+    assert_clean(at)
+    settings = tr.settings(DecodeSettings(beam_size=at.session_state["beam_size"], alpha=at.session_state["alpha"]))
+    costs = [work.table_work(tr, line, settings) for line in lines]
+    # room for the first two lines only: the view plans the list against its share of the limit
+    monkeypatch.setenv("ATTN_MAX_WORK", str((costs[0] + costs[1] + costs[2] / 2) / test_set.WORK_SHARE))
+    at.text_area(key="source_text").set_value("")  # no sentence: the whole limit is the list's (and the frame's)
+    at.text_area(key=test_set.PASTED).set_value("\n".join(lines))
+    at.button(key="testset_compute").click()
+    at.run()
+    assert_clean(at)
+    shown = at.dataframe[0].value
+    expected = table_rows(tr, lines[:2], None, settings)
+    assert list(shown.sort_values("id")["translation"]) == [row["translation"] for row in expected]
+    assert list(shown.sort_values("id")["source"]) == lines[:2]
+    np.testing.assert_allclose(shown.sort_values("id")["source_share"], [row["source_share"] for row in expected])
+    notices = " ".join(i.value for i in at.info)
+    assert "the first 2 of the 5 pasted lines" in notices and "ATTN\\_MAX\\_WORK" in notices
+    # a selected row opens its sentence, and the list stays the same two lines (its work does not depend on it)
+    at.session_state[test_set.rows_key(test_set.PASTE, "all", "")] = {"selection": {"rows": [1], "columns": [],
+                                                                                    "cells": []}}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["source_text"] == lines[1] and at.query_params["text"] == lines[1]
+    assert list(at.dataframe[0].value["source"]) == lines[:2]
+    order = list(at.dataframe[0].proto.column_order)
+    assert "source" in order and "chrf" not in order and "bleu" not in order  # no references: no blank columns
+
+
+def test_public_mode_offers_the_shipped_tables_and_the_pasted_list_only(with_table, monkeypatch):
+    ckpt, _, _ = with_table
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    monkeypatch.setenv("ATTN_MODELS", str(ckpt))
+    at = new_app({"view": VIEW, "table": "file", "file": "/etc/passwd"})
+    assert_clean(at)
+    assert any("file (this server opens only the tables shipped" in t.value for t in at.text)  # said, not taken
+    picker = at.selectbox(key=test_set.TABLE)
+    assert picker.options == ["test (shipped with this model)", "Sentences you paste (computed here)"]
+    assert picker.value == "test"  # the link's table=file is not offered: the first shipped table instead
+    assert any("table= value was ignored" in i.value for i in at.info)
+    assert test_set.PATH not in [w.key for w in at.text_input]  # no path to a file on the server
+    monkeypatch.delenv("ATTN_PUBLIC")
+    local = new_app({"view": VIEW, "table": "file"})
+    assert local.selectbox(key=test_set.TABLE).value == test_set.FILE
+    assert test_set.PATH in [w.key for w in local.text_input]
+
+
+@pytest.mark.browser
+def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows_every_preset(with_table):
+    """Only a browser clicks the table's canvas; and only a browser lays the presets out on a phone's width."""
+    from urllib.parse import parse_qs, urlparse
+
+    from bench.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ckpt, frame, sources = with_table
+    import os
+
+    with streamlit_server(ckpt, {"ATTN_DATA_DIR": os.environ["ATTN_DATA_DIR"]}) as url, \
+            sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(f"{url}/?view=Whole+test+set&preset=lowest-share", wait_until="domcontentloaded")
+            grid = page.locator("[data-testid=stDataFrame]").first
+            grid.wait_for(timeout=90_000)
+            grid.scroll_into_view_if_needed()
+            box = grid.bounding_box()
+            row = 2  # the third row shown: the third lowest source share
+            page.mouse.click(box["x"] + 16, box["y"] + 35 * (row + 1) + 17)  # its selection box (35 px rows)
+            line = int(frame.sort_values("source_share")["id"].iloc[row])
+            page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
+                                   arg=sources[line], timeout=60_000)  # the row's source, in the address
+            assert parse_qs(urlparse(page.url).query)["view"] == ["Whole test set"]
+            page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
+            assert page.locator("[data-testid=stException]").count() == 0
+            phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                        has_touch=True).new_page()
+            phone.goto(f"{url}/?view=Whole+test+set", wait_until="domcontentloaded")
+            phone.locator("[data-testid=stDataFrame]").first.wait_for(timeout=90_000)
+            for label in ("All lines", "Worst chrF", "Lowest source share", "Flagged"):
+                button = phone.locator("[data-testid=stButtonGroup] button", has_text=label).first
+                edge = button.bounding_box()
+                assert edge["x"] >= 0 and edge["x"] + edge["width"] <= 390, (label, edge)  # nothing cut off
+            table = phone.locator("[data-testid=stDataFrame]").first.bounding_box()
+            assert table["x"] >= 0 and table["x"] + table["width"] <= 390
+        finally:
+            browser.close()
