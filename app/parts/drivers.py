@@ -47,5 +47,5 @@ def agreement(data: dict) -> Table:
 def describe(src: Source) -> list[Part]:
     method = src.options.get("method", "integrated_gradients")
     data = probes.attributions(src.tr, src.analysis, method, steps=int(src.options.get("steps", 32)))
-    return [Note(f"Method: {METHODS.get(method, method)}. Red: the piece raised the output piece's log-probability; "
-                 "blue: it lowered it."), *charts(src.analysis, data), agreement(data)]
+    return [Note(f"Method: {METHODS.get(method, method)}. A positive value (see the colour bar) raised the output "
+                 "piece's log-probability, a negative one lowered it."), *charts(src.analysis, data), agreement(data)]

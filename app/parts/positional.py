@@ -19,10 +19,11 @@ SIMILARITY = ("Cosine similarity between the codes of two positions: it depends 
               "parallel to the diagonal), which lets attention use relative positions.")
 
 
-def model_table(tr: Translator) -> Chart:
-    """The model's own table and how far it is from the formula."""
+def model_table(tr: Translator, positions: int | None = None) -> Chart:
+    """The model's own table (its first ``positions`` rows; None: all) and how far it is from the formula."""
     own = probes.model_pe(tr)
     diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
+    own = own[:positions]
     return Chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
                  f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.",
                  "model-pe")
@@ -45,4 +46,4 @@ def describe(src: Source) -> list[Part]:
     return [Chart(figures.pe_heatmap(table), f"d_model = {d_model}, {length} positions.", "positional-encoding"),
             Chart(figures.pe_waves(table, figures.wave_dims(d_model, length)), name="pe-waves"),
             Chart(figures.pe_similarity(table), SIMILARITY, "pe-similarity"),
-            model_table(tr), sizes(tr, src.analysis, probes.vocab_embedding_norms(tr))]
+            model_table(tr, length), sizes(tr, src.analysis, probes.vocab_embedding_norms(tr))]
