@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
-from .. import controls, figures, work
-from ..catalog import load_heads
+from .. import controls, figures, parts, work
 from ..params import Param
 from ..state import ViewContext
 
-ALL = "all"
+ALL = parts.source_prefix.ALL
+threshold_of = parts.source_prefix.threshold_of
 
 
 def _layer(value: str) -> str | int | None:
@@ -23,72 +22,32 @@ def _layer(value: str) -> str | int | None:
 PARAMS = (Param("cl", "source_prefix_layer", _layer),)
 
 
-def threshold_of(tr_path: object) -> tuple[float | None, dict]:
-    """The checkpoint's hallucination threshold (heads.json ``alti``; chosen on val), or None, and the section."""
-    data = load_heads(tr_path) or {}
-    section = data.get("alti") if isinstance(data.get("alti"), dict) else {}
-    value = section.get("hallucination_threshold")
-    return (float(value) if isinstance(value, (int, float)) else None), section
-
-
-def agreement(source: np.ndarray, cross: np.ndarray) -> float:
-    """Share of output pieces whose strongest source piece by ALTI+ ``(T, S)`` is cross-attention's ``(T, S)``."""
-    return float((source.argmax(-1) == cross.argmax(-1)).mean()) if len(source) else 0.0
-
-
 def render(ctx: ViewContext) -> None:
     """The hallucination notice, the source share per output piece, the full contribution matrix and the
     cross-attention beside it."""
     result = ctx.result
-    st.caption("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ "
-               "(Ferrando et al., 2022) splits every attention block's output into one term per input piece (the "
-               "residual included, through the layer norm), measures each piece's contribution by how close its "
-               "term is to the output, and rolls that out through the encoder, the decoder's self-attention and "
-               "its cross-attention. Each row sums to 1 over the source and the target prefix.")
+    st.caption(parts.source_prefix.INTRO)
     fits, notices = work.plan_alti(ctx.tr, len(result.source_ids), len(result.target_ids))
     controls.capped(notices)
     if not fits:
         return
     data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
-    mean = float(share.mean()) if len(share) else 0.0
     threshold, section = threshold_of(ctx.tr.path)
-    percentile = f"{section['threshold_percentile']:g}" if isinstance(section.get("threshold_percentile"),
-                                                                        (int, float)) else "?"
-    if threshold is not None and mean < threshold:
-        st.warning(f"This translation may be a hallucination: on average only {mean:.1%} of each output piece "
-                   f"comes from the source, below this model's threshold of {threshold:.1%} ("
-                   f"percentile {percentile} of the mean source shares over "
-                   f"{section.get('threshold_split', 'val')}; Dale et al., 2023, flag low source contribution).",
-                   icon=":material/report:")
-    elif threshold is not None:
-        st.caption(f"Mean source share {mean:.1%}: above this model's hallucination threshold of {threshold:.1%} "
-                   f"(percentile {percentile} of the sentences' mean source share "
-                   f"over {section.get('threshold_split', 'val')}, on the model's own translations).")
+    note = parts.source_prefix.notice(float(share.mean()) if len(share) else 0.0, threshold, section)
+    if note.warning:
+        st.warning(note.text, icon=":material/report:")
     else:
-        st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
-                   "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
-    outputs = result.target_tokens
-    st.plotly_chart(figures.source_share_figure(share, outputs, threshold),
-                    config=figures.plotly_config("source-share"), key="source_prefix_share")
+        st.caption(note.text)
+    shares, matrix = parts.source_prefix.charts(result, data, threshold)
+    st.plotly_chart(shares.figure, config=figures.plotly_config(shares.name), key="source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
-    cross = result.cross.mean(axis=(0, 1)) if layer == ALL else result.cross[int(layer) - 1].mean(axis=0)  # (T, S)
     long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(figures.contribution_matrix_figure(data["source"], data["target"], outputs,
-                                                       result.source_tokens, result.decoder_input_tokens),
-                    config=figures.plotly_config("alti-contributions"), key="source_prefix_matrix")
-    name = "every layer" if layer == ALL else f"layer {layer}"
-    c2.plotly_chart(figures.attention_heatmap(cross, outputs, result.source_tokens,
-                                              title=f"Cross-attention · {name} · mean over heads",
-                                              query_title="output piece", key_title="source piece"),
-                    config=figures.plotly_config("cross-attention"), key="source_prefix_cross")
-    st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
-               f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
-               + (f" Over {section.get('split', 'the test set')}: "
-                  f"{section['alignment_agreement']['mean_of_layers_and_heads']:.0%} for the mean of every layer "
-                  f"and head, best layer {section['alignment_agreement']['best_layer']}."
-                  if isinstance(section.get("alignment_agreement"), dict) else ""))
+    c1.plotly_chart(matrix.figure, config=figures.plotly_config(matrix.name), key="source_prefix_matrix")
+    cross = parts.source_prefix.cross_chart(result, data, layer, section)
+    c2.plotly_chart(cross.figure, config=figures.plotly_config(cross.name), key="source_prefix_cross")
+    st.caption(cross.caption)
