@@ -319,8 +319,13 @@ def test_the_docs_notebook_runs_in_a_real_kernel():
              and "text/html" in o.get("data", {})]
     assert any(h.startswith("<svg") and "Cross-attention · layer 2" in h for h in shown)  # the heatmap
     assert any('class="attn-all-heads"' in h for h in shown)  # all heads
-    pages = [h for h in shown if h.startswith('<iframe class="attn-page"')]
-    assert pages and all(v in pages[0] for v in ("id=&quot;heatmap&quot;", "id=&quot;step&quot;"))
+    from plotly.offline import get_plotlyjs
+
+    drawn = [h for h in shown if 'class="attn-report"' in h]
+    assert [views_of(h)[0] for h in drawn] == [list(report.DEFAULT_VIEWS), ["step"]]  # every view, then one alone
+    assert sum(h.count(get_plotlyjs()[:200]) for h in shown) == 1  # plotly.js once per notebook
+    assert sum(len(h) for h in shown) < len(get_plotlyjs()) + 1_500_000  # the rest: a few figures
+    assert "<th>Source</th><td>Two young men are playing soccer on a green field.</td>" in drawn[0]
 
 
 def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatch):
