@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import json
 import re
 import subprocess
@@ -252,53 +253,80 @@ def test_importing_the_notebook_module_imports_no_streamlit():
 CHROMIUM = "/usr/bin/chromium"
 
 
+OVERLAPS = (ROOT / "tests" / "overlap.js").read_text(encoding="utf-8")  # pairs of a chart's texts whose glyph boxes
+# (rotation included) cross, in one element
+REVERSED = "A man in a \"blue\" shirt \u202eekib a sedir\u202c past two dogs playing in the snow near an old wall."
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists() or not SHIPPED.is_dir(), reason="needs chromium and the shipped model")
-def test_the_page_draws_offline_in_chromium(tmp_path):
+def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    out = tmp_path / "page.html"
-    subprocess.run([sys.executable, "-m", "app.report", HOSTILE, "--out", str(out), "--checkpoint", str(SHIPPED),
-                    "--views", ",".join(report.VIEWS), "--method", "input_x_gradient"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    pages = {}
+    for name, text in (("hostile", HOSTILE), ("reversed", REVERSED)):
+        pages[name] = tmp_path / f"{name}.html"
+        subprocess.run([sys.executable, "-m", "app.report", text, "--out", str(pages[name]), "--checkpoint",
+                        str(SHIPPED), "--views", ",".join(report.VIEWS), "--method", "input_x_gradient"],
+                       cwd=ROOT, check=True, capture_output=True, timeout=600)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-            fetched: list[str] = []
+            for name, (width, height) in itertools.product(pages, ((1280, 720), (390, 844))):
+                phone = width < 500
+                context = browser.new_context(offline=True, viewport={"width": width, "height": height},
+                                              is_mobile=phone, has_touch=phone)
+                fetched: list[str] = []
 
-            def only_the_file(route):
-                if route.request.url.startswith("file:"):
-                    route.continue_()
-                else:
-                    fetched.append(route.request.url)
-                    route.abort()
+                def only_the_file(route, fetched=fetched):
+                    if route.request.url.startswith("file:"):
+                        route.continue_()
+                    else:
+                        fetched.append(route.request.url)
+                        route.abort()
 
-            context.route("**/*", only_the_file)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("dialog", lambda d: (errors.append("a dialog opened: " + d.message), d.dismiss()))
-            page.goto(out.as_uri())
-            page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
-                                   f"{len(report.VIEWS)}", timeout=120_000)
-            for view in report.VIEWS:  # every section drew its charts
-                drawn = page.locator(f"#{view} .js-plotly-plot")
-                assert drawn.count() >= 1, view
-                assert page.locator(f"#{view} .main-svg").count() >= drawn.count(), view
-            heat = page.locator("#heatmap .js-plotly-plot")
-            z_mean = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
-            page.locator("#heatmap select").nth(2).select_option("1")  # head 2
-            page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.endsWith('head 2')")
-            z_head = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
-            assert z_head != z_mean and heat.locator(".heatmaplayer image, .hm image").count() >= 1
-            page.locator("#heatmap select").nth(0).select_option("encoder")
-            page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.startsWith('Encoder')")
-            assert "<img" not in page.locator("#summary").inner_html().replace("&lt;img", "")
-            assert page.locator("#summary").inner_text().count('<img src=x onerror="alert(1)">') == 1
-            assert not errors, errors
-            assert not fetched, fetched
+                context.route("**/*", only_the_file)
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.on("dialog", lambda d, errors=errors: (errors.append("a dialog opened: " + d.message),
+                                                            d.dismiss()))
+                page.goto(pages[name].as_uri())
+                page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
+                                       f"{len(report.VIEWS)}", timeout=120_000)
+                where = f"{name} at {width}x{height}"
+                for view in report.VIEWS:  # every section drew its charts, and no chart text sits on another
+                    section = page.locator(f"#{view}")
+                    assert section.locator(".js-plotly-plot .main-svg").count() >= 1, (view, where)
+                    assert page.evaluate(OVERLAPS, section.element_handle()) == [], (view, where)
+                    cut = page.evaluate("(s) => Array.from(s.querySelectorAll('.fig-title')).filter((t) => "
+                                        "t.offsetParent && t.scrollWidth > t.clientWidth + 1).length",
+                                        section.element_handle())
+                    assert cut == 0, (view, where)  # every title whole (it wraps)
+                # plotly's toolbar: on hover on a desktop; none on a phone (it would sit on the charts)
+                assert (page.locator(".modebar-group").count() == 0) == phone, where
+                if name == "hostile":
+                    assert "<img" not in page.locator("#summary").inner_html().replace("&lt;img", "")
+                    assert page.locator("#summary").inner_text().count('<img src=x onerror="alert(1)">') == 1
+                    title = "#heatmap .fig-title >> visible=true"
+                    z_mean = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
+                    page.locator("#heatmap select >> visible=true").nth(2).select_option("2")  # type, layer, head
+                    assert page.locator(title).inner_text().endswith("head 2")
+                    z_head = page.evaluate("Array.from(document.querySelectorAll('#heatmap .js-plotly-plot'))"
+                                           ".find((d) => d.offsetParent).data[0].z")
+                    assert z_head != z_mean
+                    page.locator("#heatmap select").first.select_option("0")  # the type: encoder
+                    assert page.locator(title).inner_text().startswith("Encoder")
+                else:  # the app's input rules: the U+202E is removed (and said), the text reads as typed
+                    body = page.locator("body").inner_text()
+                    assert "\u202e" not in body and "ekib a sedir" in page.locator("#summary").inner_text()
+                    assert "Removed 2 bidirectional control character(s)" in body
+                if phone:  # a chart wider than the phone scrolls, and says so
+                    assert page.locator(".hint:not([hidden])").count() >= 1
+                assert not errors, (errors, where)
+                assert not fetched, fetched
+                context.close()
         finally:
             browser.close()
 
