@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
 
 from transformer import CheckpointError, TranslationResult, Translator, load
 
@@ -81,18 +80,31 @@ def _rounded(values: Any) -> Any:
     return np.where(np.isfinite(out), out, None).tolist()
 
 
+def _plain(value: Any) -> Any:
+    """A figure's value as JSON-ready Python: float arrays rounded (:func:`_rounded`), other arrays as lists."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f":
+            return _rounded(value)
+        return [_plain(v) for v in value.tolist()] if value.dtype.kind == "O" else value.tolist()
+    if isinstance(value, dict) and isinstance(value.get("bdata"), str) and "dtype" in value:  # a typed array
+        array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<"))
+        shape = [int(n) for n in str(value.get("shape", array.size)).split(",")]
+        return _plain(array.reshape(shape))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def figure_json(fig: go.Figure) -> dict[str, Any]:
     """A builder's figure as the page draws it: its numbers rounded, plotly's default theme left to plotly.js (the
     same look, a few KB less), its axes making room for their tick labels (as Streamlit's charts do), and its title
     taken out (``"title"``: plain text, which the page shows above the chart, where it wraps on a phone and no
     toolbar covers it)."""
-    fig = go.Figure(fig)
-    for trace in fig.data:
-        for key in ("z", "x", "y"):
-            value = getattr(trace, key, None)
-            if isinstance(value, np.ndarray):
-                trace[key] = _rounded(value)
-    spec = json.loads(pio.to_json(fig, validate=False))
+    spec = _plain(fig.to_plotly_json())
     layout = spec["layout"]
     layout.pop("template", None)
     title = layout.pop("title", None)
