@@ -294,6 +294,13 @@ def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
                 page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
                                        f"{len(report.VIEWS)}", timeout=120_000)
                 where = f"{width}x{height}"
+                crossing = page.evaluate_handle("""() => {  // the counter itself: two labels on one spot do cross
+                    const div = document.createElement("div"); document.body.appendChild(div);
+                    return Plotly.newPlot(div, [{x: [0, 0], y: [0, 0], mode: "text", text: ["crossing", "labels"]}],
+                                          {width: 400, height: 300, xaxis: {visible: false}, yaxis: {visible: false}})
+                                          .then(() => div); }""")
+                assert len(page.evaluate(OVERLAPS, crossing)) == 1
+                page.evaluate("(div) => div.remove()", crossing)
                 for view in report.VIEWS:  # every section drew its charts, and no chart text sits on another
                     section = page.locator(f"#{view}")
                     assert section.locator(".js-plotly-plot .main-svg").count() >= 1, (view, where)
