@@ -99,12 +99,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def figure_json(fig: go.Figure) -> dict[str, Any]:
+def figure_json(fig: go.Figure | dict) -> dict[str, Any]:
     """A builder's figure as the page draws it: its numbers rounded, plotly's default theme left to plotly.js (the
     same look, a few KB less), its axes making room for their tick labels (as Streamlit's charts do), and its title
     taken out (``"title"``: plain text, which the page shows above the chart, where it wraps on a phone and no
     toolbar covers it)."""
-    spec = _plain(fig.to_plotly_json())
+    spec = _plain(fig if isinstance(fig, dict) else fig.to_plotly_json())
     layout = spec["layout"]
     layout.pop("template", None)
     title = layout.pop("title", None)

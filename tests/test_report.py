@@ -101,6 +101,24 @@ def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):
     assert len(named(page, "logit-lens")["data"][0]["z"]) == tr.config.n_decoder_layers
 
 
+def test_the_page_s_copies_of_a_chart_are_what_the_builder_draws(tr):
+    from app import parts
+
+    text = "Two dogs play in the park."
+    a = report.analysis_for(tr.translate(text, beam_size=2), tr, text)
+    page = report.build_page(a, tr, ("heatmap", "step"))
+    t, layer = len(a.target_tokens) - 1, 1
+    for name, built in (("encoder-L1-H2", parts.heatmap.chart(a, "encoder", 1, "2")),
+                        ("cross-L2-mean", parts.heatmap.chart(a, "cross", 2, "mean")),
+                        (f"step{t + 1}-cross", parts.step.looked(a, t, layer, (0.0, 1.0)))):
+        built = report.figure_json(built.figure)
+        shown = [f for f in page_figures(page) if f["config"]["toImageButtonOptions"]["filename"] == name]
+        if name.startswith("step"):  # the step's chart of each layer: the one of this layer
+            shown = [f for f in shown if np.allclose(values(f["data"][0]["z"]), values(built["data"][0]["z"]))]
+        built.pop("title")  # shown above the chart, as text
+        assert shown and {k: v for k, v in shown[0].items() if k != "config"} == built, name
+
+
 def test_the_page_is_one_file_with_nothing_to_fetch(tr):
     page = report.build_page(tr.translate("A girl walks."), tr)
     from plotly.offline import get_plotlyjs

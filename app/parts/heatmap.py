@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import figures
 from ..analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
 from ..inference import Analysis
-from . import Chart, Choice, Note, Part, Source
+from . import Chart, Choice, Note, Part, Source, variant
 
 NAME, KEY = "Heatmap", "heatmap"
 INTRO = "Rows are queries, columns keys; hover a cell for both tokens and the weight (colours from 0 to 1)."
@@ -43,15 +43,18 @@ def describe(src: Source) -> list[Part]:
     cells = sum(a.attention(k).size * (1 + 1 / a.attention(k).shape[1]) for k in KINDS)  # every head and the means
     every_head = cells <= OFFLINE_CELLS
 
-    def heads(kind: str, layer: int) -> list[Part]:
-        n = a.attention(kind).shape[1]
-        options = [("mean over heads", [chart(a, kind, layer, "mean")])]
-        options += [(f"head {h}", [chart(a, kind, layer, str(h))]) for h in range(1, n + 1)] if every_head else []
+    def heads(kind: str, layer: int, base: Chart) -> list[Part]:
+        attn = a.attention(kind)[layer - 1]  # (H, Q, K)
+        each = [(h, attn[h - 1]) for h in range(1, attn.shape[0] + 1)] if every_head else []
+        options = [(name, [variant(base, z, title(kind, layer, head), f"{kind}-L{layer}-{suffix}")])
+                   for name, head, suffix, z in [("mean over heads", "mean", "mean", attn.mean(axis=0)),
+                                                 *((f"head {h}", str(h), f"H{h}", w) for h, w in each)]]
         return [Choice("Head", options)]
 
     def layers(kind: str) -> list[Part]:
         n = a.attention(kind).shape[0]
-        return [Choice("Layer", [(f"layer {i}", heads(kind, i)) for i in range(1, n + 1)], n - 1)]
+        base = chart(a, kind, n, "mean")  # built once; the other layers and heads are its variants
+        return [Choice("Layer", [(f"layer {i}", heads(kind, i, base)) for i in range(1, n + 1)], n - 1)]
 
     parts: list[Part] = [Choice("Type", [(KIND_NAMES[k], layers(k)) for k in KINDS], KINDS.index("cross"))]
     if not every_head:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import figures
+from ..analysis import escape
 from ..inference import Analysis
-from . import Chart, Choice, Note, Part, Source
+from . import Chart, Choice, Note, Part, Source, variant
 
 NAME, KEY = "Step through", "step"
 INTRO = ("Step-through decoding: at each output step, the model's top candidates for the next piece with their "
@@ -44,10 +45,15 @@ def describe(src: Source) -> list[Part]:
     if not len(a.topk_ids[0]):  # a translation without its candidates: they need the model
         src.tr  # noqa: B018  (raises NeedsModel)
     n_layers = a.cross.shape[0]
+    base = looked(a, 0, n_layers, (0.0, 1.0))  # built once; the other steps and layers are its variants
+    said = f"<b>{escape(a.target_tokens[0])}</b>"  # the produced piece, in the title
     steps = []
     for t in range(min(len(a.target_tokens), OFFLINE_STEPS)):
-        layers = Choice("Cross-attention layer", [(f"layer {i}", [looked(a, t, i, (0.0, 1.0))])
-                                                  for i in range(1, n_layers + 1)], n_layers - 1)
+        title = base.figure.layout.title.text.replace(said, f"<b>{escape(a.target_tokens[t])}</b>")
+        layers = Choice("Cross-attention layer", [
+            (f"layer {i}", [variant(base, np.vstack([a.cross[i - 1][:, t].mean(axis=0, keepdims=True),
+                                                      a.cross[i - 1][:, t]]),  # (1 + H, S): the mean, each head
+                                    title, f"step{t + 1}-cross")]) for i in range(1, n_layers + 1)], n_layers - 1)
         steps.append((f"{t + 1}: {a.target_tokens[t]}", [Note("Output so far: " + so_far(a, t)), candidates(a, t),
                                                          layers]))
     return [Choice("Output step", steps)]
