@@ -14,7 +14,7 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from . import state, work
+from . import parts, state, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -32,14 +32,7 @@ MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
-READING = {
-    "encoder": "Each row is a source piece building its new representation; the colours along the row say how "
-               "much it takes from each source piece (a row sums to 1).",
-    "decoder": "Row t is the step that produced output piece t; it may only look at decoder inputs 0 to t − 1 "
-               "(<s> and the pieces already produced), never ahead.",
-    "cross": "Row t is the step that produced output piece t; the colours say which source pieces it read "
-             "from. Good heads often trace a soft word alignment.",
-}
+READING = parts.heatmap.READING  # how to read a row of each type (described once, in app.parts)
 REPEATS = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
            "3), so each keeps its own row and column. Source pieces and output steps count from 1; the decoder "
            "input counts from 0 (<s> is 0), so decoder input t is the piece output step t produced, with the same "
@@ -274,9 +267,7 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
     return per_layer.mean(axis=0) if head == "mean" else per_layer[int(head) - 1]
 
 
-def heatmap_title(kind: str, layer: int, head: str) -> str:
-    """Chart title naming the type, layer and head."""
-    return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
+heatmap_title = parts.heatmap.title  # "Cross-attention · layer 2 · head 3"
 
 
 def has_repeats(*token_lists: list[str]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import time
 import unicodedata
 from dataclasses import dataclass, field, replace
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from transformer import TranslationResult, Translator
+from transformer import Tokenizer, TranslationResult, Translator
 from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.inference.DecodeSettings
 from transformer.network import kinds
 from transformer.network.kinds import HeadKey as HeadKey  # re-exported: app.inference.HeadKey
@@ -24,6 +25,34 @@ from transformer.network.kinds import all_heads as _all_heads
 
 TOP_K = 10
 MAX_INPUT_CHARS = 5000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # Unicode's Bidi_Control characters
+
+
+def clean_text(text: str) -> str:
+    """User text fit for the model and the browser: valid UTF-8, no control characters but newlines and tabs,
+    no bidirectional controls (U+202E and its kin reverse how the text is displayed)."""
+    return _BIDI.sub("", _CONTROL.sub("", unicodedata.normalize("NFC", Tokenizer.clean(text))))
+
+
+def take_input(text: str) -> tuple[str, list[str]]:
+    """The app's input rules: ``text`` cleaned (:func:`clean_text`) and cut to ``MAX_INPUT_CHARS``, and one notice
+    for each change (the page, the offline page and the notebook say the same)."""
+    notices = []
+    control = len(_CONTROL.findall(text))
+    if control:
+        notices.append(f"Removed {control} control character(s) (invisible characters such as NUL or ESC; "
+                       "newlines and tabs are kept) from the text.")
+    bidi = len(_BIDI.findall(text))
+    if bidi:
+        notices.append(f"Removed {bidi} bidirectional control character(s) (such as U+202E, which reverses how "
+                       "text is displayed) from the text.")
+    text = clean_text(text)
+    if len(text) > MAX_INPUT_CHARS:
+        notices.append(f"The text has {len(text):,} characters; only the first {MAX_INPUT_CHARS:,} were kept "
+                       f"(the cut-off {len(text) - MAX_INPUT_CHARS:,} were dropped).")
+        text = text[:MAX_INPUT_CHARS]
+    return text, notices
 
 
 def language_args(tr: Translator, settings: DecodeSettings) -> dict[str, str | None]:

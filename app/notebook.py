@@ -7,15 +7,17 @@
     result = tr.translate("A man rides a bike.")
     show(result, "heatmap", kind="cross", layer=2)      # one head or the mean, as an SVG (no JavaScript)
     show(result, "all_heads", kind="encoder")           # every layer x head on one colour scale (SVG)
-    show(result, translator=tr)                         # the whole page of ``python -m app.report``, inline
+    show(result, "lines")                               # one view of the offline page (app.parts), inline
+    show(result, "step", translator=tr)                 # a view that needs the model: pass the translator
+    show(result, translator=tr)                         # every view of ``python -m app.report``, inline
     html = show(result, "heatmap", return_html=True)    # or: show(...).html
 
 ``show`` returns an object that notebooks draw (``_repr_html_``); ``return_html=True`` gives the HTML string.
-The heatmap and the all-heads grid are plain SVG (a few KB each, drawn even where scripts are off); the page and
-the other views (``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"``, ``"lens"``) are the
-page of :mod:`app.report` in an ``<iframe srcdoc>``, so its script is isolated, with plotly.js inside (about
-4.8 MB per output). Layers and heads count from 1, as on the page. Works with a ``TranslationResult`` of any
-family (ours, Marian, M2M100 / NLLB); the views that run the model again need ``translator=``. No Streamlit here.
+The heatmap and the all-heads grid are plain SVG (a few KB each, drawn even where scripts are off); the other views
+are the offline page's (:mod:`app.report`: the same descriptions, :mod:`app.parts`, that the app draws), drawn in
+the notebook itself with plotly.js sent once per kernel (the first such output carries it, about 4.8 MB; the others
+a few KB to a few hundred). Layers and heads count from 1, as on the page. Works with a ``TranslationResult`` of any
+family (ours, Marian, M2M100 / NLLB); the views that need the model need ``translator=``. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -37,20 +39,27 @@ SVG_VIEWS = ("heatmap", "all_heads")
 
 
 class Inline:
-    """HTML that a notebook draws inline (``_repr_html_``); ``html`` holds it, ``save(path)`` writes it."""
+    """HTML that a notebook draws inline (``_repr_html_``); ``html`` holds it, ``save(path)`` writes a file that
+    opens on its own (``page``: that file's text, built when first asked for)."""
 
-    def __init__(self, html: str, page: str | None = None) -> None:
+    def __init__(self, html: str, page: Any = None) -> None:
         self.html = html
-        self.page = page  # the whole self-contained page, where this is an iframe of one
+        self._page = page  # the whole page's text, or a function that builds it
+
+    @property
+    def page(self) -> str:
+        if callable(self._page):
+            self._page = self._page()
+        return self._page or ('<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>'
+                              f"{self.html}</body></html>")
 
     def _repr_html_(self) -> str:
         return self.html
 
     def save(self, path: str) -> None:
-        """Write a file that opens on its own: the page itself, or the SVG views in a minimal page."""
-        text = self.page or f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{self.html}</body></html>'
+        """Write a file that opens on its own: the offline page of these views, or the SVG views in a minimal page."""
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(self.page)
 
     def __repr__(self) -> str:
         return f"<Inline HTML, {len(self.html):,} characters: display it in a notebook, or read .html>"
@@ -128,23 +137,33 @@ def all_heads_html(a: Analysis, kind: str = "cross") -> str:
             "</div>")
 
 
-def _iframe(page: str, height: int) -> str:
-    return (f'<iframe class="attn-page" srcdoc="{_html.escape(page, quote=True)}" style="width:100%;'
-            f'height:{int(height)}px;border:1px solid #ddd" sandbox="allow-scripts allow-popups allow-downloads">'
-            "</iframe>")
+_sent: dict[str, bool] = {"plotly": False}  # whether this kernel has sent plotly.js to its notebook
+
+
+def plotly_once() -> str:
+    """plotly.js in a script element the first time a kernel asks (later outputs use the same ``Plotly``), else
+    nothing. Its loader is hidden from a page's AMD ``define`` (classic Jupyter's require.js), so it sets
+    ``window.Plotly`` wherever it runs."""
+    if _sent["plotly"]:
+        return ""
+    from plotly.offline import get_plotlyjs
+
+    _sent["plotly"] = True
+    return f"<script>(function (define, module, exports) {{ {get_plotlyjs()} }})();</script>"
 
 
 def show(result: TranslationResult | Analysis, view: str | None = None, *, translator: Translator | None = None,
          return_html: bool = False, height: int | None = None, **options: Any) -> Inline | str:
     """Draw a translation's view inline in a notebook.
 
-    ``view``: ``None`` for the whole page of ``python -m app.report`` (the views that need the model only with
+    ``view``: ``None`` for every view of ``python -m app.report`` (those that need the model only with
     ``translator``), or one of ``"heatmap"`` (options ``kind``, ``layer``, ``head``), ``"all_heads"`` (``kind``),
-    ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"`` (option ``method``), ``"lens"``.
-    ``kind``: ``"encoder"``, ``"decoder"`` or ``"cross"`` (the default). Returns an :class:`Inline` (the notebook
-    draws it; ``.html`` is its HTML), or the HTML string with ``return_html=True``.
+    or a view of the offline page (``app.report.VIEWS``: ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``,
+    ``"lens"``, ``"source_prefix"``, ``"attribution"`` with option ``method``). ``kind``: ``"encoder"``,
+    ``"decoder"`` or ``"cross"`` (the default). ``height``: a box of that many pixels that scrolls. Returns an
+    :class:`Inline` (the notebook draws it; ``.html`` is its HTML), or the HTML string with ``return_html=True``.
     """
-    a = _analysis(result)
+    a = _analysis(result) if translator is None or view in SVG_VIEWS else report.analysis_for(result, translator)
     if view in SVG_VIEWS:
         allowed = {"heatmap": {"kind", "layer", "head"}, "all_heads": {"kind"}}[view]
         extra = set(options) - allowed
@@ -154,14 +173,17 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
         shown = Inline(out)
     else:
         if view is not None and view not in report.VIEWS:
-            raise ValueError(f"unknown view {view!r}; choose from {', '.join(report.VIEWS)} (or None: the page)")
-        if view in report.NEEDS_MODEL and translator is None:
-            raise ValueError(f"the {view!r} view runs the model again: pass translator=, the Translator that made "
-                             "this translation")
+            raise ValueError(f"unknown view {view!r}; choose from {', '.join(report.VIEWS)} (or None: every view)")
         extra = set(options) - {"method", "steps", "model"}
         if extra:
             raise TypeError(f"show(..., {view!r}) takes no option {', '.join(sorted(extra))}")
         views = report.DEFAULT_VIEWS if view is None else (view,)
-        page = report.build_page(result, translator, views, text=a.text, **options)
-        shown = Inline(_iframe(page, height or (900 if view is None else 700)), page)
+        model = options.pop("model", "")
+        body = report.fragment(a, translator, views, model, summary=view is None, **options)
+        if view is not None and f'data-left-out="{view}"' in body:
+            raise ValueError(f"the {view!r} view runs the model: pass translator=, the Translator that made this "
+                             "translation")
+        if height:
+            body = f'<div style="max-height:{int(height)}px;overflow:auto">{body}</div>'
+        shown = Inline(plotly_once() + body, lambda: report.build_page(a, translator, views, model=model, **options))
     return shown.html if return_html else shown

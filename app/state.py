@@ -20,13 +20,13 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from transformer import Tokenizer, Translator
+from transformer import Translator
 from transformer.decoding import DEFAULT_ALPHA
 
 from . import params as P
 from .cached import Model
 from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
-from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings
+from .inference import Analysis, DecodeSettings, clean_text, take_input
 
 # ------------------------------------------------------------------------------------------------ keys
 CHECKPOINT = "checkpoint"
@@ -69,8 +69,6 @@ _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alp
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
                                MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # Unicode's Bidi_Control characters
 
 
 @dataclass(frozen=True)
@@ -96,29 +94,11 @@ class ViewContext:
         return self.model.tr
 
 
-def clean_text(text: str) -> str:
-    """User text fit for the model and the browser: valid UTF-8, no control characters but newlines and tabs,
-    no bidirectional controls (U+202E and its kin reverse how the text is displayed)."""
-    return _BIDI.sub("", _CONTROL.sub("", unicodedata.normalize("NFC", Tokenizer.clean(text))))
-
-
 def take_text(text: str) -> str:
     """The visitor's text as the page uses it: cleaned and cut to ``MAX_INPUT_CHARS``, with a notice for each
     change (shown by the next :func:`show_notices`)."""
-    notices = st.session_state.setdefault(NOTICES, [])
-    control = len(_CONTROL.findall(text))
-    if control:
-        notices.append(f"Removed {control} control character(s) (invisible characters such as NUL or ESC; "
-                       "newlines and tabs are kept) from the text.")
-    bidi = len(_BIDI.findall(text))
-    if bidi:
-        notices.append(f"Removed {bidi} bidirectional control character(s) (such as U+202E, which reverses how "
-                       "text is displayed) from the text.")
-    text = clean_text(text)
-    if len(text) > MAX_INPUT_CHARS:
-        notices.append(f"The text has {len(text):,} characters; only the first {MAX_INPUT_CHARS:,} were kept "
-                       f"(the cut-off {len(text) - MAX_INPUT_CHARS:,} were dropped).")
-        text = text[:MAX_INPUT_CHARS]
+    text, notices = take_input(text)
+    st.session_state.setdefault(NOTICES, []).extend(notices)
     return text
 
 

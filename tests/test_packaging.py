@@ -30,7 +30,8 @@ def test_the_wheel_holds_transformer_and_app_and_no_bench(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"transformer", "app"}
-    assert {"app/report.js", "app/views/__init__.py", "transformer/checkpoint/families/__init__.py"} <= set(names)
+    assert {"app/report.js", "app/views/__init__.py", "app/parts/__init__.py",
+            "transformer/checkpoint/families/__init__.py"} <= set(names)
 
 
 def test_bench_still_runs_from_the_repository_root():

@@ -5,6 +5,7 @@ the network cut off."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("plotly")
 
@@ -25,57 +27,96 @@ CAPTION = "Two young men in red shirts and white hats are playing soccer on a gr
 HOSTILE = 'A dog <img src=x onerror="alert(1)"> runs </script><script>alert(2)</script> & plays.'
 
 
-def page_json(page: str) -> dict:
-    match = re.search(r'<script type="application/octet-stream" id="attn-data">([A-Za-z0-9+/=]*)</script>', page)
-    assert match, "the page holds its data in one script element, deflated JSON in base64"
-    return json.loads(zlib.decompress(base64.b64decode(match.group(1))).decode("utf-8"))
+def page_figures(page: str) -> list[dict]:
+    """The figures a page (or a notebook output) holds: plotly JSON, deflated and base64 in one element."""
+    found = re.findall(r'<script type="application/octet-stream" id="attn-[^"]+-data">([A-Za-z0-9+/=]*)</script>', page)
+    assert found, "the views hold their figures in one script element, deflated JSON in base64"
+    return [f for b64 in found for f in json.loads(zlib.decompress(base64.b64decode(b64)).decode("utf-8"))]
 
 
-def unpacked(packed: dict) -> np.ndarray:
-    """The page's ``unpack``, written again from the format (inflate, 16-bit little-endian steps above lo)."""
-    steps = np.frombuffer(zlib.decompress(base64.b64decode(packed["b64"])), dtype="<u2")
-    return (packed["lo"] + packed["step"] * steps.astype(np.float64)).reshape(packed["shape"])
+def named(page: str, name: str) -> dict:
+    """The figure whose PNG is ``name`` (each chart's camera button names its file)."""
+    hits = [f for f in page_figures(page) if f["config"]["toImageButtonOptions"]["filename"] == name]
+    assert hits, f"no figure {name!r}"
+    return hits[0]
 
 
-def test_the_page_holds_every_attention_weight_to_three_decimals(tr):
-    result = tr.translate("Two dogs play in the park.", beam_size=2)
-    page = report.build_page(result, tr, report.VIEWS, text="Two dogs play in the park.", method="input_x_gradient")
-    data = page_json(page)
-    assert data["views"] == list(report.VIEWS)
+def values(data) -> np.ndarray:
+    """A figure's array as plotly.js reads it: a list, or a typed array (``bdata``, base64 with its dtype)."""
+    if isinstance(data, dict):
+        out = np.frombuffer(base64.b64decode(data["bdata"]), dtype=np.dtype(data["dtype"]).newbyteorder("<"))
+        return out.reshape([int(n) for n in str(data.get("shape", out.size)).split(",")]).astype(float)
+    return np.array(data, dtype=float)
+
+
+def views_of(page: str) -> tuple[list[str], list[str]]:
+    """The views a page draws and those it leaves out (they need the model)."""
+    match = re.search(r'data-views="([^"]*)" data-left-out="([^"]*)"', page)
+    return [v for v in match.group(1).split(",") if v], [v for v in match.group(2).split(",") if v]
+
+
+def test_every_view_with_a_description_is_offline_in_the_registry():
+    from app import parts
+    from app.views import VIEWS
+
+    names = list(VIEWS)
+    assert set(parts.BY_NAME) <= set(names)  # each description names a view of the app
+    assert [v.name for v in VIEWS.values() if v.offline] == [m.NAME for m in parts.DESCRIBED.values()]  # its order
+    assert VIEWS["Source or prefix"].offline and not VIEWS["Ablation"].offline
+    assert tuple(parts.DESCRIBED) == report.VIEWS and "source_prefix" in report.DEFAULT_VIEWS
+
+
+def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):
+    import transformer
+    from transformer.interpret import contributions
+
+    text = "Two dogs play in the park."
+    result = tr.translate(text, beam_size=2)
+    page = report.build_page(result, tr, report.VIEWS, text=text, method="input_x_gradient")
+    assert views_of(page) == (list(report.VIEWS), [])
     for kind, attns in (("encoder", result.encoder_attentions), ("decoder", result.decoder_attentions),
                         ("cross", result.cross_attentions)):
-        expected = np.stack([a.numpy() for a in attns])  # (L, H, Q, K), the translation's own
-        got = unpacked(data["kinds"][kind]["weights"])
-        assert got.shape == expected.shape
-        np.testing.assert_allclose(got, expected, atol=5e-4 + 1e-7)
-    assert data["target"]["raw"] == result.target_tokens and data["source"]["raw"] == result.source_tokens
-    assert abs(data["summary"]["score"] - result.score) < 1e-6
-    # the page's candidates are the model's own next-token distribution, teacher-forced
-    out = tr.attentions(result.source_ids, result.target_ids[:-1])
-    probs = out.logits[0].softmax(-1)
-    first = data["step"]["steps"][0]
-    assert first["probs"][0] == pytest.approx(float(probs[0].max()), abs=1e-4)
-    assert first["p"] == pytest.approx(float(probs[0, result.target_ids[0]]), abs=1e-4)
-    masks = data["masks"]["2"]
-    causal = unpacked(masks["causal"])
-    assert causal.shape == (len(result.decoder_input_tokens) + 2,) * 2
+        own = np.stack([a.numpy() for a in attns])  # (L, H, Q, K), the translation's own
+        for layer in range(own.shape[0]):
+            for head in range(own.shape[1]):
+                z = values(named(page, f"{kind}-L{layer + 1}-H{head + 1}")["data"][0]["z"])
+                np.testing.assert_allclose(z, own[layer, head], atol=5e-4 + 1e-7)
+            mean = values(named(page, f"{kind}-L{layer + 1}-mean")["data"][0]["z"])
+            np.testing.assert_allclose(mean, own[layer].mean(0), atol=5e-4 + 1e-7)
+    # the candidates are the model's own next-token distribution, teacher-forced
+    probs = tr.attentions(result.source_ids, result.target_ids[:-1]).logits[0].softmax(-1)
+    bars = named(page, "step1-topk")["data"][0]["x"]
+    assert bars[0] == pytest.approx(float(probs[0].max()), abs=1e-3)
+    causal = [values(f["data"][0]["z"]) for f in page_figures(page)
+              if f["config"]["toImageButtonOptions"]["filename"] == "mask-causal"]
+    assert [len(c) for c in causal] == [len(result.decoder_input_tokens) + p for p in (0, 2)]  # 0 and 2 <pad>
+    causal = causal[1]
     np.testing.assert_array_equal(causal, np.tril(np.ones_like(causal)))
-    assert unpacked(masks["encoder"])[:, -2:].sum() == 0  # the two <pad> keys are blocked
-    np.testing.assert_allclose(unpacked(data["positional"]["table"]),
-                               __import__("transformer").positional_encoding(data["positional"]["length"],
-                                                                             tr.config.d_model).numpy(), atol=6e-4)
-    assert data["attribution"]["method"] == "input_x_gradient" and "lens" in data
+    table = values(named(page, "positional-encoding")["data"][0]["z"])
+    np.testing.assert_allclose(table, transformer.positional_encoding(len(table), tr.config.d_model).numpy(),
+                               atol=6e-4)
+    src, tgt = torch.tensor([result.source_ids]), torch.tensor([[tr.config.bos_id] + result.target_ids[:-1]])
+    share = contributions(tr.model, src, tgt).source_share[0].numpy()  # ALTI+, computed apart
+    np.testing.assert_allclose(values(named(page, "source-share")["data"][0]["y"]), share, atol=1e-3)
+    assert len(named(page, "logit-lens")["data"][0]["z"]) == tr.config.n_decoder_layers
 
 
-def test_a_large_model_s_weights_are_rounded_to_two_decimals(tr, monkeypatch):
-    result = tr.translate("Two dogs play in the park.")
-    assert page_json(report.build_page(result))["kinds"]["cross"]["decimals"] == 3
-    monkeypatch.setattr(report, "ATTENTION_BUDGET", 0)  # as if the model were large
-    data = page_json(report.build_page(result))
-    expected = np.stack([a.numpy() for a in result.cross_attentions])
-    assert data["kinds"]["cross"]["decimals"] == 2
-    np.testing.assert_allclose(unpacked(data["kinds"]["cross"]["weights"]), expected, atol=5e-3 + 1e-7)
-    assert np.abs(unpacked(data["kinds"]["cross"]["weights"]) - expected).max() > 5e-4  # coarser than 3 decimals
+def test_the_page_s_copies_of_a_chart_are_what_the_builder_draws(tr):
+    from app import parts
+
+    text = "Two dogs play in the park."
+    a = report.analysis_for(tr.translate(text, beam_size=2), tr, text)
+    page = report.build_page(a, tr, ("heatmap", "step"))
+    t, layer = len(a.target_tokens) - 1, 1
+    for name, built in (("encoder-L1-H2", parts.heatmap.chart(a, "encoder", 1, "2")),
+                        ("cross-L2-mean", parts.heatmap.chart(a, "cross", 2, "mean")),
+                        (f"step{t + 1}-cross", parts.step.looked(a, t, layer, (0.0, 1.0)))):
+        built = report.figure_json(built.figure)
+        shown = [f for f in page_figures(page) if f["config"]["toImageButtonOptions"]["filename"] == name]
+        if name.startswith("step"):  # the step's chart of each layer: the one of this layer
+            shown = [f for f in shown if np.allclose(values(f["data"][0]["z"]), values(built["data"][0]["z"]))]
+        built.pop("title")  # shown above the chart, as text
+        assert shown and {k: v for k, v in shown[0].items() if k != "config"} == built, name
 
 
 def test_the_page_is_one_file_with_nothing_to_fetch(tr):
@@ -93,17 +134,19 @@ def test_text_from_the_sentence_is_shown_as_text(tr):
     body = page.split("</head>", 1)[1]
     assert "<img src=x" not in body and "<script>alert(2)" not in body
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in body  # the summary shows it escaped
-    data = page_json(page)  # the data (base64: it cannot end its element early) keeps the text exactly
-    assert data["summary"]["text"] == HOSTILE
-    assert all("<" not in label for label in data["source"]["html"])
+    assert all("<img" not in t for f in page_figures(page) for t in f["layout"]["xaxis"].get("ticktext", []))
 
 
-def test_the_command_writes_the_page_and_refuses_bad_input(tmp_path, tiny_checkpoint, capsys):
+def test_the_command_writes_the_page_with_the_app_s_input_rules(tmp_path, tiny_checkpoint, capsys):
     out = tmp_path / "page.html"
-    assert report.main(["A man rides a bike.", "--out", str(out), "--checkpoint", str(tiny_checkpoint), "--beam", "1",
+    reversed_text = "A man \u202eekib a sedir\u202c on the road."  # U+202E shows "ekib a sedir" as "rides a bike"
+    assert report.main([reversed_text, "--out", str(out), "--checkpoint", str(tiny_checkpoint), "--beam", "1",
                         "--views", "heatmap,lines"]) == 0
-    data = page_json(out.read_text(encoding="utf-8"))
-    assert data["views"] == ["heatmap", "lines"] and data["summary"]["beam_size"] == 1
+    page = out.read_text(encoding="utf-8")
+    assert views_of(page) == (["heatmap", "lines"], [])
+    assert "\u202e" not in page and "\u202c" not in page and "A man ekib a sedir on the road." in page
+    assert "Removed 2 bidirectional control character(s)" in capsys.readouterr().err
+    assert "Removed 2 bidirectional control character(s)" in page  # and the page says so
     for argv, message in (([" ", "--out", str(out)], "empty"), (["a " * 3000, "--out", str(out)], "at most 5,000"),
                           (["x", "--out", str(out), "--views", "heatmap,nope"], "unknown view"),
                           (["x", "--out", str(out), "--checkpoint", str(tiny_checkpoint), "--src-lang", "fr"],
@@ -117,15 +160,15 @@ def test_the_command_writes_the_page_and_refuses_bad_input(tmp_path, tiny_checkp
 
 
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shipped checkpoint is not here")
-def test_a_twenty_word_caption_makes_a_page_under_5_mb(tmp_path):
+def test_a_twenty_word_caption_makes_a_page_under_5_5_mb(tmp_path):
     out = tmp_path / "caption.html"
     assert len(CAPTION.split()) == 20
     subprocess.run([sys.executable, "-m", "app.report", CAPTION, "--out", str(out), "--checkpoint", str(SHIPPED)],
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
-    assert out.stat().st_size < 5_000_000
+    assert out.stat().st_size < 5_500_000
 
 
-def test_show_draws_one_view_or_the_page(tr):
+def test_show_draws_one_view_or_every_view(tr):
     result = tr.translate("A woman plays with a ball.")
     heat = notebook.show(result, "heatmap", kind="cross", layer=2, head=3)
     assert heat._repr_html_() == heat.html and heat.html.startswith("<svg")
@@ -139,19 +182,36 @@ def test_show_draws_one_view_or_the_page(tr):
     grid = notebook.show(result, "all_heads", kind="decoder", return_html=True)
     n_layers, n_heads = len(result.decoder_attentions), result.decoder_attentions[0].shape[0]
     assert isinstance(grid, str) and grid.count("<img ") == n_layers * n_heads
-    page = notebook.show(result, translator=tr)
-    assert page.html.startswith("<iframe") and 'srcdoc="' in page.html and "<script" not in page.html
-    assert page_json(page.page)["views"] == list(report.DEFAULT_VIEWS)
-    alone = page_json(notebook.show(result).page)  # without the translator: the views of the attentions alone
-    assert alone["views"] == ["heatmap", "all_heads", "lines"] and "step" in alone["left_out"]
+    every = notebook.show(result, translator=tr)
+    assert "<iframe" not in every.html and views_of(every.html) == (list(report.DEFAULT_VIEWS), [])
+    alone = notebook.show(result)  # without the translator: the views of the attentions alone
+    assert views_of(alone.html) == (["heatmap", "all_heads", "lines"],
+                                    [v for v in report.DEFAULT_VIEWS if v not in ("heatmap", "all_heads", "lines")])
+    # the Source row is the sentence, not the pieces joined
+    assert "<th>Source</th><td>A woman plays with a ball.</td>" in alone.html
+    step = notebook.show(result, "step", translator=tr)
+    assert views_of(step.html) == (["step"], []) and named(step.html, "step1-topk")
+    assert views_of(step.page) == (["step"], [])  # .save() writes the same view as a page
     with pytest.raises(ValueError, match="translator"):
-        notebook.show(result, "lens")
+        notebook.show(result, "step")
     with pytest.raises(ValueError, match="layer counts from 1 to 2"):
         notebook.show(result, "heatmap", layer=3)
     with pytest.raises(ValueError, match="kind must be"):
         notebook.show(result, "all_heads", kind="self")
     with pytest.raises(TypeError):
         notebook.show(result, "heatmap", colour="red")
+
+
+def test_a_notebook_gets_plotly_js_once(tr, monkeypatch):
+    from plotly.offline import get_plotlyjs
+
+    monkeypatch.setitem(notebook._sent, "plotly", False)  # a new kernel
+    result = tr.translate("A dog runs in the park.")
+    outputs = [notebook.show(result, "lines").html, notebook.show(result, "masks", translator=tr).html,
+               notebook.show(result, translator=tr).html, notebook.show(result, "heatmap").html]
+    head = get_plotlyjs()[:200]
+    assert [o.count(head) for o in outputs] == [1, 0, 0, 0]
+    assert sum(len(o) for o in outputs[1:]) < 1_000_000  # the others: their figures only
 
 
 def test_show_takes_every_family(tmp_path, tiny_corpus):
@@ -182,18 +242,20 @@ def test_show_takes_every_family(tmp_path, tiny_corpus):
         heat = notebook.show(result, "heatmap", kind="encoder", layer=1, head=1)
         assert len(re.findall(r'<rect [^>]*fill="#[0-9a-f]{6}"><title>', heat.html)) == \
             result.encoder_attentions[0][0].numel()
-        data = page_json(notebook.show(result, translator=tr).page)
-        assert data["target"]["raw"] == result.target_tokens
+        shown = notebook.show(result, translator=tr).html
         if langs:
             assert result.target_tokens[0] == "fra_Latn"
-        np.testing.assert_allclose(unpacked(data["kinds"]["cross"]["weights"]),
-                                   np.stack([a.numpy() for a in result.cross_attentions]), atol=5e-4 + 1e-7)
+        n_layers = len(result.cross_attentions)
+        cross = values(named(shown, f"cross-L{n_layers}-H1")["data"][0]["z"])
+        np.testing.assert_allclose(cross, result.cross_attentions[-1][0].numpy(), atol=5e-4 + 1e-7)
+        ticks = named(shown, f"cross-L{n_layers}-mean")["layout"]["yaxis"]["ticktext"]
+        assert len(ticks) == len(result.target_tokens)
     out = tmp_path / "nllb.html"  # the command with a multilingual model's languages
     assert report.main(["A man rides a red bike.", "--out", str(out), "--checkpoint", str(nllb), "--beam", "1",
                         "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn", "--views", "heatmap,step"]) == 0
-    data = page_json(out.read_text(encoding="utf-8"))
-    assert (data["summary"]["src_lang"], data["summary"]["tgt_lang"]) == ("eng_Latn", "fra_Latn")
-    assert data["target"]["raw"][0] == "fra_Latn" and data["source"]["raw"][0] == "eng_Latn"
+    page = out.read_text(encoding="utf-8")
+    assert "<th>Languages</th><td>eng_Latn → fra_Latn</td>" in page
+    assert views_of(page) == (["heatmap", "step"], [])
 
 
 def test_importing_the_notebook_module_imports_no_streamlit():
@@ -208,53 +270,86 @@ def test_importing_the_notebook_module_imports_no_streamlit():
 CHROMIUM = "/usr/bin/chromium"
 
 
+OVERLAPS = (ROOT / "tests" / "overlap.js").read_text(encoding="utf-8")  # pairs of a chart's texts whose glyph boxes
+# (rotation included) cross, in one element
+REVERSED = ('A "blue" dog <img src=x onerror="alert(1)"> \u202eekib a sedir\u202c </script><script>alert(2)</script> '
+            "& runs.")
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists() or not SHIPPED.is_dir(), reason="needs chromium and the shipped model")
-def test_the_page_draws_offline_in_chromium(tmp_path):
+def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    out = tmp_path / "page.html"
-    subprocess.run([sys.executable, "-m", "app.report", HOSTILE, "--out", str(out), "--checkpoint", str(SHIPPED),
+    out = tmp_path / "page.html"  # HTML-like text, quotes and a U+202E in one sentence
+    subprocess.run([sys.executable, "-m", "app.report", REVERSED, "--out", str(out), "--checkpoint", str(SHIPPED),
                     "--views", ",".join(report.VIEWS), "--method", "input_x_gradient"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-            fetched: list[str] = []
+            for width, height in ((1280, 720), (390, 844)):
+                phone = width < 500
+                context = browser.new_context(offline=True, viewport={"width": width, "height": height},
+                                              is_mobile=phone, has_touch=phone)
+                fetched: list[str] = []
 
-            def only_the_file(route):
-                if route.request.url.startswith("file:"):
-                    route.continue_()
-                else:
-                    fetched.append(route.request.url)
-                    route.abort()
+                def only_the_file(route, fetched=fetched):
+                    if route.request.url.startswith("file:"):
+                        route.continue_()
+                    else:
+                        fetched.append(route.request.url)
+                        route.abort()
 
-            context.route("**/*", only_the_file)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("dialog", lambda d: (errors.append("a dialog opened: " + d.message), d.dismiss()))
-            page.goto(out.as_uri())
-            page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
-                                   f"{len(report.VIEWS)}", timeout=120_000)
-            for view in report.VIEWS:  # every section drew its charts
-                drawn = page.locator(f"#{view} .js-plotly-plot")
-                assert drawn.count() >= 1, view
-                assert page.locator(f"#{view} .main-svg").count() >= drawn.count(), view
-            heat = page.locator("#heatmap .js-plotly-plot")
-            z_mean = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
-            page.locator("#heatmap select").nth(2).select_option("1")  # head 2
-            page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.endsWith('head 2')")
-            z_head = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
-            assert z_head != z_mean and heat.locator(".heatmaplayer image, .hm image").count() >= 1
-            page.locator("#heatmap select").nth(0).select_option("encoder")
-            page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.startsWith('Encoder')")
-            assert "<img" not in page.locator("#summary").inner_html().replace("&lt;img", "")
-            assert page.locator("#summary").inner_text().count('<img src=x onerror="alert(1)">') == 1
-            assert not errors, errors
-            assert not fetched, fetched
+                context.route("**/*", only_the_file)
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.on("dialog", lambda d, errors=errors: (errors.append("a dialog opened: " + d.message),
+                                                            d.dismiss()))
+                page.goto(out.as_uri())
+                page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
+                                       f"{len(report.VIEWS)}", timeout=120_000)
+                where = f"{width}x{height}"
+                crossing = page.evaluate_handle("""() => {  // the counter itself: two labels on one spot do cross
+                    const div = document.createElement("div"); document.body.appendChild(div);
+                    return Plotly.newPlot(div, [{x: [0, 0], y: [0, 0], mode: "text", text: ["crossing", "labels"]}],
+                                          {width: 400, height: 300, xaxis: {visible: false}, yaxis: {visible: false}})
+                                          .then(() => div); }""")
+                assert len(page.evaluate(OVERLAPS, crossing)) == 1
+                page.evaluate("(div) => div.remove()", crossing)
+                for view in report.VIEWS:  # every section drew its charts, and no chart text sits on another
+                    section = page.locator(f"#{view}")
+                    assert section.locator(".js-plotly-plot .main-svg").count() >= 1, (view, where)
+                    assert page.evaluate(OVERLAPS, section.element_handle()) == [], (view, where)
+                    cut = page.evaluate("(s) => Array.from(s.querySelectorAll('.fig-title')).filter((t) => "
+                                        "t.offsetParent && t.scrollWidth > t.clientWidth + 1).length",
+                                        section.element_handle())
+                    assert cut == 0, (view, where)  # every title whole (it wraps)
+                # plotly's toolbar: on hover on a desktop; none on a phone (it would sit on the charts)
+                assert (page.locator(".modebar-group").count() == 0) == phone, where
+                if not phone:
+                    assert "<img" not in page.locator("#summary").inner_html().replace("&lt;img", "")
+                    assert page.locator("#summary").inner_text().count('<img src=x onerror="alert(1)">') == 1
+                    title = "#heatmap .fig-title >> visible=true"
+                    z_mean = page.evaluate("document.querySelector('#heatmap .js-plotly-plot').data[0].z")
+                    page.locator("#heatmap select >> visible=true").nth(2).select_option("2")  # type, layer, head
+                    assert page.locator(title).inner_text().endswith("head 2")
+                    z_head = page.evaluate("Array.from(document.querySelectorAll('#heatmap .js-plotly-plot'))"
+                                           ".find((d) => d.offsetParent).data[0].z")
+                    assert z_head != z_mean
+                    page.locator("#heatmap select").first.select_option("0")  # the type: encoder
+                    assert page.locator(title).inner_text().startswith("Encoder")
+                # the app's input rules: the U+202E is removed (and said), the text reads as typed
+                body = page.locator("body").inner_text()
+                assert "\u202e" not in body and "ekib a sedir" in page.locator("#summary").inner_text()
+                assert "Removed 2 bidirectional control character(s)" in body
+                if phone:  # a chart wider than the phone scrolls, and says so
+                    assert page.locator(".hint:not([hidden])").count() >= 1
+                assert not errors, (errors, where)
+                assert not fetched, fetched
+                context.close()
         finally:
             browser.close()
 
@@ -275,8 +370,13 @@ def test_the_docs_notebook_runs_in_a_real_kernel():
              and "text/html" in o.get("data", {})]
     assert any(h.startswith("<svg") and "Cross-attention · layer 2" in h for h in shown)  # the heatmap
     assert any('class="attn-all-heads"' in h for h in shown)  # all heads
-    pages = [h for h in shown if h.startswith('<iframe class="attn-page"')]
-    assert pages and all(v in pages[0] for v in ("id=&quot;heatmap&quot;", "id=&quot;step&quot;"))
+    from plotly.offline import get_plotlyjs
+
+    drawn = [h for h in shown if 'class="attn-report"' in h]
+    assert [views_of(h)[0] for h in drawn] == [list(report.DEFAULT_VIEWS), ["step"]]  # every view, then one alone
+    assert sum(h.count(get_plotlyjs()[:200]) for h in shown) == 1  # plotly.js once per notebook
+    assert sum(len(h) for h in shown) < len(get_plotlyjs()) + 1_500_000  # the rest: a few figures
+    assert "<th>Source</th><td>Two young men are playing soccer on a green field.</td>" in drawn[0]
 
 
 def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatch):
@@ -300,6 +400,5 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
     assert page.decode("utf-8") == built[0] and cached.RESULTS.nbytes - before >= len(page)  # counted in the budget
     assert model.report_file(key[3], key[4])() is page  # kept: a second click builds nothing
     assert len(built) == 1
-    data = page_json(built[0])
-    assert data["summary"]["translation"] == tr.translate(text).text  # the sentence on screen
-    assert data["views"] == list(report.DEFAULT_VIEWS)
+    assert f"<th>Translation</th><td>{html.escape(tr.translate(text).text)}</td>" in built[0]  # the sentence shown
+    assert views_of(built[0]) == (list(report.DEFAULT_VIEWS), [])

@@ -1,5 +1,6 @@
 """The views: one module each, with ``render(ctx)`` and its address parameters ``PARAMS``. Adding a view = one
-module and one line in ``VIEWS``."""
+module and one line in ``VIEWS``; a view that also works outside the page (the offline page, a notebook) is
+described once in :mod:`app.parts`, which its module draws from too (``View.offline``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from .. import params
+from .. import params, parts
 from ..state import ViewContext
 from . import (
     ablation,
@@ -47,6 +48,12 @@ class View:
     @property
     def render(self) -> Callable[[ViewContext], None]:
         return self.module.render
+
+    @property
+    def offline(self) -> bool:
+        """Whether the offline page (``python -m app.report``) and ``app.notebook.show`` draw this view: it has a
+        description in :mod:`app.parts` (what it needs of the model is computed when the page is built)."""
+        return self.name in parts.BY_NAME
 
 
 ATTENTION, INSIDE, BEYOND, DATA, MODELS = ("Attention", "Inside the model", "Beyond weights", "Across data",

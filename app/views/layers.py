@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .. import figures
+from .. import figures, parts
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -15,24 +14,9 @@ PARAMS = ()  # no choices of its own
 def render(ctx: ViewContext) -> None:
     """A heatmap of the chosen piece's probability per layer and step, and the top prediction per layer."""
     result, tr = ctx.result, ctx.tr
-    st.caption("The logit lens: each decoder layer's output sent straight through the final norm and the output "
-               "projection, as if it were the last layer. Where does each output piece become the top prediction?")
-    data = ctx.model.beyond("lens", result, 5)
-    steps = result.target_tokens
-    chosen = data["chosen"]  # (L, T)
-    layers = [f"layer {i + 1}" for i in range(chosen.shape[0])]
-    fig = figures.attention_heatmap(chosen, layers, steps, title="Probability of the piece the model produced",
-                                    query_title="decoder layer", key_title="output step (its piece)",
-                                    value_name="probability")
-    fig.update_layout(height=max(int(fig.layout.height or 0), 340))  # a colour bar one can read, even at 4 layers
-    st.plotly_chart(fig, config=figures.plotly_config("logit-lens"), key="lens_chart")
-    first_top = [next((i + 1 for i in range(chosen.shape[0]) if data["rank"][i, t] == 0), None)
-                 for t in range(len(steps))]
-    top = [[f"{tr.tokenizer.pieces([int(data['ids'][i, t, 0])])[0]} ({data['probs'][i, t, 0]:.3f})"
-            for t in range(len(steps))] for i in range(chosen.shape[0])]
-    frame = pd.DataFrame(top, index=layers, columns=[f"{t}: {p}" for t, p in enumerate(steps, 1)]).T
-    frame.insert(0, "top from layer", [f"{f}" if f else "never" for f in first_top])
+    st.caption(parts.layers.INTRO)
+    chart, table, note = parts.layers.parts(result, ctx.model.beyond("lens", result, 5), tr.tokenizer.pieces)
+    st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="lens_chart")
+    frame = pd.DataFrame(table.rows, columns=table.columns).set_index(table.columns[0])
     st.dataframe(frame, width="stretch")
-    settled = [f for f in first_top if f]
-    st.caption(f"{len(settled)} of {len(steps)} pieces are the top prediction by the last layer"
-               + (f"; on average from layer {np.mean(settled):.1f}." if settled else "."))
+    st.caption(note.text)

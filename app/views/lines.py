@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, figures
-from ..analysis import KIND_NAMES, first_numbers
+from .. import controls, figures, parts
 from ..params import Param, float_in, int_in, int_list, join
 from ..state import ViewContext
 
-HEADINGS = {"encoder": ("source (query)", "source (key)"), "decoder": ("output (query)", "decoder input (key)"),
-            "cross": ("output (query)", "source (key)")}
+HEADINGS = parts.lines.HEADINGS
 HEADS, FOCUS, THRESHOLD, FOCUS_KIND = "lines_heads", "lines_focus", "lines_threshold", "_lines_focus_kind"
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("lh", HEADS, int_list(1, 128), dump=join),
           Param("lf", FOCUS, lambda v: "all" if v == "all" else int_in(1, 10_000)(v), "all"),
@@ -44,11 +42,8 @@ def render(ctx: ViewContext) -> None:
                             format_func=lambda i: "every query" if i == "all" else f"{i}: {queries[i - 1]}")
     ss.setdefault(THRESHOLD, 0.05)
     threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session")
-    qt, kt = HEADINGS[kind]
     row = None if focus == "all" else int(focus) - 1
-    fig = figures.attention_lines(attn, queries, keys, heads=[h - 1 for h in heads], focus=row, threshold=threshold,
-                                  title=f"{KIND_NAMES[kind]} · layer {layer}", query_title=qt, key_title=kt,
-                                  query_first=first_numbers(kind)[0], key_first=first_numbers(kind)[1])
+    fig = parts.lines.chart(result, kind, layer, heads=[h - 1 for h in heads], focus=row, threshold=threshold).figure
     shown = attn[[h - 1 for h in heads]] if heads else attn[:0]
     if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
         st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import figures, probes
-from ..analysis import masked_weight
+from .. import figures, parts
 from ..params import Param, int_in
 from ..state import ViewContext
 
@@ -15,44 +14,19 @@ PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in
 def render(ctx: ViewContext) -> None:
     """Padding and causal masks of this sentence, and how they combine."""
     tr, result = ctx.tr, ctx.result
-    st.caption("The masks decide which keys a query may see: a blocked key's score is set to −∞ before the "
-               "softmax, so its weight is exactly 0. Add padding to see the sentence as it sits in a batch next to "
-               "longer ones.")
+    st.caption(parts.masks.INTRO)
     c1, c2 = st.columns(2)
     for param in PARAMS:
         st.session_state.setdefault(param.key, param.default)
     pad_src = c1.slider("Padding after the source", 0, 8, key="pad_src")
     pad_tgt = c2.slider("Padding after the decoder input", 0, 8, key="pad_tgt")
-    masks = probes.mask_arrays(tr, result, pad_src, pad_tgt)
-    src = result.source_tokens + ["<pad>"] * pad_src
-    dec = result.decoder_input_tokens + ["<pad>"] * pad_tgt
-    panels = [
-        ("encoder", "Encoder self-attention: padding mask", src, src,
-         "Every source piece may look at every real source piece, in both directions. Only the <pad> columns are "
-         "blocked: padding_mask(src) is True where the key is a real token, broadcast over all queries."),
-        ("causal", "Causal mask", dec, dec,
-         "Lower triangle: decoder position i sees positions 0…i only, so training on whole sentences never lets "
-         "a step peek at the piece it must predict."),
-        ("decoder", "Decoder self-attention: padding AND causal", dec, dec,
-         "What the decoder really uses: the causal triangle with the <pad> columns removed (padding_mask(tgt) & "
-         "causal_mask(T))."),
-        ("cross", "Cross-attention: source padding", dec, src,
-         "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
-         "causal part: the whole source is known before decoding starts."),
-    ]
-    per_row = 1 if max(len(src), len(dec)) > 40 else 2  # long sentences: one mask per row, to read the tokens
+    charts = parts.masks.charts(tr, result, pad_src, pad_tgt)
+    long = max(len(result.source_tokens) + pad_src, len(result.decoder_input_tokens) + pad_tgt) > 40
+    per_row = 1 if long else 2  # long sentences: one mask per row, to read the tokens
     for i in range(0, 4, per_row):
-        cols = st.columns(per_row)
-        for col, (key, title, queries, keys, text) in zip(cols, panels[i:i + per_row]):
+        for col, chart in zip(st.columns(per_row), charts[i:i + per_row]):
             with col:
-                qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
-                ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
-                firsts = (1 if key == "encoder" else 0, 1 if key in ("encoder", "cross") else 0)  # <s> is 0
-                st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
-                                config=figures.plotly_config(f"mask-{key}"), key=f"mask_{key}_chart")
-                st.caption(text)
-    unpadded = probes.mask_arrays(tr, result, 0, 0)
-    leak = max(masked_weight(result.decoder, unpadded["decoder"]), masked_weight(result.cross, unpadded["cross"]),
-               masked_weight(result.encoder, unpadded["encoder"]))
-    st.success(f"Check on this sentence's real attention: the largest weight on any blocked position is {leak:g} "
-               "(decoder self-attention never looks ahead).", icon=":material/check_circle:")
+                st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key=f"{chart.name}_chart"
+                                .replace("-", "_"))
+                st.caption(chart.caption)
+    st.success(parts.masks.check(tr, result), icon=":material/check_circle:")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
-from .. import controls, figures, probes
+from .. import controls, figures, parts, probes
 from ..figures import wave_dims
 from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
@@ -18,9 +17,7 @@ def render(ctx: ViewContext) -> None:
     """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
     tr, result = ctx.tr, ctx.result
     ss = st.session_state
-    st.caption("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / "
-               "10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; "
-               "wavelengths grow geometrically from 2π to 10000·2π, so nearby positions get similar codes.")
+    st.caption(parts.positional.INTRO)
     c1, c2 = st.columns(2)
     controls.keep_if("pe_d", ss.get("pe_d", 8) % 8 == 0)  # the slider moves in steps of 8
     ss.setdefault("pe_d", min(max(8, int(tr.config.d_model) // 8 * 8), 1024))
@@ -41,23 +38,14 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns(2)
     with a:
         st.plotly_chart(figures.pe_similarity(table), config=figures.plotly_config("pe-similarity"), key="pe_sim")
-        st.caption("Cosine similarity between the codes of two positions: it depends only on their distance "
-                   "(the bands run parallel to the diagonal), which lets attention use relative positions.")
+        st.caption(parts.positional.SIMILARITY)
     with b:
-        own = probes.model_pe(tr)
-        diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
-        st.plotly_chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
-                        config=figures.plotly_config("model-pe"), key="pe_model")
-        st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
+        chart = parts.positional.model_table(tr)
+        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_model")
+        st.caption(chart.caption)
     if result is not None:
-        norms = probes.embedding_norms(tr, result.source_ids)
-        own = probes.model_pe(tr)
-        pe_norms = np.linalg.norm(own[: len(result.source_ids)], axis=1)
-        vocab = ctx.model.vocab_norms()
-        st.plotly_chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab),
-                        config=figures.plotly_config("pe-vs-embeddings"), key="pe_norms")
-        st.caption(f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "
-                   "embeddings are multiplied by √d_model before the code is added, so a token's identity is not "
-                   "drowned by its position.")
+        chart = parts.positional.sizes(tr, result, ctx.model.vocab_norms())
+        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_norms")
+        st.caption(chart.caption)
     else:
         st.info("Translate a sentence to compare its token embeddings with the positional codes.")

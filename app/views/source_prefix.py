@@ -4,17 +4,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
-from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
-
-from .. import controls, figures, work
-from ..catalog import load_heads
+from .. import controls, figures, parts, work
 from ..params import Param
 from ..state import ViewContext
 
-ALL = "all"
+ALL = parts.source_prefix.ALL
+threshold_of = parts.source_prefix.threshold_of
 
 
 def _layer(value: str) -> str | int | None:
@@ -26,71 +23,32 @@ def _layer(value: str) -> str | int | None:
 PARAMS = (Param("cl", "source_prefix_layer", _layer),)
 
 
-def threshold_of(tr_path: object) -> tuple[float | None, dict]:
-    """The checkpoint's hallucination threshold (heads.json ``alti``; chosen on val), or None, and the section."""
-    data = load_heads(tr_path) or {}
-    section = data.get("alti") if isinstance(data.get("alti"), dict) else {}
-    value = section.get("hallucination_threshold")
-    return (float(value) if isinstance(value, (int, float)) else None), section
-
-
-def agreement(source: np.ndarray, cross: np.ndarray) -> float:
-    """Share of output pieces whose strongest source piece by ALTI+ ``(T, S)`` is cross-attention's ``(T, S)``."""
-    return float((source.argmax(-1) == cross.argmax(-1)).mean()) if len(source) else 0.0
-
-
 def render(ctx: ViewContext) -> None:
     """The hallucination notice, the source share per output piece, the full contribution matrix and the
     cross-attention beside it."""
     result = ctx.result
-    st.caption("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ "
-               "(Ferrando et al., 2022) splits every attention block's output into one term per input piece (the "
-               "residual included, through the layer norm), measures each piece's contribution by how close its "
-               "term is to the output, and rolls that out through the encoder, the decoder's self-attention and "
-               "its cross-attention. Each row sums to 1 over the source and the target prefix.")
+    st.caption(parts.source_prefix.INTRO)
     fits, notices = work.plan_alti(ctx.tr, len(result.source_ids), len(result.target_ids))
     controls.capped(notices)
     if not fits:
         return
     data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
-    mean = float(share.mean()) if len(share) else 0.0
     _, section = threshold_of(ctx.tr.path)
-    rule = flag_rule(ctx.tr.path)
-    row = translation_row(ctx.tr, result.source_ids, result.target_ids, result.translation,
-                          np.log(np.maximum(result.chosen_probs.astype(np.float64), 1e-300)), share, result.cross,
-                          hit_max_len=result.hit_max_len, tgt_lang=result.settings.tgt_lang)
-    why = reasons(row, rule)
-    origin = ("this model's rule, chosen on val (`flag.json`)" if rule.origin != "default"
-              else "this model has no rule chosen on val yet (`python -m transformer.detect --write`): looping only")
-    if why:
-        st.warning("This translation may be a hallucination: " + "; ".join(reason_text(c, row) for c in why) +
-                   f". A translation is flagged when {rule_text(rule)} ({origin}).", icon=":material/report:")
+    note, threshold = parts.source_prefix.notice(ctx.tr, result, share)
+    if note.warning:
+        st.warning(note.text, icon=":material/report:")
     else:
-        st.caption(f"Not flagged as a possible hallucination (mean source share {mean:.1%}, mean log-probability "
-                   f"{row['seq_logprob']:.2f} per piece). A translation is flagged when {rule_text(rule)} ({origin}).")
-    threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
-    outputs = result.target_tokens
-    st.plotly_chart(figures.source_share_figure(share, outputs, threshold),
-                    config=figures.plotly_config("source-share"), key="source_prefix_share")
+        st.caption(note.text)
+    shares, matrix = parts.source_prefix.charts(result, data, threshold)
+    st.plotly_chart(shares.figure, config=figures.plotly_config(shares.name), key="source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
-    cross = result.cross.mean(axis=(0, 1)) if layer == ALL else result.cross[int(layer) - 1].mean(axis=0)  # (T, S)
     long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(figures.contribution_matrix_figure(data["source"], data["target"], outputs,
-                                                       result.source_tokens, result.decoder_input_tokens),
-                    config=figures.plotly_config("alti-contributions"), key="source_prefix_matrix")
-    name = "every layer" if layer == ALL else f"layer {layer}"
-    c2.plotly_chart(figures.attention_heatmap(cross, outputs, result.source_tokens,
-                                              title=f"Cross-attention · {name} · mean over heads",
-                                              query_title="output piece", key_title="source piece"),
-                    config=figures.plotly_config("cross-attention"), key="source_prefix_cross")
-    st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
-               f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
-               + (f" Over {section.get('split', 'the test set')}: "
-                  f"{section['alignment_agreement']['mean_of_layers_and_heads']:.0%} for the mean of every layer "
-                  f"and head, best layer {section['alignment_agreement']['best_layer']}."
-                  if isinstance(section.get("alignment_agreement"), dict) else ""))
+    c1.plotly_chart(matrix.figure, config=figures.plotly_config(matrix.name), key="source_prefix_matrix")
+    cross = parts.source_prefix.cross_chart(result, data, layer, section)
+    c2.plotly_chart(cross.figure, config=figures.plotly_config(cross.name), key="source_prefix_cross")
+    st.caption(cross.caption)

@@ -19,6 +19,7 @@ model object at once.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -203,7 +204,9 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     each pass. The model must be in eval mode (it is not switched: it may be serving others); a model in
     training mode raises ``ValueError``.
     """
-    from captum.attr import InputXGradient, IntegratedGradients
+    with warnings.catch_warnings():  # captum imports tqdm.auto, which warns in a notebook without ipywidgets about
+        warnings.filterwarnings("ignore", message="IProgress not found")  # a progress bar that is never shown
+        from captum.attr import InputXGradient, IntegratedGradients
 
     if method not in ("input_x_gradient", "integrated_gradients"):
         raise ValueError("method must be 'input_x_gradient' or 'integrated_gradients'")

@@ -1,0 +1,112 @@
+"""What each view draws, described once as parts (charts from the figure builders, tables, notes, choices), for the
+three places that draw it: the Streamlit page (``app/views/``), the offline page (``python -m app.report``) and a
+notebook (``app.notebook.show``). No Streamlit here.
+
+A view that works offline has a module here with ``NAME`` (its name in the registry ``app.views.VIEWS``), ``KEY``
+(its short name for ``--views`` and ``show``), ``INTRO`` (one caption) and ``describe(src: Source) -> list[Part]``;
+its Streamlit module calls the same functions for the same charts. ``DESCRIBED`` lists them in the registry's
+order; a view has ``View.offline`` when it is here (so a new view needs nothing until it is described).
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from transformer import Translator
+
+from ..inference import Analysis
+
+
+@dataclass
+class Chart:
+    """One plotly figure from a builder of :mod:`app.figures` / :mod:`app.grid` (or its plotly JSON, see
+    :func:`variant`), with the caption under it and the name of its PNG."""
+
+    figure: go.Figure | dict
+    caption: str = ""
+    name: str = "chart"
+
+
+@dataclass
+class Note:
+    """A line of text (``warning``: said as a warning)."""
+
+    text: str
+    warning: bool = False
+
+
+@dataclass
+class Table:
+    """A small table of text (every cell shown as text)."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Choice:
+    """A picker: one list of parts per option (the page shows the chosen one)."""
+
+    label: str
+    options: list[tuple[str, list[Part]]]
+    default: int = 0
+
+
+Part = Chart | Note | Table | Choice
+
+
+class NeedsModel(Exception):
+    """A description asked for the translator and there is none (the view is left out, and the page says so)."""
+
+
+@dataclass
+class Source:
+    """What a description draws from: the analysed sentence, the translator that made it (None: only what the
+    attentions hold) and the options of the offline page (``method``, ``steps``)."""
+
+    analysis: Analysis
+    translator: Translator | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tr(self) -> Translator:
+        """The translator; raises :class:`NeedsModel` without one."""
+        if self.translator is None:
+            raise NeedsModel
+        return self.translator
+
+
+def plain(text: str) -> str:
+    """A plotly text (HTML-like: ``<b>``, ``&lt;``) as plain text."""
+    return html.unescape(re.sub(r"<[^>]*>", "", str(text or "")))
+
+
+def variant(chart: Chart, z: np.ndarray, title: str, name: str) -> Chart:
+    """``chart`` with other numbers of the same shape in its first trace and another title: what its builder would
+    make of them, copied instead of built again (building a figure costs about 0.1 s, and the offline page holds
+    hundreds)."""
+    spec = copy.deepcopy(chart.figure if isinstance(chart.figure, dict) else chart.figure.to_plotly_json())
+    spec["data"][0]["z"] = np.asarray(z, dtype=np.float64)
+    spec["layout"]["title"]["text"] = title
+    return Chart(spec, chart.caption, name)
+
+
+def layers_choice(label: str, n: int, parts_of: Callable[[int], list[Part]], default: int | None = None) -> Choice:
+    """A picker over ``n`` layers (0-based to ``parts_of``; shown from 1), the last by default."""
+    return Choice(label, [(f"layer {i + 1}", parts_of(i)) for i in range(n)], n - 1 if default is None else default)
+
+
+from . import all_heads, drivers, heatmap, layers, lines, masks, positional, source_prefix, step  # noqa: E402
+
+DESCRIBED = {m.KEY: m for m in (heatmap, all_heads, lines, step, layers, masks, positional, drivers,
+                                source_prefix)}
+BY_NAME = {m.NAME: m for m in DESCRIBED.values()}

@@ -1,0 +1,60 @@
+"""Masks: the padding and causal masks of this sentence, and how they combine."""
+
+from __future__ import annotations
+
+from transformer import Translator
+
+from .. import figures, probes
+from ..analysis import masked_weight
+from ..inference import Analysis
+from . import Chart, Choice, Note, Part, Source
+
+NAME, KEY = "Masks", "masks"
+INTRO = ("The masks decide which keys a query may see: a blocked key's score is set to −∞ before the softmax, so its "
+         "weight is exactly 0. Add padding to see the sentence as it sits in a batch next to longer ones.")
+# each panel: its mask, title, whether its queries / keys are the source (else the decoder input), and its caption
+PANELS = (
+    ("encoder", "Encoder self-attention: padding mask", True, True,
+     "Every source piece may look at every real source piece, in both directions. Only the <pad> columns are "
+     "blocked: padding_mask(src) is True where the key is a real token, broadcast over all queries."),
+    ("causal", "Causal mask", False, False,
+     "Lower triangle: decoder position i sees positions 0…i only, so training on whole sentences never lets "
+     "a step peek at the piece it must predict."),
+    ("decoder", "Decoder self-attention: padding AND causal", False, False,
+     "What the decoder really uses: the causal triangle with the <pad> columns removed (padding_mask(tgt) & "
+     "causal_mask(T))."),
+    ("cross", "Cross-attention: source padding", False, True,
+     "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
+     "causal part: the whole source is known before decoding starts."),
+)
+OFFLINE_PADS = (0, 2)  # the offline page's padding choices (the app's default is 2)
+
+
+def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int) -> list[Chart]:
+    """The four masks with ``pad_src`` / ``pad_tgt`` <pad> pieces after the source / the decoder input."""
+    masks = probes.mask_arrays(tr, a, pad_src, pad_tgt)
+    src = a.source_tokens + ["<pad>"] * pad_src
+    dec = a.decoder_input_tokens + ["<pad>"] * pad_tgt
+    out = []
+    for key, title, q_src, k_src, text in PANELS:
+        qtitle = "source (query)" if q_src else "decoder input (query)"
+        ktitle = "source (key)" if k_src else "decoder input (key)"
+        firsts = (1 if q_src else 0, 1 if k_src else 0)  # <s> is 0
+        out.append(Chart(figures.mask_figure(masks[key], src if q_src else dec, src if k_src else dec, title, qtitle,
+                                             ktitle, *firsts), text, f"mask-{key}"))
+    return out
+
+
+def check(tr: Translator, a: Analysis) -> str:
+    """The sentence's real attention on the blocked positions (0: the masks hold)."""
+    unpadded = probes.mask_arrays(tr, a, 0, 0)
+    leak = max(masked_weight(a.decoder, unpadded["decoder"]), masked_weight(a.cross, unpadded["cross"]),
+               masked_weight(a.encoder, unpadded["encoder"]))
+    return (f"Check on this sentence's real attention: the largest weight on any blocked position is {leak:g} "
+            "(decoder self-attention never looks ahead).")
+
+
+def describe(src: Source) -> list[Part]:
+    tr, a = src.tr, src.analysis
+    return [Choice("Padding after each sentence", [(str(p), charts(tr, a, p, p)) for p in OFFLINE_PADS], 1),
+            Note(check(tr, a))]

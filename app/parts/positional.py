@@ -1,0 +1,49 @@
+"""Positional encoding: the sinusoidal table, its waves, similarity between positions, the model's own table."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from transformer import Translator
+
+from .. import figures, probes
+from ..inference import Analysis
+from . import Chart, Part, Source
+
+NAME, KEY = "Positional encoding", "positional"
+INTRO = ("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / 10000^(2i/d)), "
+         "PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; wavelengths grow geometrically "
+         "from 2π to 10000·2π, so nearby positions get similar codes.")
+OFFLINE_POSITIONS = 64
+SIMILARITY = ("Cosine similarity between the codes of two positions: it depends only on their distance (the bands run "
+              "parallel to the diagonal), which lets attention use relative positions.")
+
+
+def model_table(tr: Translator, positions: int | None = None) -> Chart:
+    """The model's own table (its first ``positions`` rows; None: all) and how far it is from the formula."""
+    own = probes.model_pe(tr)
+    diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
+    own = own[:positions]
+    return Chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
+                 f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.",
+                 "model-pe")
+
+
+def sizes(tr: Translator, a: Analysis, vocab: np.ndarray | None = None) -> Chart:
+    """The length of each source piece's scaled embedding beside its positional code's."""
+    norms = probes.embedding_norms(tr, a.source_ids)
+    pe_norms = np.linalg.norm(probes.model_pe(tr)[: len(a.source_ids)], axis=1)
+    return Chart(figures.norms_figure(a.source_tokens, norms, pe_norms, vocab),
+                 f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "
+                 "embeddings are multiplied by √d_model before the code is added, so a token's identity is not "
+                 "drowned by its position.", "pe-vs-embeddings")
+
+
+def describe(src: Source) -> list[Part]:
+    tr = src.tr
+    d_model, length = int(tr.config.d_model), int(min(OFFLINE_POSITIONS, max(tr.config.max_len, 8)))
+    table = probes.positional_table(length, d_model)  # (P, D)
+    return [Chart(figures.pe_heatmap(table), f"d_model = {d_model}, {length} positions.", "positional-encoding"),
+            Chart(figures.pe_waves(table, figures.wave_dims(d_model, length)), name="pe-waves"),
+            Chart(figures.pe_similarity(table), SIMILARITY, "pe-similarity"),
+            model_table(tr, length), sizes(tr, src.analysis, probes.vocab_embedding_norms(tr))]

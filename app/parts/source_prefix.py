@@ -1,0 +1,101 @@
+"""Source or prefix: how much of each output piece comes from the source and how much from the target prefix
+(ALTI+, Ferrando et al. 2022), beside the plain cross-attention, with a hallucination notice (Dale et al. 2023)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from transformer import Translator
+from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
+
+from .. import figures, probes, work
+from ..catalog import load_heads
+from ..inference import Analysis
+from . import Chart, Choice, Note, Part, Source
+
+NAME, KEY = "Source or prefix", "source_prefix"
+INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "
+         "al., 2022) splits every attention block's output into one term per input piece (the residual included, "
+         "through the layer norm), measures each piece's contribution by how close its term is to the output, and "
+         "rolls that out through the encoder, the decoder's self-attention and its cross-attention. Each row sums to "
+         "1 over the source and the target prefix.")
+ALL = "all"
+
+
+def threshold_of(tr_path: object) -> tuple[float | None, dict]:
+    """heads.json's ALTI+ section (its alignment agreement over the test set) and its older threshold on the mean
+    source share alone, or None (the notice reads the ``flag`` rule instead)."""
+    data = load_heads(tr_path) or {}
+    section = data.get("alti") if isinstance(data.get("alti"), dict) else {}
+    value = section.get("hallucination_threshold")
+    return (float(value) if isinstance(value, (int, float)) else None), section
+
+
+def agreement(source: np.ndarray, cross: np.ndarray) -> float:
+    """Share of output pieces whose strongest source piece by ALTI+ ``(T, S)`` is cross-attention's ``(T, S)``."""
+    return float((source.argmax(-1) == cross.argmax(-1)).mean()) if len(source) else 0.0
+
+
+def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float | None]:
+    """The checkpoint's ``flag`` (``transformer.interpret.signals``: the rule in its ``flag.json``, chosen on val) on
+    this translation, in words (a warning when it holds), and the rule's source-share threshold (None without one)."""
+    rule = flag_rule(tr.path)
+    row = translation_row(tr, a.source_ids, a.target_ids, a.translation,
+                          np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
+                          hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
+    why = reasons(row, rule)
+    origin = ("this model's rule, chosen on val" if rule.origin != "default"
+              else "this model has no rule chosen on val yet, so only looping output is flagged")
+    threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
+    if why:
+        return Note("This translation may be a hallucination: " + "; ".join(reason_text(c, row) for c in why) +
+                    f". A translation is flagged when {rule_text(rule)} ({origin}).", warning=True), threshold
+    mean = float(share.mean()) if len(share) else 0.0
+    return Note(f"Not flagged as a possible hallucination (mean source share {mean:.1%}, mean log-probability "
+                f"{row['seq_logprob']:.2f} per piece). A translation is flagged when {rule_text(rule)} "
+                f"({origin})."), threshold
+
+
+def cross_chart(a: Analysis, data: dict, layer: str | int, section: dict) -> Chart:
+    """The cross-attention of a layer (from 1, or ``ALL``: every layer), mean over heads, and its agreement."""
+    cross = a.cross.mean(axis=(0, 1)) if layer == ALL else a.cross[int(layer) - 1].mean(axis=0)  # (T, S)
+    name = "every layer" if layer == ALL else f"layer {layer}"
+    over = section.get("alignment_agreement")
+    return Chart(figures.attention_heatmap(cross, a.target_tokens, a.source_tokens,
+                                           title=f"Cross-attention · {name} · mean over heads",
+                                           query_title="output piece", key_title="source piece"),
+                 f"ALTI+'s strongest source piece is this cross-attention's strongest for "
+                 f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
+                 + (f" Over {section.get('split', 'the test set')}: {over['mean_of_layers_and_heads']:.0%} for the "
+                    f"mean of every layer and head, best layer {over['best_layer']}." if isinstance(over, dict)
+                    else ""), "cross-attention")
+
+
+def charts(a: Analysis, data: dict, threshold: float | None) -> list[Chart]:
+    """The source share per output piece and the full contribution matrix."""
+    return [Chart(figures.source_share_figure(data["source_share"], a.target_tokens, threshold), name="source-share"),
+            Chart(figures.contribution_matrix_figure(data["source"], data["target"], a.target_tokens,
+                                                     a.source_tokens, a.decoder_input_tokens),
+                  name="alti-contributions")]
+
+
+def fits(tr: Translator, a: Analysis) -> tuple[bool, list[str]]:
+    """Whether ALTI+ of this sentence fits the work allowed, and the notices (``app.work.plan_alti``)."""
+    return work.plan_alti(tr, len(a.source_ids), len(a.target_ids))
+
+
+def describe(src: Source) -> list[Part]:
+    tr, a = src.tr, src.analysis
+    ok, notices = fits(tr, a)
+    parts: list[Part] = [Note(text) for text in notices]
+    if not ok:
+        return parts
+    data = probes.alti(tr, a, work.work_bytes())
+    share = data["source_share"]  # (T,)
+    _, section = threshold_of(tr.path)
+    note, threshold = notice(tr, a, share)
+    layers = [*range(1, a.cross.shape[0] + 1), ALL]
+    return [*parts, note, *charts(a, data, threshold),
+            Choice("Cross-attention to compare with",
+                   [("mean over every layer and head" if v == ALL else f"layer {v}, mean over heads",
+                     [cross_chart(a, data, v, section)]) for v in layers], len(layers) - 2)]
