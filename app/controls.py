@@ -14,7 +14,7 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from . import state, work
+from . import figures, state, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -277,6 +277,26 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
 def heatmap_title(kind: str, layer: int, head: str) -> str:
     """Chart title naming the type, layer and head."""
     return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
+
+
+SWIPE_HINT = ":material/swipe: Swipe sideways for the whole chart (it keeps its labels readable)."
+
+
+def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None) -> None:
+    """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
+    wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
+    query on the box, so a wide screen never sees it)."""
+    need = width if width is not None else figures.min_width(fig)
+    if need <= figures.PHONE_PLOT:
+        where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+        return
+    box = where.container(key=f"wide_{key}")
+    box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
+             f" .st-key-wide_{key} > div:has([data-testid=stPlotlyChart]) {{min-width: {need}px;}}"
+             f" .st-key-swipe_{key} {{position: sticky; left: 0;}}"
+             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}</style>")
+    box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
+    box.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
 
 
 def has_repeats(*token_lists: list[str]) -> bool:

@@ -8,6 +8,8 @@ rows and columns.
 from __future__ import annotations
 
 import html
+import re
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,6 +60,51 @@ def tick_room(labels: Sequence[str], angled: bool) -> float:
     """Pixels under the plot for the x tick labels (turned by 60 degrees when ``angled``) and the axis title."""
     longest = max((len(html.unescape(str(t))) for t in labels), default=1)
     return (0.87 * 7.0 * longest if angled else 16) + 30
+
+
+CHAR_EM = 0.62  # the advance of an average character, in font sizes (a generous mean for the sans-serif faces used)
+LABEL_GAP = 3  # px between two tick labels side by side
+PHONE_PLOT = 300  # px: a plot narrower than this is a phone's; wider figures scroll there
+
+
+def text_px(text: object, size: float) -> float:
+    """Pixels a one-line label takes at ``size`` px (tags such as ``<b>`` left out, entities counted once)."""
+    plain = html.unescape(re.sub(r"<[^>]+>", "", str(text)))
+    return len(plain) * CHAR_EM * size
+
+
+def min_width(fig: go.Figure) -> int:
+    """Pixels wide ``fig`` must be drawn so that no two labels of an x axis with named ticks touch: each tick needs
+    its label's thickness (turned labels: the font size over the sine of the angle; upright ones: the longest
+    label) in the axis' share of the plot; plus the y labels, titles and colour bar beside it. 0 for a figure
+    without named x ticks (plotly thins numeric ticks itself). ``fig.layout.meta["min_width"]``, when a builder
+    set it (text drawn inside the plot, as the beam tree's), counts too."""
+    layout = fig.layout
+    meta = layout.meta if isinstance(layout.meta, dict) else {}
+    need = float(meta.get("min_width", 0))
+    default = (layout.font.size if layout.font and layout.font.size else FONT["size"])
+    left = 0.0
+    for name in [k for k in layout.to_plotly_json() if k.startswith("xaxis")]:
+        axis = layout[name]
+        if axis.tickmode not in ("array", None) or not axis.ticktext or axis.showticklabels is False:
+            continue
+        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
+        angle = abs(float(axis.tickangle)) % 180 if isinstance(axis.tickangle, (int, float)) else 0.0
+        sine = float(np.sin(np.radians(angle)))
+        longest = max(text_px(t, size) for t in axis.ticktext)
+        pitch = (size + LABEL_GAP) / sine if sine > 0.3 else longest + 2 * LABEL_GAP
+        domain = axis.domain[1] - axis.domain[0] if axis.domain else 1.0
+        need = max(need, len(axis.ticktext) * pitch / max(domain, 0.05))
+    if need <= 0:
+        return 0
+    for name in [k for k in layout.to_plotly_json() if k.startswith("yaxis")]:
+        axis = layout[name]
+        if axis.tickmode in ("array", None) and axis.ticktext and axis.showticklabels is not False:
+            size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
+            left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
+    scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
+    margin = layout.margin
+    return int(need + left + scale + (margin.l or 0) + (margin.r or 0))
 
 
 def _axis(labels: Sequence[str], title: str, **extra) -> dict:
@@ -331,12 +378,13 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
                             hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
                      go.Bar(x=steps, y=1 - share, name="earlier output", marker_color="#ff7f0e", customdata=pieces,
                             hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")])
-    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
+    fig.update_layout(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
                       title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
                       xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
                                  title=dict(text="output piece (the step that produced it)"),
                                  tickangle=-60 if len(steps) > 8 else 0),
-                      yaxis=dict(range=[0, 1], title=dict(text="share")))
+                      yaxis=dict(range=[0, 1], title=dict(text="share")),
+                      legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))  # under the title, never on it
     return fig
 
 
@@ -409,16 +457,17 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
         go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
                hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
     mean = float(share.mean()) if len(share) else 0.0
-    back = "rgba(255,255,255,0.85)"
-    fig.add_hline(y=mean, line_dash="dash", line_color="#222222", annotation_text=f"mean {mean:.2f}",
-                  annotation_position="top left", annotation_bgcolor=back, annotation_font_size=11)
+    # the lines are named in the legend (a label on a line would sit on the bars)
+    lines = [(mean, "dash", "#222222", f"mean source share ({mean:.2f})")]
     if threshold is not None:
-        fig.add_hline(y=threshold, line_dash="dot", line_width=2, line_color="#c62828",
-                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right",
-                      annotation_bgcolor=back, annotation_font_size=11, annotation_font_color="#c62828")
-    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
-                      title=dict(text=title, x=0.0), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
-                                                                 yanchor="bottom"),
+        lines.append((threshold, "dot", "#c62828", f"hallucination threshold ({threshold:.2f})"))
+    for y, dash, colour, name in lines:
+        fig.add_hline(y=y, line_dash=dash, line_width=2, line_color=colour)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
+                                 name=name, hoverinfo="skip"))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
+                      title=dict(text=title, x=0.0),  # the legend under the title (it may wrap on a phone)
+                      legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
                       xaxis=_axis(unique_labels(output_tokens), "output piece",
                                   tickangle=-60 if len(share) > 8 else 0),
                       yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
@@ -429,12 +478,24 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
                                source_tokens: Sequence[str], prefix_tokens: Sequence[str],
                                title: str = "Contributions to each output piece (ALTI+)") -> go.Figure:
     """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
-    input ``target (T, T)``; a line between the two parts, each row summing to 1."""
+    input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
+    other chart gives its pieces (source from 1, decoder input from 0: ``app.analysis.FIRST_NUMBER``), never the
+    place on the joined axis; a piece found more than once on the axis carries its part's number."""
     s = len(source_tokens)
     matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
     fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
                             query_title="output piece", key_title="source piece | target prefix",
                             value_name="contribution", zmax=max(float(matrix.max()), 1e-9))
+    counts = Counter([*source_tokens, *prefix_tokens])
+    numbers = [*range(1, s + 1), *range(len(prefix_tokens))]
+    fig.update_xaxes(ticktext=[escape(t) + (f"·{n}" if counts[t] > 1 else "")
+                               for t, n in zip([*source_tokens, *prefix_tokens], numbers)])
+    heat = fig.data[0]
+    custom = np.array(heat.customdata, dtype=object)  # (T, S+T, 4): query, key, query number, key number
+    custom[:, :, 3] = np.asarray([f"source piece {n}" if j < s else f"target prefix {n}"
+                                  for j, n in enumerate(numbers)], dtype=object)[None, :]
+    heat.update(customdata=custom, hovertemplate=heat.hovertemplate.replace(
+        "source piece | target prefix %{customdata[3]}", "%{customdata[3]}"))
     fig.add_vline(x=s - 0.5, line_width=2, line_color="#444444")
     for x, name in ((0, "source"), (s, "target prefix")):
         fig.add_annotation(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,

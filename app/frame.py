@@ -38,8 +38,6 @@ PAGE_CSS = """<style>
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
-  .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
-  .st-key-wide_chart > div {min-width: 860px;}
 }
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}

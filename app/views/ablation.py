@@ -113,6 +113,6 @@ def render(ctx: ViewContext) -> None:
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
                                         query_title=qt, key_title=kt, query_first=qf, key_first=kf)
-        col.plotly_chart(fig, config=figures.plotly_config(f"ablation-{name}"), key=f"ablation_{name}_chart")
+        controls.chart(fig, f"ablation-{name}", f"ablation_{name}_chart", col)
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")

@@ -115,7 +115,7 @@ def render(ctx: ViewContext) -> None:
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
                                         title=short.get(name, name), query_first=qf, key_first=kf)
-        col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
+        controls.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy in nats, lower = more focused):")
     for col, (_, res) in zip(st.columns(2), pair):

@@ -44,23 +44,23 @@ def render(ctx: ViewContext) -> None:
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
     long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(figures.attention_heatmap(src[q0:q1, k0:k1], outputs[q0:q1], result.source_tokens[k0:k1],
+    controls.chart(figures.attention_heatmap(src[q0:q1, k0:k1], outputs[q0:q1], result.source_tokens[k0:k1],
                                               title="Attribution to the source", query_title="output piece",
                                               key_title="source piece", zmin=-bound, zmax=bound,
                                               colorscale=figures.DIVERGING, value_name="attribution",
                                               query_offset=first + q0, key_offset=k0),
-                    config=figures.plotly_config("attribution-source"), key="drivers_src")
-    c2.plotly_chart(figures.attention_heatmap(tgt[q0:q1, d0:d1], outputs[q0:q1], result.decoder_input_tokens[d0:d1],
+                   "attribution-source", "drivers_src", c1)
+    controls.chart(figures.attention_heatmap(tgt[q0:q1, d0:d1], outputs[q0:q1], result.decoder_input_tokens[d0:d1],
                                               title="Attribution to the decoder input", query_title="output piece",
                                               key_title="decoder input", zmin=-bound, zmax=bound,
                                               colorscale=figures.DIVERGING, value_name="attribution",
                                               query_offset=first + q0, key_offset=d0, key_first=0),
-                    config=figures.plotly_config("attribution-target"), key="drivers_tgt")
+                   "attribution-target", "drivers_tgt", c2)
     if (q0, q1) != (0, len(outputs)):
         st.caption(f"The decoder-input map shows the inputs of the output steps shown ({d0}–{d1 - 1}); an output "
                    "step may also draw on earlier inputs, outside the window (its share below counts them all).")
     fig = figures.attribution_share(s_share[q0:q1], outputs[q0:q1], first + q0)
-    st.plotly_chart(fig, config=figures.plotly_config("attribution-share"), key="drivers_share")
+    controls.chart(fig, "attribution-share", "drivers_share")
     agreement = data["agreement"]  # (L, H)
     frame = pd.DataFrame([{"layer": i + 1, "head": h + 1, "rank correlation with the attribution": agreement[i, h]}
                           for i in range(agreement.shape[0]) for h in range(agreement.shape[1])])

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .. import figures
+from .. import controls, figures
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -25,7 +25,7 @@ def render(ctx: ViewContext) -> None:
                                     query_title="decoder layer", key_title="output step (its piece)",
                                     value_name="probability")
     fig.update_layout(height=max(int(fig.layout.height or 0), 340))  # a colour bar one can read, even at 4 layers
-    st.plotly_chart(fig, config=figures.plotly_config("logit-lens"), key="lens_chart")
+    controls.chart(fig, "logit-lens", "lens_chart")
     first_top = [next((i + 1 for i in range(chosen.shape[0]) if data["rank"][i, t] == 0), None)
                  for t in range(len(steps))]
     top = [[f"{tr.tokenizer.pieces([int(data['ids'][i, t, 0])])[0]} ({data['probs'][i, t, 0]:.3f})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import figures, probes
+from .. import controls, figures, probes
 from ..analysis import masked_weight
 from ..params import Param, int_in
 from ..state import ViewContext
@@ -48,8 +48,8 @@ def render(ctx: ViewContext) -> None:
                 qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
                 ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
                 firsts = (1 if key == "encoder" else 0, 1 if key in ("encoder", "cross") else 0)  # <s> is 0
-                st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
-                                config=figures.plotly_config(f"mask-{key}"), key=f"mask_{key}_chart")
+                controls.chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
+                               f"mask-{key}", f"mask_{key}_chart")
                 st.caption(text)
     unpadded = probes.mask_arrays(tr, result, 0, 0)
     leak = max(masked_weight(result.decoder, unpadded["decoder"]), masked_weight(result.cross, unpadded["cross"]),

@@ -69,8 +69,7 @@ def render(ctx: ViewContext) -> None:
         st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
                    "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
     outputs = result.target_tokens
-    st.plotly_chart(figures.source_share_figure(share, outputs, threshold),
-                    config=figures.plotly_config("source-share"), key="source_prefix_share")
+    controls.chart(figures.source_share_figure(share, outputs, threshold), "source-share", "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
@@ -78,14 +77,14 @@ def render(ctx: ViewContext) -> None:
     cross = result.cross.mean(axis=(0, 1)) if layer == ALL else result.cross[int(layer) - 1].mean(axis=0)  # (T, S)
     long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(figures.contribution_matrix_figure(data["source"], data["target"], outputs,
+    controls.chart(figures.contribution_matrix_figure(data["source"], data["target"], outputs,
                                                        result.source_tokens, result.decoder_input_tokens),
-                    config=figures.plotly_config("alti-contributions"), key="source_prefix_matrix")
+                   "alti-contributions", "source_prefix_matrix", c1)
     name = "every layer" if layer == ALL else f"layer {layer}"
-    c2.plotly_chart(figures.attention_heatmap(cross, outputs, result.source_tokens,
+    controls.chart(figures.attention_heatmap(cross, outputs, result.source_tokens,
                                               title=f"Cross-attention · {name} · mean over heads",
                                               query_title="output piece", key_title="source piece"),
-                    config=figures.plotly_config("cross-attention"), key="source_prefix_cross")
+                   "cross-attention", "source_prefix_cross", c2)
     st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
                + (f" Over {section.get('split', 'the test set')}: "

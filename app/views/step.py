@@ -48,12 +48,11 @@ def render(ctx: ViewContext) -> None:
         chosen = len(candidates) - 1
     a, b = st.columns([2, 3]) if len(result.source_tokens) <= 40 else (st.container(), st.container())
     with a:
-        st.plotly_chart(figures.topk_figure(candidates, probs, chosen),
-                        config=figures.plotly_config(f"step{step}-topk"), key="topk_chart")
+        controls.chart(figures.topk_figure(candidates, probs, chosen), f"step{step}-topk", "topk_chart")
         st.caption(f"Kept piece: p = {result.chosen_probs[t]:.3f}. Beam search can keep a piece that is not the "
                    "most probable at its own step, when it leads to a better whole sentence.")
     with b:
         cross = result.cross[layer - 1][:, t, :]  # (H, S)
-        st.plotly_chart(figures.step_cross_figure(cross, result.source_tokens, produced,
+        controls.chart(figures.step_cross_figure(cross, result.source_tokens, produced,
                                                   zrange=controls.colour_range(cross, cross.mean(axis=0))),
-                        config=figures.plotly_config(f"step{step}-cross"), key="step_cross_chart")
+                       f"step{step}-cross", "step_cross_chart")
