@@ -304,11 +304,14 @@ def has_repeats(*token_lists: list[str]) -> bool:
     return any(len(set(tokens)) < len(tokens) for tokens in token_lists)
 
 
-MEASURES = {"weights": "attention weights α", "norms": "weighted norms ‖α v W_O‖"}
+MEASURES = {"weights": "attention weights", "norms": "what each key passes on"}
 FIRST_MEASURE = "weights"
-NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖, how much of key j head h actually "
-              "passes on, not just how much it looks at it. A head parked on </s> or <s> with a tiny value vector "
-              "shows a big weight but a small norm there.")
+NORMS_NOTE = ("What each key passes on (Kobayashi et al., 2020): its attention weight times the length of the vector "
+              "it sends through the head, so how much of key j the head actually hands on, not just how much it "
+              "looks at it. A head parked on </s> or <s> with a tiny vector there shows a big weight but passes "
+              "little on.")
+NORMS_TERMS = ("Weighted norms ‖α_ij · v_j W_O^h‖: the weight α_ij times the length of key j's value vector v_j "
+               "after head h's slice of the output projection W_O.")
 
 
 def measure_setting(key: str = MEASURE) -> str:
@@ -319,4 +322,4 @@ def measure_setting(key: str = MEASURE) -> str:
 def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, FIRST_MEASURE, format_func=MEASURES.get,
-                  required=True, wrap=True)
+                  required=True, wrap=True, help=NORMS_TERMS)

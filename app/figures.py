@@ -20,7 +20,8 @@ from .analysis import cosine_similarity, escape, unique_labels
 
 ATTENTION_SCALE = [[0.0, "#ffffff"], [0.08, "#eef3fb"], [0.3, "#9ecae1"], [0.6, "#3182bd"], [1.0, "#08306b"]]
 MASK_SCALE = [[0.0, "#f3d6d6"], [0.5, "#f3d6d6"], [0.5, "#2e7d32"], [1.0, "#2e7d32"]]
-DIVERGING = "RdBu"
+DIVERGING = "RdBu"  # low values red, high values blue
+DIVERGING_WORDS = "blue pushed it up (positive), red pushed it down (negative)"  # what DIVERGING's colours say
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                 "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
@@ -107,6 +108,23 @@ def min_width(fig: go.Figure) -> int:
     return int(need + left + scale + (margin.l or 0) + (margin.r or 0))
 
 
+def short_title(title: str) -> str:
+    """An axis title without its explanation in brackets: "output token (query = the step producing it)" ->
+    "output token"."""
+    return title.split(" (", 1)[0]
+
+
+def top_title(text: str) -> dict:
+    """A chart title at the very top of the figure (plotly centres it in the top margin, where a legend that wraps
+    on a narrow screen goes too)."""
+    return dict(text=text, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=12))
+
+
+def colour_bar(name: str) -> dict:
+    """A slim colour bar named along its side (a name on top would sit on the top value of a short bar)."""
+    return dict(title=dict(text=name, side="right"), thickness=12)
+
+
 def _axis(labels: Sequence[str], title: str, **extra) -> dict:
     n = len(labels)
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
@@ -142,18 +160,24 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
         hovertemplate=(f"{query_title} %{{customdata[2]}}: <b>%{{customdata[0]}}</b><br>"
                        f"{key_title} %{{customdata[3]}}: <b>%{{customdata[1]}}</b><br>"
                        f"{value_name} %{{z:.3f}}<extra></extra>"),
-        colorbar=dict(title=dict(text=value_name), thickness=12), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
+        colorbar=colour_bar(value_name), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
     )
     fig = go.Figure(heat)
     cell = _cell_size(max(q, k))
     top = 50 if title else 20
+    # upright key labels only where the whole row of them fits a phone's plot; else turned
+    angled = k > 8 or sum(text_px(t, _tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_PLOT
+    # a few rows: the query axis keeps the short name (before its explanation, which the hover still gives), so
+    # it is no longer than the rows and the chart needs no empty band to hold it
+    rows = top + cell * q + 40
+    shown_title = short_title(query_title) if axis_title_room(query_title) > rows else query_title
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
-        height=int(min(max(260, 150 + cell * q, top + axis_title_room(query_title) + tick_room(xlabels, k > 8)),
+        height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
         margin=dict(l=10, r=10, t=top, b=10),
-        xaxis=_axis(xlabels, key_title, tickangle=-60 if k > 8 else 0, side="bottom"),
-        yaxis=_axis(ylabels, query_title, autorange="reversed"),
+        xaxis=_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
+        yaxis=_axis(ylabels, shown_title, autorange="reversed"),
         plot_bgcolor="white",
     )
     return fig
@@ -330,8 +354,8 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
                                  name=f"median token embedding × √d_model, whole vocabulary ({median:.1f})"))
     fig.update_layout(barmode="group",
-                      title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
-                      font=FONT, height=400, margin=dict(l=10, r=10, t=95, b=10),
+                      title=top_title("How large the encodings are next to the token embeddings"),
+                      font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10),
                       xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
                       yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above bars
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))
@@ -379,7 +403,7 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
                      go.Bar(x=steps, y=1 - share, name="earlier output", marker_color="#ff7f0e", customdata=pieces,
                             hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")])
     fig.update_layout(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
-                      title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
+                      title=top_title("Share of the attribution (absolute values) per step"),
                       xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
                                  title=dict(text="output piece (the step that produced it)"),
                                  tickangle=-60 if len(steps) > 8 else 0),
@@ -466,7 +490,7 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
                                  name=name, hoverinfo="skip"))
     fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
-                      title=dict(text=title, x=0.0),  # the legend under the title (it may wrap on a phone)
+                      title=top_title(title),  # the legend under the title (it may wrap on a phone)
                       legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
                       xaxis=_axis(unique_labels(output_tokens), "output piece",
                                   tickangle=-60 if len(share) > 8 else 0),

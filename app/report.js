@@ -270,7 +270,7 @@
   views.attribution = function (section) {
     const A = D.attribution, src = A.source, tgt = A.target;
     note(section, `Method: ${A.method.replace(/_/g, " ")}. How much each source piece and each earlier output ` +
-                  "piece drove each output piece's log-probability (red positive, blue negative).");
+                  "piece drove each output piece's log-probability (blue positive, red negative).");
     return Promise.all([
       heat(chart(section, "attr-source"), A.source_tpl, matrix(src, 0, ...src.shape), D.target.html, D.source.html),
       heat(chart(section, "attr-target"), A.target_tpl, matrix(tgt, 0, ...tgt.shape), D.target.html,

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .analysis import escape as _escape
 from .analysis import unique_labels
 from .figures import ATTENTION_SCALE
 
@@ -38,7 +37,7 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def escape(text: object) -> str:
     """Text for the SVG: HTML-escaped, control characters (newlines too) as spaces, so the SVG stays one block of
     HTML with no blank line in it and valid XML."""
-    return _escape(CONTROL.sub(" ", str(text)))
+    return html.escape(CONTROL.sub(" ", str(text)), quote=True)  # XML decodes &quot; (plotly does not)
 
 
 def _rgb(colour: str) -> np.ndarray:

@@ -35,7 +35,8 @@ BOXES_JS = """() => {
       + `height:${r.height}px;pointer-events:none;opacity:0`;
     document.body.appendChild(s); copies.push(s);
   }
-  const texts = [...main.querySelectorAll('.main-svg text')].concat(...copies.map(s => [...s.querySelectorAll('text')]));
+  const texts = [...main.querySelectorAll('.main-svg text')]
+    .concat(...copies.map(s => [...s.querySelectorAll('text')]));
   const out = [];
   for (const t of texts) {
     const label = (t.textContent || '').trim();

@@ -117,7 +117,9 @@ def render(ctx: ViewContext) -> None:
                                         title=short.get(name, name), query_first=qf, key_first=kf)
         controls.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
-               "over the heads; entropy in nats, lower = more focused):")
+               "over the heads; entropy: how spread the weights are, lower = more focused):",
+               help="Entropy in nats (natural logarithm): 0 when all the weight is on one piece, ln n when it is "
+                    "spread evenly over n pieces.")
     for col, (_, res) in zip(st.columns(2), pair):
         col.dataframe(head_summary(res), hide_index=True, width="stretch",
                       column_config={c: st.column_config.NumberColumn(format="%.3f")

@@ -16,9 +16,11 @@ PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_
 def render(ctx: ViewContext) -> None:
     """Method picker, the two attribution maps, the source/target share per step and the head agreement."""
     result = ctx.result
-    st.caption("For each output piece, how much each source piece and each earlier output piece drove its "
-               "log-probability (captum attributions over the token embeddings; integrated gradients start from an "
-               "all-zero embedding). Unlike attention weights, these follow the whole network.")
+    st.caption("For each output piece, how much each source piece and each earlier output piece pushed the model "
+               f"towards it: {figures.DIVERGING_WORDS}. Unlike attention weights, these follow the whole network.",
+               help="Gradient attributions over the token embeddings, computed with the captum library: input × "
+                    "gradient, or integrated gradients from an all-zero embedding; each number is a piece's share "
+                    "of the output piece's log-probability.")
     large = (controls.n_parameters(ctx.tr) > controls.LARGE_MODEL or ctx.tr.config.tgt_vocab_size >
              controls.LARGE_VOCABULARY) and ctx.tr.device.type == "cpu"
     method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
@@ -64,7 +66,8 @@ def render(ctx: ViewContext) -> None:
     agreement = data["agreement"]  # (L, H)
     frame = pd.DataFrame([{"layer": i + 1, "head": h + 1, "rank correlation with the attribution": agreement[i, h]}
                           for i in range(agreement.shape[0]) for h in range(agreement.shape[1])])
-    st.caption("How well each cross-attention head's weights agree with the attribution to the source (Spearman "
-               "rank correlation over the source pieces, mean over the output steps):")
+    st.caption("How well each cross-attention head's weights agree with the attribution to the source: 1 = the "
+               "head ranks the source pieces exactly as the attribution does, 0 = no relation, −1 = the reverse "
+               "(mean over the output steps):", help="Spearman rank correlation over the source pieces.")
     st.dataframe(frame, hide_index=True, width="stretch",
                  column_config={"rank correlation with the attribution": st.column_config.NumberColumn(format="%.3f")})

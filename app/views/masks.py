@@ -26,31 +26,34 @@ def render(ctx: ViewContext) -> None:
     masks = probes.mask_arrays(tr, result, pad_src, pad_tgt)
     src = result.source_tokens + ["<pad>"] * pad_src
     dec = result.decoder_input_tokens + ["<pad>"] * pad_tgt
+    # (key, title, queries, keys, what it does in plain words, the code behind it)
     panels = [
         ("encoder", "Encoder self-attention: padding mask", src, src,
          "Every source piece may look at every real source piece, in both directions. Only the <pad> columns are "
-         "blocked: padding_mask(src) is True where the key is a real token, broadcast over all queries."),
+         "blocked: the same for every query.", "padding_mask(src): True where the key is a real token, broadcast "
+         "over all queries."),
         ("causal", "Causal mask", dec, dec,
          "Lower triangle: decoder position i sees positions 0…i only, so training on whole sentences never lets "
-         "a step peek at the piece it must predict."),
+         "a step peek at the piece it must predict.", "causal_mask(T): True on and below the diagonal."),
         ("decoder", "Decoder self-attention: padding AND causal", dec, dec,
-         "What the decoder really uses: the causal triangle with the <pad> columns removed (padding_mask(tgt) & "
-         "causal_mask(T))."),
+         "What the decoder really uses: the causal triangle with the <pad> columns removed.",
+         "padding_mask(tgt) & causal_mask(T)"),
         ("cross", "Cross-attention: source padding", dec, src,
          "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
-         "causal part: the whole source is known before decoding starts."),
+         "causal part: the whole source is known before decoding starts.", "padding_mask(src), broadcast over the "
+         "decoder positions."),
     ]
     per_row = 1 if max(len(src), len(dec)) > 40 else 2  # long sentences: one mask per row, to read the tokens
     for i in range(0, 4, per_row):
         cols = st.columns(per_row)
-        for col, (key, title, queries, keys, text) in zip(cols, panels[i:i + per_row]):
+        for col, (key, title, queries, keys, text, code) in zip(cols, panels[i:i + per_row]):
             with col:
                 qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
                 ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
                 firsts = (1 if key == "encoder" else 0, 1 if key in ("encoder", "cross") else 0)  # <s> is 0
                 controls.chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
                                f"mask-{key}", f"mask_{key}_chart")
-                st.caption(text)
+                st.caption(text, help=f"In the code (transformer/network/masks.py): {code}")
     unpadded = probes.mask_arrays(tr, result, 0, 0)
     leak = max(masked_weight(result.decoder, unpadded["decoder"]), masked_weight(result.cross, unpadded["cross"]),
                masked_weight(result.encoder, unpadded["encoder"]))

@@ -48,14 +48,16 @@ def render(ctx: ViewContext) -> None:
         diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
         st.plotly_chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
                         config=figures.plotly_config("model-pe"), key="pe_model")
-        st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
+        st.caption(f"The table the model itself adds to its embeddings (stored with the model, not learned); it "
+                   f"differs from the formula above by {diff:.1e} at most.",
+                   help="tr.model.pe: a buffer of the module (saved and moved with it, never trained).")
     if result is not None:
         norms = probes.embedding_norms(tr, result.source_ids)
         own = probes.model_pe(tr)
         pe_norms = np.linalg.norm(own[: len(result.source_ids)], axis=1)
         vocab = ctx.model.vocab_norms()
-        st.plotly_chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab),
-                        config=figures.plotly_config("pe-vs-embeddings"), key="pe_norms")
+        controls.chart(figures.norms_figure(result.source_tokens, norms, pe_norms, vocab), "pe-vs-embeddings",
+                       "pe_norms")
         st.caption(f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "
                    "embeddings are multiplied by √d_model before the code is added, so a token's identity is not "
                    "drowned by its position.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import controls, figures, work
+from .. import card, controls, figures, work
 from ..catalog import load_heads
 from ..params import Param
 from ..state import ViewContext
@@ -53,21 +53,28 @@ def render(ctx: ViewContext) -> None:
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
     threshold, section = threshold_of(ctx.tr.path)
-    percentile = f"{section['threshold_percentile']:g}" if isinstance(section.get("threshold_percentile"),
-                                                                        (int, float)) else "?"
+    percentile = section.get("threshold_percentile")
+    # the threshold in plain words: the mean source share below which the lowest few of the model's own
+    # translations of a data set fall (its file and percentile in the tooltip)
+    lowest = (f"{card.percentile_words(percentile)} of {card.split_words(section.get('threshold_split', 'val'))}, "
+              "by the same mean, on the model's own translations" if isinstance(percentile, (int, float)) else
+              f"set on {card.split_words(section.get('threshold_split', 'val'))}")
+    terms = (f"The threshold is percentile {percentile} of the sentences' mean source share over "
+             f"{section.get('threshold_split', 'val')}, stored in the checkpoint's heads.json ('alti' section). "
+             "Dale et al. (2023) flag translations with little source contribution as hallucinations.")
     if threshold is not None and mean < threshold:
         st.warning(f"This translation may be a hallucination: on average only {mean:.1%} of each output piece "
-                   f"comes from the source, below this model's threshold of {threshold:.1%} ("
-                   f"percentile {percentile} of the mean source shares over "
-                   f"{section.get('threshold_split', 'val')}; Dale et al., 2023, flag low source contribution).",
+                   f"comes from the source, below this model's threshold of {threshold:.1%} ({lowest}). "
+                   "Translations that draw this little on the source often say something it does not.",
                    icon=":material/report:")
+        st.caption("Where the threshold comes from", help=terms)
     elif threshold is not None:
         st.caption(f"Mean source share {mean:.1%}: above this model's hallucination threshold of {threshold:.1%} "
-                   f"(percentile {percentile} of the sentences' mean source share "
-                   f"over {section.get('threshold_split', 'val')}, on the model's own translations).")
+                   f"({lowest}).", help=terms)
     else:
-        st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
-                   "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
+        st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet: its head "
+                   "statistics file has no ALTI+ section.", help="heads.json's `alti` section: `python -m "
+                   "transformer.heads --only-alti --out <checkpoint>/heads.json`.")
     outputs = result.target_tokens
     controls.chart(figures.source_share_figure(share, outputs, threshold), "source-share", "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
