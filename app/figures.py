@@ -352,7 +352,7 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
         top = max(top, median)
         fig.add_hline(y=median, line_dash="dot", line_color="#555", name="median")
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
-                                 name=f"median token embedding × √d_model, whole vocabulary ({median:.1f})"))
+                                 name=f"median token embedding, whole vocabulary ({median:.1f})"))
     fig.update_layout(barmode="group",
                       title=top_title("How large the encodings are next to the token embeddings"),
                       font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10),

@@ -39,6 +39,9 @@ PAGE_CSS = """<style>
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
 }
+/* a row of buttons that wraps: each button whole (its own four borders and corners), none under its neighbour */
+[data-testid=stButtonGroup] [role=radiogroup] {gap: 4px;}
+[data-testid=stButtonGroup] [role=radiogroup] > button {margin: 0 !important; border-radius: 0.5rem !important;}
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}

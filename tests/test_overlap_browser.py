@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SVG_OF_JS, new_context
-from tests.test_layout_browser import MIN_LABEL_PX, _settled, shipped_server  # noqa: F401 (the fixture)
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SVG_OF_JS, new_context, streamlit_server
+from tests.test_layout_browser import MIN_LABEL_PX, SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -57,6 +57,37 @@ BOXES_JS = """() => {
 }""".replace("PICTURE", PICTURE).replace("SVG_OF", SVG_OF_JS)
 
 
+# The page's other promises on a narrow screen: a chart wider than its box scrolls and says so (its swipe hint shows
+# exactly while it scrolls); the buttons of a row that wraps are each whole (four borders, four round corners) and
+# none lies under another.
+PAGE_JS = """() => {
+  const main = document.querySelector('[data-testid=stMain]'), out = {hint: [], buttons: []};
+  for (const box of main.querySelectorAll('[class*=st-key-wide_], [class*=st-key-attn_picture_]')) {
+    const hint = box.querySelector('[class*=st-key-swipe_]');
+    if (!hint) continue;
+    const scrolls = box.scrollWidth > box.clientWidth + 1, shown = hint.getBoundingClientRect().height > 0;
+    const name = box.className.match(/st-key-[\\w-]+/)[0];
+    if (scrolls !== shown) out.hint.push(`${name}: scrolls ${scrolls}, hint ${shown}`);
+  }
+  for (const g of main.querySelectorAll('[data-testid=stButtonGroup] [role=radiogroup]')) {
+    const buttons = [...g.children].filter(b => b.tagName === 'BUTTON');
+    const boxes = buttons.map(b => b.getBoundingClientRect());
+    buttons.forEach((b, i) => {
+      const s = getComputedStyle(b);
+      const whole = ['Top', 'Right', 'Bottom', 'Left'].every(k => parseFloat(s[`border${k}Width`]) >= 1)
+        && ['TopLeft', 'TopRight', 'BottomRight', 'BottomLeft'].every(k => parseFloat(s[`border${k}Radius`]) > 0);
+      if (!whole) out.buttons.push(`${b.innerText} not whole`);
+      for (const r of boxes.slice(i + 1)) {
+        const a = boxes[i];
+        if (a.left < r.right - 0.5 && r.left < a.right - 0.5 && a.top < r.bottom - 0.5 && r.top < a.bottom - 0.5)
+          out.buttons.push(`${b.innerText} under a neighbour`);
+      }
+    });
+  }
+  return out;
+}"""
+
+
 def _crossing(a: list[list[float]], b: list[list[float]], slack: float = SLACK_PX) -> bool:
     """Whether two convex quadrilaterals (corner lists, in order) cross by more than ``slack`` px: on every edge
     normal of either (the separating-axis theorem) their shadows overlap by more than ``slack``."""
@@ -96,6 +127,33 @@ def test_the_separating_axis_test_turns_with_the_text():
     assert not _crossing([[0, 0], [10, 0], [10, 10], [0, 10]], [[9.5, 0], [20, 0], [20, 10], [9.5, 10]])
 
 
+def test_a_fresh_server_says_it_is_starting():
+    """``streamlit run app/main.py`` on a fresh process: while it imports PyTorch and the app, the page says so
+    (not a blank page with only "Stop"); the notice is gone once the page is drawn."""
+    from playwright.sync_api import sync_playwright
+
+    if not (SHIPPED / "model.safetensors").is_file() or not CHROMIUM.exists():
+        pytest.skip("needs the shipped checkpoint and chromium")
+    seen = []
+    with streamlit_server(SHIPPED, script=ROOT / "app" / "main.py") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = new_context(browser, "laptop").new_page()
+            page.goto(url, wait_until="commit")
+            for _ in range(600):
+                text = page.evaluate("() => (document.querySelector('[data-testid=stMain]') || {}).innerText || ''")
+                seen.append("Starting the explorer" in text)
+                if page.locator(PICTURE).count():
+                    break
+                page.wait_for_timeout(100)
+            _settled(page)
+            final = page.locator("[data-testid=stMain]").inner_text()
+        finally:
+            browser.close()
+    assert any(seen), "no notice while the server started"
+    assert "Starting the explorer" not in final
+
+
 @pytest.mark.parametrize("screen", ["phone", "laptop"])
 def test_no_chart_text_overlaps_in_any_view(shipped_server, screen):  # noqa: F811 (the fixture)
     from playwright.sync_api import sync_playwright
@@ -116,8 +174,9 @@ def test_no_chart_text_overlaps_in_any_view(shipped_server, screen):  # noqa: F8
                 _settled(page)
                 assert page.locator("[data-testid=stException]").count() == 0, view
                 pairs, small = problems(page.evaluate(BOXES_JS))
-                if pairs or small:
-                    found[view] = {"pairs": len(pairs), "first": pairs[:4], "small": small[:4]}
+                rest = {k: v for k, v in page.evaluate(PAGE_JS).items() if v}
+                if pairs or small or rest:
+                    found[view] = {"pairs": len(pairs), "first": pairs[:4], "small": small[:4], **rest}
                     page.screenshot(path=str(out / f"overlap-{screen}-{view.replace(' ', '-')}.png"), full_page=True)
         finally:
             browser.close()

@@ -94,7 +94,7 @@ def render(ctx: ViewContext) -> None:
                    "cross-attention", "source_prefix_cross", c2)
     st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
-               + (f" Over {section.get('split', 'the test set')}: "
+               + (f" Over {card.split_words(section.get('split', 'the test set'))}: "
                   f"{section['alignment_agreement']['mean_of_layers_and_heads']:.0%} for the mean of every layer "
                   f"and head, best layer {section['alignment_agreement']['best_layer']}."
                   if isinstance(section.get("alignment_agreement"), dict) else ""))
