@@ -118,8 +118,8 @@ def test_the_separating_axis_test_turns_with_the_text():
     def turned(cx: float) -> list[list[float]]:  # a 40 x 10 box turned 45 degrees about its centre (cx, 0)
         h = 0.5 ** 0.5
         return [[cx + (x * h - y * h), x * h + y * h] for x, y in ((-20, -5), (20, -5), (20, 5), (-20, 5))]
-    a, b = turned(0.0), turned(12.0)
-    assert not _crossing(a, b)  # 12 px apart across a 10 px thick label
+    a, b = turned(0.0), turned(16.0)
+    assert not _crossing(a, b)  # 16 px apart sideways: 11.3 px across labels 10 px thick
     upright = [[min(x for x, _ in p), min(y for _, y in p), max(x for x, _ in p), max(y for _, y in p)] for p in (a, b)]
     assert upright[0][2] > upright[1][0]  # ... though their upright boxes overlap
     assert _crossing(a, turned(6.0))
