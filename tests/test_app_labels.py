@@ -66,7 +66,7 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
     captions = " ".join(plain(c.value) for c in at.sidebar.caption)
     assert "3 runs" in captions and "up to step 14340" in captions
     assert "the mean of 3 checkpoints, steps 13936 to 14340" in texts
-    assert "beam 5, length penalty α 1.4, chosen on val" in texts
+    assert "beam 5, length penalty α 1.4, chosen on the validation set" in texts
     assert card.final_label(meta) == "final (mean of steps 13936–14340)"  # Training evolution's panel name
     assert card.final_label({"steps": 500}) == "final (step 500)"
 

@@ -64,7 +64,8 @@ def render(ctx: ViewContext) -> None:
                              format_func=lambda c: "one α for both (the sidebar's)" if c == "same"
                              else "each its own α",
                              help="With one α both models decode with exactly the same settings, so their scores "
-                                  "compare. Each model's own α is the one its model card names (chosen on val), "
+                                  "compare. Each model's own α is the one its model card names (chosen on the "
+                                  "validation set), "
                                   "else the default 0.6.")
     if choice == "own":
         st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.model.checkpoint))}; "
