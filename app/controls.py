@@ -279,7 +279,8 @@ def heatmap_title(kind: str, layer: int, head: str) -> str:
     return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
 
 
-SWIPE_HINT = ":material/swipe: Swipe sideways for the whole chart (it keeps its labels readable)."
+SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wider than this space, so that "
+              "its labels stay readable).")
 
 
 def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None) -> None:

@@ -10,6 +10,7 @@ from ..params import Param, one_of
 from ..state import ViewContext
 
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
+SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)
 PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_params("drivers_chart"))
 
 
@@ -44,20 +45,21 @@ def render(ctx: ViewContext) -> None:
     q0, q1, k0, k1 = heatmaps.window(len(outputs), len(result.source_tokens), "drivers_chart",
                                      ("Output pieces (rows)", "Source pieces (columns)"))
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
-    long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
+    to_source = figures.attention_heatmap(src[q0:q1, k0:k1], outputs[q0:q1], result.source_tokens[k0:k1],
+                                          title="Attribution to the source", query_title="output piece",
+                                          key_title="source piece", zmin=-bound, zmax=bound,
+                                          colorscale=figures.DIVERGING, value_name="attribution",
+                                          query_offset=first + q0, key_offset=k0)
+    to_input = figures.attention_heatmap(tgt[q0:q1, d0:d1], outputs[q0:q1], result.decoder_input_tokens[d0:d1],
+                                         title="Attribution to the decoder input", query_title="output piece",
+                                         key_title="decoder input", zmin=-bound, zmax=bound,
+                                         colorscale=figures.DIVERGING, value_name="attribution",
+                                         query_offset=first + q0, key_offset=d0, key_first=0)
+    # side by side while both fit half a laptop's page; else each map gets the whole width, so its pieces can be read
+    long = max(figures.min_width(to_source), figures.min_width(to_input)) > SIDE_BY_SIDE_PX
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    controls.chart(figures.attention_heatmap(src[q0:q1, k0:k1], outputs[q0:q1], result.source_tokens[k0:k1],
-                                              title="Attribution to the source", query_title="output piece",
-                                              key_title="source piece", zmin=-bound, zmax=bound,
-                                              colorscale=figures.DIVERGING, value_name="attribution",
-                                              query_offset=first + q0, key_offset=k0),
-                   "attribution-source", "drivers_src", c1)
-    controls.chart(figures.attention_heatmap(tgt[q0:q1, d0:d1], outputs[q0:q1], result.decoder_input_tokens[d0:d1],
-                                              title="Attribution to the decoder input", query_title="output piece",
-                                              key_title="decoder input", zmin=-bound, zmax=bound,
-                                              colorscale=figures.DIVERGING, value_name="attribution",
-                                              query_offset=first + q0, key_offset=d0, key_first=0),
-                   "attribution-target", "drivers_tgt", c2)
+    controls.chart(to_source, "attribution-source", "drivers_src", c1)
+    controls.chart(to_input, "attribution-target", "drivers_tgt", c2)
     if (q0, q1) != (0, len(outputs)):
         st.caption(f"The decoder-input map shows the inputs of the output steps shown ({d0}–{d1 - 1}); an output "
                    "step may also draw on earlier inputs, outside the window (its share below counts them all).")
