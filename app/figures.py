@@ -65,7 +65,8 @@ def tick_room(labels: Sequence[str], angled: bool) -> float:
 
 CHAR_EM = 0.62  # the advance of an average character, in font sizes (a generous mean for the sans-serif faces used)
 LABEL_GAP = 3  # px between two tick labels side by side
-PHONE_PLOT = 300  # px: a plot narrower than this is a phone's; wider figures scroll there
+PHONE_PLOT = 300  # px: a figure wider than this scrolls on a phone
+PHONE_AXIS = 200  # px: the x axis of a heatmap on a phone (its labels, colour bar and margins take the rest)
 
 
 def text_px(text: object, size: float) -> float:
@@ -109,9 +110,9 @@ def min_width(fig: go.Figure) -> int:
 
 
 def short_title(title: str) -> str:
-    """An axis title without its explanation in brackets: "output token (query = the step producing it)" ->
-    "output token"."""
-    return title.split(" (", 1)[0]
+    """An axis title without the explanation in its brackets: "output token (query = the step producing it)" ->
+    "output token (query)"."""
+    return re.sub(r" \((\w+) = [^)]*\)", r" (\1)", title)
 
 
 def top_title(text: str) -> dict:
@@ -166,7 +167,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     cell = _cell_size(max(q, k))
     top = 50 if title else 20
     # upright key labels only where the whole row of them fits a phone's plot; else turned
-    angled = k > 8 or sum(text_px(t, _tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_PLOT
+    angled = k > 8 or sum(text_px(t, _tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_AXIS
     # a few rows: the query axis keeps the short name (before its explanation, which the hover still gives), so
     # it is no longer than the rows and the chart needs no empty band to hold it
     rows = top + cell * q + 40

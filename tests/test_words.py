@@ -98,7 +98,7 @@ def test_a_short_output_keeps_its_axis_titles_close():
     fig = figures.attention_heatmap(np.full((2, 3), 0.5), ["▁Zwei", "</s>"], ["<s>", "▁Zwei", "▁Hunde"],
                                     query_title=title)
     shown = fig.layout.yaxis.title.text
-    assert shown == "output token"  # the explanation would be longer than the two rows
+    assert shown == "output token (query)"  # the explanation would be longer than the two rows
     assert figures.axis_title_room(shown) < fig.layout.height - fig.layout.margin.t
     assert fig.layout.height <= 300  # no band of empty plot between the ticks and the x title
     long = figures.attention_heatmap(np.full((20, 3), 0.5), [f"t{i}" for i in range(20)], ["a", "b", "c"],
@@ -109,6 +109,14 @@ def test_a_short_output_keeps_its_axis_titles_close():
     turned = figures.attention_heatmap(np.full((2, 8), 0.1), ["a", "b"], words)
     assert turned.layout.xaxis.tickangle == -60
     assert figures.attention_heatmap(np.full((2, 3), 0.3), ["a", "b"], ["x", "y", "z"]).layout.xaxis.tickangle == 0
+    # the server-built picture of the first screen: the same short title, its labels turned where they do not fit a
+    # column, and the key axis' title right under its labels (not at the foot of a picture grown for the title)
+    picture = svg.heatmap_svg(np.full((2, 8), 0.1), ["▁Zwei", "</s>"], words, query_title=title)
+    assert ">output token (query)</text>" in picture and 'transform="rotate(-60' in picture
+    height = float(re.search(r'height="(\d+)"', picture).group(1))
+    key_title_y = float(re.findall(r'class="axis-title" x="[\d.]+" y="([\d.]+)"', picture)[0])
+    assert key_title_y <= height - 6
+    assert "rotate(-60" not in svg.heatmap_svg(np.full((2, 3), 0.1), ["a", "b"], ["x", "y", "z"])
 
 
 def test_colour_bars_are_named_along_their_side():
