@@ -111,7 +111,8 @@ def render(ctx: ViewContext) -> None:
     """The importance grids, the pruning curve and the sortable table; a selected head opens on this sentence."""
     data = load_heads(ctx.tr.path)
     if data is None:
-        st.info("This checkpoint has no heads.json yet. Make it with\n\n"
+        st.info("This model has no statistics of its heads over a test set yet (the file heads.json beside its "
+                "weights). Make them with\n\n"
                 f"`python -m transformer.heads --checkpoint {ctx.model.checkpoint} --split test_2016_flickr --out "
                 f"{ctx.model.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
                 icon=":material/query_stats:")
