@@ -20,8 +20,10 @@ AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
 
 
 def escape(text: str) -> str:
-    """Escape ``<``, ``>``, ``&`` and quotes so plotly shows a token as text, never as markup."""
-    return html.escape(str(text), quote=True)
+    """A token as plotly text (tick labels, hovers, titles), never as markup: ``<``, ``>`` and ``&`` become the
+    entities plotly decodes back. Quotes stay as they are: plotly decodes no ``&quot;`` (a ``"`` would show as
+    ``▁&quot;``), and its text is never an HTML attribute."""
+    return html.escape(str(text), quote=False)
 
 
 # One numbering everywhere: source pieces and output steps count from 1; the decoder input counts from 0 (its <s>

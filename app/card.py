@@ -32,6 +32,22 @@ METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "bleu_lc_tok": "BLEU, lowercased
                 "val_loss": "loss", "loss": "loss"}
 
 
+DATA_SETS = {"val": "the validation set", "train": "the training set"}  # "chosen on ..."
+DATA_SPLITS = {"val": "the validation sentences", "train": "the training sentences",
+               **{k: f"the {v} sentences" for k, v in SPLIT_NAMES.items() if k.startswith("test")}}
+
+
+def split_words(split: object) -> str:
+    """A data set's split in plain words: "the validation sentences" for ``val``, "the test (Flickr 2016)
+    sentences" for ``test_2016_flickr``; another name as it is."""
+    return DATA_SPLITS.get(str(split), str(split))
+
+
+def percentile_words(percentile: float) -> str:
+    """``1`` -> "the lowest 1%": a percentile of the scores as the share of them below it."""
+    return f"the lowest {percentile:g}%"
+
+
 def _plain(key: str, names: dict[str, str]) -> str:
     return names.get(key, key.replace("_", " "))
 
@@ -102,7 +118,8 @@ def training_recipe(meta: object) -> list[tuple[str, str]]:
         out.append(("Weights", f"the mean of {len(averaged)} checkpoints, steps {averaged[0]} to {averaged[-1]}"))
     decoding = meta.get("decoding")
     if isinstance(decoding, dict) and decoding.get("alpha") is not None:
-        chosen = f", chosen on {decoding['chosen_on']}" if decoding.get("chosen_on") else ""
+        chosen = f", chosen on {DATA_SETS.get(str(decoding['chosen_on']), decoding['chosen_on'])}" \
+            if decoding.get("chosen_on") else ""
         out.append(("Decoding", f"beam {decoding.get('beam', '?')}, length penalty α {decoding['alpha']}{chosen}"))
     return out
 

@@ -146,11 +146,11 @@ def alpha_label(checkpoint: str) -> str:
     so; ``"α 0.6, default 0.6 (not tuned)"`` when it names none (the value the model then decodes with)."""
     alpha = model_alpha(checkpoint)
     if alpha_chosen_on_val(checkpoint):
-        return f"α {alpha:g}, chosen on val"
+        return f"α {alpha:g}, chosen on the validation set"
     meta = _metadata_of(_stamp(checkpoint))
     named = isinstance(meta, dict) and isinstance(meta.get("decoding"), dict) and "alpha" in meta["decoding"]
     untuned = f"α {DEFAULT_ALPHA:g}, default {DEFAULT_ALPHA:g} (not tuned)"
-    return f"α {alpha:g}, from its model card (not chosen on val)" if named else untuned
+    return f"α {alpha:g}, from its model card (not chosen on the validation set)" if named else untuned
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from . import parts, state, work
+from . import figures, parts, state, work
 from .analysis import KIND_NAMES, KINDS
 from .inference import HeadKey
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -270,16 +270,40 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
 heatmap_title = parts.heatmap.title  # "Cross-attention · layer 2 · head 3"
 
 
+SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wider than this space, so that "
+              "its labels stay readable).")
+
+
+def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None) -> None:
+    """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
+    wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
+    query on the box, so a wide screen never sees it)."""
+    need = width if width is not None else figures.min_width(fig)
+    if need <= figures.PHONE_PLOT:
+        where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+        return
+    box = where.container(key=f"wide_{key}")
+    box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
+             f" .st-key-wide_{key} > div:has([data-testid=stPlotlyChart]) {{min-width: {need}px;}}"
+             f" .st-key-swipe_{key} {{position: sticky; left: 0;}}"
+             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}</style>")
+    box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
+    box.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+
+
 def has_repeats(*token_lists: list[str]) -> bool:
     """Whether any list holds a token twice (its labels then carry positions)."""
     return any(len(set(tokens)) < len(tokens) for tokens in token_lists)
 
 
-MEASURES = {"weights": "attention weights α", "norms": "weighted norms ‖α v W_O‖"}
+MEASURES = {"weights": "attention weights", "norms": "what each key passes on"}
 FIRST_MEASURE = "weights"
-NORMS_NOTE = ("Weighted norms (Kobayashi et al., 2020): ‖α_ij · v_j W_O^h‖, how much of key j head h actually "
-              "passes on, not just how much it looks at it. A head parked on </s> or <s> with a tiny value vector "
-              "shows a big weight but a small norm there.")
+NORMS_NOTE = ("What each key passes on (Kobayashi et al., 2020): its attention weight times the length of the vector "
+              "it sends through the head, so how much of key j the head actually hands on, not just how much it "
+              "looks at it. A head parked on </s> or <s> with a tiny vector there shows a big weight but passes "
+              "little on.")
+NORMS_TERMS = ("Weighted norms ‖α_ij · v_j W_O^h‖: the weight α_ij times the length of key j's value vector v_j "
+               "after head h's slice of the output projection W_O.")
 
 
 def measure_setting(key: str = MEASURE) -> str:
@@ -290,4 +314,4 @@ def measure_setting(key: str = MEASURE) -> str:
 def measure_control(key: str = MEASURE) -> str:
     """Attention weights, or the weighted norms of what each head passes on."""
     return choose(st.segmented_control, "Show", list(MEASURES), key, FIRST_MEASURE, format_func=MEASURES.get,
-                  required=True, wrap=True)
+                  required=True, wrap=True, help=NORMS_TERMS)

@@ -8,6 +8,8 @@ rows and columns.
 from __future__ import annotations
 
 import html
+import re
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +20,8 @@ from .analysis import cosine_similarity, escape, unique_labels
 
 ATTENTION_SCALE = [[0.0, "#ffffff"], [0.08, "#eef3fb"], [0.3, "#9ecae1"], [0.6, "#3182bd"], [1.0, "#08306b"]]
 MASK_SCALE = [[0.0, "#f3d6d6"], [0.5, "#f3d6d6"], [0.5, "#2e7d32"], [1.0, "#2e7d32"]]
-DIVERGING = "RdBu"
+DIVERGING = "RdBu"  # low values red, high values blue
+DIVERGING_WORDS = "blue pushed it up (positive), red pushed it down (negative)"  # what DIVERGING's colours say
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                 "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
@@ -60,6 +63,69 @@ def tick_room(labels: Sequence[str], angled: bool) -> float:
     return (0.87 * 7.0 * longest if angled else 16) + 30
 
 
+CHAR_EM = 0.62  # the advance of an average character, in font sizes (a generous mean for the sans-serif faces used)
+LABEL_GAP = 3  # px between two tick labels side by side
+PHONE_PLOT = 300  # px: a figure wider than this scrolls on a phone
+PHONE_AXIS = 200  # px: the x axis of a heatmap on a phone (its labels, colour bar and margins take the rest)
+
+
+def text_px(text: object, size: float) -> float:
+    """Pixels a one-line label takes at ``size`` px (tags such as ``<b>`` left out, entities counted once)."""
+    plain = html.unescape(re.sub(r"<[^>]+>", "", str(text)))
+    return len(plain) * CHAR_EM * size
+
+
+def min_width(fig: go.Figure) -> int:
+    """Pixels wide ``fig`` must be drawn so that no two labels of an x axis with named ticks touch: each tick needs
+    its label's thickness (turned labels: the font size over the sine of the angle; upright ones: the longest
+    label) in the axis' share of the plot; plus the y labels, titles and colour bar beside it. 0 for a figure
+    without named x ticks (plotly thins numeric ticks itself). ``fig.layout.meta["min_width"]``, when a builder
+    set it (text drawn inside the plot, as the beam tree's), counts too."""
+    layout = fig.layout
+    meta = layout.meta if isinstance(layout.meta, dict) else {}
+    need = float(meta.get("min_width", 0))
+    default = (layout.font.size if layout.font and layout.font.size else FONT["size"])
+    left = 0.0
+    for name in [k for k in layout.to_plotly_json() if k.startswith("xaxis")]:
+        axis = layout[name]
+        if axis.tickmode not in ("array", None) or not axis.ticktext or axis.showticklabels is False:
+            continue
+        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
+        angle = abs(float(axis.tickangle)) % 180 if isinstance(axis.tickangle, (int, float)) else 0.0
+        sine = float(np.sin(np.radians(angle)))
+        longest = max(text_px(t, size) for t in axis.ticktext)
+        pitch = (size + LABEL_GAP) / sine if sine > 0.3 else longest + 2 * LABEL_GAP
+        domain = axis.domain[1] - axis.domain[0] if axis.domain else 1.0
+        need = max(need, len(axis.ticktext) * pitch / max(domain, 0.05))
+    if need <= 0:
+        return 0
+    for name in [k for k in layout.to_plotly_json() if k.startswith("yaxis")]:
+        axis = layout[name]
+        if axis.tickmode in ("array", None) and axis.ticktext and axis.showticklabels is not False:
+            size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
+            left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
+    scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
+    margin = layout.margin
+    return int(need + left + scale + (margin.l or 0) + (margin.r or 0))
+
+
+def short_title(title: str) -> str:
+    """An axis title without the explanation in its brackets: "output token (query = the step producing it)" ->
+    "output token (query)"."""
+    return re.sub(r" \((\w+) = [^)]*\)", r" (\1)", title)
+
+
+def top_title(text: str) -> dict:
+    """A chart title at the very top of the figure (plotly centres it in the top margin, where a legend that wraps
+    on a narrow screen goes too)."""
+    return dict(text=text, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=12))
+
+
+def colour_bar(name: str) -> dict:
+    """A slim colour bar named along its side (a name on top would sit on the top value of a short bar)."""
+    return dict(title=dict(text=name, side="right"), thickness=12)
+
+
 def _axis(labels: Sequence[str], title: str, **extra) -> dict:
     n = len(labels)
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
@@ -95,18 +161,24 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
         hovertemplate=(f"{query_title} %{{customdata[2]}}: <b>%{{customdata[0]}}</b><br>"
                        f"{key_title} %{{customdata[3]}}: <b>%{{customdata[1]}}</b><br>"
                        f"{value_name} %{{z:.3f}}<extra></extra>"),
-        colorbar=dict(title=dict(text=value_name), thickness=12), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
+        colorbar=colour_bar(value_name), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
     )
     fig = go.Figure(heat)
     cell = _cell_size(max(q, k))
     top = 50 if title else 20
+    # upright key labels only where the whole row of them fits a phone's plot; else turned
+    angled = k > 8 or sum(text_px(t, _tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_AXIS
+    # a few rows: the query axis keeps the short name (before its explanation, which the hover still gives), so
+    # it is no longer than the rows and the chart needs no empty band to hold it
+    rows = top + cell * q + 40
+    shown_title = short_title(query_title) if axis_title_room(query_title) > rows else query_title
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
-        height=int(min(max(260, 150 + cell * q, top + axis_title_room(query_title) + tick_room(xlabels, k > 8)),
+        height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
         margin=dict(l=10, r=10, t=top, b=10),
-        xaxis=_axis(xlabels, key_title, tickangle=-60 if k > 8 else 0, side="bottom"),
-        yaxis=_axis(ylabels, query_title, autorange="reversed"),
+        xaxis=_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
+        yaxis=_axis(ylabels, shown_title, autorange="reversed"),
         plot_bgcolor="white",
     )
     return fig
@@ -283,10 +355,10 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
         top = max(top, median)
         fig.add_hline(y=median, line_dash="dot", line_color="#555", name="median")
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
-                                 name=f"median token embedding × √d_model, whole vocabulary ({median:.1f})"))
+                                 name=f"median token embedding, whole vocabulary ({median:.1f})"))
     fig.update_layout(barmode="group",
-                      title=dict(text="How large the encodings are next to the token embeddings", x=0.0),
-                      font=FONT, height=400, margin=dict(l=10, r=10, t=95, b=10),
+                      title=top_title("How large the encodings are next to the token embeddings"),
+                      font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10),
                       xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
                       yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above bars
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))
@@ -333,12 +405,13 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
                             hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
                      go.Bar(x=steps, y=1 - share, name="earlier output", marker_color="#ff7f0e", customdata=pieces,
                             hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")])
-    fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
-                      title=dict(text="Share of the attribution (absolute values) per step", x=0.0),
+    fig.update_layout(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
+                      title=top_title("Share of the attribution (absolute values) per step"),
                       xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
                                  title=dict(text="output piece (the step that produced it)"),
                                  tickangle=-60 if len(steps) > 8 else 0),
-                      yaxis=dict(range=[0, 1], title=dict(text="share")))
+                      yaxis=dict(range=[0, 1], title=dict(text="share")),
+                      legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))  # under the title, never on it
     return fig
 
 
@@ -411,16 +484,17 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
         go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
                hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
     mean = float(share.mean()) if len(share) else 0.0
-    back = "rgba(255,255,255,0.85)"
-    fig.add_hline(y=mean, line_dash="dash", line_color="#222222", annotation_text=f"mean {mean:.2f}",
-                  annotation_position="top left", annotation_bgcolor=back, annotation_font_size=11)
+    # the lines are named in the legend (a label on a line would sit on the bars)
+    lines = [(mean, "dash", "#222222", f"mean source share ({mean:.2f})")]
     if threshold is not None:
-        fig.add_hline(y=threshold, line_dash="dot", line_width=2, line_color="#c62828",
-                      annotation_text=f"hallucination threshold {threshold:.2f}", annotation_position="bottom right",
-                      annotation_bgcolor=back, annotation_font_size=11, annotation_font_color="#c62828")
-    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=10), font=FONT,
-                      title=dict(text=title, x=0.0), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
-                                                                 yanchor="bottom"),
+        lines.append((threshold, "dot", "#c62828", f"hallucination threshold ({threshold:.2f})"))
+    for y, dash, colour, name in lines:
+        fig.add_hline(y=y, line_dash=dash, line_width=2, line_color=colour)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
+                                 name=name, hoverinfo="skip"))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
+                      title=top_title(title),  # the legend under the title (it may wrap on a phone)
+                      legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
                       xaxis=_axis(unique_labels(output_tokens), "output piece",
                                   tickangle=-60 if len(share) > 8 else 0),
                       yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
@@ -431,12 +505,24 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
                                source_tokens: Sequence[str], prefix_tokens: Sequence[str],
                                title: str = "Contributions to each output piece (ALTI+)") -> go.Figure:
     """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
-    input ``target (T, T)``; a line between the two parts, each row summing to 1."""
+    input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
+    other chart gives its pieces (source from 1, decoder input from 0: ``app.analysis.FIRST_NUMBER``), never the
+    place on the joined axis; a piece found more than once on the axis carries its part's number."""
     s = len(source_tokens)
     matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
     fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
                             query_title="output piece", key_title="source piece | target prefix",
                             value_name="contribution", zmax=max(float(matrix.max()), 1e-9))
+    counts = Counter([*source_tokens, *prefix_tokens])
+    numbers = [*range(1, s + 1), *range(len(prefix_tokens))]
+    fig.update_xaxes(ticktext=[escape(t) + (f"·{n}" if counts[t] > 1 else "")
+                               for t, n in zip([*source_tokens, *prefix_tokens], numbers)])
+    heat = fig.data[0]
+    custom = np.array(heat.customdata, dtype=object)  # (T, S+T, 4): query, key, query number, key number
+    custom[:, :, 3] = np.asarray([f"source piece {n}" if j < s else f"target prefix {n}"
+                                  for j, n in enumerate(numbers)], dtype=object)[None, :]
+    heat.update(customdata=custom, hovertemplate=heat.hovertemplate.replace(
+        "source piece | target prefix %{customdata[3]}", "%{customdata[3]}"))
     fig.add_vline(x=s - 0.5, line_width=2, line_color="#444444")
     for x, name in ((0, "source"), (s, "target prefix")):
         fig.add_annotation(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,

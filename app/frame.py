@@ -38,9 +38,10 @@ PAGE_CSS = """<style>
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
-  .st-key-wide_chart {overflow-x: auto; overflow-y: hidden;}
-  .st-key-wide_chart > div {min-width: 860px;}
 }
+/* a row of buttons that wraps: each button whole (its own four borders and corners), none under its neighbour */
+[data-testid=stButtonGroup] [role=radiogroup] {gap: 4px;}
+[data-testid=stButtonGroup] [role=radiogroup] > button {margin: 0 !important; border-radius: 0.5rem !important;}
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
@@ -238,6 +239,29 @@ def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
     return sentences[number - 1]
 
 
+FSI, PDI = "\u2068", "\u2069"  # first-strong isolate ... pop directional isolate (Unicode bidi, UAX #9)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 piece``, ``3 pieces``: the count and its noun, in the right number."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+def unknown_notice(pieces: int, chars: list[str]) -> str:
+    """The notice for input the vocabulary lacks: how many pieces became <unk>, and the characters behind them
+    (their own count: a run of unknown characters is one piece), each isolated (FSI ... PDI), so a right-to-left
+    letter keeps its quotes and commas where they are written."""
+    named = ", ".join(f"“{FSI}{c}{PDI}”" if unicodedata.category(c).startswith("L") else  # a letter shows itself;
+                      f"“{FSI}{c}{PDI}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"  # a symbol its name too
+                      for c in chars[:NAMED_CHARACTERS])
+    more = f" and {len(chars) - NAMED_CHARACTERS:,} more" if len(chars) > NAMED_CHARACTERS else ""
+    which = (f", from {plural(len(chars), 'character')} it does not know: {named}{more}" if chars else "")
+    verb = "is" if pieces == 1 else "are"
+    return (f"{plural(pieces, 'piece')} of the input {verb} not in the model's vocabulary and "
+            f"{'shows' if pieces == 1 else 'show'} as <unk>{which}. The model sees only that something unknown "
+            "stood there.")
+
+
 def show_translation(tr: Translator, result: Analysis) -> None:
     """The translation, its score and the subword pieces, with notices for truncation and unknown characters."""
     if result.truncated:
@@ -245,15 +269,7 @@ def show_translation(tr: Translator, result: Analysis) -> None:
                    f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
                    icon=":material/content_cut:")
     if result.unknown_pieces:
-        chars = result.unknown_chars
-        named = ", ".join(f"“{c}”" if unicodedata.category(c).startswith("L") else  # a letter shows itself; a
-                          f"“{c}” ({unicodedata.name(c, f'U+{ord(c):04X}').lower()})"  # symbol gets its name too
-                          for c in chars[:NAMED_CHARACTERS])
-        more = f" and {len(chars) - NAMED_CHARACTERS} more" if len(chars) > NAMED_CHARACTERS else ""
-        which = f": the character(s) {named}{more}" if chars else ""
-        st.info(md_escape(f"{result.unknown_pieces} piece(s) of the input are not in the model's vocabulary and appear "
-                          f"as <unk>{which}. The model sees only that something unknown stood there."),
-                icon=":material/help:")
+        st.info(md_escape(unknown_notice(result.unknown_pieces, result.unknown_chars)), icon=":material/help:")
     if result.hit_max_len:
         s = result.settings
         st.warning(f"Cut at the maximum length: the output stopped after {len(result.target_tokens)} pieces (a × "

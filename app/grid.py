@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import KIND_NAMES, escape
-from .figures import ATTENTION_SCALE, FONT
+from .figures import ATTENTION_SCALE, FONT, colour_bar
 
 GRID_HOVER_CELLS = 150_000  # above this many cells the grid's hover names positions, not tokens
 GRID_CLICK_CELLS = 25_000  # up to this many weights a click on the grid picks a head (one SVG marker each)
@@ -49,7 +49,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
             z[layer * bh: layer * bh + q, head * bw: head * bw + k] = attn[layer, head]
     zmin, zmax = zrange if zrange is not None else (0.0, max(float(attn.max()), 1e-9))
     heat = dict(z=z, zmin=zmin, zmax=zmax, colorscale=ATTENTION_SCALE, hoverongaps=False,
-                colorbar=dict(title=dict(text=value_name), thickness=12))
+                colorbar=colour_bar(value_name))
     clickable = attn.size <= GRID_CLICK_CELLS
     if clickable:  # the hover label and the click come from invisible markers on the cells
         heat.update(hoverinfo="skip")

@@ -12,7 +12,17 @@ import streamlit as st
 
 from . import figures, state, svg
 from .analysis import AXIS_TITLES, first_numbers
-from .controls import REPEATS, colour_range, has_repeats, heatmap_title, keep_if, md_escape, pick_weights, range_caption
+from .controls import (
+    REPEATS,
+    SWIPE_HINT,
+    colour_range,
+    has_repeats,
+    heatmap_title,
+    keep_if,
+    md_escape,
+    pick_weights,
+    range_caption,
+)
 from .inference import Analysis
 from .params import FROM_LINK, Param
 
@@ -24,8 +34,15 @@ def picture(image: str, key: str, title: str) -> None:
     the page's first frame, nothing in it can run, and its text is only what ``app.svg`` escaped. It keeps
     labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking. On a
     session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
-    st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {svg.min_width(image)}px;}}</style>")
-    st.container(key=PICTURE + key).markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
+    need = svg.min_width(image)
+    # the swipe hint shows only while the box is narrower than the picture (a container query on the box)
+    st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {need}px;}}"
+            f" .st-key-{PICTURE}{key} {{container-type: inline-size;}}"
+            f" .st-key-{PICTURE}{key} .st-key-swipe_{key} {{position: sticky; left: 0;}}"
+            f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}</style>")
+    box = st.container(key=PICTURE + key)
+    box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
+    box.markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
     state.let_the_browser_paint()  # a new visitor: the picture painted before the page's controls are built
 
 

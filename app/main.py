@@ -8,13 +8,22 @@ directory or a Hugging Face Hub repo id.
 from __future__ import annotations
 
 import os
+import sys
 
 import streamlit as st
-import torch
 
-from app import cached, card, catalog, controls, frame, inference, languages, selector, sidebar, state, work
-from app.controls import md_escape
-from app.views import GROUPS, VIEWS
+# a fresh server's first run imports PyTorch and the app (seconds): say so, instead of a blank page (emptied once
+# the page starts; a warm server never draws it)
+STARTING = st.empty() if "torch" not in sys.modules else None
+if STARTING is not None:
+    STARTING.info("Starting the explorer: loading PyTorch and the model, a few seconds on a fresh server…",
+                  icon=":material/hourglass_top:")
+
+import torch  # noqa: E402 (after the notice above)
+
+from app import cached, card, catalog, controls, frame, inference, languages, selector, sidebar, state, work  # noqa: E402
+from app.controls import md_escape  # noqa: E402
+from app.views import GROUPS, VIEWS  # noqa: E402
 
 # One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
 # slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
@@ -50,6 +59,8 @@ def page(req: work.Request) -> None:
     first frame, before it has built them."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
+    if STARTING is not None:
+        STARTING.empty()
     frame.page_style()
     frame.page_name()
     state.start_run()

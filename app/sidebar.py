@@ -158,7 +158,7 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
     the model's short name, never the server's path)."""
     with st.sidebar:
         facts = card.model_facts(tr)
-        st.markdown(markdown_table(("", "value"), [(k, v) for k, v in facts.items()]))
+        st.markdown(markdown_table(("property", "value"), [(k, v) for k, v in facts.items()]))
         scores = card.model_scores(tr)
         if scores:
             st.caption("Scores from the model card (beam search, sacreBLEU)")

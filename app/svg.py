@@ -22,9 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .analysis import escape as _escape
 from .analysis import unique_labels
-from .figures import ATTENTION_SCALE
+from .figures import ATTENTION_SCALE, short_title
 
 FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
 LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)
@@ -38,7 +37,7 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def escape(text: object) -> str:
     """Text for the SVG: HTML-escaped, control characters (newlines too) as spaces, so the SVG stays one block of
     HTML with no blank line in it and valid XML."""
-    return _escape(CONTROL.sub(" ", str(text)))
+    return html.escape(CONTROL.sub(" ", str(text)), quote=True)  # XML decodes &quot; (plotly does not)
 
 
 def _rgb(colour: str) -> np.ndarray:
@@ -92,9 +91,9 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     font = 12 if max(q, k) <= 30 else MIN_FONT
     ch = 18 if max(q, k) <= 40 else 14  # cell height: a short sentence fits a laptop's
     cw = max(ch, min(40.0, 640.0 / k))  # first screen; cell width: wider cells for short sentences
-    angle = 60 if k > 8 else 0
-    ywidth = max(_text_width(_cut(s), font) for s in ylabels)
     xwidth = max(_text_width(_cut(s), font) for s in xlabels)
+    angle = 60 if k > 8 or xwidth > cw - 4 else 0  # upright only where every label fits its column
+    ywidth = max(_text_width(_cut(s), font) for s in ylabels)
     left = math.ceil(28 + ywidth + 8)  # axis title, labels, gap (whole pixels: shorter coordinates)
     top = 28 if title else 10
     grid_w, grid_h = cw * k, ch * q
@@ -102,6 +101,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     width = left + grid_w + 24 + COLOURBAR_W + 60
     # the query axis' title runs down beside the rows; on a short sentence it is longer than the rows, so it gets
     # room of its own below the chart's title (never over it) and the picture grows to hold it
+    if _text_width(escape(query_title), 12) > grid_h:  # a few rows: the title without its explanation
+        query_title = short_title(query_title)
     ytitle = _text_width(escape(query_title), 12)
     cy = max(top + grid_h / 2, top + ytitle / 2)
     height = max(top + grid_h + bottom, cy + ytitle / 2 + 6)
@@ -134,7 +135,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
         anchor = "end" if angle else "middle"
         out.append(f'<text class="xtick" x="{_n(x)}" y="{_n(ty)}" font-size="{font}" text-anchor="{anchor}" '
                    f'dominant-baseline="hanging"{rotate}><title>{ktext[j]}</title>{_cut(label)}</text>')
-    out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{height - 6:.0f}" font-size="12" '
+    out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{top + grid_h + bottom - 6:.0f}" '
+               'font-size="12" '
                f'text-anchor="middle">{escape(key_title)}</text>')
     out.append(f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
                f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')

@@ -244,7 +244,7 @@ def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
     at.run()
     assert_clean(at)
     own = " ".join(plain(c.value) for c in at.caption if "Each its own" in c.value)
-    assert "α 1.7, chosen on val" in own and "α 0.6, default 0.6 (not tuned)" in own
+    assert "α 1.7, chosen on the validation set" in own and "α 0.6, default 0.6 (not tuned)" in own
     captions = " ".join(plain(c.value) for c in at.caption)
     assert "beam 3, α 1.7" in captions and "beam 3, α 0.6" in captions
     assert f"score {pre.translate(text, beam_size=3, alpha=1.7).score:.3f}" in captions

@@ -79,7 +79,7 @@ def test_alpha_label_of_every_shipped_checkpoint(folder: Path):
 
     label = catalog.alpha_label(f"checkpoints/{folder.name}")
     if _chosen_on_val(folder):
-        assert label == f"α {_meta(folder)['decoding']['alpha']:g}, chosen on val"
+        assert label == f"α {_meta(folder)['decoding']['alpha']:g}, chosen on the validation set"
     else:
         assert label == "α 0.6, default 0.6 (not tuned)" and "chosen on val" not in label
 
@@ -95,9 +95,10 @@ def test_alpha_label_follows_the_card(tmp_path):
             (folder / "metadata.json").write_text(json.dumps(meta))
         return catalog.alpha_label(str(folder))
 
-    assert label({"decoding": {"alpha": 1.7, "chosen_on": "val"}}) == "α 1.7, chosen on val"
-    assert label({"decoding": {"alpha": 1.7}}) == "α 1.7, from its model card (not chosen on val)"
-    assert label({"decoding": {"alpha": 1.7, "chosen_on": "test"}}) == "α 1.7, from its model card (not chosen on val)"
+    assert label({"decoding": {"alpha": 1.7, "chosen_on": "val"}}) == "α 1.7, chosen on the validation set"
+    assert label({"decoding": {"alpha": 1.7}}) == "α 1.7, from its model card (not chosen on the validation set)"
+    assert label({"decoding": {"alpha": 1.7, "chosen_on": "test"}}) == \
+        "α 1.7, from its model card (not chosen on the validation set)"
     assert label({"language_pair": "en-de"}) == "α 0.6, default 0.6 (not tuned)"
     assert label(None) == "α 0.6, default 0.6 (not tuned)"
 
@@ -112,12 +113,12 @@ def test_the_app_labels_each_shipped_models_length_penalty(monkeypatch):
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
     at = translate(new_app({"view": "Compare models"}), "A man rides a bike.")
     assert_clean(at)
-    assert "α 1.4, chosen on val" in at.sidebar.slider(key="alpha").help
+    assert "α 1.4, chosen on the validation set" in at.sidebar.slider(key="alpha").help
     assert at.selectbox(key="compare_with").value == "checkpoints/multi30k-en-de-prenorm"
     at.radio(key="compare_alpha").set_value("own")  # each model's own α is named beside the choice
     at.run()
     assert_clean(at)
     own = " ".join(plain(c.value) for c in at.caption if "Each its own α" in plain(c.value))
     assert "multi30k-en-de-prenorm: α 0.6, default 0.6 (not tuned)" in own
-    assert "multi30k-en-de: α 1.4, chosen on val" in own
+    assert "multi30k-en-de: α 1.4, chosen on the validation set" in own
     assert "prenorm: α 0.6, chosen" not in own

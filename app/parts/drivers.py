@@ -7,9 +7,12 @@ from ..inference import Analysis
 from . import Chart, Note, Part, Source, Table
 
 NAME, KEY = "What drives each word", "attribution"
-INTRO = ("For each output piece, how much each source piece and each earlier output piece drove its log-probability "
-         "(captum attributions over the token embeddings; integrated gradients start from an all-zero embedding). "
-         "Unlike attention weights, these follow the whole network.")
+INTRO = ("For each output piece, how much each source piece and each earlier output piece pushed the model towards "
+         f"it: {figures.DIVERGING_WORDS}. Unlike attention weights, these follow the whole network.")
+HELP = ("Gradient attributions over the token embeddings, computed with the captum library: input × gradient, or "
+        "integrated gradients from an all-zero embedding; each number is a piece's share of the output piece's "
+        "log-probability.")
+AGREEMENT_HELP = "Spearman rank correlation over the source pieces."
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
 
 
@@ -40,12 +43,12 @@ def agreement(data: dict) -> Table:
     return Table(["layer", "head", "rank correlation with the attribution"],
                  [[str(i + 1), str(h + 1), f"{values[i, h]:.3f}"] for i in range(values.shape[0])
                   for h in range(values.shape[1])],
-                 "How well each cross-attention head's weights agree with the attribution to the source (Spearman "
-                 "rank correlation over the source pieces, mean over the output steps).")
+                 "How well each cross-attention head's weights agree with the attribution to the source: 1 = the head "
+                 "ranks the source pieces exactly as the attribution does, 0 = no relation, −1 = the reverse (mean "
+                 "over the output steps).")
 
 
 def describe(src: Source) -> list[Part]:
     method = src.options.get("method", "integrated_gradients")
     data = probes.attributions(src.tr, src.analysis, method, steps=int(src.options.get("steps", 32)))
-    return [Note(f"Method: {METHODS.get(method, method)}. A positive value (see the colour bar) raised the output "
-                 "piece's log-probability, a negative one lowered it."), *charts(src.analysis, data), agreement(data)]
+    return [Note(f"Method: {METHODS.get(method, method)}. {INTRO}"), *charts(src.analysis, data), agreement(data)]

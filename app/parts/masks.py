@@ -16,17 +16,21 @@ INTRO = ("The masks decide which keys a query may see: a blocked key's score is 
 PANELS = (
     ("encoder", "Encoder self-attention: padding mask", True, True,
      "Every source piece may look at every real source piece, in both directions. Only the <pad> columns are "
-     "blocked: padding_mask(src) is True where the key is a real token, broadcast over all queries."),
+     "blocked: the same for every query."),
     ("causal", "Causal mask", False, False,
      "Lower triangle: decoder position i sees positions 0…i only, so training on whole sentences never lets "
      "a step peek at the piece it must predict."),
     ("decoder", "Decoder self-attention: padding AND causal", False, False,
-     "What the decoder really uses: the causal triangle with the <pad> columns removed (padding_mask(tgt) & "
-     "causal_mask(T))."),
+     "What the decoder really uses: the causal triangle with the <pad> columns removed."),
     ("cross", "Cross-attention: source padding", False, True,
      "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
      "causal part: the whole source is known before decoding starts."),
 )
+# each panel's code (transformer/network/masks.py), for a tooltip
+CODE = {"encoder": "padding_mask(src): True where the key is a real token, broadcast over all queries.",
+        "causal": "causal_mask(T): True on and below the diagonal.",
+        "decoder": "padding_mask(tgt) & causal_mask(T)",
+        "cross": "padding_mask(src), broadcast over the decoder positions."}
 OFFLINE_PADS = (0, 2)  # the offline page's padding choices (the app's default is 2)
 
 

@@ -19,13 +19,17 @@ SIMILARITY = ("Cosine similarity between the codes of two positions: it depends 
               "parallel to the diagonal), which lets attention use relative positions.")
 
 
+MODEL_TABLE_HELP = "tr.model.pe: a buffer of the module (saved and moved with it, never trained)."
+
+
 def model_table(tr: Translator, positions: int | None = None) -> Chart:
     """The model's own table (its first ``positions`` rows; None: all) and how far it is from the formula."""
     own = probes.model_pe(tr)
     diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
     own = own[:positions]
     return Chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
-                 f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.",
+                 "The table the model itself adds to its embeddings (stored with the model, not learned); it "
+                 f"differs from the formula above by {diff:.1e} at most.",
                  "model-pe")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from transformer import Translator
 from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
 
-from .. import figures, probes, work
+from .. import card, figures, probes, work
 from ..catalog import load_heads
 from ..inference import Analysis
 from . import Chart, Choice, Note, Part, Source
@@ -66,9 +66,9 @@ def cross_chart(a: Analysis, data: dict, layer: str | int, section: dict) -> Cha
                                            query_title="output piece", key_title="source piece"),
                  f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                  f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
-                 + (f" Over {section.get('split', 'the test set')}: {over['mean_of_layers_and_heads']:.0%} for the "
-                    f"mean of every layer and head, best layer {over['best_layer']}." if isinstance(over, dict)
-                    else ""), "cross-attention")
+                 + (f" Over {card.split_words(section.get('split', 'the test set'))}: "
+                    f"{over['mean_of_layers_and_heads']:.0%} for the mean of every layer and head, best layer "
+                    f"{over['best_layer']}." if isinstance(over, dict) else ""), "cross-attention")
 
 
 def charts(a: Analysis, data: dict, threshold: float | None) -> list[Chart]:

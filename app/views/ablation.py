@@ -57,8 +57,9 @@ def render(ctx: ViewContext) -> None:
 
         a, b = st.columns([1, 3], vertical_alignment="bottom")
         a.number_input("N", 1, len(order), min(4, len(order)), key="ablate_n")
-        b.button("Switch off the N least important heads (heads.json)", key="ablate_least",
-                 on_click=least_important)
+        b.button("Switch off the N least important heads", key="ablate_least", on_click=least_important,
+                 help="Least important over the test set, as the view Heads across the test set ranks them (the "
+                      "checkpoint's heads.json).")
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     chosen = c1.multiselect("Heads to switch off", list(labels), key=ABLATE, placeholder="e.g. Cross · L1 · H2",
                             persist_state="session")
@@ -113,6 +114,6 @@ def render(ctx: ViewContext) -> None:
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
                                         query_title=qt, key_title=kt, query_first=qf, key_first=kf)
-        col.plotly_chart(fig, config=figures.plotly_config(f"ablation-{name}"), key=f"ablation_{name}_chart")
+        controls.chart(fig, f"ablation-{name}", f"ablation_{name}_chart", col)
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")

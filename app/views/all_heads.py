@@ -59,7 +59,7 @@ def render(ctx: ViewContext) -> None:
                         config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart",
                         on_select=open_clicked_head, selection_mode="points")
         if norms:
-            st.caption(controls.NORMS_NOTE)
+            st.caption(controls.NORMS_NOTE, help=controls.NORMS_TERMS)
         if controls.has_repeats(queries, keys):
             st.caption(controls.REPEATS)
         pick = st.pills("Open a head large", options, key=PICK, persist_state="session", wrap=True)  # never cut off

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import figures, heatmaps
+from .. import controls, figures, heatmaps
 from ..state import ViewContext
 
 # a long search: the output steps drawn (steps=1-25 at first: a label per node stays readable on a laptop)
@@ -52,14 +52,19 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
             continue
         fig.add_trace(go.Scatter(
             x=[n.step for n in group], y=[y[n.id] for n in group], mode="markers+text", name=status,
-            text=[figures.escape(pieces[n.id]) for n in group], textposition="top center", textfont=dict(size=10),
+            text=[figures.escape(pieces[n.id]) for n in group], textfont=dict(size=10),
+            # above the node on even steps, below on odd ones: two neighbouring steps' labels never meet
+            textposition=["top center" if n.step % 2 == 0 else "bottom center" for n in group],
             marker=dict(color=colour, size=9, line=dict(color="#d62728", width=[2 if n.id in best_path else 0
                                                                                   for n in group])),
             customdata=[[figures.escape(pieces[n.id]), n.logprob, "" if n.score is None else f"{n.score:.3f}"]
                         for n in group],
             hovertemplate="%{customdata[0]}<br>log-prob %{customdata[1]:.3f}<br>score %{customdata[2]}"
                           "<extra>" + status + "</extra>"))
-    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
+    longest = max((figures.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
+    width = (last - first + 1) * (longest / 2 + 2 * figures.LABEL_GAP) + 120  # every other step's labels side by side
+    fig.update_layout(meta={"min_width": int(width)},  # app.figures.min_width: its labels readable
+                      height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
                       xaxis=dict(title=dict(text="output step"), dtick=1), title=dict(text="Beam search tree", x=0),
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"), autorange="reversed"),
                       legend=dict(orientation="h", y=1.08, x=0.3))
@@ -86,9 +91,7 @@ def render(ctx: ViewContext) -> None:
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     n_steps = max(n.step for n in tree.nodes)  # the start node is step 0, the first output step 1
     s0, s1 = heatmaps.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps
-    with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
-        st.plotly_chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), config=figures.plotly_config("beam-tree"),
-                        key="beam_tree_chart")
+    controls.chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), "beam-tree", "beam_tree_chart")
     same = "the translation's score above" if ctx.tr.scoring == "gnmt" else "under GNMT's length penalty"
     st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
                f"{tree.nodes[tree.best].score:.3f} ({same}).")

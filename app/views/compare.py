@@ -64,7 +64,8 @@ def render(ctx: ViewContext) -> None:
                              format_func=lambda c: "one α for both (the sidebar's)" if c == "same"
                              else "each its own α",
                              help="With one α both models decode with exactly the same settings, so their scores "
-                                  "compare. Each model's own α is the one its model card names (chosen on val), "
+                                  "compare. Each model's own α is the one its model card names (chosen on the "
+                                  "validation set), "
                                   "else the default 0.6.")
     if choice == "own":
         st.caption(f"Each its own α: {controls.md_escape(alpha_note(ctx.model.checkpoint))}; "
@@ -115,9 +116,11 @@ def render(ctx: ViewContext) -> None:
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
                                         title=short.get(name, name), query_first=qf, key_first=kf)
-        col.plotly_chart(fig, config=figures.plotly_config(f"compare-{side}"), key=f"compare_{side}_chart")
+        controls.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
-               "over the heads; entropy in nats, lower = more focused):")
+               "over the heads; entropy: how spread the weights are, lower = more focused):",
+               help="Entropy in nats (natural logarithm): 0 when all the weight is on one piece, ln n when it is "
+                    "spread evenly over n pieces.")
     for col, (_, res) in zip(st.columns(2), pair):
         col.dataframe(head_summary(res), hide_index=True, width="stretch",
                       column_config={c: st.column_config.NumberColumn(format="%.3f")

@@ -10,13 +10,14 @@ from ..params import Param, one_of
 from ..state import ViewContext
 
 METHODS = parts.drivers.METHODS
+SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)
 PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_params("drivers_chart"))
 
 
 def render(ctx: ViewContext) -> None:
     """Method picker, the two attribution maps, the source/target share per step and the head agreement."""
     result = ctx.result
-    st.caption(parts.drivers.INTRO)
+    st.caption(parts.drivers.INTRO, help=parts.drivers.HELP)
     large = (controls.n_parameters(ctx.tr) > controls.LARGE_MODEL or ctx.tr.config.tgt_vocab_size >
              controls.LARGE_VOCABULARY) and ctx.tr.device.type == "cpu"
     method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
@@ -37,17 +38,18 @@ def render(ctx: ViewContext) -> None:
     q0, q1, k0, k1 = heatmaps.window(end - first, len(result.source_tokens), "drivers_chart",
                                      ("Output pieces (rows)", "Source pieces (columns)"))
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
-    long = len(result.decoder_input_tokens) >= 25  # then each map gets the whole width, so its pieces can be read
-    c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     source, target, share = parts.drivers.charts(result, data, (q0, q1, k0, k1))
-    c1.plotly_chart(source.figure, config=figures.plotly_config(source.name), key="drivers_src")
-    c2.plotly_chart(target.figure, config=figures.plotly_config(target.name), key="drivers_tgt")
+    # side by side while both fit half a laptop's page; else each map gets the whole width, so its pieces can be read
+    long = max(figures.min_width(source.figure), figures.min_width(target.figure)) > SIDE_BY_SIDE_PX
+    c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
+    controls.chart(source.figure, source.name, "drivers_src", c1)
+    controls.chart(target.figure, target.name, "drivers_tgt", c2)
     if (q0, q1) != (0, end - first):
         st.caption(f"The decoder-input map shows the inputs of the output steps shown ({d0}–{d1 - 1}); an output "
                    "step may also draw on earlier inputs, outside the window (its share below counts them all).")
-    st.plotly_chart(share.figure, config=figures.plotly_config(share.name), key="drivers_share")
+    controls.chart(share.figure, share.name, "drivers_share")
     table = parts.drivers.agreement(data)
     frame = pd.DataFrame([[int(r[0]), int(r[1]), float(r[2])] for r in table.rows], columns=table.columns)
-    st.caption(table.caption)
+    st.caption(table.caption, help=parts.drivers.AGREEMENT_HELP)
     st.dataframe(frame, hide_index=True, width="stretch",
                  column_config={table.columns[2]: st.column_config.NumberColumn(format="%.3f")})

@@ -26,7 +26,7 @@ def render(ctx: ViewContext) -> None:
         fig = figures.history_figure(history) if isinstance(history, list) and history else None
         if fig is not None:
             st.caption("Validation scores during training, from the model card.")
-            st.plotly_chart(fig, config=figures.plotly_config("training-history"), key="evolution_history")
+            controls.chart(fig, "training-history", "evolution_history")
         return
     kind = controls.kind_control()
     layer, head = controls.layer_head_controls(tr, kind)
@@ -50,14 +50,13 @@ def render(ctx: ViewContext) -> None:
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
     qf, kf = first_numbers(kind)
-    with st.container(key="wide_chart"):  # on a phone: a readable width, scrolled sideways (app.frame.PAGE_CSS)
-        st.plotly_chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
-                                               zrange=controls.colour_range(*[w for _, w in panels]),
-                                               query_first=q0 + qf, key_first=k0 + kf),
-                        config=figures.plotly_config(f"evolution-{kind}-L{layer}"), key="evolution_chart")
+    controls.chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
+                                            zrange=controls.colour_range(*[w for _, w in panels]),
+                                            query_first=q0 + qf, key_first=k0 + kf),
+                   f"evolution-{kind}-L{layer}", "evolution_chart")
     st.table(pd.DataFrame(rows).set_index("checkpoint"))  # a table wraps long translations; a data grid cuts them
     if isinstance(history, list) and history:
         fig = figures.history_figure(history, marks=[probes.snapshot_step(p) for p in snaps])
         if fig is not None:
             st.caption("Validation scores during training; dotted lines mark the snapshots.")
-            st.plotly_chart(fig, config=figures.plotly_config("training-history"), key="evolution_history")
+            controls.chart(fig, "training-history", "evolution_history")

@@ -21,11 +21,15 @@ def render(ctx: ViewContext) -> None:
     """The sortable table and the heatmap of the selected head."""
     result = ctx.result
     st.caption("Head diagnostics, one row per head; click a column header to sort, select a row to open its "
-               "heatmap. Entropy (nats) is low for focused heads; 'on special token' is the share on </s> (source "
+               "heatmap. Entropy says how spread a head's weights are: 0 when all of it is on one piece, higher "
+               "when spread; 'on special token' is the share on </s> (source "
                "keys) or <s> (decoder keys), where idle heads park their attention; previous / same / next are "
                "the shares on the key one position before, at, or after the query (by index). All are means over "
-               "the queries. 'agrees with attribution' (cross heads): Spearman rank correlation between the head's "
-               "weights and the integrated-gradients attribution to the source, mean over the output steps.")
+               "the queries. 'agrees with attribution' (cross heads): 1 when the head ranks the source pieces as "
+               "the attribution (integrated gradients) does, 0 for no relation, −1 for the reverse.",
+               help="Entropy in nats (natural logarithm; a uniform spread over n pieces is ln n). Agreement: the "
+                    "Spearman rank correlation between the head's weights and the attribution to the source, mean "
+                    "over the output steps.")
     rows = head_diagnostics({k: result.attention(k) for k in KINDS}, result.special_keys())
     frame = pd.DataFrame(rows)
     slow = "a minute or more" if controls.n_parameters(ctx.tr) > controls.LARGE_MODEL else "a second or two"
@@ -43,7 +47,8 @@ def render(ctx: ViewContext) -> None:
              for c in ("max weight", "on special token", "on previous", "on same", "on next")}
     refs = [controls.head_ref((r["kind"], r["layer"] - 1, r["head"] - 1)) for r in rows]
     attribution = st.column_config.NumberColumn("attribution ρ", width="small",
-                                                help="Agreement with the attribution (Spearman ρ), cross heads only")
+                                                help="Agreement with the attribution: 1 = same ranking of the "
+                                                     "source pieces, −1 = the reverse (Spearman ρ); cross heads only")
     if AGREEMENT in shown:  # numbers to sort by; shown with 3 decimals, a dash where there is none (not "None")
         shown = shown.style.format({AGREEMENT: "{:+.3f}"}, na_rep="—")
     event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import catalog, controls, figures, heatmaps
+from .. import card, catalog, controls, figures, heatmaps
 from ..analysis import KIND_NAMES, KINDS
 from ..catalog import load_heads
 from ..controls import KIND_LABELS
@@ -34,8 +34,9 @@ def split_sentences(split: str) -> list[str] | None:
 
 def importance_figure(importance: dict[str, list]) -> go.Figure:
     """One layers x heads grid per type, side by side."""
-    fig = figures.make_subplots(rows=1, cols=3, subplot_titles=[KIND_NAMES[k] for k in KINDS],
-                                horizontal_spacing=0.08)
+    # short titles over narrow panels, the layer labels once (at the left): nothing runs into the next panel
+    fig = figures.make_subplots(rows=1, cols=3, subplot_titles=[KIND_LABELS[k] for k in KINDS], shared_yaxes=True,
+                                horizontal_spacing=0.04)
     for i, kind in enumerate(KINDS):
         z = np.asarray(importance[kind], dtype=float)  # (L, H)
         fig.add_trace(go.Heatmap(z=z, x=[f"H{h + 1}" for h in range(z.shape[1])],
@@ -43,7 +44,11 @@ def importance_figure(importance: dict[str, list]) -> go.Figure:
                                  hovertemplate=f"{KIND_NAMES[kind]} %{{y}} %{{x}}: importance %{{z:.3f}}"
                                                "<extra></extra>"), row=1, col=i + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=dict(title="importance")),
+    heads = max(len(importance[k][0]) if len(importance[k]) else 0 for k in KINDS)
+    title = max(figures.text_px(KIND_LABELS[k], 16) for k in KINDS)  # plotly's subplot titles: 16 px
+    panel = max(title, heads * (figures.text_px("H10", 12) + figures.LABEL_GAP)) + 12
+    fig.update_layout(meta={"min_width": int(3 / 0.92 * panel + 150)},  # app.figures.min_width
+                      coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=figures.colour_bar("importance")),
                       height=330, margin=dict(l=10, r=10, t=80, b=10), font=figures.FONT,
                       title=dict(text="Head importance (Michel et al., normalised per layer)", x=0.0))
     return fig
@@ -77,7 +82,19 @@ def head_rows(data: dict) -> pd.DataFrame:
                          "role": data["roles"][kind][layer][head], "importance": imp}
                 entry.update({name.replace("_", " "): values[layer][head] for name, values in stats.items()})
                 rows.append(entry)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:  # a statistic a type has not (on start token: only decoder heads) is NaN, not None
+        if column not in ("type", "layer", "head", "role"):
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def styled(frame: pd.DataFrame) -> object:
+    """The table as shown: three decimals, a whole signed number for 'top offset', a dash where a statistic does
+    not apply (a data grid shows a missing number as a grey "None")."""
+    numbers = {c: "{:+.0f}" if c == "top offset" else "{:.3f}" for c in frame.columns
+               if c not in ("type", "layer", "head", "role")}
+    return frame.style.format(numbers, na_rep="—")
 
 
 def column_config(frame: pd.DataFrame) -> dict:
@@ -94,15 +111,17 @@ def render(ctx: ViewContext) -> None:
     """The importance grids, the pruning curve and the sortable table; a selected head opens on this sentence."""
     data = load_heads(ctx.tr.path)
     if data is None:
-        st.info("This checkpoint has no heads.json yet. Make it with\n\n"
+        st.info("This model has no statistics of its heads over a test set yet (the file heads.json beside its "
+                "weights). Make them with\n\n"
                 f"`python -m transformer.heads --checkpoint {ctx.model.checkpoint} --split test_2016_flickr --out "
                 f"{ctx.model.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
                 icon=":material/query_stats:")
         return
-    st.caption(f"{data.get('sentences', '?')} sentences of {data.get('split', '?')}, beam {data.get('beam', '?')}. "
-               f"{data.get('importance_note', '')}")
-    st.plotly_chart(importance_figure(data["importance"]), config=figures.plotly_config("head-importance"),
-                    key="heads_importance")
+    st.caption(f"{data.get('sentences', '?')} of {card.split_words(data.get('split', '?'))}, translated with beam "
+               f"{data.get('beam', '?')}. A head's importance: how much the model's loss on those sentences "
+               "changes when the head is turned down a little (Michel et al., 2019), scaled so that each layer's "
+               "heads compare among themselves.", help=f"{data.get('importance_note', '')}")
+    controls.chart(importance_figure(data["importance"]), "head-importance", "heads_importance")
     st.plotly_chart(pruning_figure(data), config=figures.plotly_config("pruning-curve"), key="heads_pruning")
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
                "; ".join(f"{name}: {rule}" for name, rule in data.get("role_rules", {}).items()))
@@ -110,8 +129,8 @@ def render(ctx: ViewContext) -> None:
     kinds = {v: k for k, v in KIND_LABELS.items()}
     refs = [controls.head_ref((kinds[t], la - 1, h - 1)) for t, la, h in zip(frame["type"], frame["layer"],
                                                                             frame["head"])]
-    event = st.dataframe(frame, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
-                         key="heads_table", height=320, column_config=column_config(frame))
+    event = st.dataframe(styled(frame), hide_index=True, width="stretch", on_select="rerun",
+                         selection_mode="single-row", key="heads_table", height=320, column_config=column_config(frame))
     controls.follow_table(event, refs, PICK)
     picked = controls.head_picker(refs, PICK)
     if not picked:

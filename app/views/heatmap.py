@@ -32,7 +32,7 @@ def render(ctx: ViewContext) -> None:
             norms = ctx.model.beyond("norms", ctx.result)[kind]
             heatmaps.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", attn=norms, value_name="norm",
                                   as_svg=not interactive)
-            st.caption(controls.NORMS_NOTE)
+            st.caption(controls.NORMS_NOTE, help=controls.NORMS_TERMS)
         else:
             heatmaps.draw_heatmap(ctx.result, kind, layer, head, key="heatmap_chart", as_svg=not interactive)
         hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive

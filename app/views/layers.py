@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import figures, parts
+from .. import controls, parts
 from ..state import ViewContext
 
 PARAMS = ()  # no choices of its own
@@ -16,7 +16,8 @@ def render(ctx: ViewContext) -> None:
     result, tr = ctx.result, ctx.tr
     st.caption(parts.layers.INTRO)
     chart, table, note = parts.layers.parts(result, ctx.model.beyond("lens", result, 5), tr.tokenizer.pieces)
-    st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="lens_chart")
+    controls.chart(chart.figure, chart.name, "lens_chart")
     frame = pd.DataFrame(table.rows, columns=table.columns).set_index(table.columns[0])
+    st.caption(table.caption)
     st.dataframe(frame, width="stretch")
     st.caption(note.text)

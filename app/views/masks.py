@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import figures, parts
+from .. import controls, parts
 from ..params import Param, int_in
 from ..state import ViewContext
 
@@ -26,7 +26,7 @@ def render(ctx: ViewContext) -> None:
     for i in range(0, 4, per_row):
         for col, chart in zip(st.columns(per_row), charts[i:i + per_row]):
             with col:
-                st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key=f"{chart.name}_chart"
-                                .replace("-", "_"))
-                st.caption(chart.caption)
+                controls.chart(chart.figure, chart.name, f"{chart.name}_chart".replace("-", "_"))
+                st.caption(chart.caption, help="In the code (transformer/network/masks.py): "
+                           + parts.masks.CODE[chart.name.removeprefix("mask-")])
     st.success(parts.masks.check(tr, result), icon=":material/check_circle:")

@@ -42,10 +42,10 @@ def render(ctx: ViewContext) -> None:
     with b:
         chart = parts.positional.model_table(tr)
         st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_model")
-        st.caption(chart.caption)
+        st.caption(chart.caption, help=parts.positional.MODEL_TABLE_HELP)
     if result is not None:
         chart = parts.positional.sizes(tr, result, ctx.model.vocab_norms())
-        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_norms")
+        controls.chart(chart.figure, chart.name, "pe_norms")
         st.caption(chart.caption)
     else:
         st.info("Translate a sentence to compare its token embeddings with the positional codes.")

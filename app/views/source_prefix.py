@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, figures, parts, work
+from .. import controls, parts, work
 from ..params import Param
 from ..state import ViewContext
 
@@ -41,14 +41,14 @@ def render(ctx: ViewContext) -> None:
     else:
         st.caption(note.text)
     shares, matrix = parts.source_prefix.charts(result, data, threshold)
-    st.plotly_chart(shares.figure, config=figures.plotly_config(shares.name), key="source_prefix_share")
+    controls.chart(shares.figure, shares.name, "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
     long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(matrix.figure, config=figures.plotly_config(matrix.name), key="source_prefix_matrix")
+    controls.chart(matrix.figure, matrix.name, "source_prefix_matrix", c1)
     cross = parts.source_prefix.cross_chart(result, data, layer, section)
-    c2.plotly_chart(cross.figure, config=figures.plotly_config(cross.name), key="source_prefix_cross")
+    controls.chart(cross.figure, cross.name, "source_prefix_cross", c2)
     st.caption(cross.caption)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, figures, parts
+from .. import controls, parts
 from ..params import Param, int_in
 from ..state import ViewContext
 
@@ -37,9 +37,9 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns([2, 3]) if len(result.source_tokens) <= 40 else (st.container(), st.container())
     with a:
         chart = parts.step.candidates(result, t, k)
-        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="topk_chart")
+        controls.chart(chart.figure, chart.name, "topk_chart")
         st.caption(chart.caption)
     with b:
         cross = result.cross[layer - 1][:, t, :]  # (H, S)
         chart = parts.step.looked(result, t, layer, zrange=controls.colour_range(cross, cross.mean(axis=0)))
-        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="step_cross_chart")
+        controls.chart(chart.figure, chart.name, "step_cross_chart")
