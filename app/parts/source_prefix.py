@@ -36,6 +36,12 @@ def agreement(source: np.ndarray, cross: np.ndarray) -> float:
     return float((source.argmax(-1) == cross.argmax(-1)).mean()) if len(source) else 0.0
 
 
+FLAG_HELP = ("The rule is stored with the model (flag.json) and was chosen on the validation sentences by `python -m "
+             "transformer.detect`: the combination of signals that finds swapped references, unrelated German and "
+             "looping output while flagging at most 3% of the model's own translations (Guerreiro et al., 2023; "
+             "Dale et al., 2023). The same rule flags the lines of the Whole test set view.")
+
+
 def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float | None]:
     """The checkpoint's ``flag`` (``transformer.interpret.signals``: the rule in its ``flag.json``, chosen on val) on
     this translation, in words (a warning when it holds), and the rule's source-share threshold (None without one)."""

@@ -38,8 +38,9 @@ def render(ctx: ViewContext) -> None:
     note, threshold = parts.source_prefix.notice(ctx.tr, result, share)
     if note.warning:
         st.warning(note.text, icon=":material/report:")
+        st.caption("How this rule was chosen", help=parts.source_prefix.FLAG_HELP)
     else:
-        st.caption(note.text)
+        st.caption(note.text, help=parts.source_prefix.FLAG_HELP)
     shares, matrix = parts.source_prefix.charts(result, data, threshold)
     controls.chart(shares.figure, shares.name, "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
