@@ -1,0 +1,125 @@
+"""The view "How each word is built" and its figure builder (``app.flowgraph``): the graph of
+``transformer.interpret.flow`` drawn as it is, a head opened from the address or a click."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+
+from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+
+from app import flowgraph  # noqa: E402
+from transformer.interpret import flow, head_logits, head_output  # noqa: E402
+from transformer.interpret.flow import Edge, FlowGraph, Node  # noqa: E402
+
+torch.set_num_threads(1)
+TEXT = "A man rides a red bike."
+
+
+def small_graph() -> FlowGraph:
+    """A hand-made graph: one cross head edge, a residual and a feed-forward block, from output step 1."""
+    root = Node("decoder", 0, "ffn", 1)
+    cross = Node("decoder", 0, "cross", 1)
+    self_ = Node("decoder", 0, "decoder", 1)
+    enc = Node("encoder", 0, "ffn", 2)
+    edges = [Edge(cross, root, "ffn", 0, None, 0.3), Edge(cross, root, "residual", 0, None, 0.7),
+             Edge(enc, cross, "cross", 0, 1, 0.6), Edge(self_, cross, "residual", 0, None, 0.4)]
+    return FlowGraph(1, 0.1, sorted({root, cross, self_, enc}), edges)
+
+
+def traces(fig, name: str) -> list:
+    return [t for t in fig.data if t.name == name]
+
+
+def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
+    g = small_graph()
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1))
+    cross_lines = [t for t in traces(fig, "Cross-attention") if t.mode == "lines" and t.x[0] is not None]
+    assert len(cross_lines) == 1
+    line = cross_lines[0]
+    assert line.line.color == flowgraph.COLOURS["cross"] and line.line.width == 5.5  # weight 0.6: the widest
+    enc_x, cross_x = flowgraph.column_x(Node("encoder", 0, "ffn", 2), 1), flowgraph.column_x(g.edges[2].target, 1)
+    assert list(line.x[:2]) == [enc_x, cross_x] and list(line.y[:2]) == [-2, -1]
+    assert enc_x < flowgraph.column_x(Node("decoder", -1, "embed", 0), 1) < cross_x  # encoder columns, then decoder
+    residual = [t for t in traces(fig, "Residual") if t.mode == "lines" and t.x[0] is not None]
+    assert sorted(t.line.width for t in residual) == [3.5, 5.5]  # 0.4 and 0.7
+    (ffn,) = traces(fig, "Feed-forward")
+    assert ffn.marker.color == flowgraph.COLOURS["ffn"] and list(ffn.marker.size) == [6 + 16 * 0.3]
+    (heads,) = traces(fig, "heads")
+    assert [list(c) for c in heads.customdata] == [["cross", 0, 1, 1, 2]]  # a click names kind, layer, head, q, k
+    assert "head 2" in heads.hovertext[0] and "&lt;x&gt;" in heads.hovertext[0]  # escaped, never markup
+    (nodes,) = traces(fig, "nodes")
+    assert len(nodes.x) == len(g.nodes)
+    (out,) = traces(fig, "output")
+    assert out.text[0] == "→ ▁d" and out.y[0] == -1
+    # the opened head is drawn dark; a window of positions keeps only what lies inside it
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1), ("cross", 0, 1, 1))
+    assert traces(fig, "the head opened below")[0].line.color == flowgraph.SELECTED
+    inside, outside = flowgraph.in_window(g, 0, 2)
+    assert outside == 1 and all(n.position < 2 for n in inside.nodes)
+
+
+def test_the_strongest_edges_are_kept_when_there_are_too_many():
+    g = small_graph()
+    kept, left_out = flowgraph.strongest(g, most=2)
+    assert left_out == 2 and sorted(e.weight for e in kept.edges) == [0.6, 0.7]
+    assert Node("decoder", 0, "ffn", 1) in kept.nodes
+    assert flowgraph.strongest(g)[1] == 0
+
+
+def test_head_bars_promote_and_suppress():
+    fig = flowgraph.head_bars([("▁Mann", 3.0), ("<b>", 1.0)], [("▁Frau", -2.0)])
+    bar = fig.data[0]
+    assert list(arr(bar.x)) == [3.0, 1.0, -2.0] and list(fig.layout.yaxis.ticktext) == ["▁Mann", "&lt;b&gt;", "▁Frau"]
+
+
+def test_the_view_draws_the_models_graph_and_opens_a_head(app_env, tr):
+    at = set_view(translate(new_app(), TEXT), "How each word is built")
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    src = torch.tensor([ref.source_ids])
+    tgt = torch.tensor([[tr.config.bos_id, *ref.target_ids[:-1]]])
+    expected = flow(tr.model, src, tgt).graph(0, 0.04)
+    fig = chart(at, "How output piece 1")
+    heads = [t for t in fig["data"] if t.get("name") == "heads"][0]
+    assert len(heads.get("customdata", [])) == sum(e.head is not None for e in expected.edges)
+    nodes = [t for t in fig["data"] if t.get("name") == "nodes"][0]
+    assert len(arr(nodes["x"])) == len(expected.nodes)
+    # a higher threshold: a smaller graph, and the address holds it
+    at.slider(key="flow_threshold").set_value(0.2)
+    at.run()
+    assert_clean(at)
+    smaller = [t for t in chart(at, "How output piece 1")["data"] if t.get("name") == "nodes"][0]
+    assert len(arr(smaller["x"])) == len(flow(tr.model, src, tgt).graph(0, 0.2).nodes) <= len(expected.nodes)
+    assert at.query_params["ft"] == "0.2"
+    # open the strongest head: its attention row and what it promotes, the model's own numbers
+    options = at.selectbox(key="flow_head").options
+    assert options
+    at.selectbox(key="flow_head").set_value(at.selectbox(key="flow_head").options[0])
+    at.run()
+    assert_clean(at)
+    text = at.query_params["fh"]
+    kind, rest = text.split(".", 1)
+    layer, head_q = rest.split(".")
+    head, query = (int(x) - 1 for x in head_q.split("@"))
+    row, vector = head_output(tr.model, src, tgt, kind, int(layer) - 1, head, query)
+    shown = [t for t in chart(at, "attention of")["data"]][0]
+    np.testing.assert_allclose(arr(shown["x"]), row.numpy(), atol=1e-6)
+    best = int(head_logits(tr.model, vector).argmax())
+    bars = chart(at, "promotes and suppresses")
+    assert bars["layout"]["yaxis"]["ticktext"][0] == tr.tokenizer.pieces([best])[0].replace("<", "&lt;").replace(
+        ">", "&gt;")
+
+
+def test_a_link_opens_the_view_on_its_piece_threshold_and_head(app_env, tr):
+    at = new_app()
+    at = translate(at, TEXT)
+    link = {**{k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()},
+            "view": "How each word is built", "fs": "2", "ft": "0.1"}
+    at = new_app(link)
+    assert_clean(at)
+    assert at.selectbox(key="flow_step").value == 2 and at.slider(key="flow_threshold").value == 0.1
+    chart(at, "How output piece 2")
