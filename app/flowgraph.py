@@ -19,7 +19,8 @@ COLOURS = {"encoder": "#1f77b4", "decoder": "#2ca02c", "cross": "#ff7f0e", "ffn"
 NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention",
          "ffn": "Feed-forward", "residual": "Residual"}
 WIDTHS = ((0.0, 0.1, 1.0), (0.1, 0.25, 2.0), (0.25, 0.5, 3.5), (0.5, 1.01, 5.5))  # (from, below, line width)
-DECODER_GAP = 1.6  # x units between the encoder's last column and the decoder's first (room for its row labels)
+DECODER_GAP = 0.8  # x units between the encoder's last column and the decoder's embedding column
+DEFAULT_THRESHOLD = 0.04  # the llm-transparency-tool's default; ``python -m bench.flow`` measures thresholds on val
 MOST_EDGES = 3000  # edges drawn at the most (the strongest): what the browser draws stays bounded
 SELECTED = "#111111"
 
@@ -138,34 +139,51 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
         marker=dict(size=5, color="#555"), showlegend=False, name="nodes", hoverinfo="text",
         hovertext=[f"{escape(place(n, n_enc))}<br>{piece(n, source, decoder_input)}" for n in nodes]))
     root = Node("decoder", n_dec - 1, "ffn", graph.step)
-    fig.add_trace(go.Scatter(x=[x_of(root)], y=[-graph.step], mode="markers+text",
+    fig.add_trace(go.Scatter(x=[x_of(root)], y=[-graph.step], mode="markers",
                              marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=2.5)),
-                             text=[f"→ {escape(output)}"], textposition="middle right",
-                             textfont=dict(size=13, color="#d62728"), showlegend=False, hoverinfo="skip",
-                             name="output"))
-    # row labels: the source pieces left of the encoder, the decoder input left of the decoder
+                             showlegend=False, hoverinfo="text", name="output",
+                             hovertext=[f"output piece {graph.step + 1}: {escape(output)}"]))
+    # row labels as axis ticks (the axes make room for them): the source pieces on the left, the decoder input on
+    # the right, beside the last column, the chosen step's row naming the piece it predicts
     font = 12 if n_rows <= 30 else MIN_FONT
-    for pieces, x0, number0 in ((source, 0.0, 1), (decoder_input, n_enc + DECODER_GAP, 0)):
-        ys = [i for i in range(len(pieces)) if first <= i < end]
-        fig.add_trace(go.Scatter(x=[x0 - 0.08] * len(ys), y=[-i for i in ys], mode="text",
-                                 text=[f"{escape(pieces[i])} {i + number0}" for i in ys], textposition="middle left",
-                                 textfont=dict(size=font, color="#333"), showlegend=False, hoverinfo="skip",
-                                 name="pieces"))
-    ticks = [(0.0, "source")] + [(i + 1.0, f"enc {i + 1}") for i in range(n_enc)]
+    src_rows = [i for i in range(len(source)) if first <= i < end]
+    dec_rows = [i for i in range(len(decoder_input)) if first <= i < end and i <= graph.step]  # later: unread
+    dec_text = [f"{i}: {escape(decoder_input[i])}" + (f" <b>→ {escape(output)}</b>" if i == graph.step else "")
+                for i in dec_rows]
+    fig.add_trace(go.Scatter(x=[column_x(root, n_enc)] * len(dec_rows), y=[-i for i in dec_rows], mode="markers",
+                             marker=dict(size=1, opacity=0), yaxis="y2", showlegend=False, hoverinfo="skip",
+                             name="decoder rows"))
+    ticks = [(0.0, "emb")] + [(i + 1.0, f"E{i + 1}") for i in range(n_enc)]  # short: they fit a phone
     base = n_enc + DECODER_GAP
-    ticks += [(base, "dec input")] + [(base + i + 1.0, f"dec {i + 1}") for i in range(n_dec)]
-    height = int(min(max(380, 150 + 30 * (end - first)), 2400))
+    ticks += [(base, "emb")] + [(base + i + 1.0, f"D{i + 1}") for i in range(n_dec)]
+    height = int(min(max(380, 170 + 30 * (end - first)), 2400))
+    y_range = [-(end - 1) - 0.6, -first + 0.6]
     fig.update_layout(
         title=dict(text=title, x=0.0), font=FONT, height=height, plot_bgcolor="white", dragmode="pan",
-        margin=dict(l=10, r=10, t=70 if title else 30, b=40),
-        xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks],
-                   tickfont=dict(size=11), range=[-1.4, base + n_dec + 1.3], showgrid=True, gridcolor="#eeeeee",
+        margin=dict(l=10, r=10, t=100 if title else 60, b=10),
+        xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks], side="top",
+                   tickfont=dict(size=11), range=[-0.3, base + n_dec + 0.3], showgrid=True, gridcolor="#eeeeee",
                    zeroline=False),
-        yaxis=dict(visible=False, range=[-(end - 1) - 0.6, -first + 0.6]),
-        legend=dict(orientation="h", y=1.0, x=0.0, yanchor="bottom", font=dict(size=12)),
+        yaxis=dict(range=y_range, tickmode="array", tickvals=[-i for i in src_rows], automargin=True,
+                   ticktext=[f"{escape(source[i])} {i + 1}" for i in src_rows], tickfont=dict(size=font),
+                   showgrid=False, zeroline=False, title=dict(text="source", font=dict(size=12))),
+        yaxis2=dict(range=y_range, overlaying="y", side="right", tickmode="array", tickvals=[-i for i in dec_rows],
+                    ticktext=dec_text, tickfont=dict(size=font), automargin=True, showgrid=False, zeroline=False,
+                    title=dict(text="decoder input", font=dict(size=12))),
+        legend=dict(orientation="h", y=-0.01, x=0.0, yanchor="top", font=dict(size=12)),
         clickmode="event+select",
     )
     return fig
+
+
+def step_figures(data, source: Sequence[str], decoder_input: Sequence[str], outputs: Sequence[str],
+                 n_layers: tuple[int, int], threshold: float = DEFAULT_THRESHOLD,
+                 most_steps: int = 60) -> list[go.Figure]:
+    """The figure of each output piece (the first ``most_steps``) at ``threshold``, from a ``Flow`` ``data`` (the
+    offline page's view, which has no slider)."""
+    return [flow_figure(strongest(data.graph(t, threshold))[0], source, decoder_input, outputs[t], n_layers,
+                        title=f"How output piece {t + 1} ({escape(outputs[t])}) is built")
+            for t in range(min(len(outputs), most_steps))]
 
 
 def head_bars(promoted: Sequence[tuple[str, float]], suppressed: Sequence[tuple[str, float]],

@@ -12,10 +12,11 @@
 
 ``show`` returns an object that notebooks draw (``_repr_html_``); ``return_html=True`` gives the HTML string.
 The heatmap and the all-heads grid are plain SVG (a few KB each, drawn even where scripts are off); the page and
-the other views (``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"``, ``"lens"``) are the
-page of :mod:`app.report` in an ``<iframe srcdoc>``, so its script is isolated, with plotly.js inside (about
-4.8 MB per output). Layers and heads count from 1, as on the page. Works with a ``TranslationResult`` of any
-family (ours, Marian, M2M100 / NLLB); the views that run the model again need ``translator=``. No Streamlit here.
+the other views (``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"``, ``"lens"``,
+``"flow"``) are the page of :mod:`app.report` in an ``<iframe srcdoc>``, so its script is isolated, with
+plotly.js inside (about 4.8 MB per output). Layers and heads count from 1, as on the page. Works with a
+``TranslationResult`` of any family (ours, Marian, M2M100 / NLLB); the views that run the model again need
+``translator=``. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
 
     ``view``: ``None`` for the whole page of ``python -m app.report`` (the views that need the model only with
     ``translator``), or one of ``"heatmap"`` (options ``kind``, ``layer``, ``head``), ``"all_heads"`` (``kind``),
-    ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"`` (option ``method``), ``"lens"``.
+    ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``, ``"attribution"`` (option ``method``), ``"lens"``,
+    ``"flow"`` (how each word is built: the information-flow graph of each output piece).
     ``kind``: ``"encoder"``, ``"decoder"`` or ``"cross"`` (the default). Returns an :class:`Inline` (the notebook
     draws it; ``.html`` is its HTML), or the HTML string with ``return_html=True``.
     """

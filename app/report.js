@@ -296,6 +296,17 @@
     return done;
   };
 
+  views.flow = function (section) {  // app.flowgraph.step_figures: one whole figure per output piece
+    const F = D.flow, div = chart(section, "flow-chart");
+    const draw = (i) => Plotly.react(div, F.figures[i].data, F.figures[i].layout, CONFIG);
+    control(section, "Output piece", F.figures.map((_, i) => [i, `${i + 1}: ${D.target.raw[i]}`]), 0,
+            (v) => draw(Number(v)));
+    note(section, `Each block's terms (a head's share from one position, the feed-forward block, the residual) ` +
+                  `weighted by their closeness to the block's output; the terms of ${F.threshold} and more, ` +
+                  "followed back from the output piece (Ferrando and Voita, 2024).");
+    return draw(0);
+  };
+
   const read = inflate(document.getElementById("attn-data").textContent).json().then((data) => {
     D = data;
     CONFIG = Object.assign({}, D.config, {responsive: true});

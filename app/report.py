@@ -26,17 +26,17 @@ import plotly.io as pio
 
 from transformer import TranslationResult, Translator
 
-from . import figures, grid, probes
+from . import figures, flowgraph, grid, probes
 from .analysis import AXIS_TITLES, KIND_NAMES, KINDS, escape, unique_labels
 from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, analysis_of, language_args
 
-VIEWS = ("heatmap", "all_heads", "lines", "step", "masks", "positional", "attribution", "lens")
+VIEWS = ("heatmap", "all_heads", "lines", "step", "masks", "positional", "attribution", "lens", "flow")
 DEFAULT_VIEWS = VIEWS[:6]  # attribution and the logit lens run the model again: only where asked
-NEEDS_MODEL = ("step", "masks", "positional", "attribution", "lens")  # views that need the translator, not only
-# the translation's attentions
+NEEDS_MODEL = ("step", "masks", "positional", "attribution", "lens", "flow")  # views that need the translator, not
+# only the translation's attentions
 VIEW_TITLES = {"heatmap": "Heatmap", "all_heads": "All heads", "lines": "Lines", "step": "Step through",
                "masks": "Masks", "positional": "Positional encoding", "attribution": "What drives each word",
-               "lens": "Layer by layer (logit lens)"}
+               "lens": "Layer by layer (logit lens)", "flow": "How each word is built"}
 LINE_HEADINGS = {"encoder": ("source (query)", "source (key)"), "decoder": ("output (query)", "decoder input (key)"),
                  "cross": ("output (query)", "source (key)")}
 MASK_PADS = (0, 2)  # the masks view's padding choices (the app's default is 2)
@@ -215,6 +215,13 @@ def _lens_parts(tr: Translator, a: Analysis) -> dict[str, Any]:
             "first": first}
 
 
+def _flow_parts(tr: Translator, a: Analysis) -> dict[str, Any]:
+    """The information-flow graph of each output piece at the default threshold, as whole figures."""
+    figs = flowgraph.step_figures(probes.flow(tr, a), a.source_tokens, a.decoder_input_tokens, a.target_tokens,
+                                  (tr.config.n_encoder_layers, tr.config.n_decoder_layers))
+    return {"figures": [figure_json(f) for f in figs], "threshold": flowgraph.DEFAULT_THRESHOLD}
+
+
 def page_data(analysis: Analysis, translator: Translator | None = None, views: Sequence[str] = DEFAULT_VIEWS,
               model: str = "", method: str = "integrated_gradients", steps: int = 32) -> dict[str, Any]:
     """Everything the page draws, as JSON-ready values (the views that need the model are left out without
@@ -246,6 +253,8 @@ def page_data(analysis: Analysis, translator: Translator | None = None, views: S
         data["attribution"] = _attribution_parts(translator, a, method, steps)
     if "lens" in views:
         data["lens"] = _lens_parts(translator, a)
+    if "flow" in views:
+        data["flow"] = _flow_parts(translator, a)
     return data
 
 

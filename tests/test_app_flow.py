@@ -54,7 +54,10 @@ def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
     (nodes,) = traces(fig, "nodes")
     assert len(nodes.x) == len(g.nodes)
     (out,) = traces(fig, "output")
-    assert out.text[0] == "→ ▁d" and out.y[0] == -1
+    assert out.y[0] == -1 and out.x[0] == flowgraph.column_x(Node("decoder", 0, "ffn", 1), 1)
+    # rows: the source pieces on the left axis, the decoder input on the right, the output's row naming its piece
+    assert list(fig.layout.yaxis.ticktext) == ["▁a 1", "▁b 2", "&lt;x&gt; 3", "&lt;/s&gt; 4"]
+    assert list(fig.layout.yaxis2.ticktext) == ["0: &lt;s&gt;", "1: ▁c <b>→ ▁d</b>"]
     # the opened head is drawn dark; a window of positions keeps only what lies inside it
     fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1), ("cross", 0, 1, 1))
     assert traces(fig, "the head opened below")[0].line.color == flowgraph.SELECTED
@@ -123,3 +126,28 @@ def test_a_link_opens_the_view_on_its_piece_threshold_and_head(app_env, tr):
     assert_clean(at)
     assert at.selectbox(key="flow_step").value == 2 and at.slider(key="flow_threshold").value == 0.1
     chart(at, "How output piece 2")
+
+
+def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
+    import base64
+    import json
+    import re
+    import zlib
+
+    from app import notebook
+
+    result = tr.translate(TEXT)
+    shown = notebook.show(result, "flow", translator=tr)
+    match = re.search(r'id="attn-data">([A-Za-z0-9+/=]*)</script>', shown.page)
+    data = json.loads(zlib.decompress(base64.b64decode(match.group(1))).decode("utf-8"))
+    assert data["views"] == ["flow"] and len(data["flow"]["figures"]) == len(result.target_ids)
+    src = torch.tensor([result.source_ids])
+    tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
+    f = flow(tr.model, src, tgt)
+    for t, fig in enumerate(data["flow"]["figures"]):
+        graph = f.graph(t, data["flow"]["threshold"])
+        heads = [d for d in fig["data"] if d.get("name") == "heads"][0]
+        assert len(heads.get("customdata", [])) == sum(e.head is not None for e in graph.edges)
+        assert f"How output piece {t + 1}" in fig["layout"]["title"]["text"]
+    with pytest.raises(ValueError, match="translator"):
+        notebook.show(result, "flow")

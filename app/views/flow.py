@@ -15,7 +15,7 @@ from ..params import Param, float_in, int_in
 from ..state import ViewContext
 
 STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_window"
-DEFAULT_THRESHOLD = 0.04  # the llm-transparency-tool's default; bench.flow measures thresholds on val
+DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
 _HEAD = re.compile(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})@([0-9]{1,5})")
 
 
@@ -95,9 +95,10 @@ def render(ctx: ViewContext) -> None:
     st.plotly_chart(fig, config=figures.plotly_config(f"flow-{step}"), key="flow_chart", on_select=open_clicked,
                     selection_mode="points")
     st.caption(f"{len(full.nodes)} nodes, {len(full.edges)} edges, {len(options)} head edges at threshold "
-               f"{threshold:g}. Columns: the embeddings, then each layer's blocks (encoder: self-attention, "
-               "feed-forward; decoder: self-attention, cross-attention, feed-forward); rows: positions (source "
-               "pieces from 1, decoder input from 0: <s>). Squares: the feed-forward block's weight.")
+               f"{threshold:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then the decoder's; "
+               "within a layer its blocks (encoder: self-attention, feed-forward; decoder: self-attention, "
+               "cross-attention, feed-forward). Rows: positions (source pieces from 1 on the left, the decoder "
+               "input from 0, <s>, on the right). Squares: the feed-forward block's weight.")
     labels = {text: f"{KIND_NAMES[h[0]]} · L{h[1] + 1} · H{h[2] + 1} at "
                     f"{'source' if h[0] == 'encoder' else 'output'} {h[3] + 1} ({w:.2f})"
               for (h, w), text in zip(heads, (head_text(*h) for h, _ in heads))}
