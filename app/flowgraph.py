@@ -166,10 +166,9 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
                    zeroline=False),
         yaxis=dict(range=y_range, tickmode="array", tickvals=[-i for i in src_rows], automargin=True,
                    ticktext=[f"{escape(source[i])} {i + 1}" for i in src_rows], tickfont=dict(size=font),
-                   showgrid=False, zeroline=False, title=dict(text="source", font=dict(size=12))),
+                   showgrid=False, zeroline=False),
         yaxis2=dict(range=y_range, overlaying="y", side="right", tickmode="array", tickvals=[-i for i in dec_rows],
-                    ticktext=dec_text, tickfont=dict(size=font), automargin=True, showgrid=False, zeroline=False,
-                    title=dict(text="decoder input", font=dict(size=12))),
+                    ticktext=dec_text, tickfont=dict(size=font), automargin=True, showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=-0.01, x=0.0, yanchor="top", font=dict(size=12)),
         clickmode="event+select",
     )

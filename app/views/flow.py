@@ -74,8 +74,12 @@ def render(ctx: ViewContext) -> None:
                    "see all of a smaller graph.")
     if outside:
         st.caption(f"{outside} edges reach outside the positions shown.")
-    heads = sorted({(e.kind, e.layer, e.head, e.target.position): e.weight for e in full.edges
-                    if e.head is not None}.items(), key=lambda kv: -kv[1])
+    strongest_edge: dict[tuple[str, int, int, int], float] = {}  # each head at each query: its strongest edge
+    for e in full.edges:
+        if e.head is not None:
+            at = (e.kind, e.layer, e.head, e.target.position)
+            strongest_edge[at] = max(e.weight, strongest_edge.get(at, 0.0))
+    heads = sorted(strongest_edge.items(), key=lambda kv: -kv[1])
     options = list(dict.fromkeys(head_text(*h) for h, _ in heads))
     controls.keep_if(HEAD, st.session_state.get(HEAD) in options + [None])
     selected = head_of(st.session_state.get(HEAD))
