@@ -151,3 +151,33 @@ def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
         assert f"How output piece {t + 1}" in fig["layout"]["title"]["text"]
     with pytest.raises(ValueError, match="translator"):
         notebook.show(result, "flow")
+
+
+def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
+    from app import work
+
+    w = work.flow_work(tr, 10, 12)
+    assert work.flow_work(tr, 20, 12) > w and work.flow_work(tr, 10, 24) > w
+    assert w > work.alti_work(tr, 10, 12)  # each head's terms, not each key's: more than ALTI+
+    monkeypatch.setenv("ATTN_MAX_WORK", str(w * 1.01))
+    assert work.plan_flow(tr, 10, 12) == (True, [])
+    fits, notices = work.plan_flow(tr, 20, 12)
+    assert not fits and "not computed" in notices[0]
+    monkeypatch.setenv("ATTN_MAX_WORK", "0.0001")
+    at = new_app({"text": TEXT, "view": "How each word is built"})
+    assert not at.exception
+    assert any("not computed for this sentence" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if "How output piece" in c.proto.spec]
+
+
+def test_a_long_sentence_shows_a_window_of_its_positions(app_env):
+    from app import heatmaps
+
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "How each word is built"})
+    assert_clean(at)
+    window = at.slider(key="flow_swin")
+    assert window.value == (1, heatmaps.WINDOW)
+    fig = chart(at, "How output piece 1")
+    nodes = [t for t in fig["data"] if t.get("name") == "nodes"][0]
+    assert -arr(nodes["y"]).min() < heatmaps.WINDOW  # only the rows in the window
+    assert len(fig["layout"]["yaxis"]["ticktext"]) == heatmaps.WINDOW

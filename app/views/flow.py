@@ -14,7 +14,7 @@ from ..analysis import KIND_NAMES, escape, first_numbers
 from ..params import Param, float_in, int_in
 from ..state import ViewContext
 
-STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_window"
+STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_swin"
 DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
 _HEAD = re.compile(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})@([0-9]{1,5})")
 
