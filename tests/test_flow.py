@@ -276,3 +276,16 @@ def test_chunking_the_queries_changes_nothing():
     for kind in whole.heads:
         for a, b in zip(whole.heads[kind], chunked.heads[kind], strict=True):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_the_faithfulness_bench_keeps_the_graphs_heads_and_as_many_random_ones(tr):
+    from bench.flow import faithfulness
+
+    got = faithfulness(tr, ["A man rides a bike.", "Two dogs play."], (0.0, 0.1, 1.5), seed=0)
+    none, some, every = got["1.5"], got["0.1"], got["0.0"]
+    assert none["steps"] == some["steps"] == every["steps"] > 0
+    # no edge reaches 1.5: no head kept either way, so both keep the same (headless) prediction as often
+    assert none["heads_kept"] == 0 and none["graph_unchanged"] == none["random_unchanged"]
+    assert 0 < some["heads_kept"] < every["heads_kept"] <= 1
+    for row in got.values():
+        assert 0 <= row["graph_unchanged"] <= 1 and 0 <= row["random_unchanged"] <= 1
