@@ -38,7 +38,7 @@ def head_text(kind: str, layer: int, head: int, query: int) -> str:
 
 
 PARAMS = (Param("fs", STEP, int_in(1, 10_000), 1),
-          Param("ft", THRESHOLD, float_in(0.0, 1.0), DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
+          Param("ft", THRESHOLD, float_in(0.0, 0.5), DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
           Param("fh", HEAD, parse_head), heatmaps.span_param("fw", WINDOW))
 
 
