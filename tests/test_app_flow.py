@@ -181,3 +181,13 @@ def test_a_long_sentence_shows_a_window_of_its_positions(app_env):
     nodes = [t for t in fig["data"] if t.get("name") == "nodes"][0]
     assert -arr(nodes["y"]).min() < heatmaps.WINDOW  # only the rows in the window
     assert len(fig["layout"]["yaxis"]["ticktext"]) == heatmaps.WINDOW
+
+
+def test_a_link_with_values_out_of_range_opens_the_defaults(app_env):
+    at = new_app({"text": TEXT, "view": "How each word is built", "fs": "999", "ft": "0.9",
+                  "fh": "cross.9.9@99", "fw": "1-2"})
+    assert_clean(at)
+    assert at.selectbox(key="flow_step").value == 1
+    assert at.slider(key="flow_threshold").value == flowgraph.DEFAULT_THRESHOLD
+    assert at.selectbox(key="flow_head").value is None
+    chart(at, "How output piece 1")
