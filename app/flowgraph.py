@@ -20,7 +20,7 @@ NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention
          "ffn": "Feed-forward", "residual": "Residual"}
 WIDTHS = ((0.0, 0.1, 1.0), (0.1, 0.25, 2.0), (0.25, 0.5, 3.5), (0.5, 1.01, 5.5))  # (from, below, line width)
 DECODER_GAP = 0.8  # x units between the encoder's last column and the decoder's embedding column
-DEFAULT_THRESHOLD = 0.04  # the llm-transparency-tool's default; ``python -m bench.flow`` measures thresholds on val
+DEFAULT_THRESHOLD = 0.08  # chosen on val by ``python -m bench.flow`` for both shipped models (docs/flow.md)
 MOST_EDGES = 3000  # edges drawn at the most (the strongest): what the browser draws stays bounded
 SELECTED = "#111111"
 

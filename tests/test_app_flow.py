@@ -85,19 +85,19 @@ def test_the_view_draws_the_models_graph_and_opens_a_head(app_env, tr):
     ref = tr.translate(TEXT)
     src = torch.tensor([ref.source_ids])
     tgt = torch.tensor([[tr.config.bos_id, *ref.target_ids[:-1]]])
-    expected = flow(tr.model, src, tgt).graph(0, 0.04)
+    expected = flow(tr.model, src, tgt).graph(0, flowgraph.DEFAULT_THRESHOLD)
     fig = chart(at, "How output piece 1")
     heads = [t for t in fig["data"] if t.get("name") == "heads"][0]
     assert len(heads.get("customdata", [])) == sum(e.head is not None for e in expected.edges)
     nodes = [t for t in fig["data"] if t.get("name") == "nodes"][0]
     assert len(arr(nodes["x"])) == len(expected.nodes)
     # a higher threshold: a smaller graph, and the address holds it
-    at.slider(key="flow_threshold").set_value(0.2)
+    at.slider(key="flow_threshold").set_value(0.25)
     at.run()
     assert_clean(at)
     smaller = [t for t in chart(at, "How output piece 1")["data"] if t.get("name") == "nodes"][0]
-    assert len(arr(smaller["x"])) == len(flow(tr.model, src, tgt).graph(0, 0.2).nodes) <= len(expected.nodes)
-    assert at.query_params["ft"] == "0.2"
+    assert len(arr(smaller["x"])) == len(flow(tr.model, src, tgt).graph(0, 0.25).nodes) <= len(expected.nodes)
+    assert at.query_params["ft"] == "0.25"
     # open the strongest head: its attention row and what it promotes, the model's own numbers
     options = at.selectbox(key="flow_head").options
     assert options
