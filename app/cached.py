@@ -273,12 +273,12 @@ class Model:
         return _forced_logprob(self.checkpoint, self.device, source_ids, target_ids, ablated)
 
     def beyond(self, kind: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-        """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti``
-        of an analysed sentence, kept within the byte budget like the analyses. A ``progress=`` callback
-        (attributions) is passed on and is not part of the key."""
+        """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` /
+        ``flow`` / ``flow_head`` of an analysed sentence, kept within the byte budget like the analyses. A
+        ``progress=`` callback (attributions) is passed on and is not part of the key."""
         make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
                 "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
-                "alti": probes.alti}[kind]
+                "alti": probes.alti, "flow": probes.flow, "flow_head": probes.flow_head}[kind]
         key = self.key(kind, analysis.text, analysis.settings, analysis.ablated, *args)
         tr = self.tr
         work.spend(beyond_work(tr, kind, analysis, *args))
@@ -297,10 +297,13 @@ def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> fl
         return work.attribution_work(work.parameters(tr), source, target, end - first, method, steps)
     if kind == "alti":
         return work.alti_work(tr, source, target)
+    if kind == "flow":
+        return work.flow_work(tr, source, target)
     if kind == "beam_tree":
         return work.translation_work(tr, source, analysis.settings) if analysis.settings.beam_size > 1 else 0.0
     return work.forced_work(tr, source, target, 2 if kind == "lens" else 1)
 
 
 HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
-               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…"}
+               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…",
+               "flow": "Following the information through every head…"}

@@ -175,6 +175,34 @@ def alti(tr: Translator, analysis: Analysis, max_bytes: int | None = None) -> di
             "cross_residual": torch.stack(c.cross_residual)[:, 0].cpu().numpy()}
 
 
+def flow(tr: Translator, analysis: Analysis, max_bytes: int | None = None) -> Any:
+    """``transformer.interpret.flow`` of the analysed sentence, its arrays as numpy (batch axis of 1 kept, so its
+    ``graph`` works as it is); the per-term vectors held at once within ``max_bytes``."""
+    from transformer.interpret import Flow, flow
+
+    src, tgt, _ = _pair(tr, analysis)
+    f = flow(tr.model, src, tgt, max_bytes=max_bytes)
+    as_numpy = lambda parts: {k: tuple(t.float().cpu().numpy() for t in v) for k, v in parts.items()}  # noqa: E731
+    return Flow(as_numpy(f.heads), as_numpy(f.residual), as_numpy(f.ffn))
+
+
+def flow_head(tr: Translator, analysis: Analysis, kind: str, layer: int, head: int, query: int,
+              k: int = 8) -> dict[str, Any]:
+    """One head at one query (0-based): its attention ``row (K,)``, and the ``k`` pieces its output promotes and
+    suppresses (through the final norm and the output embedding, ``transformer.interpret.head_logits``), as
+    ``(piece, logit)`` pairs, strongest first."""
+    from transformer.interpret import head_logits, head_output
+
+    src, tgt, _ = _pair(tr, analysis)
+    row, vector = head_output(tr.model, src, tgt, kind, layer, head, query)
+    logits = head_logits(tr.model, vector).float().cpu()  # (V,)
+    k = min(k, logits.numel())
+    top, bottom = logits.topk(k), (-logits).topk(k)
+    named = lambda ids, values: [(tr.tokenizer.pieces([int(i)])[0], float(v)) for i, v in zip(ids, values)]  # noqa
+    return {"row": row.float().cpu().numpy(), "promoted": named(top.indices, top.values),
+            "suppressed": named(bottom.indices, -bottom.values)}
+
+
 def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray]:
     """The logit lens: per decoder layer and step, the top-k next pieces ``ids``/``probs`` ``(L, T, k)``, and the
     rank and probability of the piece the model produced, ``rank``/``chosen`` ``(L, T)``."""

@@ -34,7 +34,8 @@ from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, analysis_of, c
 from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table
 
 VIEWS = tuple(parts.DESCRIBED)  # every view the page can draw (app.parts), in the registry's order
-DEFAULT_VIEWS = tuple(v for v in VIEWS if v != "attribution")  # attribution runs the model 32 times: where asked
+# attribution runs the model 32 times, flow draws one graph per output piece: only where asked
+DEFAULT_VIEWS = tuple(v for v in VIEWS if v not in ("attribution", "flow"))
 VIEW_TITLES = {key: module.NAME for key, module in parts.DESCRIBED.items()}
 DECIMALS = 3  # decimals a chart's numbers keep on the page (more where its largest value is below 1)
 PHONE_PX = 700  # narrower screens: no plotly toolbar (it would sit on the charts), the charts scroll sideways

@@ -251,6 +251,30 @@ def table_lines(tr: Translator, sentences: list[str], settings: DecodeSettings,
     return len(sentences), total
 
 
+def flow_work(tr: Translator, source: int, target: int) -> float:
+    """The information-flow graph of a sentence: the teacher-forced pass, per attention block each head's terms
+    (``H`` times ALTI+'s per query and key) and per layer the feed-forward block again."""
+    cfg = tr.config
+    d = cfg.d_model
+
+    def block(q: int, k: int) -> float:
+        return k * d * d + q * k * d * 5 * cfg.n_heads
+
+    per_term = (cfg.n_encoder_layers * block(source, source)
+                + cfg.n_decoder_layers * (block(target, target) + block(target, source)))
+    return units(parameters(tr), 2 * (source + target)) + per_term / UNIT
+
+
+def plan_flow(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
+    """Whether the information-flow graph of this sentence fits this server's work limit, and the notice when it
+    does not."""
+    ceiling, asked = left(), flow_work(tr, source, target)
+    if asked <= ceiling:
+        return True, []
+    return False, [f"the information-flow graph not computed for this sentence (about {amount(asked)} units asked; "
+                   "a shorter sentence fits)"]
+
+
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
     return units(parameters(tr), 2 * source + target + target * decode_step(1))

@@ -7,6 +7,8 @@ has no other value for below fails the test, so a new control cannot be left out
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -30,7 +32,16 @@ CHANGES: dict[str, object] = {
     "testset_table": ":file", "testset_preset": "flagged", "testset_find": "dog", "testset_signal": "source_share",
     "testset_paste": "A dog runs.\nTwo men play.", "testset_refs": "Ein Hund läuft.\nZwei Männer spielen.",
     "testset_path": "runs/no-such-table.parquet",
+    "flow_step": 2, "flow_threshold": 0.1, "flow_head": lambda widget: flow_ref(widget.options[0]),  # in the graph
 }
+
+
+def flow_ref(label: str) -> str:
+    """The "How each word is built" head picker's label (``Cross-attention · L1 · H4 at output 3 (0.22)``) as its
+    value (``cross.1.4@3``)."""
+    kind = {"Encoder": "encoder", "Decoder": "decoder", "Cross-attention": "cross"}[label.split(" ")[0]]
+    layer, head, query = re.search(r"L(\d+) · H(\d+) at \w+ (\d+)", label).groups()
+    return f"{kind}.{layer}.{head}@{query}"
 WINDOW_CHANGE = (5, 40)  # a long sentence's window sliders (``*_qwin``, ``*_kwin``): rows / columns 5 to 40
 ALONE = {"compare_with"}  # a picker with one model to offer here (test_app_models covers with= on two models)
 
@@ -96,6 +107,7 @@ def walk_controls(view: str, text: str) -> set[str]:
         at = new_app(base)
         before = dict(at.query_params)
         widget = controls(at)[key]
+        change = change(widget) if callable(change) else change  # a value known only from what the page offers
         assert not same(widget.value, change), f"{key}: the change must differ from what is shown"
         widget.set_value(change)
         at.run()

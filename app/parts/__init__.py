@@ -105,8 +105,8 @@ def layers_choice(label: str, n: int, parts_of: Callable[[int], list[Part]], def
     return Choice(label, [(f"layer {i + 1}", parts_of(i)) for i in range(n)], n - 1 if default is None else default)
 
 
-from . import all_heads, drivers, heatmap, layers, lines, masks, positional, source_prefix, step  # noqa: E402
+from . import all_heads, drivers, flow, heatmap, layers, lines, masks, positional, source_prefix, step  # noqa: E402
 
 DESCRIBED = {m.KEY: m for m in (heatmap, all_heads, lines, step, layers, masks, positional, drivers,
-                                source_prefix)}
+                                source_prefix, flow)}
 BY_NAME = {m.NAME: m for m in DESCRIBED.values()}

@@ -18,6 +18,7 @@ from . import (
     drivers,
     evolution,
     export,
+    flow,
     head_table,
     heads,
     heatmap,
@@ -81,6 +82,8 @@ VIEWS: dict[str, View] = {v.name: v for v in [
          "network.", drivers, work_share=0.5),
     View("Source or prefix", BEYOND, ":material/call_split:", "How much of each output piece comes from the source "
          "and how much from the earlier output (ALTI+).", source_prefix, work_share=0.5),
+    View("How each word is built", BEYOND, ":material/route:", "The route of one output piece through every layer "
+         "and head (information-flow graph).", flow, work_share=0.5),
     View("Ablation", BEYOND, ":material/content_cut:", "Switch heads off, translate again, compare.", ablation,
          work_share=0.5),
     View("Heads across the test set", DATA, ":material/query_stats:", "Head importance, pruning and roles over a "

@@ -1,5 +1,7 @@
 """Interpretation beyond attention weights, from the model's own returned forward pass.
 
+    flow.py     the information-flow graph (Ferrando and Voita 2024): each head's, residual's and feed-forward
+                block's importance for every query, and the graph followed back from one output step
     methods.py  one head's computation, value norms (Kobayashi et al.), attribution (captum), the logit lens and
                 ALTI+ contributions (Ferrando et al. 2022)
     heads.py    ``python -m transformer.heads``: head importance, statistics, pruning curve, roles and the ALTI+
@@ -11,6 +13,7 @@
 The names below are the public entry point (``from transformer.interpret import head_computation``).
 """
 
+from .flow import Edge, Flow, FlowGraph, Node, flow, head_logits, head_output
 from .methods import (
     DEFAULT_ALTI_BYTES,
     DEFAULT_BATCH_BYTES,
@@ -29,6 +32,7 @@ from .methods import (
     contributions,
     forward_from_embeddings,
     head_computation,
+    head_terms,
     internals,
     logit_lens,
     logit_lens_chosen,
@@ -53,7 +57,8 @@ from .signals import (
 )
 
 __all__ = [
-    "DEFAULT_ALTI_BYTES", "DEFAULT_BATCH_BYTES", "KINDS", "Contributions", "HeadComputation", "NormAttentions",
+    "DEFAULT_ALTI_BYTES", "DEFAULT_BATCH_BYTES", "KINDS", "Contributions", "Edge", "Flow", "FlowGraph",
+    "HeadComputation", "Node", "NormAttentions", "flow", "head_logits", "head_output", "head_terms",
     "alti_rows", "attention_attribution_agreement", "attention_module", "attention_terms", "attribute",
     "attribution_row_bytes", "block_contributions", "block_terms", "contributions", "forward_from_embeddings",
     "head_computation", "internals", "logit_lens", "logit_lens_chosen", "require_eval", "value_norms",

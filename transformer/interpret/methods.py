@@ -309,18 +309,32 @@ class Contributions:
 DEFAULT_ALTI_BYTES = 256_000_000  # the per-token terms one chunk of queries may hold, when none is given
 
 
+def transformed_values(module: MultiHeadAttention, key_value: Tensor) -> Tensor:
+    """Each key's value through its head's slice of the output projection, ``v^h_j W_O^h`` (value bias included,
+    the output bias not): ``(B, H, K, D)`` from the keys' source ``key_value (B, K, D)``."""
+    _, v = module.project_kv(key_value)  # (B, H, K, d)
+    w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
+    return torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D)
+
+
 def attention_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor) -> Tensor:
     """The attention sub-layer's output split per key: ``sum_h alpha^h_ij (v^h_j W_O^h)`` (value bias included, the
     output bias not), ``(B, Q, K, D)`` from ``weights (B, H, Q, K)`` and the keys' source ``key_value (B, K, D)``.
     Summed over the keys, plus the output bias, it is the sub-layer's output."""
-    _, v = module.project_kv(key_value)  # (B, H, K, d)
-    w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
-    transformed = torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D): v_j W_O^h
+    transformed = transformed_values(module, key_value)  # (B, H, K, D): v_j W_O^h
     return torch.einsum("bhqk,bhke->bqke", weights, transformed)  # (B, Q, K, D), summed over the heads
 
 
+def head_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor) -> Tensor:
+    """:func:`attention_terms` before the sum over the heads: ``alpha^h_ij (v^h_j W_O^h)``, ``(B, Q, H, K, D)``
+    (summed over ``H`` it is :func:`attention_terms`)."""
+    transformed = transformed_values(module, key_value)  # (B, H, K, D)
+    return torch.einsum("bhqk,bhke->bqhke", weights, transformed)  # (B, Q, H, K, D)
+
+
 def block_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, residual: Tensor,
-                norm: torch.nn.LayerNorm | None, cross: bool, offset: int = 0) -> tuple[Tensor, Tensor]:
+                norm: torch.nn.LayerNorm | None, cross: bool, offset: int = 0,
+                per_head: bool = False) -> tuple[Tensor, Tensor]:
     """ALTI's decomposition of one attention block's output at each query ``i``: ``y_i = sum_j T_i(x_j) + bias``.
 
     ``weights (B, H, Q, K)`` of the queries ``offset .. offset+Q-1``, ``residual (B, Q, D)`` the stream at them.
@@ -330,7 +344,13 @@ def block_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, 
     centring and scaling by the real standard deviation of the whole sum are linear given that deviation, so each
     term goes through them; the output bias (through the norm) and the norm's own bias are left out of every
     term, as ALTI does. Returns ``(terms (B, Q, K', D), y (B, Q, D))``, K' = K (+1 for cross-attention), ``y``
-    the block's output."""
+    the block's output. ``per_head`` (the information-flow graph, :mod:`.flow`): one term per head and key
+    (head-major, ``h * K + j``, from :func:`head_terms`), then the residual as a last term for every kind:
+    K' = H * K + 1; the same norm."""
+    if per_head:
+        terms = head_terms(module, weights, key_value).flatten(2, 3)  # (B, Q, H, K, D) -> (B, Q, H*K, D)
+        terms = torch.cat([terms, residual[:, :, None]], dim=2)  # (B, Q, H*K+1, D)
+        return through_norm(terms, module.out_proj.bias, norm)
     terms = attention_terms(module, weights, key_value)  # (B, Q, K, D)
     b, q, k, _ = terms.shape
     if cross:
@@ -338,7 +358,13 @@ def block_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, 
     else:
         own = torch.arange(offset, offset + q, device=terms.device)  # (Q,) each query's own key
         terms[:, torch.arange(q, device=terms.device), own] += residual  # the residual on j = i
-    bias = module.out_proj.bias
+    return through_norm(terms, module.out_proj.bias, norm)
+
+
+def through_norm(terms: Tensor, bias: Tensor | None,
+                 norm: torch.nn.LayerNorm | None) -> tuple[Tensor, Tensor]:
+    """A residual block's terms ``(B, Q, K', D)``, whose sum plus ``bias`` is the block's sum, through the block's
+    post-norm LayerNorm as ALTI does (:func:`block_terms`): ``(terms, y)``, ``y (B, Q, D)`` the block's output."""
     total = terms.sum(dim=2) + (0 if bias is None else bias)  # (B, Q, D): the block's sum before any norm
     if norm is None:
         return terms, total
@@ -372,19 +398,23 @@ def alti_rows(terms: Tensor, y: Tensor, own: Tensor) -> Tensor:
 
 
 def block_contributions(module: MultiHeadAttention, weights: Tensor, key_value: Tensor, residual: Tensor,
-                        norm: torch.nn.LayerNorm | None, cross: bool, max_bytes: int) -> Tensor:
+                        norm: torch.nn.LayerNorm | None, cross: bool, max_bytes: int,
+                        per_head: bool = False) -> Tensor:
     """:func:`alti_rows` of :func:`block_terms`, a chunk of queries at a time so that the per-token terms held at
-    once stay within ``max_bytes``: ``(B, Q, K')``."""
-    b, _, q, k = weights.shape
-    per_query = 4 * 4 * b * (k + 1) * key_value.size(-1)  # float32 terms, centred copy, distances, scratch
+    once stay within ``max_bytes``: ``(B, Q, K')`` (``per_head``: ``K' = H * K + 1``, the residual last)."""
+    b, h, q, k = weights.shape
+    n_terms = h * k + 1 if per_head else k + 1
+    per_query = 4 * 4 * b * n_terms * key_value.size(-1)  # float32 terms, centred copy, distances, scratch
     chunk = max(1, max_bytes // per_query)
     rows = []
     for start in range(0, q, chunk):
         sl = slice(start, start + chunk)
-        terms, y = block_terms(module, weights[:, :, sl], key_value, residual[:, sl], norm, cross, start)
+        terms, y = block_terms(module, weights[:, :, sl], key_value, residual[:, sl], norm, cross, start, per_head)
         n = terms.size(1)
-        own = torch.full((n,), k, device=terms.device) if cross else torch.arange(start, start + n,
-                                                                                   device=terms.device)
+        if per_head or cross:  # the residual is the last term
+            own = torch.full((n,), terms.size(2) - 1, device=terms.device)
+        else:
+            own = torch.arange(start, start + n, device=terms.device)
         rows.append(alti_rows(terms, y, own))
         del terms, y
     return torch.cat(rows, dim=1)

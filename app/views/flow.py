@@ -1,0 +1,137 @@
+"""How each word is built: the information-flow graph of one output piece ("Information flow routes", Ferrando and
+Voita, 2024) through the encoder, the cross-attention and the decoder; a click on a head's edge opens that head."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import controls, figures, flowgraph, heatmaps, parts, work
+from ..analysis import KIND_NAMES, escape, first_numbers
+from ..params import Param, float_in, int_in
+from ..state import ViewContext
+
+STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_swin"
+DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
+_HEAD = re.compile(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})@([0-9]{1,5})")
+
+
+def parse_head(text: str) -> str | None:
+    """``"cross.2.3@4"`` (kind, layer, head, query position, all from 1) as it is; None when malformed."""
+    match = _HEAD.fullmatch(str(text).strip())
+    return match.group(0) if match and min(int(g) for g in match.groups()[1:]) >= 1 else None
+
+
+def head_of(text: str | None) -> tuple[str, int, int, int] | None:
+    """``"cross.2.3@4"`` -> ``("cross", 1, 2, 3)`` (0-based), or None."""
+    match = _HEAD.fullmatch(str(text or ""))
+    if not match:
+        return None
+    return match.group(1), int(match.group(2)) - 1, int(match.group(3)) - 1, int(match.group(4)) - 1
+
+
+def head_text(kind: str, layer: int, head: int, query: int) -> str:
+    return f"{kind}.{layer + 1}.{head + 1}@{query + 1}"
+
+
+PARAMS = (Param("fs", STEP, int_in(1, 10_000), 1),
+          Param("ft", THRESHOLD, float_in(0.0, 0.5), DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
+          Param("fh", HEAD, parse_head), heatmaps.span_param("fw", WINDOW))
+
+
+def render(ctx: ViewContext) -> None:
+    """The output piece and threshold pickers, the graph, and the opened head."""
+    result, tr = ctx.result, ctx.tr
+    st.caption(parts.flow.INTRO + " Click a head's edge (its dot) to see what that head reads and what it writes.")
+    outputs, source, decoder_input = result.target_tokens, result.source_tokens, result.decoder_input_tokens
+    fits, notices = work.plan_flow(tr, len(result.source_ids), len(result.target_ids))
+    controls.capped(notices)
+    if not fits or not outputs:
+        return
+    c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
+    steps = list(range(1, len(outputs) + 1))
+    step = controls.choose(c1.selectbox, "Output piece", steps, STEP, 1,
+                           format_func=lambda i: f"{i}: {outputs[i - 1]}")
+    st.session_state.setdefault(THRESHOLD, DEFAULT_THRESHOLD)
+    threshold = c2.slider("Hide terms below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session",
+                          help="A term's weight: its share of the block's output at that position (a position's "
+                               "terms sum to 1).")
+    data = ctx.model.beyond("flow", result, work.work_bytes())
+    full = data.graph(step - 1, float(threshold))
+    graph, left_out = flowgraph.strongest(full)
+    n_rows = max(len(source), len(decoder_input))
+    first, end = heatmaps.span_slider(st, "Positions shown", n_rows, heatmaps.span_param("fw", WINDOW))
+    graph, outside = flowgraph.in_window(graph, first, end) if (first, end) != (0, n_rows) else (graph, 0)
+    if left_out:
+        st.caption(f"The {flowgraph.MOST_EDGES} strongest of {len(full.edges)} edges drawn; raise the threshold to "
+                   "see all of a smaller graph.")
+    if outside:
+        st.caption(f"{outside} edges reach outside the positions shown.")
+    strongest_edge: dict[tuple[str, int, int, int], float] = {}  # each head at each query: its strongest edge
+    for e in full.edges:
+        if e.head is not None:
+            at = (e.kind, e.layer, e.head, e.target.position)
+            strongest_edge[at] = max(e.weight, strongest_edge.get(at, 0.0))
+    heads = sorted(strongest_edge.items(), key=lambda kv: -kv[1])
+    options = list(dict.fromkeys(head_text(*h) for h, _ in heads))
+    controls.keep_if(HEAD, st.session_state.get(HEAD) in options + [None])
+    selected = head_of(st.session_state.get(HEAD))
+
+    def open_clicked() -> None:
+        for point in ((st.session_state.get("flow_chart") or {}).get("selection") or {}).get("points", []):
+            custom = point.get("customdata")
+            if isinstance(custom, (list, tuple)) and len(custom) >= 4 and custom[0] in KIND_NAMES:
+                text = head_text(str(custom[0]), int(custom[1]), int(custom[2]), int(custom[3]))
+                if text in options:
+                    st.session_state[HEAD] = text
+                    return
+
+    n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
+    fig = flowgraph.flow_figure(graph, source, decoder_input, outputs[step - 1], n_layers, selected, (first, end),
+                                title=f"How output piece {step} ({escape(outputs[step - 1])}) is built")
+    st.plotly_chart(fig, config=figures.plotly_config(f"flow-{step}"), key="flow_chart", on_select=open_clicked,
+                    selection_mode="points")
+    st.caption(f"{len(full.nodes)} nodes, {len(full.edges)} edges, {len(options)} head edges at threshold "
+               f"{threshold:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then the decoder's; "
+               "within a layer its blocks (encoder: self-attention, feed-forward; decoder: self-attention, "
+               "cross-attention, feed-forward). Rows: positions (source pieces from 1 on the left, the decoder "
+               "input from 0, <s>, on the right). Squares: the feed-forward block's weight.")
+    labels = {text: f"{KIND_NAMES[h[0]]} · L{h[1] + 1} · H{h[2] + 1} at "
+                    f"{'source' if h[0] == 'encoder' else 'output'} {h[3] + 1} ({w:.2f})"
+              for (h, w), text in zip(heads, (head_text(*h) for h, _ in heads))}
+    st.selectbox("Open a head (or click its edge)", options, key=HEAD, index=None, placeholder="Pick a head…",
+                 format_func=lambda t: labels.get(t, t))
+    if selected is not None:
+        show_head(ctx, *selected)
+
+
+def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) -> None:
+    """One head at one query: its attention row, and the pieces its output promotes and suppresses."""
+    result = ctx.result
+    queries, keys = result.axes(kind)
+    if not (0 <= layer < controls.n_layers(ctx.tr, kind) and 0 <= head < ctx.tr.config.n_heads
+            and 0 <= query < len(queries)):
+        return
+    data = ctx.model.beyond("flow_head", result, kind, layer, head, query)
+    key_first = first_numbers(kind)[1]
+    name = f"{KIND_NAMES[kind]} · layer {layer + 1} · head {head + 1}"
+    c1, c2 = st.columns(2)
+    row = np.asarray(data["row"])
+    labels = [f"{j}: {escape(t)}" for j, t in enumerate(keys, key_first)]
+    fig = go.Figure(go.Bar(x=row, y=list(range(len(keys))), orientation="h", marker_color=flowgraph.COLOURS[kind],
+                           hovertext=[f"{label}: {w:.3f}" for label, w in zip(labels, row)], hoverinfo="text"))
+    fig.update_layout(title=dict(text=f"{name}<br>attention of {escape(queries[query])} ({query + 1})", x=0.0),
+                      font=figures.FONT, height=int(110 + 22 * max(len(keys), 4)), plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=70, b=30),
+                      yaxis=dict(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
+                                 autorange="reversed", automargin=True, tickfont=dict(size=12)),
+                      xaxis=dict(title=dict(text="weight", font=dict(size=12)), range=[0, 1]))
+    c1.plotly_chart(fig, config=figures.plotly_config("flow-head-row"), key="flow_head_row")
+    c2.plotly_chart(flowgraph.head_bars(data["promoted"], data["suppressed"],
+                                        title=f"{name}<br>what its output promotes and suppresses"),
+                    config=figures.plotly_config("flow-head-pieces"), key="flow_head_pieces")
+    st.caption("Promotes and suppresses: the head's output at this position alone, through the final layer norm and "
+               "the output embedding (as the logit lens reads a layer), the highest and the lowest logits.")
