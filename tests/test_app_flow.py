@@ -143,7 +143,7 @@ def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
         graph = f.graph(t, flowgraph.DEFAULT_THRESHOLD)
         heads = [d for d in fig["data"] if d.get("name") == "heads"][0]
         assert len(heads.get("customdata", [])) == sum(e.head is not None for e in graph.edges)
-        assert f"How output piece {t + 1}" in fig["layout"]["title"]["text"]
+        assert f"How output piece {t + 1}" in graph_chart.figure.layout.title.text
     shown = notebook.show(result, "flow", translator=tr)  # the notebook draws that description
     assert "How each word is built" in shown.html
     with pytest.raises(ValueError, match="translator"):
