@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 from .analysis import KIND_NAMES, escape
 from .figures import ATTENTION_SCALE, FONT
 
-GRID_HOVER_CELLS = 150_000  # above this many cells the grid's hover names positions, not tokens
+GRID_HOVER_CELLS = 12_000  # above this many cells the grid names no tokens on hover (their text per cell made a
+# long sentence's grid 3 MB of chart data, issue #49)
 GRID_CLICK_CELLS = 25_000  # up to this many weights a click on the grid picks a head (one SVG marker each)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import figures, probes
+from .. import figures, heatmaps, probes
 from ..analysis import masked_weight
 from ..params import Param, int_in
 from ..state import ViewContext
 
-PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2))
+WINDOW = heatmaps.span_param("mw", "masks_window", size=40)  # a long sentence: a window of its positions
+MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
+PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), WINDOW)
 
 
 def render(ctx: ViewContext) -> None:
@@ -19,13 +21,16 @@ def render(ctx: ViewContext) -> None:
                "softmax, so its weight is exactly 0. Add padding to see the sentence as it sits in a batch next to "
                "longer ones.")
     c1, c2 = st.columns(2)
-    for param in PARAMS:
+    for param in PARAMS[:2]:
         st.session_state.setdefault(param.key, param.default)
     pad_src = c1.slider("Padding after the source", 0, 8, key="pad_src")
     pad_tgt = c2.slider("Padding after the decoder input", 0, 8, key="pad_tgt")
     masks = probes.mask_arrays(tr, result, pad_src, pad_tgt)
     src = result.source_tokens + ["<pad>"] * pad_src
     dec = result.decoder_input_tokens + ["<pad>"] * pad_tgt
+    p0, p1 = heatmaps.span_slider(st, "Positions (a window of a long sentence; both axes of each mask)",
+                                  max(len(src), len(dec)), WINDOW, most=MOST)
+    src, dec = src[p0:p1], dec[p0:p1]
     panels = [
         ("encoder", "Encoder self-attention: padding mask", src, src,
          "Every source piece may look at every real source piece, in both directions. Only the <pad> columns are "
@@ -48,7 +53,12 @@ def render(ctx: ViewContext) -> None:
                 qtitle = "source (query)" if key == "encoder" else "decoder input (query)"
                 ktitle = "source (key)" if key in ("encoder", "cross") else "decoder input (key)"
                 firsts = (1 if key == "encoder" else 0, 1 if key in ("encoder", "cross") else 0)  # <s> is 0
-                st.plotly_chart(figures.mask_figure(masks[key], queries, keys, title, qtitle, ktitle, *firsts),
+                shown = masks[key][p0:p1, p0:p1]
+                if not shown.size:  # a window past the end of the shorter side
+                    st.caption(f"{title}: no positions in this window.")
+                    continue
+                st.plotly_chart(figures.mask_figure(shown, queries, keys, title, qtitle, ktitle,
+                                                    *(first + p0 for first in firsts)),
                                 config=figures.plotly_config(f"mask-{key}"), key=f"mask_{key}_chart")
                 st.caption(text)
     unpadded = probes.mask_arrays(tr, result, 0, 0)

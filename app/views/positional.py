@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import streamlit as st
 
@@ -10,8 +12,24 @@ from ..figures import wave_dims
 from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
 
+PE_CELLS = 25_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension)
+MOST_WAVES = 16  # and at most this many waves (what the browser must draw stays bounded)
 PARAMS = (Param("d", "pe_d", int_in(8, 1024)), Param("n", "pe_len", int_in(8, 512)),
           Param("dims", "pe_dims", int_list(0, 1023), dump=join))
+
+
+def stride(rows: int, cols: int, cells: int = PE_CELLS) -> int:
+    """The step (every n-th row and column) that draws a ``rows x cols`` table in at most about ``cells`` cells."""
+    return max(1, math.ceil(math.sqrt(rows * cols / cells)))
+
+
+def thinned(table: np.ndarray, what: str) -> tuple[np.ndarray, int]:
+    """Every n-th position and dimension of ``table`` (``stride``), with a caption when that is fewer than all."""
+    step = stride(*table.shape)
+    if step > 1:
+        st.caption(f"{what} ({table.shape[0]} × {table.shape[1]}) drawn at one position and one dimension in "
+                   f"every {step}, so the page stays light (at most about {PE_CELLS:,} cells).")
+    return table[::step, ::step], step
 
 
 def render(ctx: ViewContext) -> None:
@@ -29,7 +47,10 @@ def render(ctx: ViewContext) -> None:
     length = c2.slider("Positions", 8, 512, step=1, key="pe_len")
     table = probes.positional_table(length, d_model)
     a, b = st.columns(2)
-    a.plotly_chart(figures.pe_heatmap(table), config=figures.plotly_config("positional-encoding"), key="pe_heat")
+    with a:
+        shown, step = thinned(table, "The table")
+        st.plotly_chart(figures.pe_heatmap(shown, step=step), config=figures.plotly_config("positional-encoding"),
+                        key="pe_heat")
     with b:
         if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
             ss.pop("pe_dims", None)
@@ -37,16 +58,25 @@ def render(ctx: ViewContext) -> None:
         controls.keep_if("pe_dims", set(ss.get("pe_dims") or []) <= set(range(d_model)))
         ss.setdefault("pe_dims", wave_dims(d_model, length))
         dims = st.multiselect("Dimensions to draw", list(range(d_model)), key="pe_dims")
+        if len(dims) > MOST_WAVES:
+            st.caption(f"The first {MOST_WAVES} of the {len(dims)} dimensions chosen are drawn.")
+            dims = dims[:MOST_WAVES]
         st.plotly_chart(figures.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
     a, b = st.columns(2)
     with a:
-        st.plotly_chart(figures.pe_similarity(table), config=figures.plotly_config("pe-similarity"), key="pe_sim")
+        step = stride(len(table), len(table))
+        if step > 1:
+            st.caption(f"One position in every {step} of the {len(table)} drawn (at most about {PE_CELLS:,} cells).")
+        st.plotly_chart(figures.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
+                        key="pe_sim")
         st.caption("Cosine similarity between the codes of two positions: it depends only on their distance "
                    "(the bands run parallel to the diagonal), which lets attention use relative positions.")
     with b:
         own = probes.model_pe(tr)
         diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
-        st.plotly_chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
+        drawn, step = thinned(own, "The model's table")
+        st.plotly_chart(figures.pe_heatmap(drawn, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})",
+                                           step=step),
                         config=figures.plotly_config("model-pe"), key="pe_model")
         st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
     if result is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .. import controls, figures, work
+from .. import controls, figures, heatmaps, work
 from ..catalog import load_heads
 from ..params import Param
 from ..state import ViewContext
@@ -20,7 +20,7 @@ def _layer(value: str) -> str | int | None:
     return int(value) if value.isdigit() and 1 <= int(value) <= 64 else None
 
 
-PARAMS = (Param("cl", "source_prefix_layer", _layer),)
+PARAMS = (Param("cl", "source_prefix_layer", _layer), *heatmaps.window_params("source_prefix_chart"))
 
 
 def threshold_of(tr_path: object) -> tuple[float | None, dict]:
@@ -69,23 +69,36 @@ def render(ctx: ViewContext) -> None:
         st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
                    "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
     outputs = result.target_tokens
-    st.plotly_chart(figures.source_share_figure(share, outputs, threshold),
+    # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
+    # pieces, with the target prefix of the same steps (what the browser must draw stays bounded)
+    q0, q1, k0, k1 = heatmaps.window(len(outputs), len(result.source_tokens), "source_prefix_chart",
+                                     ("Output pieces (rows)", "Source pieces (columns)"))
+    prefix = result.decoder_input_tokens
+    d0 = q0  # decoder input t fed output step t: the prefixes of the rows shown, as many as the window's cells allow
+    d1 = min(q1, len(prefix), d0 + max(1, heatmaps.MOST_CELLS // max(1, q1 - q0)))
+    st.plotly_chart(figures.source_share_figure(share[q0:q1], outputs[q0:q1], threshold, first=q0,
+                                                    mean=mean),
                     config=figures.plotly_config("source-share"), key="source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
     cross = result.cross.mean(axis=(0, 1)) if layer == ALL else result.cross[int(layer) - 1].mean(axis=0)  # (T, S)
-    long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
+    long = len(result.source_tokens) + len(prefix) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    c1.plotly_chart(figures.contribution_matrix_figure(data["source"], data["target"], outputs,
-                                                       result.source_tokens, result.decoder_input_tokens),
+    c1.plotly_chart(figures.contribution_matrix_figure(data["source"][q0:q1, k0:k1], data["target"][q0:q1, d0:d1],
+                                                       outputs[q0:q1], result.source_tokens[k0:k1], prefix[d0:d1],
+                                                       query_offset=q0),
                     config=figures.plotly_config("alti-contributions"), key="source_prefix_matrix")
     name = "every layer" if layer == ALL else f"layer {layer}"
-    c2.plotly_chart(figures.attention_heatmap(cross, outputs, result.source_tokens,
+    c2.plotly_chart(figures.attention_heatmap(cross[q0:q1, k0:k1], outputs[q0:q1], result.source_tokens[k0:k1],
                                               title=f"Cross-attention · {name} · mean over heads",
-                                              query_title="output piece", key_title="source piece"),
+                                              query_title="output piece", key_title="source piece",
+                                              query_offset=q0, key_offset=k0),
                     config=figures.plotly_config("cross-attention"), key="source_prefix_cross")
+    if (q0, q1, k0, k1) != (0, len(outputs), 0, len(result.source_tokens)):
+        st.caption(f"A window of the sentence: output pieces {q0 + 1}–{q1}, source pieces {k0 + 1}–{k1} and the "
+                   f"target prefix of the same steps ({d0}–{d1 - 1}); the share and the agreement count every piece.")
     st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
                + (f" Over {section.get('split', 'the test set')}: "
