@@ -77,10 +77,11 @@ def span_param(name: str, key: str, size: int = WINDOW) -> Param:
     return Param(name, key, _parse_span, (1, size), lambda v: f"{v[0]}-{v[1]}")
 
 
-def span_slider(container: Any, label: str, n: int, param: Param, most: int = MOST) -> tuple[int, int]:
+def span_slider(container: Any, label: str, n: int, param: Param, most: int | None = None) -> tuple[int, int]:
     """Slice bounds of one axis of ``n`` positions: all of it when it fits the window ``param`` starts with
     (``WINDOW`` positions unless it says otherwise), else the window a range slider under ``param`` chooses (at
-    the most ``most`` positions: what the browser must draw stays bounded)."""
+    the most ``most`` positions, default ``MOST``: what the browser must draw stays bounded)."""
+    most = MOST if most is None else most
     size = param.default[1]
     if n <= size:
         keep_if(param.key, False)

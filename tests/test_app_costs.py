@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, VIEWS, new_app
+from conftest import PICTURE, ROOT, VIEWS, new_app
 
 SHIPPED = ROOT / "checkpoints" / "multi30k-en-de"
 CHART_BYTES = 1_000_000  # nothing a link asks for sends more chart data than this to the browser
@@ -41,3 +41,154 @@ def test_the_worst_link_sends_at_most_a_megabyte_of_charts(public_shipped, view,
     assert at.query_params.get("view", view) == view
     sent = chart_bytes(at)
     assert sent < CHART_BYTES, f"{view}: {sent / 1e6:.2f} MB of chart data"
+
+
+# ------------------------------------------------------------------------------------------------ a failed load
+
+
+def plant_f64(good: Path, where: Path) -> Path:
+    """A copy of the checkpoint ``good`` whose first tensor's safetensors header says F64 over float32 bytes: it
+    passes the folder check (shapes and names), and only a real load finds it broken."""
+    import json
+    import shutil
+    import struct
+
+    shutil.copytree(good, where)
+    weights = where / "model.safetensors"
+    raw = weights.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    first = next(k for k in header if k != "__metadata__")
+    header[first]["dtype"] = "F64"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    weights.write_bytes(raw[:8] + text.ljust(n) + raw[8 + n:])
+    return where
+
+
+@pytest.fixture()
+def broken_server(tmp_path, tiny_checkpoint, monkeypatch):
+    """A public server offering a good model under checkpoints/ and, outside it, one that fails to load, in a
+    directory whose name has a space (a path the page must never show); counts the real loads."""
+    import shutil
+
+    from app import cached, catalog
+    from transformer.checkpoint import check_checkpoint_dir
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "checkpoints" / "good")
+    broken = plant_f64(tiny_checkpoint, tmp_path / "srv models (v2)" / "broken")
+    check_checkpoint_dir(broken)  # passes the check
+    monkeypatch.setattr(catalog, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("ATTN_PUBLIC", "1")
+    monkeypatch.setenv("ATTN_CHECKPOINT", "checkpoints/good")
+    monkeypatch.setenv("ATTN_MODELS", f"checkpoints/good,{broken}")
+    loads: list[str] = []
+    real = catalog.load_translator
+
+    def counted(checkpoint, device):
+        loads.append(checkpoint)
+        return real(checkpoint, device)
+
+    monkeypatch.setattr(catalog, "load_translator", counted)
+    cached.get_checkpoint_list.clear()
+    clock = [1000.0]
+    monkeypatch.setattr(cached, "LOAD_FAILURES", cached.LoadFailures(clock=lambda: clock[0]))
+    yield broken, loads, clock
+    cached.get_checkpoint_list.clear()
+
+
+def test_a_failed_load_is_tried_again_at_most_once_a_minute_and_names_no_path(broken_server):
+    import transformer
+    from app import cached
+
+    broken, loads, clock = broken_server
+    model = cached.Model(str(broken), "cpu")
+    messages = []
+    for _ in range(3):
+        with pytest.raises(transformer.CheckpointError) as err:
+            _ = model.tr
+        messages.append(str(err.value))
+    assert len([x for x in loads if x == str(broken)]) == 1  # one real load; the others told at once
+    assert all("srv models" not in m and str(broken.parent) not in m for m in messages), messages
+    assert "corrupt" in messages[0] and cached.LOAD_FAILURES.retry_in(model) == pytest.approx(60)
+    clock[0] += 59
+    with pytest.raises(transformer.CheckpointError):
+        _ = model.tr
+    assert len(loads) == 1
+    clock[0] += 2  # over a minute: the next visitor's load tries again, once
+    for _ in range(2):
+        with pytest.raises(transformer.CheckpointError):
+            _ = model.tr
+    assert len(loads) == 2
+
+
+def test_compare_models_and_try_again_do_not_reload_a_failed_model(broken_server):
+    broken, loads, clock = broken_server
+    link = {"text": "a man rides a bike.", "view": "Compare models", "with": str(broken)}
+    pages = [new_app(link) for _ in range(3)]  # three visitors of the same link
+    assert loads.count(str(broken)) == 1, loads
+    for at in pages:
+        assert not at.exception, [e.value for e in at.exception]
+        shown = " ".join([e.value for e in at.error] + [m.value for m in at.markdown] + [c.value for c in at.caption])
+        assert "broken could not be loaded" in shown.replace("\\", ""), shown
+        assert "srv models" not in shown and str(broken.parent) not in shown
+    picked = new_app({"text": "a dog runs.", "model": str(broken)})  # the model picker's way, with "Try again"
+    assert not picked.exception
+    errors = " ".join(e.value for e in picked.error)
+    assert "could not be loaded" in errors and "srv models" not in errors, errors
+    assert any("at most once a minute" in c.value for c in picked.caption)
+    picked.button(key="retry_load").click().run()
+    assert loads.count(str(broken)) == 1  # within the minute: told again, not loaded again
+    clock[0] += 61
+    picked.button(key="retry_load").click().run()
+    assert loads.count(str(broken)) == 2
+
+
+# ------------------------------------------------------------------------------------------------ checkpoint text
+
+LINK, BARE = "https://evil.example", "www.evil.example"
+
+
+def markdown_shown(at) -> list[str]:
+    """Every string of the page that Streamlit renders as Markdown: Markdown, captions, notices, widget labels and
+    their help (``st.text`` and tables are plain text)."""
+    out = [e.value for kind in ("markdown", "caption", "info", "warning", "error", "success") for e in at.get(kind)
+           if not PICTURE.fullmatch(e.value)]  # the server-built pictures: an image of data, no text to link
+    for kind in ("button", "text_area", "selectbox", "slider", "radio", "multiselect", "segmented_control", "pills",
+                 "toggle", "checkbox"):
+        for w in at.get(kind):
+            out += [str(getattr(w, "label", "") or ""), str(getattr(w, "help", "") or "")]
+    return out
+
+
+@pytest.fixture()
+def hostile_checkpoint(tmp_path, monkeypatch):
+    """The shipped checkpoint with a link in metadata.json's ``language_pair`` and links in heads.json's strings."""
+    import json
+    import shutil
+
+    if not (SHIPPED / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    path = tmp_path / "hostile"
+    shutil.copytree(SHIPPED, path, ignore=shutil.ignore_patterns("snapshots"))
+    meta = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+    meta["language_pair"] = f"[en]({LINK})-de"
+    (path / "metadata.json").write_text(json.dumps(meta), encoding="utf-8")
+    heads = json.loads((path / "heads.json").read_text(encoding="utf-8"))
+    heads["split"] = f"[test]({LINK}) {BARE}"
+    heads["role_rules"] = {f"[mixed]({LINK})": BARE}
+    heads["alti"].update(threshold_split=f"[val]({LINK}) {BARE}", split=f"{BARE} [x]({LINK})",
+                         hallucination_threshold=0.99)  # the warning, with its split, is shown
+    heads["alti"]["alignment_agreement"]["best_layer"] = BARE
+    (path / "heads.json").write_text(json.dumps(heads), encoding="utf-8")
+    monkeypatch.setenv("ATTN_CHECKPOINT", str(path))
+    return path
+
+
+@pytest.mark.parametrize("view", ["Source or prefix", "Heads across the test set", "Compare models", "Heatmap"])
+def test_checkpoint_files_never_put_a_live_link_on_the_page(hostile_checkpoint, view):
+    at = new_app({"text": "Un homme fait du vélo. A man rides a bike.", "view": view, "row": "cross.1.1"})
+    assert not at.exception, [e.value for e in at.exception]
+    shown = markdown_shown(at)
+    assert any("evil" in s for s in shown) or view in ("Compare models", "Heatmap")  # shown, as text
+    for s in shown:
+        assert LINK not in s and BARE not in s and "](" not in s.replace("\\]\\(", ""), s

@@ -77,7 +77,7 @@ def render(ctx: ViewContext) -> None:
                    f"{settings_b.alpha:.1f}): their scores are not comparable (the score divides by a length "
                    "penalty that depends on α). Choose one α for both to compare scores.", icon=":material/warning:")
     if not catalog.model_allowed(other):  # never load what this server does not offer
-        st.error(f"{controls.md_escape(other)} is not offered on this server.")
+        st.error(f"{controls.md_escape(catalog.short_name(other))} is not offered on this server.")
         return
     try:  # one request: both models share what is left of its work, and it waits for a heavy slot at most once
         partner_model = cached.Model(other, ctx.model.device)
@@ -87,14 +87,14 @@ def render(ctx: ViewContext) -> None:
         result_a = ctx.model.analysis(ctx.result.text, settings_a, (), share) if again else ctx.result
         result_b = partner_model.analysis(ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:
-        st.error(f"{controls.md_escape(other)} could not be loaded: "
+        st.error(f"{controls.md_escape(catalog.short_name(other))} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")
         return
     pair = ((ctx.model.checkpoint, result_a), (other, result_b))
     columns = st.columns(2)
     for col, (name, res), s in zip(columns, pair, (settings_a, settings_b)):
         with col.container(border=True):
-            st.caption(labels.get(name, name))
+            st.caption(controls.md_escape(labels.get(name, name)))  # its language pair is a file's text
             st.text(res.translation or "(empty)")
             search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:.1f}"
             st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "

@@ -94,18 +94,20 @@ def render(ctx: ViewContext) -> None:
     """The importance grids, the pruning curve and the sortable table; a selected head opens on this sentence."""
     data = load_heads(ctx.tr.path)
     if data is None:
+        where = catalog.short_name(ctx.model.checkpoint) if catalog.public_mode() else ctx.model.checkpoint
         st.info("This checkpoint has no heads.json yet. Make it with\n\n"
-                f"`python -m transformer.heads --checkpoint {ctx.model.checkpoint} --split test_2016_flickr --out "
-                f"{ctx.model.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
+                f"`python -m transformer.heads --checkpoint {where} --split test_2016_flickr --out "
+                f"{where}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
                 icon=":material/query_stats:")
         return
-    st.caption(f"{data.get('sentences', '?')} sentences of {data.get('split', '?')}, beam {data.get('beam', '?')}. "
-               f"{data.get('importance_note', '')}")
+    text = controls.md_escape  # heads.json's strings are shown as text, never as Markdown or links
+    st.caption(f"{text(data.get('sentences', '?'))} sentences of {text(data.get('split', '?'))}, beam "
+               f"{text(data.get('beam', '?'))}. {text(data.get('importance_note', ''))}")
     st.plotly_chart(importance_figure(data["importance"]), config=figures.plotly_config("head-importance"),
                     key="heads_importance")
     st.plotly_chart(pruning_figure(data), config=figures.plotly_config("pruning-curve"), key="heads_pruning")
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
-               "; ".join(f"{name}: {rule}" for name, rule in data.get("role_rules", {}).items()))
+               "; ".join(f"{text(name)}: {text(rule)}" for name, rule in data.get("role_rules", {}).items()))
     frame = head_rows(data)
     kinds = {v: k for k, v in KIND_LABELS.items()}
     refs = [controls.head_ref((kinds[t], la - 1, h - 1)) for t, la, h in zip(frame["type"], frame["layer"],
@@ -124,7 +126,7 @@ def render(ctx: ViewContext) -> None:
     indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]
     cited = data.get("cited_sentences") if isinstance(data.get("cited_sentences"), dict) else {}
     sentences = split_sentences(str(data.get("split", ""))) if not all(str(i) in cited for i in indices) else None
-    st.caption(f"Sentences of {data.get('split')} where this head's attention is most concentrated (highest mean "
+    st.caption(f"Sentences of {text(data.get('split'))} where this head's attention is most concentrated (highest mean "
                "peak weight):")
     lines = [f"{i + 1}. {cited[str(i)]}" if str(i) in cited else
              f"{i + 1}. {sentences[i]}" if sentences is not None and 0 <= i < len(sentences) else

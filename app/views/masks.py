@@ -9,8 +9,8 @@ from ..analysis import masked_weight
 from ..params import Param, int_in
 from ..state import ViewContext
 
-WINDOW = heatmaps.span_param("mw", "masks_window", size=40)  # a long sentence: a window of its positions
 MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
+WINDOW = heatmaps.span_param("mw", "masks_window", size=MOST)  # a longer sentence: a window of its positions
 PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), WINDOW)
 
 

@@ -53,18 +53,19 @@ def render(ctx: ViewContext) -> None:
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
     threshold, section = threshold_of(ctx.tr.path)
+    text = controls.md_escape  # heads.json's strings are shown as text, never as Markdown or links
     percentile = f"{section['threshold_percentile']:g}" if isinstance(section.get("threshold_percentile"),
                                                                         (int, float)) else "?"
     if threshold is not None and mean < threshold:
         st.warning(f"This translation may be a hallucination: on average only {mean:.1%} of each output piece "
                    f"comes from the source, below this model's threshold of {threshold:.1%} ("
                    f"percentile {percentile} of the mean source shares over "
-                   f"{section.get('threshold_split', 'val')}; Dale et al., 2023, flag low source contribution).",
+                   f"{text(section.get('threshold_split', 'val'))}; Dale et al., 2023, flag low source contribution).",
                    icon=":material/report:")
     elif threshold is not None:
         st.caption(f"Mean source share {mean:.1%}: above this model's hallucination threshold of {threshold:.1%} "
                    f"(percentile {percentile} of the sentences' mean source share "
-                   f"over {section.get('threshold_split', 'val')}, on the model's own translations).")
+                   f"over {text(section.get('threshold_split', 'val'))}, on the model's own translations).")
     else:
         st.caption(f"Mean source share {mean:.1%}. This model has no hallucination threshold yet (heads.json's "
                    "`alti` section: `python -m transformer.heads --only-alti --out <checkpoint>/heads.json`).")
@@ -101,7 +102,7 @@ def render(ctx: ViewContext) -> None:
                    f"target prefix of the same steps ({d0}–{d1 - 1}); the share and the agreement count every piece.")
     st.caption(f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
-               + (f" Over {section.get('split', 'the test set')}: "
+               + (f" Over {text(section.get('split', 'the test set'))}: "
                   f"{section['alignment_agreement']['mean_of_layers_and_heads']:.0%} for the mean of every layer "
-                  f"and head, best layer {section['alignment_agreement']['best_layer']}."
+                  f"and head, best layer {text(section['alignment_agreement']['best_layer'])}."
                   if isinstance(section.get("alignment_agreement"), dict) else ""))
