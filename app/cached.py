@@ -264,16 +264,18 @@ class Model:
         """JSON or NPZ bytes of an analysis, built when a visitor asks for the file (``export_file``) and kept
         within the byte budget like every result. ``settings``: those that ran (``Analysis.settings``). Runs
         outside a script run too (Streamlit calls a download's data on a thread of its own): an analysis that left
-        the cache is made again in a heavy slot, without any page element."""
-        def make() -> bytes:
+        the cache is made again, and the file built, in a heavy slot, without any page element (a long input's
+        JSON takes seconds of a core and tens of MB: built beside the light work, three at once made an ordinary
+        visitor's click 3-4 s; issue #49)."""
+        def build() -> bytes:
             tr = self.tr
             analysis = RESULTS.get(self.key("analysis", text, settings, tuple(ablated)),
-                                   lambda: _quietly_heavy(lambda: inference.analyse(tr, text, settings, ablated)))
+                                   lambda: inference.analyse(tr, text, settings, ablated))
             if fmt == "json":
                 return inference.export_json(analysis, self.checkpoint).encode("utf-8")
             return inference.export_npz(analysis)
 
-        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt), make)
+        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt), lambda: _quietly_heavy(build))
 
     def export_file(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
                     fmt: str) -> Callable[[], bytes]:

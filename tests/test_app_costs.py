@@ -192,3 +192,45 @@ def test_checkpoint_files_never_put_a_live_link_on_the_page(hostile_checkpoint, 
     assert any("evil" in s for s in shown) or view in ("Compare models", "Heatmap")  # shown, as text
     for s in shown:
         assert LINK not in s and BARE not in s and "](" not in s.replace("\\]\\(", ""), s
+
+
+# ------------------------------------------------------------------------------------------------ downloads
+
+
+@pytest.mark.parametrize("fmt", ["json", "npz"])
+def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
+    """The JSON and NPZ files are built in one of the server's heavy slots (as the offline page is): a click waits
+    while another visitor's heavy job holds the only slot, and builds its file only then."""
+    import threading
+    import time
+
+    from app import cached, inference, work
+    from transformer import DecodeSettings
+
+    monkeypatch.setattr(work, "HEAVY", work.HeavyJobs(lambda: 1))
+    model, settings = cached.Model(str(app_env), "cpu"), DecodeSettings(beam_size=1)
+    model.analysis("a man rides a bike.", settings)  # on the page already: only the file is left to build
+    held = []
+    real = inference.export_json if fmt == "json" else inference.export_npz
+
+    def spy(*args, **kwargs):
+        held.append(getattr(work.HEAVY._local, "held", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inference, "export_json" if fmt == "json" else "export_npz", spy)
+    done = threading.Event()
+    slot_taken, release = threading.Event(), threading.Event()
+
+    def other_visitor() -> None:  # a heavy job holding the only slot
+        with work.HEAVY.slot():
+            slot_taken.set()
+            release.wait(10)
+
+    threading.Thread(target=other_visitor).start()
+    assert slot_taken.wait(10)
+    click = model.export_file("a man rides a bike.", settings, (), fmt)
+    threading.Thread(target=lambda: (click(), done.set())).start()
+    time.sleep(0.6)
+    assert not done.is_set() and not held  # waiting for the slot, nothing built
+    release.set()
+    assert done.wait(30) and held == [True]
