@@ -234,3 +234,41 @@ def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
     assert not done.is_set() and not held  # waiting for the slot, nothing built
     release.set()
     assert done.wait(30) and held == [True]
+
+
+# ------------------------------------------------------------------------------------------------ a link too long
+
+
+@pytest.mark.browser
+def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_checkpoint):
+    """Streamlit drops an address of over 524,288 characters or 1,000 parameters before the script sees it: only
+    the browser knows, and the page says so there; a link within the limits shows no such notice."""
+    from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    banner = ".attn-link-too-long"
+    # (an address over 524,288 characters never reaches the page: the server refuses a request that long, and the
+    # browser shows its error)
+    links = {"many": "&".join(["text=A+dog+runs."] + [f"p{i}=1" for i in range(1000)]),  # 1,001 parameters
+             "fine": "text=A+dog+runs.&view=Heatmap"}
+    with streamlit_server(tiny_checkpoint) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for name, query in links.items():
+                page = browser.new_page(viewport={"width": 1280, "height": 720})
+                page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
+                page.locator(APP_HEATMAP).first.wait_for(timeout=90_000)  # the page opened (its defaults)
+                if name == "fine":
+                    page.wait_for_timeout(1500)
+                    assert page.locator(banner).count() == 0
+                else:
+                    page.locator(banner).wait_for(timeout=30_000)
+                    text = page.locator(banner).inner_text()
+                    assert "too long" in text and "defaults" in text and "aaaa" not in text, text
+                    page.locator(f"{banner} button").click()  # it can be closed
+                    assert page.locator(banner).count() == 0
+                page.close()
+        finally:
+            browser.close()
