@@ -293,8 +293,8 @@ LINK_TOO_LONG_JS = """<script>
   const box = document.createElement("div");
   box.setAttribute("role", "alert");
   box.className = "attn-link-too-long";
-  box.style.cssText = "position:fixed;top:3.5rem;left:50%;transform:translateX(-50%);z-index:1000100;" +
-    "max-width:min(44rem,calc(100vw - 1.5rem));padding:0.75rem 2.5rem 0.75rem 1rem;border-radius:0.5rem;" +
+  box.style.cssText = "position:fixed;top:3.5rem;left:0.75rem;right:0.75rem;margin:0 auto;max-width:44rem;" +
+    "z-index:1000100;padding:0.75rem 2.5rem 0.75rem 1rem;border-radius:0.5rem;" +
     "background:#fff8e1;color:#4e3b00;border:1px solid #f0c36d;font:15px/1.4 sans-serif;" +
     "box-shadow:0 2px 8px rgba(0,0,0,0.15)";
   box.textContent = "This link was too long to open (over 524,288 characters or 1,000 parameters), so the page " +

@@ -272,3 +272,36 @@ def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_checkpoint):
                 page.close()
         finally:
             browser.close()
+
+
+def test_the_json_download_is_the_json_of_the_whole_and_encoded_a_head_at_a_time(app_env, monkeypatch):
+    """The file is exactly one ``json.dumps`` of everything (the oracle), built from one call per head: no single
+    call holds the interpreter lock over a long input's millions of numbers."""
+    import json
+
+    import numpy as np
+
+    from app import cached, inference
+    from transformer import DecodeSettings
+
+    result = cached.Model(str(app_env), "cpu").analysis("a man rides a red bike in the park.", DecodeSettings())
+    whole = {"checkpoint": "x", "source": result.text, "translation": result.translation, "score": result.score,
+             "hit_max_len": result.hit_max_len, "settings": result.settings.__dict__, "ablated_heads": [],
+             "source_tokens": result.source_tokens, "target_tokens": result.target_tokens,
+             "decoder_input_tokens": result.decoder_input_tokens,
+             "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",
+             "attention": {k: np.round(result.attention(k).astype(np.float64), 6).tolist()
+                           for k in ("encoder", "decoder", "cross")}}
+    sizes = []
+    real = json.dumps
+
+    def counted(value, *args, **kwargs):
+        text = real(value, *args, **kwargs)
+        sizes.append(len(text))
+        return text
+
+    monkeypatch.setattr(inference.json, "dumps", counted)
+    made = inference.export_json(result, "x")
+    assert made == real(whole, ensure_ascii=False)
+    heads = sum(result.attention(k).shape[0] * result.attention(k).shape[1] for k in ("encoder", "decoder", "cross"))
+    assert len(sizes) >= heads and max(sizes) < len(made) / heads * 3  # one call per head, none over the whole
