@@ -104,13 +104,13 @@ class LoadFailures:
 
 
 LOAD_FAILURES = LoadFailures()
-_LOADING: dict[tuple[str, str], threading.Lock] = {}  # one load of a model at a time: the others wait for its outcome
-_LOADING_LOCK = threading.Lock()
+# one load of a model at a time, the others wait for its outcome: a fixed set of locks, a model's by its hash (two
+# models that share one only load one after the other; no table grows with the names links bring)
+_LOADING = tuple(threading.Lock() for _ in range(16))
 
 
 def _loading(checkpoint: str, device: str) -> threading.Lock:
-    with _LOADING_LOCK:
-        return _LOADING.setdefault((checkpoint, device), threading.Lock())
+    return _LOADING[hash((checkpoint, device)) % len(_LOADING)]
 
 
 def _without_dir(checkpoint: str, text: str) -> str:
