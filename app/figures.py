@@ -214,12 +214,14 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     return fig
 
 
-def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", step: int = 1) -> go.Figure:
-    """The positional-encoding table ``(positions, d_model)``: rows positions, columns dimensions (``step``: the
-    table holds every ``step``-th position and dimension of a larger one, and the axes say which)."""
+def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,
+               dim_step: int = 1) -> go.Figure:
+    """The positional-encoding table ``(positions, d_model)``: rows positions, columns dimensions (the steps: the
+    table holds every ``position_step``-th position and ``dim_step``-th dimension of a larger one; the axes say
+    which)."""
     p, d = table.shape
-    fig = go.Figure(go.Heatmap(z=table, x=np.arange(d) * step, y=np.arange(p) * step, colorscale=DIVERGING, zmid=0,
-                               zmin=-1, zmax=1,
+    fig = go.Figure(go.Heatmap(z=table, x=np.arange(d) * dim_step, y=np.arange(p) * position_step,
+                               colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
                                hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
                                colorbar=dict(thickness=12)))
     fig.update_layout(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),

@@ -12,24 +12,37 @@ from ..figures import wave_dims
 from ..params import Param, int_in, int_list, join
 from ..state import ViewContext
 
-PE_CELLS = 25_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension)
+PE_CELLS = 33_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension;
+# the shipped models' own table, 256 x 128, whole)
+PE_ROWS = 256  # and at most this many positions
+SIMILARITY_CELLS = 20_000  # the similarity between positions: at most about this many cells
 MOST_WAVES = 16  # and at most this many waves (what the browser must draw stays bounded)
 PARAMS = (Param("d", "pe_d", int_in(8, 1024)), Param("n", "pe_len", int_in(8, 512)),
           Param("dims", "pe_dims", int_list(0, 1023), dump=join))
 
 
-def stride(rows: int, cols: int, cells: int = PE_CELLS) -> int:
-    """The step (every n-th row and column) that draws a ``rows x cols`` table in at most about ``cells`` cells."""
-    return max(1, math.ceil(math.sqrt(rows * cols / cells)))
+def stride(rows: int, cols: int, cells: int = PE_CELLS) -> tuple[int, int]:
+    """The steps (every n-th position, every m-th dimension) that draw a ``rows x cols`` table in at most about
+    ``cells`` cells: positions at most ``PE_ROWS`` (about what the chart has pixels for; every 2nd of 512 still
+    samples the fastest wave, of 2π positions, more than twice a period), dimensions the rest, an even step (the
+    sines of a sine/cosine pair, never a mix of both)."""
+    position_step = math.ceil(rows / PE_ROWS) if rows * cols > cells else 1
+    dim_step = max(1, math.ceil((rows // position_step) * cols / cells))
+    return position_step, dim_step + dim_step % 2 if dim_step > 1 else 1
 
 
-def thinned(table: np.ndarray, what: str) -> tuple[np.ndarray, int]:
-    """Every n-th position and dimension of ``table`` (``stride``), with a caption when that is fewer than all."""
-    step = stride(*table.shape)
-    if step > 1:
-        st.caption(f"{what} ({table.shape[0]} × {table.shape[1]}) drawn at one position and one dimension in "
-                   f"every {step}, so the page stays light (at most about {PE_CELLS:,} cells).")
-    return table[::step, ::step], step
+def thinned(table: np.ndarray, what: str) -> tuple[np.ndarray, tuple[int, int]]:
+    """Every n-th position and m-th dimension of ``table`` (``stride``), with a caption when that is fewer than
+    all."""
+    steps = stride(*table.shape)
+    if steps != (1, 1):
+        st.caption(f"{what} ({table.shape[0]} × {table.shape[1]}) drawn at every {_nth(steps[0])} position and every "
+                   f"{_nth(steps[1])} dimension, so the page stays light (at most about {PE_CELLS:,} cells).")
+    return table[::steps[0], ::steps[1]], steps
+
+
+def _nth(n: int) -> str:
+    return "" if n == 1 else {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
 def render(ctx: ViewContext) -> None:
@@ -48,9 +61,9 @@ def render(ctx: ViewContext) -> None:
     table = probes.positional_table(length, d_model)
     a, b = st.columns(2)
     with a:
-        shown, step = thinned(table, "The table")
-        st.plotly_chart(figures.pe_heatmap(shown, step=step), config=figures.plotly_config("positional-encoding"),
-                        key="pe_heat")
+        shown, (p_step, d_step) = thinned(table, "The table")
+        st.plotly_chart(figures.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
+                        config=figures.plotly_config("positional-encoding"), key="pe_heat")
     with b:
         if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
             ss.pop("pe_dims", None)
@@ -64,9 +77,10 @@ def render(ctx: ViewContext) -> None:
         st.plotly_chart(figures.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
     a, b = st.columns(2)
     with a:
-        step = stride(len(table), len(table))
+        step = math.ceil(len(table) / math.isqrt(SIMILARITY_CELLS))  # positions against positions: one step
         if step > 1:
-            st.caption(f"One position in every {step} of the {len(table)} drawn (at most about {PE_CELLS:,} cells).")
+            st.caption(f"Every {_nth(step)} of the {len(table)} positions drawn (at most about "
+                       f"{SIMILARITY_CELLS:,} cells).")
         st.plotly_chart(figures.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
                         key="pe_sim")
         st.caption("Cosine similarity between the codes of two positions: it depends only on their distance "
@@ -74,9 +88,9 @@ def render(ctx: ViewContext) -> None:
     with b:
         own = probes.model_pe(tr)
         diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
-        drawn, step = thinned(own, "The model's table")
+        drawn, (p_step, d_step) = thinned(own, "The model's table")
         st.plotly_chart(figures.pe_heatmap(drawn, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})",
-                                           step=step),
+                                           position_step=p_step, dim_step=d_step),
                         config=figures.plotly_config("model-pe"), key="pe_model")
         st.caption(f"tr.model.pe, the buffer the model adds; largest difference from the formula: {diff:.1e}.")
     if result is not None:
