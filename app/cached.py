@@ -180,8 +180,10 @@ def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], t
     return inference.forced_logprob(Model(checkpoint, device).tr, list(source_ids), list(target_ids), ablated)
 
 
-def _quietly_heavy(make: Callable[[], Any]) -> Any:
-    with work.HEAVY.slot():
+def _quietly_heavy(make: Callable[[], Any], release: bool = True) -> Any:
+    """``make()`` in a heavy slot, with no page element (a download's thread has none); ``release``: the memory
+    handed back when the slot is freed (``work.HeavyJobs.slot``)."""
+    with work.HEAVY.slot(release=release):
         return make()
 
 
@@ -275,7 +277,9 @@ class Model:
                 return inference.export_json(analysis, self.checkpoint).encode("utf-8")
             return inference.export_npz(analysis)
 
-        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt), lambda: _quietly_heavy(build))
+        # the file stays in the cache and a head at a time leaves little garbage: no collection after it
+        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt),
+                           lambda: _quietly_heavy(build, release=False))
 
     def export_file(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
                     fmt: str) -> Callable[[], bytes]:
