@@ -15,6 +15,7 @@ request. Exports are built when a visitor asks for the file, never while the pag
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+import transformer
 from transformer import Transformer, Translator
 
 from . import catalog, inference, probes, work
@@ -50,37 +52,50 @@ def get_translator(checkpoint: str, device: str) -> Translator:
 RESULTS = ByteLRU(reserved=lambda: sum(MODEL_BYTES.values()))
 
 
+RETRY_SECONDS = 60.0  # a model that failed to load is tried again at most once a minute per server process
+
+
+class LoadFailed(transformer.CheckpointError):
+    """A model failed to load on this server within the last ``RETRY_SECONDS`` (its message is a visitor's)."""
+
+
 class LoadFailures:
     """The models that failed to load in this server process, for every session: each ``Model`` -> (its
-    checkpoint's files as they were, the visitor's message), the last ``most``. A second visitor is told at once
-    instead of repeating the failure; a change to the checkpoint's files, or "Try again", forgets it."""
+    checkpoint's files as they were, the visitor's message, when), the last ``most``. Every visitor is told at once
+    instead of repeating the failure, until ``retry_seconds`` have passed (then the next visitor's load tries it
+    again) or the checkpoint's files change. A failed load can cost seconds and hundreds of MB, so no visitor's
+    click or link starts one sooner (issue #49)."""
 
-    def __init__(self, most: int = 64) -> None:
-        self.most = most
-        self._items: OrderedDict[Model, tuple[object, str]] = OrderedDict()
+    def __init__(self, most: int = 64, retry_seconds: float = RETRY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.most, self.retry_seconds, self.clock = most, retry_seconds, clock
+        self._items: OrderedDict[Model, tuple[object, str, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, model: Model) -> str | None:
-        """The remembered message, or None (never failed, or its files changed since)."""
+        """The remembered message, or None (never failed, failed over ``retry_seconds`` ago, or its files changed
+        since)."""
         stamp = catalog.files_stamp(model.checkpoint)
         with self._lock:
             found = self._items.get(model)
-            if found is None or found[0] != stamp:
+            if found is None or found[0] != stamp or self.clock() - found[2] >= self.retry_seconds:
                 return None
             self._items.move_to_end(model)
             return found[1]
 
+    def retry_in(self, model: Model) -> float:
+        """Seconds until a load of ``model`` may be tried again (0: now)."""
+        with self._lock:
+            found = self._items.get(model)
+        return 0.0 if found is None else max(0.0, self.retry_seconds - (self.clock() - found[2]))
+
     def remember(self, model: Model, message: str) -> None:
         stamp = catalog.files_stamp(model.checkpoint)
         with self._lock:
-            self._items[model] = (stamp, message)
+            self._items[model] = (stamp, message, self.clock())
             self._items.move_to_end(model)
             while len(self._items) > self.most:
                 self._items.popitem(last=False)
-
-    def forget(self, model: Model) -> None:
-        with self._lock:
-            self._items.pop(model, None)
 
     def clear(self) -> None:
         """Forget every failure."""
@@ -89,6 +104,44 @@ class LoadFailures:
 
 
 LOAD_FAILURES = LoadFailures()
+# one load of a model at a time, the others wait for its outcome: a fixed set of locks, a model's by its hash (two
+# models that share one only load one after the other; no table grows with the names links bring)
+_LOADING = tuple(threading.Lock() for _ in range(16))
+
+
+def _loading(checkpoint: str, device: str) -> threading.Lock:
+    return _LOADING[hash((checkpoint, device)) % len(_LOADING)]
+
+
+def _without_dir(checkpoint: str, text: str) -> str:
+    """``text`` with the checkpoint's directory (as resolved on this server, however odd its characters) named by
+    its short name, in public mode (``catalog.visitor_message`` then cuts any other path)."""
+    folder = catalog.local_dir(checkpoint) if catalog.public_mode() else None
+    if folder is None:
+        return text
+    for spelled in {str(folder), str(folder.resolve()), catalog.resolve_checkpoint(checkpoint)}:
+        text = text.replace(spelled.rstrip("/"), catalog.short_name(checkpoint))
+    return text
+
+
+def load(model: Model) -> Translator:
+    """``model``'s translator (``get_translator``), the one way every page and view loads a model: a model that
+    failed to load here within ``RETRY_SECONDS`` raises ``LoadFailed`` with the remembered message at once (from any
+    view, any link), a new failure is remembered with a message for visitors (no path of this server in public
+    mode) and its freed memory handed back. One load of a model at a time: a visitor who arrives while it runs
+    waits for its outcome rather than starting another."""
+    with _loading(model.checkpoint, model.device):
+        message = LOAD_FAILURES.get(model)
+        if message is not None:
+            raise LoadFailed(message)
+        try:
+            return get_translator(model.checkpoint, model.device)
+        except Exception as err:  # a Streamlit stop or rerun is not an Exception: never remembered as a failure
+            message = catalog.visitor_message(_without_dir(model.checkpoint, str(err) if isinstance(
+                err, transformer.CheckpointError) else f"{type(err).__name__}: {err}"))
+            LOAD_FAILURES.remember(model, message)
+        work.release_memory()  # what the failed load allocated goes back to the system
+        raise LoadFailed(message)
 
 
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
@@ -117,18 +170,20 @@ def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
 @st.cache_data(show_spinner=False, max_entries=32)
 def _vocab_norms(checkpoint: str, device: str) -> np.ndarray:
     """Scaled embedding lengths over the vocabulary (``Model.vocab_norms``)."""
-    return probes.vocab_embedding_norms(get_translator(checkpoint, device))
+    return probes.vocab_embedding_norms(Model(checkpoint, device).tr)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
                     ablated: tuple[HeadKey, ...]) -> float:
     """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
-    return inference.forced_logprob(get_translator(checkpoint, device), list(source_ids), list(target_ids), ablated)
+    return inference.forced_logprob(Model(checkpoint, device).tr, list(source_ids), list(target_ids), ablated)
 
 
-def _quietly_heavy(make: Callable[[], Any]) -> Any:
-    with work.HEAVY.slot():
+def _quietly_heavy(make: Callable[[], Any], release: bool = True) -> Any:
+    """``make()`` in a heavy slot, with no page element (a download's thread has none); ``release``: the memory
+    handed back when the slot is freed (``work.HeavyJobs.slot``)."""
+    with work.HEAVY.slot(release=release):
         return make()
 
 
@@ -145,8 +200,8 @@ class Model:
 
     @property
     def tr(self) -> Translator:
-        """The loaded model (``get_translator``: raises ``CheckpointError``; failures are not cached)."""
-        return get_translator(self.checkpoint, self.device)
+        """The loaded model (:func:`load`: raises ``CheckpointError``; a failure is remembered for a minute)."""
+        return load(self)
 
     def key(self, kind: str, *rest: Any) -> tuple:
         """The key of one of this model's results in ``RESULTS``."""
@@ -226,16 +281,20 @@ class Model:
         """JSON or NPZ bytes of an analysis, built when a visitor asks for the file (``export_file``) and kept
         within the byte budget like every result. ``settings``: those that ran (``Analysis.settings``). Runs
         outside a script run too (Streamlit calls a download's data on a thread of its own): an analysis that left
-        the cache is made again in a heavy slot, without any page element."""
-        def make() -> bytes:
+        the cache is made again, and the file built, in a heavy slot, without any page element (a long input's
+        JSON takes seconds of a core and tens of MB: built beside the light work, three at once made an ordinary
+        visitor's click 3-4 s; issue #49)."""
+        def build() -> bytes:
             tr = self.tr
             analysis = RESULTS.get(self.key("analysis", text, settings, tuple(ablated)),
-                                   lambda: _quietly_heavy(lambda: inference.analyse(tr, text, settings, ablated)))
+                                   lambda: inference.analyse(tr, text, settings, ablated))
             if fmt == "json":
                 return inference.export_json(analysis, self.checkpoint).encode("utf-8")
             return inference.export_npz(analysis)
 
-        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt), make)
+        # the file stays in the cache and a head at a time leaves little garbage: no collection after it
+        return RESULTS.get(self.key("export", text, settings, tuple(ablated), fmt),
+                           lambda: _quietly_heavy(build, release=False))
 
     def export_file(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...],
                     fmt: str) -> Callable[[], bytes]:

@@ -286,10 +286,14 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     return fig
 
 
-def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding") -> go.Figure:
-    """The positional-encoding table ``(positions, d_model)``: rows positions, columns dimensions."""
+def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,
+               dim_step: int = 1) -> go.Figure:
+    """The positional-encoding table ``(positions, d_model)``: rows positions, columns dimensions (the steps: the
+    table holds every ``position_step``-th position and ``dim_step``-th dimension of a larger one; the axes say
+    which)."""
     p, d = table.shape
-    fig = go.Figure(go.Heatmap(z=table, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
+    fig = go.Figure(go.Heatmap(z=table, x=np.arange(d) * dim_step, y=np.arange(p) * position_step,
+                               colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
                                hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
                                colorbar=dict(thickness=12)))
     fig.update_layout(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
@@ -327,10 +331,13 @@ def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
     return fig
 
 
-def pe_similarity(table: np.ndarray) -> go.Figure:
-    """Cosine similarity between the encodings of every pair of positions."""
+def pe_similarity(table: np.ndarray, step: int = 1) -> go.Figure:
+    """Cosine similarity between the encodings of every pair of positions (``step``: the table's rows are every
+    ``step``-th position)."""
     sim = cosine_similarity(table)
-    fig = go.Figure(go.Heatmap(z=sim, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1, colorbar=dict(thickness=12),
+    at = np.arange(len(sim)) * step
+    fig = go.Figure(go.Heatmap(z=sim, x=at, y=at, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
+                               colorbar=dict(thickness=12),
                                hovertemplate="position %{y} vs %{x}<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_layout(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT, height=420,
                       margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
@@ -472,9 +479,11 @@ SOURCE_COLOUR, PREFIX_COLOUR = "#3182bd", "#ff7f0e"
 
 
 def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], threshold: float | None = None,
-                        title: str = "Share from the source per output piece (ALTI+)") -> go.Figure:
+                        title: str = "Share from the source per output piece (ALTI+)", first: int = 0,
+                        mean: float | None = None) -> go.Figure:
     """Stacked bars per output piece: ``share (T,)`` from the source, the rest from the target prefix; a dashed line
-    at the sentence's mean source share and, when given, a dotted one at the hallucination ``threshold``."""
+    at the sentence's mean source share and, when given, a dotted one at the hallucination ``threshold``
+    (in a window of a long sentence: ``first``, the index of the first piece shown; ``mean``, the whole sentence's)."""
     share = np.asarray(share, dtype=np.float64)
     steps = list(range(len(share)))
     text = [escape(t) for t in output_tokens]
@@ -483,7 +492,7 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
                hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
         go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
                hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
-    mean = float(share.mean()) if len(share) else 0.0
+    mean = mean if mean is not None else float(share.mean()) if len(share) else 0.0
     # the lines are named in the legend (a label on a line would sit on the bars)
     lines = [(mean, "dash", "#222222", f"mean source share ({mean:.2f})")]
     if threshold is not None:
@@ -495,7 +504,7 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
     fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
                       title=top_title(title),  # the legend under the title (it may wrap on a phone)
                       legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
-                      xaxis=_axis(unique_labels(output_tokens), "output piece",
+                      xaxis=_axis(unique_labels(output_tokens, first + 1), "output piece",
                                   tickangle=-60 if len(share) > 8 else 0),
                       yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
     return fig
@@ -503,18 +512,23 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
 
 def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
                                source_tokens: Sequence[str], prefix_tokens: Sequence[str],
-                               title: str = "Contributions to each output piece (ALTI+)") -> go.Figure:
+                               title: str = "Contributions to each output piece (ALTI+)",
+                               query_offset: int = 0, source_offset: int = 0, prefix_offset: int = 0) -> go.Figure:
     """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
     input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
     other chart gives its pieces (source from 1, decoder input from 0: ``app.analysis.FIRST_NUMBER``), never the
-    place on the joined axis; a piece found more than once on the axis carries its part's number."""
+    place on the joined axis; a piece found more than once on the axis carries its part's number. In a window of
+    a long sentence: ``query_offset``, ``source_offset`` and ``prefix_offset``, where the rows, the source pieces
+    and the target prefix shown start (0-based)."""
     s = len(source_tokens)
     matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
     fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
                             query_title="output piece", key_title="source piece | target prefix",
-                            value_name="contribution", zmax=max(float(matrix.max()), 1e-9))
+                            value_name="contribution", zmax=max(float(matrix.max()), 1e-9),
+                            query_offset=query_offset)
     counts = Counter([*source_tokens, *prefix_tokens])
-    numbers = [*range(1, s + 1), *range(len(prefix_tokens))]
+    numbers = [*range(source_offset + 1, source_offset + s + 1),
+               *range(prefix_offset, prefix_offset + len(prefix_tokens))]
     fig.update_xaxes(ticktext=[escape(t) + (f"·{n}" if counts[t] > 1 else "")
                                for t, n in zip([*source_tokens, *prefix_tokens], numbers)])
     heat = fig.data[0]

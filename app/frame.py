@@ -3,6 +3,7 @@ sentences and the translation panel (the sidebar: ``app.sidebar``). Every change
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import streamlit as st
@@ -84,8 +85,9 @@ class DownloadProgress:
 
 def load_model(model: cached.Model) -> Translator | None:
     """The model's cached translator, or None after showing a clear message. Failures are remembered for the whole
-    server (``cached.LOAD_FAILURES``), so the next visitor is told at once; when the default model fails, the run
-    starts again and :func:`fall_back_from_a_broken_default` opens a working one."""
+    server (``cached.load``: every path to a model goes through it), so every visitor is told at once and the load
+    is tried again at most once a minute; when the default model fails, the run starts again and
+    :func:`fall_back_from_a_broken_default` opens a working one."""
     checkpoint = model.checkpoint
     message = cached.LOAD_FAILURES.get(model)
     if message is None:
@@ -93,11 +95,14 @@ def load_model(model: cached.Model) -> Translator | None:
             if catalog.needs_download(checkpoint):  # outside the model cache, so the bar is never replayed
                 catalog.download(checkpoint, DownloadProgress(checkpoint))
             return model.tr
-        except transformer.CheckpointError as err:
+        except cached.LoadFailed as err:  # remembered by the load itself
+            message = str(err)
+        except transformer.CheckpointError as err:  # the download
             message = catalog.visitor_message(err)
-        except Exception as err:  # anything else from loading: still one clear message
+            cached.LOAD_FAILURES.remember(model, message)
+        except Exception as err:  # anything else from downloading: still one clear message
             message = catalog.visitor_message(f"{type(err).__name__}: {err}")
-        cached.LOAD_FAILURES.remember(model, message)
+            cached.LOAD_FAILURES.remember(model, message)
         if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(model):
             st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
@@ -105,8 +110,10 @@ def load_model(model: cached.Model) -> Translator | None:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")
+    wait = cached.LOAD_FAILURES.retry_in(model)
+    st.caption(f"This server tries a model that failed to load again at most once a minute: in {wait:.0f} s."
+               if wait >= 1 else "This server tries a model that failed to load again at most once a minute.")
     if st.button("Try again", key="retry_load"):
-        cached.LOAD_FAILURES.forget(model)
         st.rerun()
     return None
 
@@ -119,13 +126,17 @@ def use_example() -> None:
         submit()
 
 
+LANGUAGE_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")  # en, deu_Latn, zh_Hans: a code, never Markdown or a link
+
+
 def language_pair(tr: Translator) -> tuple[str, str] | None:
-    """(source, target) language codes from the model card's ``language_pair``, or None."""
+    """(source, target) language codes from the model card's ``language_pair``, or None (none, or not two codes:
+    the page shows them in labels and notices, where anything else could be Markdown or a link)."""
     pair = str((tr.metadata or {}).get("language_pair", ""))
     if "-" not in pair:
         return None
     src, tgt = pair.split("-", 1)
-    return src, tgt
+    return (src, tgt) if LANGUAGE_CODE.fullmatch(src) and LANGUAGE_CODE.fullmatch(tgt) else None
 
 
 def capability(tr: Translator) -> str:

@@ -48,6 +48,7 @@ def picture(image: str, key: str, title: str) -> None:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
+MOST_CELLS = 5_000  # and rows x columns at the most: a 120 x 120 window made a 2.3 MB picture (issue #49)
 _SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
@@ -80,6 +81,10 @@ def window(n_queries: int, n_keys: int, key: str,
     for column, label, n, param in zip(st.columns(2), labels, (n_queries, n_keys), window_params(key)):
         bounds += span_slider(column, label, n, param)
     q0, q1, k0, k1 = bounds
+    if (q1 - q0) * (k1 - k0) > MOST_CELLS:  # both axes wide: fewer columns, so the chart's cells stay bounded
+        k1 = k0 + max(1, MOST_CELLS // (q1 - q0))
+        st.caption(f"Showing {labels[1].split(' (')[0].lower()} {k0 + 1}–{k1} of the chosen "
+                   f"{k0 + 1}–{bounds[3]}: at most {MOST_CELLS:,} cells at a time (rows × columns).")
     return q0, q1, k0, k1
 
 
@@ -89,10 +94,11 @@ def span_param(name: str, key: str, size: int = WINDOW) -> Param:
     return Param(name, key, _parse_span, (1, size), lambda v: f"{v[0]}-{v[1]}")
 
 
-def span_slider(container: Any, label: str, n: int, param: Param) -> tuple[int, int]:
+def span_slider(container: Any, label: str, n: int, param: Param, most: int | None = None) -> tuple[int, int]:
     """Slice bounds of one axis of ``n`` positions: all of it when it fits the window ``param`` starts with
     (``WINDOW`` positions unless it says otherwise), else the window a range slider under ``param`` chooses (at
-    the most ``MOST`` positions: what the browser must draw stays bounded)."""
+    the most ``most`` positions, default ``MOST``: what the browser must draw stays bounded)."""
+    most = MOST if most is None else most
     size = param.default[1]
     if n <= size:
         keep_if(param.key, False)
@@ -102,21 +108,23 @@ def span_slider(container: Any, label: str, n: int, param: Param) -> tuple[int, 
     st.session_state.get(FROM_LINK, {}).pop(param.key, None)
     st.session_state.setdefault(param.key, (1, size))
     first, last = container.slider(label, 1, n, key=param.key, persist_state="session")
-    if last - first + 1 > MOST:
-        last = first + MOST - 1
-        container.caption(f"Showing {first}–{last}: at most {MOST} at a time.")
+    if last - first + 1 > most:
+        last = first + most - 1
+        container.caption(f"Showing {first}–{last}: at most {most} at a time.")
     return first - 1, last
 
 
 def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, attn: np.ndarray | None = None,
-                 value_name: str = "weight", as_svg: bool = False) -> None:
+                 value_name: str = "weight", as_svg: bool = False,
+                 bounds: tuple[int, int, int, int] | None = None) -> None:
     """The big heatmap of one head (or the mean), with a window for long sentences (``attn``: other numbers of the
     same shape to draw instead of the weights, e.g. the weighted norms). ``as_svg``: drawn as an SVG built here
-    (no plotly.js for the browser to load), with a row reader under it."""
+    (no plotly.js for the browser to load), with a row reader under it. ``bounds``: a window the view chose already
+    (:func:`window`), else its sliders are drawn here."""
     attn = result.attention(kind) if attn is None else attn
     weights = pick_weights(attn, layer, head)
     queries, keys = result.axes(kind)
-    q0, q1, k0, k1 = window(len(queries), len(keys), key)
+    q0, q1, k0, k1 = window(len(queries), len(keys), key) if bounds is None else bounds
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))

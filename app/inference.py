@@ -189,7 +189,11 @@ def forced_logprob(tr: Translator, source_ids: list[int], target_ids: list[int],
 
 
 def export_json(analysis: Analysis, checkpoint: str = "") -> str:
-    """Tokens, translation, settings and every attention weight as JSON (nested lists)."""
+    """Tokens, translation, settings and every attention weight as JSON (nested lists; ``attention`` last).
+
+    The weights are encoded a head at a time and joined (the same text as one ``json.dumps`` of the whole): one
+    call over a long input's millions of numbers would hold the interpreter lock for seconds, stalling every other
+    visitor's run in the server, and build a nested list of that many Python floats first (issue #49)."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
         "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,
@@ -197,9 +201,13 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
         "source_tokens": analysis.source_tokens, "target_tokens": analysis.target_tokens,
         "decoder_input_tokens": analysis.decoder_input_tokens,
         "layout": "attention[type][layer][head][query][key]; decoder query t produced target_tokens[t]",
-        "attention": {kind: np.round(analysis.attention(kind).astype(np.float64), 6).tolist() for kind in kinds.KINDS},
     }
-    return json.dumps(payload, ensure_ascii=False)
+    parts = [json.dumps(payload, ensure_ascii=False)[:-1], ', "attention": {']
+    for i, kind in enumerate(kinds.KINDS):
+        weights = np.round(analysis.attention(kind).astype(np.float64), 6)  # (layers, heads, Q, K)
+        layers = ("[" + ", ".join(json.dumps(head.tolist()) for head in layer) + "]" for layer in weights)
+        parts.append(f"{', ' if i else ''}{json.dumps(kind)}: [{', '.join(layers)}]")
+    return "".join(parts) + "}}"
 
 
 def export_npz(analysis: Analysis) -> bytes:

@@ -69,6 +69,7 @@ def page(req: work.Request) -> None:
     tr = frame.load_model(model)
     if tr is None:
         sidebar.sidebar(notices)  # to pick another model
+        state.link_too_long_notice()
         return
     languages.settle(tr)  # a multilingual model: source and target language
     above = st.container()  # the input area, drawn in its place once the picture has been sent
@@ -85,6 +86,7 @@ def page(req: work.Request) -> None:
     sidebar.show_model_facts(tr, model.checkpoint)
     languages.pickers(tr)
     controls.work_notice(notice, req)
+    state.link_too_long_notice()  # last: an element that shows nothing unless the link was dropped
 
 
 def render_view(model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None) -> None:

@@ -51,6 +51,7 @@ IGNORED = "_ignored"  # link parameters the last adoption ignored, to tell the v
 NOTICES = "_notices"  # what was changed in the visitor's input (cut, bidirectional controls removed)
 EMPTY_SUBMIT = "_empty_submit"  # Translate was pressed on an empty box
 FIRST_RUN = "_first_run"  # this run is the session's first (a new visitor's first screen), until its picture is sent
+BARE_FIRST = "_bare_first_run"  # this run is the session's first and its address had no parameters
 # how long a session's first run waits once its picture has been sent (see ``let_the_browser_paint``)
 FIRST_PAINT_S = 0.12
 
@@ -259,6 +260,44 @@ def history_navigation() -> bool:
     return bool(ctx.is_history_navigation)
 
 
+# Streamlit drops a whole address of more than 524,288 characters or 1,000 parameters before the page's script
+# sees it (streamlit.runtime.state.query_params.sanitize_query_string): the run gets no parameters at all. Only the
+# browser still has the address it opened (the navigation entry keeps it however the page rewrites the address
+# since), so on such a first run a constant script compares it with those limits and, when over, shows the page's
+# own notice in a banner (none of the link's text). Nothing here comes from a visitor.
+LINK_TOO_LONG_JS = """<script>
+(() => {
+  const entry = performance.getEntriesByType("navigation")[0];
+  const query = new URL(entry ? entry.name : window.location.href).search.slice(1);
+  if (query.length <= 524288 && query.split("&").length <= 1000) return;
+  const box = document.createElement("div");
+  box.setAttribute("role", "alert");
+  box.className = "attn-link-too-long";
+  box.style.cssText = "position:fixed;top:3.5rem;left:0.75rem;right:0.75rem;margin:0 auto;max-width:44rem;" +
+    "z-index:1000100;padding:0.75rem 2.5rem 0.75rem 1rem;border-radius:0.5rem;" +
+    "background:#fff8e1;color:#4e3b00;border:1px solid #f0c36d;font:15px/1.4 sans-serif;" +
+    "box-shadow:0 2px 8px rgba(0,0,0,0.15)";
+  box.textContent = "This link was too long to open (over 524,288 characters or 1,000 parameters), so the page " +
+    "opened with its defaults instead of what the link asked for. Shorten the text or the link and try again.";
+  const close = document.createElement("button");
+  close.textContent = "\u00d7";
+  close.setAttribute("aria-label", "Close");
+  close.style.cssText = "position:absolute;top:0.3rem;right:0.5rem;border:0;background:none;font-size:1.3rem;" +
+    "cursor:pointer;color:inherit";
+  close.onclick = () => box.remove();
+  box.appendChild(close);
+  document.body.appendChild(box);
+})();
+</script>"""
+
+
+def link_too_long_notice() -> None:
+    """On a session's first run that got no address parameters: the browser says whether the link it opened was
+    one Streamlit dropped for its length (``LINK_TOO_LONG_JS``; a short or bare address shows nothing)."""
+    if st.session_state.get(BARE_FIRST):
+        st.html(LINK_TOO_LONG_JS, unsafe_allow_javascript=True)
+
+
 def start_run() -> None:
     """At the top of every run: defaults on a first visit, and adopt the address on a first visit (a link) and on
     Back/Forward. Any other run keeps the session's state, which wins over an address that lags behind it; the
@@ -271,6 +310,7 @@ def start_run() -> None:
     current = st.query_params.to_dict()
     first = ss.get(LAST_URL) is None
     ss[FIRST_RUN] = first
+    ss[BARE_FIRST] = first and not current
     if first or (current != ss[LAST_URL] and history_navigation()):
         ss[IGNORED] = adopt_url(current) if current else []
         ss.setdefault(ALPHA, model_alpha(ss[CHECKPOINT]))  # the model's own length penalty unless the link names one

@@ -39,6 +39,9 @@ UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
 STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
 BACKWARD = 3  # a forward and a backward pass count three forwards
+ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products (measured,
+# python -m bench.work_units: 0.73 s of CPU for a 256 x 255 sentence on the shipped model, 8.7 units before, i.e.
+# 84 ms a unit against integrated gradients' 2.5; now about 2.3 ms a unit there, and less on shorter sentences)
 PUBLIC_MAX_WORK = 1000.0
 LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three
 # Multi30k caption sentences at the page's beam 4 and the analysis of one: 40-155 units, 0.2-0.7 s of one core
@@ -209,7 +212,8 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str, step
 
 def alti_work(tr: Translator, source: int, target: int) -> float:
     """ALTI+ on a sentence: the teacher-forced pass, and per attention block the per-token terms (each key's value
-    through W_O, ``K x d_model^2``, then each query's ``K x d_model`` terms per head and their distances)."""
+    through W_O, ``K x d_model^2``, then each query's ``K x d_model`` terms per head and their distances), each
+    element ``ALTI_TERM`` times a parameter x position product (they are memory-bound work, not multiply-adds)."""
     cfg = tr.config
     d = cfg.d_model
 
@@ -218,7 +222,7 @@ def alti_work(tr: Translator, source: int, target: int) -> float:
 
     per_token_terms = (cfg.n_encoder_layers * block(source, source)
                        + cfg.n_decoder_layers * (block(target, target) + block(target, source + 1)))
-    return units(parameters(tr), source + target) + per_token_terms / UNIT
+    return units(parameters(tr), source + target) + ALTI_TERM * per_token_terms / UNIT
 
 
 def plan_alti(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
@@ -441,9 +445,12 @@ class HeavyJobs:
             raise
 
     @contextmanager
-    def slot(self, waiting: Callable[[float], None] | None = None, poll: float = 0.5) -> Iterator[None]:
+    def slot(self, waiting: Callable[[float], None] | None = None, poll: float = 0.5,
+             release: bool = True) -> Iterator[None]:
         """Hold one slot for the block, or inside a :func:`request` until the request ends (calling
-        ``waiting(seconds waited)`` while none is free); memory is released when the slot is freed."""
+        ``waiting(seconds waited)`` while none is free); memory is released when the slot is freed (unless not
+        ``release``: a job whose result stays in the cache, whose garbage collection would only hold the
+        interpreter lock, 0.3-2.4 s on a loaded server, stalling every other visitor's run)."""
         if getattr(self._local, "held", False):
             yield
             return
@@ -457,14 +464,15 @@ class HeavyJobs:
         try:
             yield
         finally:
-            self._free()
+            self._free(release)
 
-    def _free(self) -> None:
+    def _free(self, release: bool = True) -> None:
         self._local.held = False
         with self._turn:
             self.running -= 1
             self._turn.notify_all()
-        release_memory()
+        if release:
+            release_memory()
 
 
 HEAVY = HeavyJobs()

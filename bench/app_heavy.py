@@ -15,7 +15,9 @@ public mode, and ordinary visitors beside heavy ones.
    in turn and presses Translate (``--clicks`` times, click to the heatmap of its first sentence, with its own
    translation), while ``--heavy`` visitors keep opening the heaviest links. Reported: the ordinary visitor's p50 /
    p95 (browser and the server's part) and every heavy link's duration (the longest, and any still running when
-   the round ended), against the goals: p95 < 2 s and every link within 60 s. Run it with ``--pin``.
+   the round ended), against the goals: p95 < 2 s and every link within 60 s. Run it with ``--pin``. With
+   ``--downloads N`` (issue #49) N more visitors keep clicking "Download JSON" on long inputs meanwhile (each
+   file's seconds reported); ``--heavy 0 --downloads 3`` isolates what the downloads cost the ordinary visitor.
 
 Needs ``/usr/bin/chromium``, ``playwright`` and ``psutil``.
 """
@@ -46,6 +48,7 @@ from .heavy_links import (
     MODELS,
     RssSampler,
     crafted_links,
+    download_visitors,
     heavy_visitors,
     hundred_sentences,
     long_list,
@@ -142,26 +145,31 @@ async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: f
             "all_saw_their_own": all(own), "errors": errors}
 
 
-async def crowd_round_async(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int) -> dict[str, Any]:
-    stop, durations, unfinished, kinds = asyncio.Event(), [], [], []
+async def crowd_round_async(url: str, checkpoint: str, texts: list[str], heavy: int, seed: int,
+                            downloads: int = 0) -> dict[str, Any]:
+    stop, durations, unfinished, kinds, files = asyncio.Event(), [], [], [], []
     expect = expectations(checkpoint, first_sentences(texts))  # before any visitor: no model work in the event loop
     runner = asyncio.create_task(heavy_visitors(url, heavy, stop, seed, durations, unfinished, kinds))
-    await asyncio.sleep(8.0 if heavy else 0.0)  # the heavy links are in flight before the ordinary visitor clicks
+    fetcher = asyncio.create_task(download_visitors(url, downloads, stop, seed + 500, files))
+    await asyncio.sleep(8.0 if heavy or downloads else 0.0)  # the heavy work is in flight before the visitor clicks
     result = await ordinary_visitor(url, checkpoint, texts, expect=expect)
     stop.set()
     await runner
+    await fetcher
     return {**result, "heavy_visitors": heavy, "heavy_seconds": durations, "heavy_links": kinds,
-            "heavy_unfinished_seconds": unfinished}
+            "heavy_unfinished_seconds": unfinished, "download_visitors": downloads, "download_seconds": files}
 
 
 def crowd(url: str, checkpoint: str, data_dir: str | None, clicks: int, heavy: int,
-          run_log: str | Path | None = None) -> dict[str, Any]:
+          run_log: str | Path | None = None, downloads: int = 0) -> dict[str, Any]:
     """Issue #37's measurement: one ordinary visitor with captions of 1-3 sentences beside ``heavy`` visitors
-    opening the heaviest links; its p50 / p95 (and the server's part), the heavy links' durations, the goals."""
+    opening the heaviest links (and ``downloads`` visitors downloading long inputs' JSON); its p50 / p95 (and the
+    server's part), the heavy links' durations, the goals."""
     texts = crowd_captions(clicks, data_dir, offset=500)
-    res = asyncio.run(crowd_round_async(url, checkpoint, texts, heavy, seed=37))
+    res = asyncio.run(crowd_round_async(url, checkpoint, texts, heavy, seed=37, downloads=downloads))
     out: dict[str, Any] = {"crowd": res}
-    line = f"1 ordinary visitor (captions of 1-3 sentences) + {heavy} heavy: click -> own heatmap p50 " \
+    line = f"1 ordinary visitor (captions of 1-3 sentences) + {heavy} heavy + {downloads} downloading: click -> " \
+           f"own heatmap p50 " \
            f"{res['p50']:.2f} s, p95 {res['p95']:.2f} s"
     if run_log:
         res["server_seconds"] = server_times(run_log, texts, res["clicked_at"], res["seconds"])
@@ -174,6 +182,9 @@ def crowd(url: str, checkpoint: str, data_dir: str | None, clicks: int, heavy: i
     print(f"heavy links: {len(res['heavy_seconds'])} finished, the longest {longest:.1f} s (still running at the "
           f"end: {res['heavy_unfinished_seconds']}); goals (p95 < 2 s, every link within 60 s): {res['goals_met']}",
           flush=True)
+    if downloads:
+        print(f"  JSON downloads: {len(res['download_seconds'])}, " + ", ".join(
+            f"{s:.1f}" for s in res["download_seconds"]) + " s", flush=True)
     for name in dict.fromkeys(res["heavy_links"]):
         took = sorted(s for s, k in zip(res["heavy_seconds"], res["heavy_links"]) if k == name)
         print(f"  {name}: " + ", ".join(f"{s:.1f}" for s in took) + " s", flush=True)
@@ -270,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                         "sentences beside --heavy visitors (with --pin)")
     p.add_argument("--clicks", type=int, default=30, help="--crowd: the ordinary visitor's captions")
     p.add_argument("--heavy", type=int, default=4, help="visitors opening the heaviest links")
+    p.add_argument("--downloads", type=int, default=0,
+                   help="--crowd: visitors clicking Download JSON on long inputs meanwhile (issue #49)")
     p.add_argument("--pin", action="store_true",
                    help="server on core 0, this process and every Chromium on the other cores (as --split does)")
     p.add_argument("--log", default=None, help="append the server's output to this file")
@@ -299,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             public_server(env, cpus=server_cores, log=args.log, run_log=f"{tmp}/runs.jsonl") as (url, _), \
             pinned(browser_cores):  # this process and the Chromium it starts stay off the server
         if args.crowd:
-            out.update(crowd(url, checkpoint, args.data_dir, args.clicks, args.heavy, run_log=f"{tmp}/runs.jsonl"))
+            out.update(crowd(url, checkpoint, args.data_dir, args.clicks, args.heavy, run_log=f"{tmp}/runs.jsonl",
+                             downloads=args.downloads))
         else:
             out.update(alone_and_mixed(url, checkpoint, args.data_dir, args.rounds, heavy=args.heavy,
                                        run_log=f"{tmp}/runs.jsonl"))

@@ -183,3 +183,58 @@ async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
         await asyncio.gather(*tasks, return_exceptions=True)
         await browser.close()
     return done[0]
+
+
+def download_link(seed: int) -> dict[str, str]:
+    """The Export view of a ~3,200-character list at beam 16 (a=4, b=200): its JSON is tens of MB."""
+    return {"text": long_list(seed), "beam": "16", "alpha": "5", "a": "4", "b": "200", "view": "Export"}
+
+
+async def download_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
+                            durations: list[float] | None = None, timeout_s: float = 300.0) -> int:
+    """``n`` visitors that each open the Export view of a long input and click "Download JSON", a new input each
+    time, until ``stop`` (issue #49: three such downloads made an ordinary visitor's click 3-4 s on the server);
+    returns how many files came. ``durations``: each click's seconds to the whole file (infinite: none came)."""
+    from playwright.async_api import async_playwright
+
+    done = [0]
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+        async def visitor(k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                context = await browser.new_context(viewport={"width": 1400, "height": 1200}, accept_downloads=True)
+                page = await context.new_page()
+                try:
+                    await page.goto(f"{url}/?{urlencode(download_link(seed + 1000 * k + i))}",
+                                    wait_until="domcontentloaded")
+                    button = page.get_by_role("button", name="Download JSON")
+                    await button.wait_for(timeout=timeout_s * 1000)
+                    await page.wait_for_function(DONE_JS.replace("[data-testid=stPlotlyChart] .js-plotly-plot, "
+                                                                 "[class*=st-key-attn_picture_] img",
+                                                                 "[data-testid=stDownloadButton]"),
+                                                 polling=200, timeout=timeout_s * 1000)
+                    start = time.perf_counter()
+                    async with page.expect_download(timeout=timeout_s * 1000) as info:
+                        await button.click()
+                    await (await info.value).path()  # the whole file
+                    seconds = time.perf_counter() - start
+                    done[0] += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # no file within the timeout counts as infinite
+                    seconds = math.inf
+                finally:
+                    await context.close()
+                if durations is not None:
+                    durations.append(seconds)
+                i += 1
+
+        tasks = [asyncio.create_task(visitor(k)) for k in range(n)]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await browser.close()
+    return done[0]

@@ -28,9 +28,9 @@ if not getattr(work.HeavyJobs, "_traced", False):  # once per server process
     _slot = work.HeavyJobs.slot
 
     @contextmanager
-    def _traced_slot(self, waiting=None, poll=0.5):  # noqa: ANN001, ANN202
+    def _traced_slot(self, waiting=None, poll=0.5, **options):  # noqa: ANN001, ANN003, ANN202
         asked = time.time()
-        with _slot(self, waiting, poll):
+        with _slot(self, waiting, poll, **options):
             if not hasattr(_seen, "taken"):
                 _seen.asked, _seen.taken = asked, time.time()
             yield

@@ -111,13 +111,15 @@ def test_head_grid_cells_name_their_head_for_hover_and_click():
     point = {"curve_number": 1, "point_index": 7, "customdata": list(custom[7])}
     assert grid.grid_pick({"points": [point]}) == (int(custom[7][0]), int(custom[7][1]))
     assert grid.grid_pick({"points": []}) is None and grid.grid_pick(None) is None
-    # very large grids: no marker a cell (too many for the browser); the heatmap names the tokens itself, and a
+    # larger grids: no marker a cell (too many for the browser); the heatmap names the tokens itself, and a
     # coarse lattice of click targets over every block still opens the head clicked
-    big = rng.random((2, 3, 120, 120))
+    big = rng.random((2, 3, 42, 42))
     assert big.size > grid.GRID_CLICK_CELLS
-    fig = grid.head_grid(big, [f"q{i}" for i in range(120)], [f"k{i}" for i in range(120)], "encoder")
+    fig = grid.head_grid(big, [f"q{i}" for i in range(42)], [f"k{i}" for i in range(42)], "encoder")
     custom = np.asarray(fig.data[0].customdata, dtype=object)
     assert list(custom[3, 5]) == [1, 1, "q3", "k5"]
+    huge = grid.head_grid(rng.random((2, 3, 120, 120)), ["q"] * 120, ["k"] * 120, "encoder")
+    assert huge.data[0].customdata is None  # the weights only: no text a cell
     targets = fig.data[1]
     gap, bh, bw = grid.grid_blocks(big.shape)
     tx, ty, tc = np.asarray(targets.x), np.asarray(targets.y), np.asarray(targets.customdata)
@@ -125,7 +127,7 @@ def test_head_grid_cells_name_their_head_for_hover_and_click():
     assert {(int(a), int(b)) for a, b in tc} == {(layer, head) for layer in (1, 2) for head in (1, 2, 3)}
     for i in range(len(tx)):  # every target sits inside the block of the head it names
         layer, head = int(tc[i][0]) - 1, int(tc[i][1]) - 1
-        assert 0 <= ty[i] - layer * bh < 120 and 0 <= tx[i] - head * bw < 120
+        assert 0 <= ty[i] - layer * bh < 42 and 0 <= tx[i] - head * bw < 42
         point = {"curve_number": 1, "point_index": i, "customdata": list(tc[i])}
         assert grid.grid_pick({"points": [point]}) == (layer + 1, head + 1)
 

@@ -105,3 +105,13 @@ def test_crowd_captions_hold_one_two_and_three_sentences(tmp_path):
         assert len(set(texts)) == 7
     two = crowd_captions(2, str(tmp_path), offset=3)[1]
     assert two == "A dog number 4 runs on the beach. A dog number 5 runs on the beach."
+
+
+def test_work_units_bench_times_alti_beside_integrated_gradients(tiny_checkpoint):
+    import transformer
+    from app import work
+    from bench.work_units import measure
+
+    row = measure(str(tiny_checkpoint), repeats=1, sizes=((12, 9),))[0]
+    assert row["alti_units"] == pytest.approx(work.alti_work(transformer.load(tiny_checkpoint, device="cpu"), 12, 9))
+    assert row["alti_s"] > 0 and row["ig_s"] > 0 and row["ig_units"] > 0

@@ -34,18 +34,26 @@ CODE = {"encoder": "padding_mask(src): True where the key is a real token, broad
 OFFLINE_PADS = (0, 2)  # the offline page's padding choices (the app's default is 2)
 
 
-def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int) -> list[Chart]:
-    """The four masks with ``pad_src`` / ``pad_tgt`` <pad> pieces after the source / the decoder input."""
+def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int,
+           window: tuple[int, int] | None = None) -> list[Chart | Note]:
+    """The four masks with ``pad_src`` / ``pad_tgt`` <pad> pieces after the source / the decoder input, of the
+    positions ``window`` (``p0:p1`` on both axes of each mask; None: all); a note for a mask with no position in it."""
     masks = probes.mask_arrays(tr, a, pad_src, pad_tgt)
     src = a.source_tokens + ["<pad>"] * pad_src
     dec = a.decoder_input_tokens + ["<pad>"] * pad_tgt
-    out = []
+    p0, p1 = window or (0, max(len(src), len(dec)))
+    src, dec = src[p0:p1], dec[p0:p1]
+    out: list[Chart | Note] = []
     for key, title, q_src, k_src, text in PANELS:
+        shown = masks[key][p0:p1, p0:p1]
+        if not shown.size:  # a window past the end of the shorter side
+            out.append(Note(f"{title}: no positions in this window."))
+            continue
         qtitle = "source (query)" if q_src else "decoder input (query)"
         ktitle = "source (key)" if k_src else "decoder input (key)"
         firsts = (1 if q_src else 0, 1 if k_src else 0)  # <s> is 0
-        out.append(Chart(figures.mask_figure(masks[key], src if q_src else dec, src if k_src else dec, title, qtitle,
-                                             ktitle, *firsts), text, f"mask-{key}"))
+        out.append(Chart(figures.mask_figure(shown, src if q_src else dec, src if k_src else dec, title, qtitle,
+                                             ktitle, *(first + p0 for first in firsts)), text, f"mask-{key}"))
     return out
 
 

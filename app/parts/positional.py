@@ -22,12 +22,15 @@ SIMILARITY = ("Cosine similarity between the codes of two positions: it depends 
 MODEL_TABLE_HELP = "tr.model.pe: a buffer of the module (saved and moved with it, never trained)."
 
 
-def model_table(tr: Translator, positions: int | None = None) -> Chart:
-    """The model's own table (its first ``positions`` rows; None: all) and how far it is from the formula."""
+def model_table(tr: Translator, positions: int | None = None, steps: tuple[int, int] = (1, 1)) -> Chart:
+    """The model's own table (its first ``positions`` rows; None: all; drawn at every ``steps`` position and
+    dimension) and how far it is from the formula."""
     own = probes.model_pe(tr)
     diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
     own = own[:positions]
-    return Chart(figures.pe_heatmap(own, title=f"The model's own table ({own.shape[0]} × {own.shape[1]})"),
+    return Chart(figures.pe_heatmap(own[::steps[0], ::steps[1]],
+                                    title=f"The model's own table ({own.shape[0]} × {own.shape[1]})",
+                                    position_step=steps[0], dim_step=steps[1]),
                  "The table the model itself adds to its embeddings (stored with the model, not learned); it "
                  f"differs from the formula above by {diff:.1e} at most.",
                  "model-pe")

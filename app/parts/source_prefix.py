@@ -62,14 +62,20 @@ def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float 
                 f"({origin})."), threshold
 
 
-def cross_chart(a: Analysis, data: dict, layer: str | int, section: dict) -> Chart:
-    """The cross-attention of a layer (from 1, or ``ALL``: every layer), mean over heads, and its agreement."""
+Window = tuple[int, int, int, int, int, int]  # rows q0:q1, source pieces k0:k1, target prefix d0:d1 (0-based)
+
+
+def cross_chart(a: Analysis, data: dict, layer: str | int, section: dict, window: Window | None = None) -> Chart:
+    """The cross-attention of a layer (from 1, or ``ALL``: every layer), mean over heads, and its agreement (over
+    every piece, whatever ``window`` of the sentence is drawn)."""
     cross = a.cross.mean(axis=(0, 1)) if layer == ALL else a.cross[int(layer) - 1].mean(axis=0)  # (T, S)
+    q0, q1, k0, k1, _, _ = window or full(a)
     name = "every layer" if layer == ALL else f"layer {layer}"
     over = section.get("alignment_agreement")
-    return Chart(figures.attention_heatmap(cross, a.target_tokens, a.source_tokens,
+    return Chart(figures.attention_heatmap(cross[q0:q1, k0:k1], a.target_tokens[q0:q1], a.source_tokens[k0:k1],
                                            title=f"Cross-attention · {name} · mean over heads",
-                                           query_title="output piece", key_title="source piece"),
+                                           query_title="output piece", key_title="source piece",
+                                           query_offset=q0, key_offset=k0),
                  f"ALTI+'s strongest source piece is this cross-attention's strongest for "
                  f"{agreement(data['source'], cross):.0%} of the output pieces of this sentence."
                  + (f" Over {card.split_words(section.get('split', 'the test set'))}: "
@@ -77,11 +83,23 @@ def cross_chart(a: Analysis, data: dict, layer: str | int, section: dict) -> Cha
                     f"{over['best_layer']}." if isinstance(over, dict) else ""), "cross-attention")
 
 
-def charts(a: Analysis, data: dict, threshold: float | None) -> list[Chart]:
-    """The source share per output piece and the full contribution matrix."""
-    return [Chart(figures.source_share_figure(data["source_share"], a.target_tokens, threshold), name="source-share"),
-            Chart(figures.contribution_matrix_figure(data["source"], data["target"], a.target_tokens,
-                                                     a.source_tokens, a.decoder_input_tokens),
+def full(a: Analysis) -> Window:
+    """The whole sentence as a window."""
+    return 0, len(a.target_tokens), 0, len(a.source_tokens), 0, len(a.decoder_input_tokens)
+
+
+def charts(a: Analysis, data: dict, threshold: float | None, window: Window | None = None) -> list[Chart]:
+    """The source share per output piece (its mean line the whole sentence's) and the full contribution matrix, of
+    ``window`` (default: the whole sentence)."""
+    q0, q1, k0, k1, d0, d1 = window or full(a)
+    share = data["source_share"]  # (T,)
+    mean = float(share.mean()) if len(share) else 0.0
+    return [Chart(figures.source_share_figure(share[q0:q1], a.target_tokens[q0:q1], threshold, first=q0, mean=mean),
+                  name="source-share"),
+            Chart(figures.contribution_matrix_figure(data["source"][q0:q1, k0:k1], data["target"][q0:q1, d0:d1],
+                                                     a.target_tokens[q0:q1], a.source_tokens[k0:k1],
+                                                     a.decoder_input_tokens[d0:d1], query_offset=q0,
+                                                     source_offset=k0, prefix_offset=d0),
                   name="alti-contributions")]
 
 

@@ -50,11 +50,14 @@ def render(ctx: ViewContext) -> None:
             st.session_state[PICK] = label
 
     zrange = (0.0, max(float(attn.max()), 1e-9)) if norms else controls.colour_range(attn)
+    # a long sentence: the grid and the opened head show the same window of it (what the browser draws is bounded)
+    bounds = q0, q1, k0, k1 = heatmaps.window(len(queries), len(keys), "grid_large_chart")
     # always two columns: a click changes only the right one, so the page keeps its place (a layout that changed
     # with the first click would rebuild the grid and scroll the page back to its top)
     left, right = st.columns([1, 1])
     with left:
-        st.plotly_chart(grid.head_grid(attn, queries, keys, kind, highlight=highlight, zrange=zrange,
+        st.plotly_chart(grid.head_grid(attn[:, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
+                                       highlight=highlight, zrange=zrange,
                                        value_name="norm" if norms else "weight"),
                         config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart",
                         on_select=open_clicked_head, selection_mode="points")
@@ -70,4 +73,5 @@ def render(ctx: ViewContext) -> None:
         else:
             layer, head = (int(x[1:]) for x in pick.split(" · "))
             heatmaps.draw_heatmap(result, kind, layer, str(head), key="grid_large_chart",
-                                  attn=attn if norms else None, value_name="norm" if norms else "weight")
+                                  attn=attn if norms else None, value_name="norm" if norms else "weight",
+                                  bounds=bounds)

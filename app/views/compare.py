@@ -11,7 +11,7 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, catalog, controls, figures, params, work
+from .. import cached, catalog, controls, figures, heatmaps, params, work
 from ..analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
 from ..inference import Analysis
 from ..state import ViewContext
@@ -20,7 +20,8 @@ WITH, ALPHA = "compare_with", "compare_alpha"
 ALPHAS = ["same", "own"]  # both models at the sidebar's α (comparable scores), or each at its own
 PARAMS = (params.Param("with", WITH, lambda v: v.strip() if 0 < len(v.strip()) <= 300 else None),
           params.Param("wa", ALPHA, params.one_of(*ALPHAS), "same"),
-          controls.ATT_PARAM, controls.SCALE_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM)
+          controls.ATT_PARAM, controls.SCALE_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM,
+          *heatmaps.window_params("compare_chart"))
 
 
 def alpha_note(checkpoint: str) -> str:
@@ -77,7 +78,7 @@ def render(ctx: ViewContext) -> None:
                    f"{settings_b.alpha:.1f}): their scores are not comparable (the score divides by a length "
                    "penalty that depends on α). Choose one α for both to compare scores.", icon=":material/warning:")
     if not catalog.model_allowed(other):  # never load what this server does not offer
-        st.error(f"{controls.md_escape(other)} is not offered on this server.")
+        st.error(f"{controls.md_escape(catalog.short_name(other))} is not offered on this server.")
         return
     try:  # one request: both models share what is left of its work, and it waits for a heavy slot at most once
         partner_model = cached.Model(other, ctx.model.device)
@@ -87,14 +88,14 @@ def render(ctx: ViewContext) -> None:
         result_a = ctx.model.analysis(ctx.result.text, settings_a, (), share) if again else ctx.result
         result_b = partner_model.analysis(ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:
-        st.error(f"{controls.md_escape(other)} could not be loaded: "
+        st.error(f"{controls.md_escape(catalog.short_name(other))} could not be loaded: "
                  f"{controls.md_escape(catalog.visitor_message(err))}")
         return
     pair = ((ctx.model.checkpoint, result_a), (other, result_b))
     columns = st.columns(2)
     for col, (name, res), s in zip(columns, pair, (settings_a, settings_b)):
         with col.container(border=True):
-            st.caption(labels.get(name, name))
+            st.caption(controls.md_escape(labels.get(name, name)))  # its language pair is a file's text
             st.text(res.translation or "(empty)")
             search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:.1f}"
             st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
@@ -106,16 +107,24 @@ def render(ctx: ViewContext) -> None:
     layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), controls.LAYER, depth)
     head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], controls.HEAD,
                            "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
-    weights = [controls.pick_weights(res.attention(kind), layer, head) for _, res in pair]
-    zmin, zmax = controls.colour_range(*weights)  # one colour scale for both
+    # a long sentence: the same window of both (each model's own pieces; what the browser draws stays bounded)
+    q0, q1, k0, k1 = heatmaps.window(max(len(res.axes(kind)[0]) for _, res in pair),
+                                     max(len(res.axes(kind)[1]) for _, res in pair), "compare_chart")
+    weights = [controls.pick_weights(res.attention(kind), layer, head)[q0:q1, k0:k1] for _, res in pair]
+    zmin, zmax = controls.colour_range(*(w for w in weights if w.size))  # one colour scale for both
     qt, kt = AXIS_TITLES[kind]
     st.markdown(f"**{controls.heatmap_title(kind, layer, head)}**, one colour scale for both")
     columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
         queries, keys = res.axes(kind)
+        if not w.size:
+            col.caption(f"{controls.md_escape(short.get(name, name))}: no pieces in this window (its sentence is "
+                        "shorter).")
+            continue
         qf, kf = first_numbers(kind)
-        fig = figures.attention_heatmap(w, queries, keys, zmin=zmin, zmax=zmax, query_title=qt, key_title=kt,
-                                        title=short.get(name, name), query_first=qf, key_first=kf)
+        fig = figures.attention_heatmap(w, queries[q0:q1], keys[k0:k1], zmin=zmin, zmax=zmax, query_title=qt,
+                                        key_title=kt, title=short.get(name, name), query_first=qf, key_first=kf,
+                                        query_offset=q0, key_offset=k0)
         controls.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy: how spread the weights are, lower = more focused):",

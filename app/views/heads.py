@@ -111,20 +111,22 @@ def render(ctx: ViewContext) -> None:
     """The importance grids, the pruning curve and the sortable table; a selected head opens on this sentence."""
     data = load_heads(ctx.tr.path)
     if data is None:
+        where = catalog.short_name(ctx.model.checkpoint) if catalog.public_mode() else ctx.model.checkpoint
         st.info("This model has no statistics of its heads over a test set yet (the file heads.json beside its "
                 "weights). Make them with\n\n"
-                f"`python -m transformer.heads --checkpoint {ctx.model.checkpoint} --split test_2016_flickr --out "
-                f"{ctx.model.checkpoint}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
+                f"`python -m transformer.heads --checkpoint {where} --split test_2016_flickr --out "
+                f"{where}/heads.json`\n\n(a few minutes on a CPU; add `--limit 200` for a quick one).",
                 icon=":material/query_stats:")
         return
-    st.caption(f"{data.get('sentences', '?')} of {card.split_words(data.get('split', '?'))}, translated with beam "
-               f"{data.get('beam', '?')}. A head's importance: how much the model's loss on those sentences "
-               "changes when the head is turned down a little (Michel et al., 2019), scaled so that each layer's "
-               "heads compare among themselves.", help=f"{data.get('importance_note', '')}")
+    text = controls.md_escape  # heads.json's strings are shown as text, never as Markdown or links
+    st.caption(f"{text(data.get('sentences', '?'))} of {text(card.split_words(data.get('split', '?')))}, translated "
+               f"with beam {text(data.get('beam', '?'))}. A head's importance: how much the model's loss on those "
+               "sentences changes when the head is turned down a little (Michel et al., 2019), scaled so that each "
+               "layer's heads compare among themselves.", help=text(data.get('importance_note', '')))
     controls.chart(importance_figure(data["importance"]), "head-importance", "heads_importance")
     st.plotly_chart(pruning_figure(data), config=figures.plotly_config("pruning-curve"), key="heads_pruning")
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
-               "; ".join(f"{name}: {rule}" for name, rule in data.get("role_rules", {}).items()))
+               "; ".join(f"{text(name)}: {text(rule)}" for name, rule in data.get("role_rules", {}).items()))
     frame = head_rows(data)
     kinds = {v: k for k, v in KIND_LABELS.items()}
     refs = [controls.head_ref((kinds[t], la - 1, h - 1)) for t, la, h in zip(frame["type"], frame["layer"],
@@ -143,7 +145,7 @@ def render(ctx: ViewContext) -> None:
     indices = data.get("most_confident", {}).get(kind, [[]])[layer - 1][head - 1]
     cited = data.get("cited_sentences") if isinstance(data.get("cited_sentences"), dict) else {}
     sentences = split_sentences(str(data.get("split", ""))) if not all(str(i) in cited for i in indices) else None
-    st.caption(f"Sentences of {data.get('split')} where this head's attention is most concentrated (highest mean "
+    st.caption(f"Sentences of {text(data.get('split'))} where this head's attention is most concentrated (highest mean "
                "peak weight):")
     lines = [f"{i + 1}. {cited[str(i)]}" if str(i) in cited else
              f"{i + 1}. {sentences[i]}" if sentences is not None and 0 <= i < len(sentences) else

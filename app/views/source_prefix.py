@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, parts, work
+from .. import controls, heatmaps, parts, work
 from ..params import Param
 from ..state import ViewContext
 
@@ -20,7 +20,7 @@ def _layer(value: str) -> str | int | None:
     return int(value) if value.isdigit() and 1 <= int(value) <= 64 else None
 
 
-PARAMS = (Param("cl", "source_prefix_layer", _layer),)
+PARAMS = (Param("cl", "source_prefix_layer", _layer), *heatmaps.window_params("source_prefix_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -37,19 +37,30 @@ def render(ctx: ViewContext) -> None:
     _, section = threshold_of(ctx.tr.path)
     note, threshold = parts.source_prefix.notice(ctx.tr, result, share)
     if note.warning:
-        st.warning(note.text, icon=":material/report:")
+        st.warning(controls.md_escape(note.text), icon=":material/report:")
         st.caption("How this rule was chosen", help=parts.source_prefix.FLAG_HELP)
     else:
-        st.caption(note.text, help=parts.source_prefix.FLAG_HELP)
-    shares, matrix = parts.source_prefix.charts(result, data, threshold)
+        st.caption(controls.md_escape(note.text), help=parts.source_prefix.FLAG_HELP)
+    outputs, prefix = result.target_tokens, result.decoder_input_tokens
+    # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
+    # pieces, with the target prefix of the same steps (what the browser must draw stays bounded)
+    q0, q1, k0, k1 = heatmaps.window(len(outputs), len(result.source_tokens), "source_prefix_chart",
+                                     ("Output pieces (rows)", "Source pieces (columns)"))
+    d0 = q0  # decoder input t fed output step t: the prefixes of the rows shown, as many as the window's cells allow
+    d1 = min(q1, len(prefix), d0 + max(1, heatmaps.MOST_CELLS // max(1, q1 - q0)))
+    window = (q0, q1, k0, k1, d0, d1)
+    shares, matrix = parts.source_prefix.charts(result, data, threshold, window)
     controls.chart(shares.figure, shares.name, "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
-    long = len(result.source_tokens) + len(result.decoder_input_tokens) >= 30
+    long = len(result.source_tokens) + len(prefix) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     controls.chart(matrix.figure, matrix.name, "source_prefix_matrix", c1)
-    cross = parts.source_prefix.cross_chart(result, data, layer, section)
+    cross = parts.source_prefix.cross_chart(result, data, layer, section, window)
     controls.chart(cross.figure, cross.name, "source_prefix_cross", c2)
-    st.caption(cross.caption)
+    if (q0, q1, k0, k1) != (0, len(outputs), 0, len(result.source_tokens)):
+        st.caption(f"A window of the sentence: output pieces {q0 + 1}–{q1}, source pieces {k0 + 1}–{k1} and the "
+                   f"target prefix of the same steps ({d0}–{d1 - 1}); the share and the agreement count every piece.")
+    st.caption(controls.md_escape(cross.caption))  # heads.json's strings are shown as text, never as links

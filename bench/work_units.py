@@ -1,0 +1,81 @@
+"""``python -m bench.work_units``: what one work unit (``app.work``) costs in CPU time, per kind of job, on the shipped
+model: ALTI+ (``app.work.alti_work``) beside integrated gradients (``app.work.attribution_work``, the reference the
+unit was calibrated on: 2.7-3 ms of one core), on sentences of 32 to 256 source pieces.
+
+One process, one torch thread, CPU time (``time.process_time``: on a shared machine the wall clock measures the
+other tenants), the best of ``--repeats``; random token ids (the cost does not depend on them). Prints one line per
+size and, with ``--json``, the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from .common import REPO_ROOT
+
+SIZES = ((32, 31), (64, 63), (128, 127), (256, 255))  # (source, decoder input) positions
+
+
+def best_cpu_seconds(run: Callable[[], Any], repeats: int) -> float:
+    """The least CPU time of ``repeats`` runs of ``run``."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        run()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...] = SIZES) -> list[dict[str, Any]]:
+    import torch
+
+    from app import catalog, work
+    from transformer.interpret import attribute, contributions
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    tr = catalog.load_translator(checkpoint, "cpu")
+    model, vocab, params = tr.model, tr.config.tgt_vocab_size, work.parameters(tr)
+    rows = []
+    for s, t in sizes:
+        src = torch.randint(4, vocab, (1, s))
+        src[0, -1] = tr.config.eos_id
+        tgt = torch.randint(4, vocab, (1, t))
+        tgt[0, 0] = tr.config.bos_id
+        labels = torch.randint(4, vocab, (1, t))
+        with torch.no_grad():
+            alti_s = best_cpu_seconds(partial(contributions, model, src, tgt, max_bytes=work.work_bytes()), repeats)
+        alti_units = work.alti_work(tr, s, t)  # as app.cached.beyond_work counts it (source, output pieces)
+        span, steps = (0, 4), 8
+        ig_s = best_cpu_seconds(partial(attribute, model, src, tgt, labels, "integrated_gradients", steps,
+                                        max_batch_bytes=work.work_bytes(), output_span=span), repeats)
+        ig_units = work.attribution_work(params, s, t, span[1] - span[0], "integrated_gradients", steps)
+        rows.append({"source": s, "target": t, "alti_s": alti_s, "alti_units": alti_units,
+                     "alti_ms_per_unit": 1000 * alti_s / alti_units, "ig_s": ig_s, "ig_units": ig_units,
+                     "ig_ms_per_unit": 1000 * ig_s / ig_units})
+        print(f"{s:3d} x {t:3d}: ALTI+ {alti_s:.2f} s CPU for {alti_units:6.1f} units = "
+              f"{1000 * alti_s / alti_units:5.2f} ms a unit; integrated gradients ({steps} steps, {span[1]} rows) "
+              f"{ig_s:.2f} s for {ig_units:6.1f} units = {1000 * ig_s / ig_units:5.2f} ms a unit", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.work_units", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=str(REPO_ROOT / "checkpoints" / "multi30k-en-de"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    rows = measure(args.checkpoint, args.repeats)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
