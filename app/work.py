@@ -42,6 +42,8 @@ BACKWARD = 3  # a forward and a backward pass count three forwards
 ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products (measured,
 # python -m bench.work_units: 0.73 s of CPU for a 256 x 255 sentence on the shipped model, 8.7 units before, i.e.
 # 84 ms a unit against integrated gradients' 2.5; now about 2.3 ms a unit there, and less on shorter sentences)
+FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products (measured
+# with the shipped model, one thread, CPU time: 1.8-2.5 ms a unit at 64-256 pieces, as the others; docs/limits.md)
 PUBLIC_MAX_WORK = 1000.0
 LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three
 # Multi30k caption sentences at the page's beam 4 and the analysis of one: 40-155 units, 0.2-0.7 s of one core
@@ -266,7 +268,7 @@ def flow_work(tr: Translator, source: int, target: int) -> float:
 
     per_term = (cfg.n_encoder_layers * block(source, source)
                 + cfg.n_decoder_layers * (block(target, target) + block(target, source)))
-    return units(parameters(tr), 2 * (source + target)) + per_term / UNIT
+    return units(parameters(tr), 2 * (source + target)) + FLOW_TERM * per_term / UNIT
 
 
 def plan_flow(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:

@@ -239,3 +239,13 @@ def test_a_rule_and_its_reasons_read_in_words():
         "one short unit repeats 9 times in a row (a looping output)",
         "on average only 50.0% of each output piece comes from the source (threshold 57.3%)",
         "the output was cut at the maximum length"]
+
+
+def test_a_rule_names_columns_only_so_its_words_never_carry_markup(tmp_path):
+    good = {"any": [{"column": "source_share", "op": "<", "value": 0.5}]}
+    assert FlagRule.from_json(good).conditions[0].column == "source_share"
+    for column in ("[en](https://evil.example)", "www.evil.example", "Source share", ""):
+        with pytest.raises(ValueError):
+            FlagRule.from_json({"any": [{"column": column, "op": "<", "value": 0.5}]})
+    (tmp_path / "flag.json").write_text(json.dumps({"any": [{"column": "<b>x</b>", "op": "<", "value": 1}]}))
+    assert flag_rule(tmp_path) == flag_rule(None)  # a planted rule is refused: the default, looping only

@@ -37,10 +37,10 @@ def render(ctx: ViewContext) -> None:
     _, section = threshold_of(ctx.tr.path)
     note, threshold = parts.source_prefix.notice(ctx.tr, result, share)
     if note.warning:
-        st.warning(controls.md_escape(note.text), icon=":material/report:")
+        st.warning(note.text, icon=":material/report:")  # words and numbers: a rule's columns are names
         st.caption("How this rule was chosen", help=parts.source_prefix.FLAG_HELP)
     else:
-        st.caption(controls.md_escape(note.text), help=parts.source_prefix.FLAG_HELP)
+        st.caption(note.text, help=parts.source_prefix.FLAG_HELP)
     outputs, prefix = result.target_tokens, result.decoder_input_tokens
     # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
     # pieces, with the target prefix of the same steps (what the browser must draw stays bounded)

@@ -38,6 +38,7 @@ MAX_UNIT = 6  # the longest unit, in characters
 DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (a CPU: ~2x faster than 4096)
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 _SPACE = re.compile(r"\s+")
+_COLUMN = re.compile(r"[a-z][a-z0-9_]{0,39}")
 Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 
 
@@ -217,6 +218,8 @@ class Condition:
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"op must be one of {sorted(OPS)}, not {self.op!r}")
+        if not _COLUMN.fullmatch(self.column):  # a table's column name: never markup or an address to show
+            raise ValueError(f"a column is a name like source_share, not {self.column[:40]!r}")
 
     def holds(self, row: Mapping[str, Any]) -> bool:
         x = _value(row, self.column)
