@@ -323,10 +323,10 @@ def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
             fig.add_trace(go.Scatter(x=np.arange(p), y=table[:, dim], mode="lines",
                                      name=f"dim {dim} ({kind}, wavelength {wavelength:.0f})",
                                      line=dict(color=HEAD_COLOURS[i % len(HEAD_COLOURS)], width=2)))
-    # the legend above the plot, under the title at the figure's top: below it, it would sit on the axis title
-    fig.update_layout(title=dict(text="Waves of chosen dimensions", x=0.0, xanchor="left", yref="container", y=1.0,
-                                 yanchor="top", pad=dict(t=12)), font=FONT, height=420,
-                      margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"), yaxis=dict(title="value"),
+    # the legend above the plot, under the title at the figure's top (room for it to wrap on a phone): below
+    # the plot it would sit on the axis title
+    fig.update_layout(title=top_title("Waves of chosen dimensions"), font=FONT, height=480,
+                      margin=dict(l=10, r=10, t=130, b=10), xaxis=dict(title="position"), yaxis=dict(title="value"),
                       legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=11)))
     return fig
 
