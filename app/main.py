@@ -21,8 +21,9 @@ if STARTING is not None:
 
 import torch  # noqa: E402 (after the notice above)
 
-from app import cached, card, catalog, controls, frame, inference, languages, selector, sidebar, state, work  # noqa: E402
-from app.controls import md_escape  # noqa: E402
+from app.compute import cached, card, catalog, inference, work  # noqa: E402
+from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
+from app.page.controls import md_escape  # noqa: E402
 from app.views import GROUPS, VIEWS  # noqa: E402
 
 # One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
@@ -46,8 +47,8 @@ def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analy
 
 
 def main() -> None:
-    """The page as one request of bounded work (``app.work.request``: every job it starts shares one ceiling and at
-    most one wait for a heavy slot; one notice says what was cut)."""
+    """The page as one request of bounded work (``app.compute.work.request``: every job it starts shares one ceiling
+    and at most one wait for a heavy slot; one notice says what was cut)."""
     with work.request() as req:
         page(req)
 

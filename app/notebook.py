@@ -31,9 +31,10 @@ import numpy as np
 
 from transformer import TranslationResult, Translator
 
-from . import report, svg
-from .analysis import AXIS_TITLES, KIND_NAMES, KINDS
-from .inference import Analysis
+from . import report
+from .compute.inference import Analysis
+from .drawing import svg
+from .drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS
 
 SVG_VIEWS = ("heatmap", "all_heads")
 

@@ -1,13 +1,13 @@
 """One translation as one self-contained HTML page: ``python -m app.report TEXT --out FILE.html``.
 
 The page opens offline in any browser, with no server. It draws the views described in :mod:`app.parts` (the
-descriptions the Streamlit page draws from): every chart is the figure its builder made (:mod:`app.figures`,
-:mod:`app.grid`), as plotly JSON (numbers rounded to 3 decimals), all of them deflated and base64 in one
+descriptions the Streamlit page draws from): every chart is the figure its builder made (:mod:`app.drawing.figures`,
+:mod:`app.drawing.grid`), as plotly JSON (numbers rounded to 3 decimals), all of them deflated and base64 in one
 element, with plotly.js once; a picker shows one of its pre-built options, and a few lines of script
 (``RUNTIME``) draw the charts on screen. A view that needs the model is computed here, at build time, from the
 translator; without one it is left out and the page says so. :func:`fragment` is the same views without plotly.js,
 for the notebook (:mod:`app.notebook`). Every piece of text from the sentence is escaped (HTML-like input shows as
-text); the text passes the app's input rules (``app.inference.take_input``). No Streamlit here.
+text); the text passes the app's input rules (``app.compute.inference.take_input``). No Streamlit here.
 """
 
 from __future__ import annotations
@@ -29,8 +29,17 @@ import plotly.graph_objects as go
 
 from transformer import CheckpointError, TranslationResult, Translator, load
 
-from . import figures, parts
-from .inference import MAX_INPUT_CHARS, Analysis, DecodeSettings, analysis_of, clean_text, language_args, take_input
+from . import parts
+from .compute.inference import (
+    MAX_INPUT_CHARS,
+    Analysis,
+    DecodeSettings,
+    analysis_of,
+    clean_text,
+    language_args,
+    take_input,
+)
+from .drawing import figures
 from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table
 
 VIEWS = tuple(parts.DESCRIBED)  # every view the page can draw (app.parts), in the registry's order

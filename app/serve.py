@@ -1,8 +1,8 @@
 """The server's entry point: ``streamlit run app/serve.py`` serves the page of ``app/main.py`` and, before it
 answers its first request (its health check included), loads the default model and analyses the first screen's
-sentence (``app.warm``), so the first visitor waits no longer than the next; its page names the first screen's
-scripts for the browser to fetch at once (``app.preload``). ``streamlit run app/main.py`` still works, warming on the
-first visit instead."""
+sentence (``app.page.warm``), so the first visitor waits no longer than the next; its page names the first screen's
+scripts for the browser to fetch at once (``app.page.preload``). ``streamlit run app/main.py`` still works, warming
+on the first visit instead."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import streamlit as st
 from starlette.middleware import Middleware
 
-from app.preload import PreloadFirstScreen
+from app.page.preload import PreloadFirstScreen
 
 
 @asynccontextmanager
 async def _warm(_app):
-    from app.warm import warm_up  # here, not at the top: the page's modules load in the server's process
+    from app.page.warm import warm_up  # here, not at the top: the page's modules load in the server's process
 
     await asyncio.to_thread(warm_up)
     yield

@@ -23,7 +23,7 @@ from .common import REPO_ROOT
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# the first server-built picture on the page (app.heatmaps.picture: an SVG as a Markdown image); a function from
+# the first server-built picture on the page (app.page.heatmaps.picture: an SVG as a Markdown image); a function from
 # such an image to its SVG document (decoded from its data: address); the first picture's SVG root, or null
 PICTURE = "[class*=st-key-attn_picture_] img"
 SVG_OF_JS = ("(i => new DOMParser().parseFromString(new TextDecoder().decode(Uint8Array.from("
@@ -189,7 +189,7 @@ def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float,
 def expected_ticks(checkpoint: str | Path, texts: list[str]) -> list[list[str]]:
     """The heatmap's x labels for each text as the page shows them: the source pieces, EOS last."""
     import transformer
-    from app.analysis import unique_labels
+    from app.drawing.analysis import unique_labels
 
     tr = transformer.load(checkpoint, device="cpu")
     return [[html.unescape(label) for label in unique_labels(tr.tokenizer.pieces(tr.encode_source(text)[0]))]

@@ -1,6 +1,7 @@
-"""``python -m bench.work_units``: what one work unit (``app.work``) costs in CPU time, per kind of job, on the shipped
-model: ALTI+ (``app.work.alti_work``) beside integrated gradients (``app.work.attribution_work``, the reference the
-unit was calibrated on: 2.7-3 ms of one core), on sentences of 32 to 256 source pieces.
+"""``python -m bench.work_units``: what one work unit (``app.compute.work``) costs in CPU time, per kind of job, on
+the shipped model: ALTI+ (``app.compute.work.alti_work``) beside integrated gradients
+(``app.compute.work.attribution_work``, the reference the unit was calibrated on: 2.7-3 ms of one core), on sentences
+of 32 to 256 source pieces.
 
 One process, one torch thread, CPU time (``time.process_time``: on a shared machine the wall clock measures the
 other tenants), the best of ``--repeats``; random token ids (the cost does not depend on them). Prints one line per
@@ -34,7 +35,7 @@ def best_cpu_seconds(run: Callable[[], Any], repeats: int) -> float:
 def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...] = SIZES) -> list[dict[str, Any]]:
     import torch
 
-    from app import catalog, work
+    from app.compute import catalog, work
     from transformer.interpret import attribute, contributions
 
     torch.set_num_threads(1)
@@ -50,7 +51,7 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
         labels = torch.randint(4, vocab, (1, t))
         with torch.no_grad():
             alti_s = best_cpu_seconds(partial(contributions, model, src, tgt, max_bytes=work.work_bytes()), repeats)
-        alti_units = work.alti_work(tr, s, t)  # as app.cached.beyond_work counts it (source, output pieces)
+        alti_units = work.alti_work(tr, s, t)  # as app.compute.cached.beyond_work counts it (source, output pieces)
         span, steps = (0, 4), 8
         ig_s = best_cpu_seconds(partial(attribute, model, src, tgt, labels, "integrated_gradients", steps,
                                         max_batch_bytes=work.work_bytes(), output_span=span), repeats)

@@ -51,12 +51,12 @@ def make_corpus(directory: Path, src: str = "en", tgt: str = "de", sizes: dict[s
 
 @pytest.fixture(autouse=True)
 def _no_remembered_load_failures():
-    """The app remembers load failures for the whole server process (``app.cached.LOAD_FAILURES``); the tests share
-    one process, so each test starts with none (a Hub id that one test made fail must not fail the next)."""
+    """The app remembers load failures for the whole server process (``app.compute.cached.LOAD_FAILURES``); the tests
+    share one process, so each test starts with none (a Hub id that one test made fail must not fail the next)."""
     yield
     import sys
 
-    cached = sys.modules.get("app.cached")
+    cached = sys.modules.get("app.compute.cached")
     if cached is not None:
         cached.LOAD_FAILURES.clear()
 
@@ -200,7 +200,7 @@ def navigate(at, query: dict[str, str]):
     """The browser's Back or Forward to the address ``query``, then the page's run. Streamlit marks such a run as
     history navigation (the only run besides a first visit whose address the page adopts); AppTest cannot send
     the mark, so it is given here, for that one run."""
-    from app import state
+    from app.page import state
 
     at.query_params.clear()
     at.query_params.update(query)
@@ -292,8 +292,8 @@ def set_view(at, view: str):
 
 
 def counting_jobs(slots: int = 1):
-    """The server's heavy slots (``app.work.HeavyJobs``), counting every time a job takes one (``.taken``)."""
-    from app import work
+    """The server's heavy slots (``app.compute.work.HeavyJobs``), counting every time a job takes one (``.taken``)."""
+    from app.compute import work
 
     class CountingJobs(work.HeavyJobs):
         taken = 0
@@ -308,7 +308,7 @@ def counting_jobs(slots: int = 1):
 @pytest.fixture()
 def counted_slot(monkeypatch):
     """The server's heavy slot (one), counting every time a job takes it."""
-    from app import work
+    from app.compute import work
 
     jobs = counting_jobs(1)
     monkeypatch.setattr(work, "HEAVY", jobs)

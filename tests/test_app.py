@@ -23,7 +23,9 @@ from conftest import (  # noqa: E402
 )
 
 import transformer  # noqa: E402
-from app import analysis, catalog, frame, grid, inference  # noqa: E402
+from app.compute import catalog, inference
+from app.drawing import analysis, grid
+from app.page import frame  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ the main path
 
@@ -312,7 +314,7 @@ def test_missing_default_checkpoint_explains_what_to_do(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
     monkeypatch.setattr(catalog, "REPO_ROOT", tmp_path)
     monkeypatch.chdir(tmp_path)
-    from app import cached
+    from app.compute import cached
 
     cached.get_translator.clear()  # a test before may have loaded the real default under the same name
     at = new_app()

@@ -108,7 +108,7 @@ def test_a_long_sentences_attribution_window_names_its_pieces(app_env, tr):
 
 
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
-    from app import controls
+    from app.page import controls
 
     small = set_view(translate(new_app(), TEXT), "What drives each word")
     assert small.segmented_control(key="drivers_method").value == "integrated_gradients"

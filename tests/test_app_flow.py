@@ -1,4 +1,4 @@
-"""The view "How each word is built" and its figure builder (``app.flowgraph``): the graph of
+"""The view "How each word is built" and its figure builder (``app.drawing.flowgraph``): the graph of
 ``transformer.interpret.flow`` drawn as it is, a head opened from the address or a click."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ pytest.importorskip("streamlit")
 
 from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
-from app import flowgraph  # noqa: E402
+from app.drawing import flowgraph  # noqa: E402
 from transformer.interpret import flow, head_logits, head_output  # noqa: E402
 from transformer.interpret.flow import Edge, FlowGraph, Node  # noqa: E402
 
@@ -151,7 +151,7 @@ def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
 
 
 def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
-    from app import work
+    from app.compute import work
 
     w = work.flow_work(tr, 10, 12)
     assert work.flow_work(tr, 20, 12) > w and work.flow_work(tr, 10, 24) > w
@@ -168,7 +168,7 @@ def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
 
 
 def test_a_long_sentence_shows_a_window_of_its_positions(app_env):
-    from app import heatmaps
+    from app.page import heatmaps
 
     at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "How each word is built"})
     assert_clean(at)

@@ -25,7 +25,7 @@ def spm_dir(tmp_path_factory, tiny_corpus):
 
 @pytest.mark.parametrize("name,target", [("m2m100", "fr"), ("nllb-12x16", "fra_Latn")])
 def test_a_multilingual_checkpoint_opens_in_every_view(tmp_path, spm_dir, monkeypatch, name, target):
-    from app import controls
+    from app.page import controls
 
     _, _, path = save_m2m100(tmp_path, spm_dir, name)
     monkeypatch.setenv("ATTN_CHECKPOINT", str(path))  # the save_pretrained directory itself, converted on load

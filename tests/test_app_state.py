@@ -1,4 +1,4 @@
-"""The page's state and address (app/state.py) and the frame's rough edges, through AppTest on the tiny checkpoint."""
+"""The page's state and address (app/page/state.py) and the frame's rough edges, through AppTest (tiny checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ pytest.importorskip("streamlit")
 from conftest import assert_clean, chart, navigate, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from app import inference  # noqa: E402
+from app.compute import inference  # noqa: E402
 from app.views import VIEWS  # noqa: E402
 
 torch.set_num_threads(1)
@@ -138,7 +138,7 @@ def test_escaped_text_holds_no_bare_address_markdown_would_link():
     text a visitor reads."""
     import re
 
-    from app.controls import md_escape
+    from app.page.controls import md_escape
 
     url = re.compile(r"(https?://|www(?=\.))([-.\w]+)", re.IGNORECASE)
     email = re.compile(r"([-.\w+]+)@([-\w]+(?:\.[-\w]+)+)")
@@ -152,7 +152,7 @@ def test_escaped_text_holds_no_bare_address_markdown_would_link():
 
 def test_link_numbers_are_ascii_digits_only():
     """Issue #37, 5: ``layer=٣`` (Arabic-Indic three), ``1_0`` or a fullwidth digit are not numbers in a link."""
-    from app import controls, heatmaps, params
+    from app.page import controls, heatmaps, params
     from app.views import all_heads
 
     for parse in (params.int_in(0, 100), params.float_in(0, 100)):

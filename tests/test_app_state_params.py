@@ -1,4 +1,4 @@
-"""The frame's address parameters live in the same registry as the views' (app/params.py): a link goes URL -> state
+"""The frame's address parameters live in the same registry as the views' (app/page/params.py): a link goes URL -> state
 -> URL through the registry alone. No page is opened: the session state is Streamlit's own outside a script run."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 
 st = pytest.importorskip("streamlit")
 
-from app import params, state, views  # noqa: E402
+from app import views  # noqa: E402
+from app.page import params, state  # noqa: E402
 
 # The frame's URL names in the address's order: a public contract (users' links rely on them), so written out here
 FRAME_ORDER = ["text", "beam", "alpha", "a", "b", "src", "tgt", "model", "s", "view"]

@@ -125,8 +125,8 @@ def walk_controls(view: str, text: str) -> set[str]:
 
 
 def test_no_view_parameter_shadows_a_frame_parameter():
-    from app import params, state
+    from app.page import params, state
 
-    assert state.VIEW in {p.key for p in params.frame()}  # the frame's are registered (by app.state)
+    assert state.VIEW in {p.key for p in params.frame()}  # the frame's are registered (by app.page.state)
     clashes = {p.name for p in params.all_params()} & {p.name for p in params.frame()}
     assert not clashes, f"view parameters named like the frame's: {clashes}"

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from app import analysis, figures, grid, inference, probes, svg
-from app.analysis import KINDS, first_numbers
+from app.compute import inference, probes
+from app.drawing import analysis, figures, grid, svg
+from app.drawing.analysis import KINDS, first_numbers
 
 torch.set_num_threads(1)
 

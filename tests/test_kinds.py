@@ -61,7 +61,7 @@ def test_query_stats_equal_plain_loops(q, k):
 
 def test_the_app_head_table_means_the_same_statistics():
     pytest.importorskip("streamlit")
-    from app.analysis import diagonal_share, head_diagnostics
+    from app.drawing.analysis import diagonal_share, head_diagnostics
 
     w = random_weights(3, 5, 4, seed=1)
     rows = head_diagnostics({"cross": w[None].numpy()}, {"cross": 3})

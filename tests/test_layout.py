@@ -88,6 +88,42 @@ def test_transformer_imports_at_the_top_and_in_no_loop():
             visit(node, [])
 
 
+APP_FLOORS = ("app.drawing", "app.compute", "app.parts", ("app.page", "app.notebook", "app.report"), "app.views",
+              ("app.main", "app.serve"))  # bottom up; "app" itself (its __init__) imports nothing of the app
+
+
+def app_floor(module: str) -> int:
+    for i, floor in enumerate(APP_FLOORS):
+        for name in (floor,) if isinstance(floor, str) else floor:
+            if module == name or module.startswith(name + "."):
+                return i
+    raise AssertionError(f"{module} is on no floor of docs/code.md's app/")
+
+
+def test_app_imports_only_its_own_floor_and_below():
+    app = ROOT / "app"
+    known = {module_name(p) for p in app.rglob("*.py")}
+    assert {"app.drawing.figures", "app.compute.cached", "app.page.state", "app.parts.masks"} <= known
+    for path in sorted(app.rglob("*.py")):
+        name = module_name(path)
+        if name == "app":
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names]
+            for t in targets:
+                if t.startswith("app.") and t in known | {m.rsplit(".", 1)[0] for m in known}:
+                    assert app_floor(t) <= app_floor(name), f"{name} imports {t}, a floor above it"
+
+
 def test_the_network_imports_nothing_else_of_the_project():
     paths = sorted((PACKAGE / "network").glob("*.py"))
     assert len(paths) > 5

@@ -1,4 +1,4 @@
-"""The page's ``Link`` header (``app.preload``): the first screen's lazily loaded scripts, read from Streamlit's
+"""The page's ``Link`` header (``app.page.preload``): the first screen's lazily loaded scripts, read from Streamlit's
 bundle, named for the browser to fetch while it parses the main bundle."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from app import preload
+from app.page import preload
 
 INDEX = ('<html><head><script type="module" crossorigin src="./static/js/index.AAA.js"></script>'
          '<link rel="modulepreload" crossorigin href="./static/js/react.BBB.js"></head></html>')

@@ -176,7 +176,7 @@ def test_show_draws_one_view_or_every_view(tr):
     cells = re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})"><title>', heat.html)
     weights = result.cross_attentions[1][2].numpy()
     assert len(cells) == weights.size
-    from app import svg
+    from app.drawing import svg
 
     assert cells == list(svg.colours(weights, 0.0, 1.0).ravel())  # the head's own weights, in order
     grid = notebook.show(result, "all_heads", kind="decoder", return_html=True)
@@ -391,14 +391,16 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
     buttons = at.get("download_button")
     assert len(buttons) == 3 and not built  # JSON, NPZ and the page: none of them built before its click
     assert buttons[-1].proto.label == "Download the page (HTML)"
-    from app import cached
+    from app.compute import cached
 
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis" and k[3] == text)
     before = cached.RESULTS.nbytes
     model = cached.Model(key[1], key[2])
-    page = model.report_file(key[3], key[4])()  # what the button's click calls
+    from app.views.export import page_html
+
+    page = model.report_file(key[3], key[4], page_html)()  # what the button's click calls
     assert page.decode("utf-8") == built[0] and cached.RESULTS.nbytes - before >= len(page)  # counted in the budget
-    assert model.report_file(key[3], key[4])() is page  # kept: a second click builds nothing
+    assert model.report_file(key[3], key[4], page_html)() is page  # kept: a second click builds nothing
     assert len(built) == 1
     assert f"<th>Translation</th><td>{html.escape(tr.translate(text).text)}</td>" in built[0]  # the sentence shown
     assert views_of(built[0]) == (list(report.DEFAULT_VIEWS), [])

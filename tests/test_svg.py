@@ -1,5 +1,5 @@
-"""The server-built SVG heatmap (``app.svg``): its cells are the model's weights, its text is escaped, its colours
-follow the plotly figure's scale."""
+"""The server-built SVG heatmap (``app.drawing.svg``): its cells are the model's weights, its text is escaped, its
+colours follow the plotly figure's scale."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from app import figures, svg
+from app.drawing import figures, svg
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 

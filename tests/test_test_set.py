@@ -14,7 +14,8 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, charts, new_app  # noqa: E402
 
-from app import table_figures, tables  # noqa: E402
+from app.compute import tables  # noqa: E402
+from app.drawing import table_figures
 from app.views import test_set  # noqa: E402
 
 VIEW = "Whole test set"
@@ -240,8 +241,8 @@ def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_tab
 
 def test_a_pasted_list_is_computed_within_the_work_limit_with_a_notice(with_table, monkeypatch):
     import transformer
-    from app import work
-    from app.inference import DecodeSettings
+    from app.compute import work
+    from app.compute.inference import DecodeSettings
     from transformer.interpret.table import table_rows
 
     ckpt, _, _ = with_table

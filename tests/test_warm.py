@@ -1,4 +1,4 @@
-"""The server warms before its first visitor: ``app.warm.warm_up`` fills the caches the page reads (the model in
+"""The server warms before its first visitor: ``app.page.warm.warm_up`` fills the caches the page reads (the model in
 ``st.cache_resource``, the first screen's analysis in the results cache), so the first run finds them."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ def test_after_warm_up_the_first_visit_runs_no_model(app_env, monkeypatch):
     the cache: with the model's forward pass made to fail, the page still shows the translation."""
     import conftest
 
-    from app import inference, state, warm
+    from app.compute import inference
+    from app.page import state, warm
 
     warm.warm_up()
 
@@ -38,4 +39,4 @@ def test_the_entry_point_is_a_streamlit_app_with_a_warming_lifespan():
     assert discover_asgi_app(ROOT / "app" / "serve.py").is_asgi_app
     tree = ast.parse((ROOT / "app" / "serve.py").read_text(encoding="utf-8"))
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "App")
-    assert [k.arg for k in call.keywords] == ["lifespan", "middleware"]  # middleware: app.preload's Link header
+    assert [k.arg for k in call.keywords] == ["lifespan", "middleware"]  # middleware: app.page.preload's Link header

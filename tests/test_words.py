@@ -14,8 +14,10 @@ import numpy as np
 import plotly.colors
 import pytest
 
-from app import analysis, card, controls, figures, svg
-from app.frame import FSI, PDI, unknown_notice
+from app.compute import card
+from app.drawing import analysis, figures, svg
+from app.page import controls
+from app.page.frame import FSI, PDI, unknown_notice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +161,7 @@ def test_the_heads_table_shows_a_dash_where_a_statistic_does_not_apply():
 
 
 def test_no_table_has_an_empty_header():
-    from app.sidebar import markdown_table
+    from app.page.sidebar import markdown_table
 
     for readme in (ROOT / "checkpoints").glob("*/README.md"):
         for line in readme.read_text().splitlines():
@@ -167,7 +169,7 @@ def test_no_table_has_an_empty_header():
                 assert line.replace(" ", "") != "|||", readme
     facts = markdown_table(("property", "value"), [("layers", 4)]).splitlines()[0]
     assert all(cell.strip() for cell in facts.strip("|").split("|"))
-    sidebar = (ROOT / "app" / "sidebar.py").read_text()
+    sidebar = (ROOT / "app" / "page" / "sidebar.py").read_text()
     assert 'markdown_table((""' not in sidebar
 
 

@@ -15,8 +15,8 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, new_app, plain, set_view, tiny_model, translate  # noqa: E402
 
-from app import budget, cached, work  # noqa: E402
-from app.inference import DecodeSettings  # noqa: E402
+from app.compute import budget, cached, work  # noqa: E402
+from app.compute.inference import DecodeSettings  # noqa: E402
 from transformer.interpret import attribute, attribution_row_bytes  # noqa: E402
 
 torch.set_num_threads(1)
@@ -432,7 +432,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
     """Three caption sentences of the benchmark's kind, at the page's default settings, with the analysis of the
     longest, stay within ``LIGHT_WORK`` on the shipped model (so they never queue for a heavy slot)."""
     import transformer
-    from app import state
+    from app.page import state
 
     path = work.REPO_ROOT / "checkpoints" / "multi30k-en-de" if hasattr(work, "REPO_ROOT") else None
     path = path or __import__("pathlib").Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
@@ -479,7 +479,7 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
     budget); the download's callable builds it on the click, into the byte-budgeted cache."""
     import json as json_
 
-    from app import inference
+    from app.compute import inference
 
     at = new_app({"text": "a man rides a bike.", "view": "Export"})
     assert_clean(at)
@@ -503,7 +503,7 @@ def test_one_model_handle_serves_every_visitor(app_env):
     and the request's key, nothing more (the model stays the cache's to evict, the bytes the budget's)."""
     import dataclasses
 
-    from app.inference import Analysis
+    from app.compute.inference import Analysis
     from transformer import Transformer, Translator
 
     a, b = cached.Model(str(app_env), "cpu"), cached.Model(str(app_env), "cpu")

@@ -22,12 +22,12 @@ import plotly.graph_objects as go
 
 from transformer import Translator
 
-from ..inference import Analysis
+from ..compute.inference import Analysis
 
 
 @dataclass
 class Chart:
-    """One plotly figure from a builder of :mod:`app.figures` / :mod:`app.grid` (or its plotly JSON, see
+    """One plotly figure from a builder of :mod:`app.drawing.figures` / :mod:`app.drawing.grid` (or its plotly JSON, see
     :func:`variant`), with the caption under it and the name of its PNG."""
 
     figure: go.Figure | dict

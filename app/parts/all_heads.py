@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import grid
-from ..analysis import KIND_NAMES, KINDS
-from ..inference import Analysis
+from ..compute.inference import Analysis
+from ..drawing import grid
+from ..drawing.analysis import KIND_NAMES, KINDS
 from . import Chart, Choice, Part, Source
 
 NAME, KEY = "All heads", "all_heads"

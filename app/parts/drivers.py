@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .. import figures, probes
-from ..inference import Analysis
+from ..compute import probes
+from ..compute.inference import Analysis
+from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
 NAME, KEY = "What drives each word", "attribution"
@@ -17,7 +18,7 @@ METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_g
 
 
 def charts(a: Analysis, data: dict, window: tuple[int, int, int, int] | None = None) -> list[Chart]:
-    """The two attribution maps and the source share per step, from :func:`app.probes.attributions`'s ``data``
+    """The two attribution maps and the source share per step, from :func:`app.compute.probes.attributions`'s ``data``
     (``window``: rows ``q0:q1`` of the output pieces attributed and columns ``k0:k1`` of the source)."""
     src, tgt = data["source"], data["target"]  # (T', S), (T', T): the output pieces of the span attributed
     first, end = (int(x) for x in data.get("span", (0, len(src))))

@@ -3,7 +3,8 @@ Voita, 2024) through the encoder, the cross-attention and the decoder, at the th
 
 from __future__ import annotations
 
-from .. import flowgraph, probes, work
+from ..compute import probes, work
+from ..drawing import flowgraph
 from . import Chart, Choice, Note, Part, Source
 
 NAME, KEY = "How each word is built", "flow"

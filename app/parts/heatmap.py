@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import figures
-from ..analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
-from ..inference import Analysis
+from ..compute.inference import Analysis
+from ..drawing import figures
+from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
 from . import Chart, Choice, Note, Part, Source, variant
 
 NAME, KEY = "Heatmap", "heatmap"

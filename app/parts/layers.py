@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import figures, probes
-from ..inference import Analysis
+from ..compute import probes
+from ..compute.inference import Analysis
+from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
 NAME, KEY = "Layer by layer", "lens"
@@ -20,7 +21,7 @@ def top_cell(piece: str, probability: float) -> str:
 
 def parts(a: Analysis, data: dict, pieces) -> list[Part]:
     """The heatmap of the produced piece's probability per layer and step, the table of each layer's top guess and
-    the summary line, from :func:`app.probes.lens`'s ``data`` (``pieces``: ids -> pieces, the tokenizer's)."""
+    the summary line, from :func:`app.compute.probes.lens`'s ``data`` (``pieces``: ids -> pieces, the tokenizer's)."""
     steps = a.target_tokens
     chosen = data["chosen"]  # (L, T)
     names = [f"layer {i + 1}" for i in range(chosen.shape[0])]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import figures
-from ..analysis import KIND_NAMES, KINDS, first_numbers
-from ..inference import Analysis
+from ..compute.inference import Analysis
+from ..drawing import figures
+from ..drawing.analysis import KIND_NAMES, KINDS, first_numbers
 from . import Chart, Choice, Part, Source
 
 NAME, KEY = "Lines", "lines"

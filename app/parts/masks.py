@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from transformer import Translator
 
-from .. import figures, probes
-from ..analysis import masked_weight
-from ..inference import Analysis
+from ..compute import probes
+from ..compute.inference import Analysis
+from ..drawing import figures
+from ..drawing.analysis import masked_weight
 from . import Chart, Choice, Note, Part, Source
 
 NAME, KEY = "Masks", "masks"

@@ -6,8 +6,9 @@ import numpy as np
 
 from transformer import Translator
 
-from .. import figures, probes
-from ..inference import Analysis
+from ..compute import probes
+from ..compute.inference import Analysis
+from ..drawing import figures
 from . import Chart, Part, Source
 
 NAME, KEY = "Positional encoding", "positional"

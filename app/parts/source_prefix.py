@@ -8,9 +8,10 @@ import numpy as np
 from transformer import Translator
 from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
 
-from .. import card, figures, probes, work
-from ..catalog import load_heads
-from ..inference import Analysis
+from ..compute import card, probes, work
+from ..compute.catalog import load_heads
+from ..compute.inference import Analysis
+from ..drawing import figures
 from . import Chart, Choice, Note, Part, Source
 
 NAME, KEY = "Source or prefix", "source_prefix"
@@ -104,7 +105,7 @@ def charts(a: Analysis, data: dict, threshold: float | None, window: Window | No
 
 
 def fits(tr: Translator, a: Analysis) -> tuple[bool, list[str]]:
-    """Whether ALTI+ of this sentence fits the work allowed, and the notices (``app.work.plan_alti``)."""
+    """Whether ALTI+ of this sentence fits the work allowed, and the notices (``app.compute.work.plan_alti``)."""
     return work.plan_alti(tr, len(a.source_ids), len(a.target_ids))
 
 

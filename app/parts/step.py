@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import figures
-from ..analysis import escape
-from ..inference import Analysis
+from ..compute.inference import Analysis
+from ..drawing import figures
+from ..drawing.analysis import escape
 from . import Chart, Choice, Note, Part, Source, variant
 
 NAME, KEY = "Step through", "step"

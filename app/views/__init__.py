@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from .. import params, parts
-from ..state import ViewContext
+from .. import parts
+from ..page import params
+from ..page.state import ViewContext
 from . import (
     ablation,
     all_heads,

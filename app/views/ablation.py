@@ -7,13 +7,15 @@ import streamlit as st
 
 from transformer.interpret.heads import KINDS, ranked_heads
 
-from .. import controls, figures, inference, work
-from ..analysis import AXIS_TITLES, KIND_NAMES, first_numbers
-from ..catalog import load_heads
-from ..controls import head_label, head_ref, parse_head_ref
-from ..inference import HeadKey
-from ..params import FROM_LINK, Param
-from ..state import ViewContext
+from ..compute import inference, work
+from ..compute.catalog import load_heads
+from ..compute.inference import HeadKey
+from ..drawing import figures
+from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, first_numbers
+from ..page import controls
+from ..page.controls import head_label, head_ref, parse_head_ref
+from ..page.params import FROM_LINK, Param
+from ..page.state import ViewContext
 
 ABLATE = "ablate"
 ABLATION = "ablation"  # (text, settings, heads) of the last ablation run

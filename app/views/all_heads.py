@@ -6,9 +6,10 @@ import re
 
 import streamlit as st
 
-from .. import controls, figures, grid, heatmaps
-from ..params import Param
-from ..state import ViewContext
+from ..drawing import figures, grid
+from ..page import controls, heatmaps
+from ..page.params import Param
+from ..page.state import ViewContext
 
 PICK = "grid_pick"
 
@@ -66,7 +67,7 @@ def render(ctx: ViewContext) -> None:
         if controls.has_repeats(queries, keys):
             st.caption(controls.REPEATS)
         pick = st.pills("Open a head large", options, key=PICK, persist_state="session", wrap=True)  # never cut off
-    # sticky beside the grid (app.frame.PAGE_CSS): in view wherever the visitor clicked, not at the grid's top
+    # sticky beside the grid (app.page.frame.PAGE_CSS): in view wherever the visitor clicked, not at the grid's top
     with right.container(key="opened_head"):
         if not pick:
             st.info("Click a head in the grid, or pick it under the grid, to open it here.", icon=":material/apps:")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import controls, figures, heatmaps
-from ..state import ViewContext
+from ..drawing import figures
+from ..page import controls, heatmaps
+from ..page.state import ViewContext
 
 # a long search: the output steps drawn (steps=1-25 at first: a label per node stays readable on a laptop)
 STEPS = heatmaps.span_param("steps", "beam_tree_swin", size=25)
@@ -63,7 +64,7 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                           "<extra>" + status + "</extra>"))
     longest = max((figures.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
     width = (last - first + 1) * (longest / 2 + 2 * figures.LABEL_GAP) + 120  # every other step's labels side by side
-    fig.update_layout(meta={"min_width": int(width)},  # app.figures.min_width: its labels readable
+    fig.update_layout(meta={"min_width": int(width)},  # app.drawing.figures.min_width: its labels readable
                       height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
                       xaxis=dict(title=dict(text="output step"), dtick=1), title=dict(text="Beam search tree", x=0),
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"), autorange="reversed"),

@@ -11,10 +11,12 @@ import streamlit as st
 
 import transformer
 
-from .. import cached, catalog, controls, figures, heatmaps, params, work
-from ..analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
-from ..inference import Analysis
-from ..state import ViewContext
+from ..compute import cached, catalog, work
+from ..compute.inference import Analysis
+from ..drawing import figures
+from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
+from ..page import controls, heatmaps, params
+from ..page.state import ViewContext
 
 WITH, ALPHA = "compare_with", "compare_alpha"
 ALPHAS = ["same", "own"]  # both models at the sidebar's α (comparable scores), or each at its own

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls, figures, heatmaps, parts
-from ..params import Param, one_of
-from ..state import ViewContext
+from .. import parts
+from ..drawing import figures
+from ..page import controls, heatmaps
+from ..page.params import Param, one_of
+from ..page.state import ViewContext
 
 METHODS = parts.drivers.METHODS
 SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)

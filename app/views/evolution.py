@@ -5,9 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import card, controls, figures, heatmaps, probes, work
-from ..analysis import first_numbers
-from ..state import ViewContext
+from ..compute import card, probes, work
+from ..drawing import figures
+from ..drawing.analysis import first_numbers
+from ..page import controls, heatmaps
+from ..page.state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
           *heatmaps.window_params("evolution"))

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import state
-from ..state import ViewContext
+from transformer import Translator
+
+from .. import report
+from ..compute.inference import Analysis
+from ..page import state
+from ..page.state import ViewContext
 
 PARAMS = ()  # no choices of its own
 
@@ -40,6 +44,11 @@ def render(ctx: ViewContext) -> None:
     offline_page(ctx)
 
 
+def page_html(tr: Translator, analysis: Analysis, checkpoint: str) -> str:
+    """The offline page the download button builds (``app.report``'s default views)."""
+    return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=checkpoint)
+
+
 def offline_page(ctx: ViewContext) -> None:
     """The sentence on screen as one self-contained HTML page (``app.report``), built only when asked."""
     with st.container(border=True):
@@ -48,6 +57,7 @@ def offline_page(ctx: ViewContext) -> None:
                    "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
                    "masks and the positional encoding (about 5 MB, most of it the plotting library).")
         # data as a callable: the page is made on the click, in a heavy slot, and kept in the budgeted cache
-        st.download_button("Download the page (HTML)", ctx.model.report_file(ctx.result.text, ctx.result.settings),
+        st.download_button("Download the page (HTML)", ctx.model.report_file(ctx.result.text, ctx.result.settings,
+                                                                             page_html),
                            file_name="attention.html", mime="text/html", key="download_report",
                            icon=":material/description:", on_click="ignore")

@@ -9,10 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import controls, figures, flowgraph, heatmaps, parts, work
-from ..analysis import KIND_NAMES, escape, first_numbers
-from ..params import Param, float_in, int_in
-from ..state import ViewContext
+from .. import parts
+from ..compute import work
+from ..drawing import figures, flowgraph
+from ..drawing.analysis import KIND_NAMES, escape, first_numbers
+from ..page import controls, heatmaps
+from ..page.params import Param, float_in, int_in
+from ..page.state import ViewContext
 
 STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_swin"
 DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls, heatmaps
-from ..analysis import KINDS, head_diagnostics
-from ..controls import KIND_LABELS
-from ..params import Param
-from ..state import ViewContext
+from ..drawing.analysis import KINDS, head_diagnostics
+from ..page import controls, heatmaps
+from ..page.controls import KIND_LABELS
+from ..page.params import Param
+from ..page.state import ViewContext
 
 PICK = "table_pick"
 AGREEMENT = "agrees with attribution"

@@ -11,11 +11,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import card, catalog, controls, figures, heatmaps
-from ..analysis import KIND_NAMES, KINDS
-from ..catalog import load_heads
-from ..controls import KIND_LABELS
-from ..state import ViewContext
+from ..compute import card, catalog
+from ..compute.catalog import load_heads
+from ..drawing import figures
+from ..drawing.analysis import KIND_NAMES, KINDS
+from ..page import controls, heatmaps
+from ..page.controls import KIND_LABELS
+from ..page.state import ViewContext
 
 DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
 PICK = "heads_pick"
@@ -47,7 +49,7 @@ def importance_figure(importance: dict[str, list]) -> go.Figure:
     heads = max(len(importance[k][0]) if len(importance[k]) else 0 for k in KINDS)
     title = max(figures.text_px(KIND_LABELS[k], 16) for k in KINDS)  # plotly's subplot titles: 16 px
     panel = max(title, heads * (figures.text_px("H10", 12) + figures.LABEL_GAP)) + 12
-    fig.update_layout(meta={"min_width": int(3 / 0.92 * panel + 150)},  # app.figures.min_width
+    fig.update_layout(meta={"min_width": int(3 / 0.92 * panel + 150)},  # app.drawing.figures.min_width
                       coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=figures.colour_bar("importance")),
                       height=330, margin=dict(l=10, r=10, t=80, b=10), font=figures.FONT,
                       title=dict(text="Head importance (Michel et al., normalised per layer)", x=0.0))

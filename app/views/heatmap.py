@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, heatmaps, params
-from ..state import ViewContext
+from ..page import controls, heatmaps, params
+from ..page.state import ViewContext
 
 ROW = "heatmap_chart_row"  # heatmaps.svg_heatmap's row picker for the key "heatmap_chart"
 INTERACTIVE = "interactive"  # this view's widget key: the plotly figure (zoom, pan, PNG) instead of the SVG

@@ -9,10 +9,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import controls, figures
-from ..analysis import KIND_NAMES, first_numbers
-from ..params import Param, int_in
-from ..state import ViewContext
+from ..drawing import figures
+from ..drawing.analysis import KIND_NAMES, first_numbers
+from ..page import controls
+from ..page.params import Param, int_in
+from ..page.state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("head", controls.HEAD, controls.HEAD_PARAM.parse, "1"),
           Param("q", "inside_query", int_in(1, 10_000), 1))

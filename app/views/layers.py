@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import controls, parts
-from ..state import ViewContext
+from .. import parts
+from ..page import controls
+from ..page.state import ViewContext
 
 PARAMS = ()  # no choices of its own
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, figures, parts
-from ..params import Param, float_in, int_in, int_list, join
-from ..state import ViewContext
+from .. import parts
+from ..drawing import figures
+from ..page import controls
+from ..page.params import Param, float_in, int_in, int_list, join
+from ..page.state import ViewContext
 
 HEADINGS = parts.lines.HEADINGS
 HEADS, FOCUS, THRESHOLD, FOCUS_KIND = "lines_heads", "lines_focus", "lines_threshold", "_lines_focus_kind"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, heatmaps, parts
-from ..params import Param, int_in
-from ..state import ViewContext
+from .. import parts
+from ..page import controls, heatmaps
+from ..page.params import Param, int_in
+from ..page.state import ViewContext
 
 MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
 WINDOW = heatmaps.span_param("mw", "masks_window", size=MOST)  # a longer sentence: a window of its positions

@@ -7,10 +7,13 @@ import math
 import numpy as np
 import streamlit as st
 
-from .. import controls, figures, parts, probes
-from ..figures import wave_dims
-from ..params import Param, int_in, int_list, join
-from ..state import ViewContext
+from .. import parts
+from ..compute import probes
+from ..drawing import figures
+from ..drawing.figures import wave_dims
+from ..page import controls
+from ..page.params import Param, int_in, int_list, join
+from ..page.state import ViewContext
 
 PE_CELLS = 33_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension;
 # the shipped models' own table, 256 x 128, whole)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, heatmaps, parts, work
-from ..params import Param
-from ..state import ViewContext
+from .. import parts
+from ..compute import work
+from ..page import controls, heatmaps
+from ..page.params import Param
+from ..page.state import ViewContext
 
 ALL = parts.source_prefix.ALL
 threshold_of = parts.source_prefix.threshold_of

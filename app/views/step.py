@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import controls, parts
-from ..params import Param, int_in
-from ..state import ViewContext
+from .. import parts
+from ..page import controls
+from ..page.params import Param, int_in
+from ..page.state import ViewContext
 
 PARAMS = (Param("step", "step", int_in(1, 1000), 1), Param("k", "topk", int_in(3, 100), 8),
           Param("sl", "step_layer", int_in(1, 64)))

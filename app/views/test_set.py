@@ -2,7 +2,7 @@
 presets, a histogram of one signal and source share against chrF; a selected row opens its sentence in every view.
 
 The tables shipped beside a checkpoint (``tables/<split>.parquet``) hold ids, translations and signals; their
-sources and references are read back from a copy of the data set (:func:`app.tables.join_inputs`). A pasted list
+sources and references are read back from a copy of the data set (:func:`app.compute.tables.join_inputs`). A pasted list
 is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only tables;
 elsewhere a table file on this machine can be opened too.
 """
@@ -21,11 +21,13 @@ import streamlit as st
 
 from transformer.interpret.signals import flag_rule
 
-from .. import catalog, controls, figures, state, table_figures, tables, work
-from ..catalog import load_heads
-from ..inference import MAX_INPUT_CHARS
-from ..params import Param, one_of
-from ..state import ViewContext
+from ..compute import catalog, tables, work
+from ..compute.catalog import load_heads
+from ..compute.inference import MAX_INPUT_CHARS
+from ..drawing import figures, table_figures
+from ..page import controls, state
+from ..page.params import Param, one_of
+from ..page.state import ViewContext
 
 TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
 PATH = "testset_path"  # a table file on this machine (not in public mode; never in the address)
@@ -309,7 +311,7 @@ JUMPS = ("Heatmap", "Source or prefix", "Step through")
 
 
 def _go(view: str) -> None:
-    """Callback: show ``view``; its group follows (``app.selector.resolve`` sets the group of a view without one)."""
+    """Callback: show ``view``; its group follows (``app.page.selector.resolve`` sets a view's group)."""
     st.session_state.pop(state.VIEW_GROUP, None)
     st.session_state[state.VIEW] = view
 

@@ -1,9 +1,9 @@
 """The first screen's heatmap as a plain SVG string built on the server: no plotly.js to fetch and parse.
 
-Same arrays and same colour scale as :func:`app.figures.attention_heatmap`; every cell is a ``<rect>`` whose
+Same arrays and same colour scale as :func:`app.drawing.figures.attention_heatmap`; every cell is a ``<rect>`` whose
 ``<title>`` (the hover tooltip of the downloaded file) names the query token, the key token and the weight. Every
-piece of text comes from the visitor's sentence, so every piece goes through :func:`app.analysis.escape`: the SVG
-holds no markup but the markup built here. No Streamlit here.
+piece of text comes from the visitor's sentence, so every piece goes through :func:`app.drawing.analysis.escape`: the
+SVG holds no markup but the markup built here. No Streamlit here.
 
 The page shows it as an image (:func:`data_uri`): the browser draws it natively, like a PNG, in the page's first
 frame (no JavaScript turns it into elements, no script in it could ever run). Lean on purpose: a row's cells are
@@ -77,7 +77,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                 highlight_row: int | None = None, query_first: int = 1, key_first: int = 1) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
     for "query (position) → key (position): weight 0.123" (positions numbered as everywhere on the page: from
-    ``query_first``/``key_first`` at the start of the whole axis, see ``app.analysis.FIRST_NUMBER``).
+    ``query_first``/``key_first`` at the start of the whole axis, see ``app.drawing.analysis.FIRST_NUMBER``).
     ``highlight_row`` outlines one query row."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape

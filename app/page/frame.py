@@ -1,5 +1,5 @@
 """The frame around every view: the page's name and style, model loading, the input box, a longer text's
-sentences and the translation panel (the sidebar: ``app.sidebar``). Every change applies at once."""
+sentences and the translation panel (the sidebar: ``app.page.sidebar``). Every change applies at once."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import streamlit as st
 import transformer
 from transformer import Translator
 
-from . import cached, catalog, inference, state, work
+from ..compute import cached, catalog, inference, work
+from ..compute.inference import Analysis
+from . import state
 from .controls import choose, md_escape
-from .inference import Analysis
 from .sidebar import fallback_model
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated

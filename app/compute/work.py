@@ -1,5 +1,5 @@
 """How much work a request asks for, and what the page does when that is more than this server allows (no
-Streamlit here; ``app.cached`` and the views show the notices).
+Streamlit here; ``app.compute.cached`` and the views show the notices).
 
 One estimate per request, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
 1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``

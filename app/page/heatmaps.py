@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from . import figures, state, svg
-from .analysis import AXIS_TITLES, first_numbers
+from ..compute.inference import Analysis
+from ..drawing import figures, svg
+from ..drawing.analysis import AXIS_TITLES, first_numbers
+from . import state
 from .controls import (
     REPEATS,
     SWIPE_HINT,
@@ -23,15 +25,14 @@ from .controls import (
     pick_weights,
     range_caption,
 )
-from .inference import Analysis
 from .params import FROM_LINK, Param
 
 PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of every container of a server-built picture
 
 
 def picture(image: str, key: str, title: str) -> None:
-    """A server-built SVG (``app.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
-    the page's first frame, nothing in it can run, and its text is only what ``app.svg`` escaped. It keeps
+    """A server-built SVG (``app.drawing.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
+    the page's first frame, nothing in it can run, and its text is only what ``app.drawing.svg`` escaped. It keeps
     labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking. On a
     session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
     need = svg.min_width(image)

@@ -1,14 +1,14 @@
-"""Caches around ``app.inference``, and ``Model``: the handle the page and its views hold.
+"""Caches around ``app.compute.inference``, and ``Model``: the handle the page and its views hold.
 
 The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
 session); analyses, exports, translations of longer texts, training snapshots and their attentions live in one
-byte-budgeted LRU (``app.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
+byte-budgeted LRU (``app.compute.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
 checkpoint and ablated heads, so changing layer, head or view never runs the model again; small results live in
 ``st.cache_data`` (every cache and its bound: docs/limits.md). Every cache is keyed by the (checkpoint, device)
 strings; a ``Model`` names both, and its methods are the one way to the caches (``Model(checkpoint, device).tr``,
 ``.analysis(text, settings)``, ``.beyond("lens", analysis)``, ...). Every job is planned against what is left of
-the request's work (``app.work``: one ceiling for all the jobs of one request) and counts its estimate; light work
-(a request's few short sentences) runs at once, heavy work waits for one of the server's heavy-job slots, once per
+the request's work (``app.compute.work``: one ceiling for all the jobs of one request) and counts its estimate; light
+work (a request's few short sentences) runs at once, heavy work waits for one of the server's heavy-job slots, once per
 request. Exports are built when a visitor asks for the file, never while the page is drawn.
 """
 
@@ -30,6 +30,8 @@ from transformer import Transformer, Translator
 from . import catalog, inference, probes, work
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
+
+PageBuilder = Callable[[Translator, Analysis, str], str]  # (translator, analysis, checkpoint) -> HTML
 
 # id of each loaded model -> its weights' bytes (with the prepacked output projection) plus the working memory of
 # one analysis on it, counted against the budget (results kept = budget - these)
@@ -145,7 +147,7 @@ def load(model: Model) -> Translator:
 
 
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
-    """``make()`` in one of the server's heavy-job slots (``app.work.HEAVY``), saying how long it has waited for
+    """``make()`` in one of the server's heavy-job slots (``app.compute.work.HEAVY``), saying how long it has waited for
     one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
     waiting = st.empty()
 
@@ -210,8 +212,8 @@ class Model:
     def analysis(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...] = (),
                  ceiling: float | None = None) -> Analysis:
         """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped
-        to what is left of this request's work, or ``ceiling`` when lower (``app.work.cap_translation``: the cut is
-        recorded for the page's notice, ``result.settings`` says what ran)."""
+        to what is left of this request's work, or ``ceiling`` when lower (``app.compute.work.cap_translation``: the
+        cut is recorded for the page's notice, ``result.settings`` says what ran)."""
         tr = self.tr
         limit = work.left() if ceiling is None else min(ceiling, work.left())
         settings, notices = work.cap_translation(tr, text, settings, limit)
@@ -233,7 +235,7 @@ class Model:
     def translations(self, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
         """Plain translations of some sentences of a longer text (kept within the byte budget): light while the
         request's work is (a caption of a few short sentences), else a heavy job. The caller plans and counts the
-        work (``app.frame.pick_sentence``)."""
+        work (``app.page.frame.pick_sentence``)."""
         tr = self.tr
         run = lambda: inference.translate_sentences(tr, list(sentences), settings)
         light = work.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
@@ -244,8 +246,8 @@ class Model:
               progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """The test-set table's rows of a short list (``transformer.interpret.table.table_rows``: translation and
         signals of each line), kept within the byte budget; light while the request's work is, else a heavy job.
-        The caller plans and counts the work (``app.work.table_lines``); ``progress(done, total)`` is not part of
-        the key."""
+        The caller plans and counts the work (``app.compute.work.table_lines``); ``progress(done, total)`` is not
+        part of the key."""
         from transformer.interpret.table import table_rows  # pyarrow and sacrebleu: only once a list is computed
 
         tr = self.tr
@@ -302,27 +304,25 @@ class Model:
         the request's key only, never the bytes, the analysis or the model)."""
         return lambda: self.export(text, settings, tuple(ablated), fmt)
 
-    def report(self, text: str, settings: DecodeSettings) -> bytes:
-        """The offline page of an analysis (``app.report``, about 5 MB), built when a visitor asks for it in a
-        heavy slot (it runs the model again for its masks and candidates) and kept within the byte budget like
-        the exports."""
+    def report(self, text: str, settings: DecodeSettings, build: PageBuilder) -> bytes:
+        """The offline page of an analysis (``build(translator, analysis, checkpoint)``: ``app.report``'s, about
+        5 MB), built when a visitor asks for it in a heavy slot (it runs the model again for its masks and
+        candidates) and kept within the byte budget like the exports (one page per sentence and settings)."""
         def make() -> bytes:
-            from . import report  # only when a page is asked for
-
             tr = self.tr
 
-            def build() -> bytes:
+            def run() -> bytes:
                 analysis = RESULTS.get(self.key("analysis", text, settings, ()),
                                        lambda: inference.analyse(tr, text, settings, ()))
-                return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=self.checkpoint).encode("utf-8")
+                return build(tr, analysis, self.checkpoint).encode("utf-8")
 
-            return _quietly_heavy(build)
+            return _quietly_heavy(run)
 
         return RESULTS.get(self.key("report", text, settings), make)
 
-    def report_file(self, text: str, settings: DecodeSettings) -> Callable[[], bytes]:
+    def report_file(self, text: str, settings: DecodeSettings, build: PageBuilder) -> Callable[[], bytes]:
         """The ``data`` of the offline page's download button: built on the click (``report``)."""
-        return lambda: self.report(text, settings)
+        return lambda: self.report(text, settings, build)
 
     def forced_logprob(self, source_ids: tuple[int, ...], target_ids: tuple[int, ...],
                        ablated: tuple[HeadKey, ...]) -> float:

@@ -2,7 +2,7 @@
 
 The address always describes what is on screen: the frame's parameters here (text, model, decoding, view,
 sentence) and the shown view's own parameters, which each view declares beside its ``render``
-(:mod:`app.params`). When the address changes from outside (Back or Forward, an edited link), the next run
+(:mod:`app.page.params`). When the address changes from outside (Back or Forward, an edited link), the next run
 adopts it instead of writing the current state over it. Everything the visitor changes applies at once.
 """
 
@@ -23,10 +23,10 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from transformer import Translator
 from transformer.decoding import DEFAULT_ALPHA
 
+from ..compute.cached import Model
+from ..compute.catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
+from ..compute.inference import Analysis, DecodeSettings, clean_text, take_input
 from . import params as P
-from .cached import Model
-from .catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
-from .inference import Analysis, DecodeSettings, clean_text, take_input
 
 # ------------------------------------------------------------------------------------------------ keys
 CHECKPOINT = "checkpoint"
@@ -43,7 +43,7 @@ VIEW = "view"
 VIEW_GROUP = "view_group"
 SENTENCE = "sentence"
 SHOW_CARD = "show_card"
-SRC_LANG, TGT_LANG = "src_lang", "tgt_lang"  # a multilingual model's language pickers (app.languages)
+SRC_LANG, TGT_LANG = "src_lang", "tgt_lang"  # a multilingual model's language pickers (app.page.languages)
 # Plain state (no widget)
 PREVIOUS_VIEW = "_previous_view"  # the last view other than Export, for Export's share link
 LAST_URL = "_last_url"  # the query parameters this session last wrote
@@ -69,7 +69,7 @@ DEFAULT_VIEW = "Heatmap"
 _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
                                MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
-_LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked against the model by app.languages
+_LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked by app.page.languages
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class Submitted:
 
 @dataclass(frozen=True)
 class ViewContext:
-    """What a view gets: the model (``app.cached.Model``: its translator and its cached analyses) and the analysed
-    sentence (None before one)."""
+    """What a view gets: the model (``app.compute.cached.Model``: its translator and its cached analyses) and the
+    analysed sentence (None before one)."""
 
     model: Model
     result: Analysis | None
@@ -153,7 +153,7 @@ def settings_from_state(ss: Mapping[str, Any] | None = None) -> DecodeSettings:
     return DecodeSettings(beam_size=1 if greedy else int(ss.get(BEAM, DEFAULTS[BEAM])),
                           alpha=float(ss.get(ALPHA, DEFAULTS[ALPHA])), max_len_a=float(ss.get(MAX_A, DEFAULTS[MAX_A])),
                           max_len_b=int(ss.get(MAX_B, DEFAULTS[MAX_B])),
-                          src_lang=ss.get(SRC_LANG), tgt_lang=ss.get(TGT_LANG))  # app.languages' pickers
+                          src_lang=ss.get(SRC_LANG), tgt_lang=ss.get(TGT_LANG))  # app.page.languages' pickers
 
 
 def submitted(ss: Mapping[str, Any] | None = None) -> Submitted | None:
@@ -218,7 +218,7 @@ P.register_frame((
 
 
 def adopt_url(query: dict[str, str]) -> list[tuple[str, str]]:
-    """Set the session state from a link's query parameters (:func:`app.params.adopt`: the frame's, then the link's
+    """Set the session state from a link's query parameters (:func:`app.page.params.adopt`: the frame's, then the link's
     view's own); returns what was ignored: (the link's parameter name, why in the page's own words, or "") pairs,
     shown by :func:`show_ignored` as text, never as Markdown.
 

@@ -12,7 +12,8 @@ import torch
 import transformer
 from transformer import Translator
 
-from . import cached, card, catalog, state
+from ..compute import cached, card, catalog
+from . import state
 from .controls import choose, md_escape, settle
 
 

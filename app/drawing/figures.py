@@ -1,6 +1,6 @@
 """Plotly figures for the explorer. Inputs are numpy arrays and token lists; no Streamlit here.
 
-Every token label goes through :func:`app.analysis.escape` (plotly renders some HTML in labels and
+Every token label goes through :func:`app.drawing.analysis.escape` (plotly renders some HTML in labels and
 hover text), and tokens sit at integer positions with ``ticktext``, so repeated tokens keep their own
 rows and columns.
 """
@@ -141,7 +141,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
 
     ``query_offset``/``key_offset`` say where a cropped window starts, so labels and hover show the true positions;
     ``query_first``/``key_first`` are the numbers of the axes' first positions (1; 0 for the decoder input, see
-    ``app.analysis.FIRST_NUMBER``).
+    ``app.drawing.analysis.FIRST_NUMBER``).
     """
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
@@ -516,7 +516,7 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
                                query_offset: int = 0, source_offset: int = 0, prefix_offset: int = 0) -> go.Figure:
     """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
     input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
-    other chart gives its pieces (source from 1, decoder input from 0: ``app.analysis.FIRST_NUMBER``), never the
+    other chart gives its pieces (source from 1, decoder input from 0: ``app.drawing.analysis.FIRST_NUMBER``), never the
     place on the joined axis; a piece found more than once on the axis carries its part's number. In a window of
     a long sentence: ``query_offset``, ``source_offset`` and ``prefix_offset``, where the rows, the source pieces
     and the target prefix shown start (0-based)."""

@@ -1,5 +1,5 @@
 """Warm the server before its first visitor: the default model loaded and the first screen's sentence analysed,
-into the same caches the page reads (``app.cached``). Called by ``app/serve.py`` when the server starts."""
+into the same caches the page reads (``app.compute.cached``). Called by ``app/serve.py`` when the server starts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import gc
 
 import transformer
 
-from . import cached, catalog, inference, preload, state, svg
-from .inference import DecodeSettings
+from ..compute import cached, catalog, inference
+from ..compute.inference import DecodeSettings
+from ..drawing import svg
+from . import preload, state
 
 
 def warm_up() -> None:

@@ -1,6 +1,6 @@
 """What the views probe beyond one analysis: masks and positional encodings, training snapshots, and
 ``transformer.interpret`` (inside a head, value norms, attributions, the logit lens, the beam tree), all as numpy
-(no Streamlit here; ``app.cached`` adds the caches)."""
+(no Streamlit here; ``app.compute.cached`` adds the caches)."""
 
 from __future__ import annotations
 

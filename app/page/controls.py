@@ -1,6 +1,6 @@
 """Widgets and page pieces shared by several views: attention type, layer/head pickers, colour range; and the
 address parameters they share (the views list them in their own ``PARAMS``). The big heatmap and the window of a
-long sentence: :mod:`app.heatmaps`."""
+long sentence: :mod:`app.page.heatmaps`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from . import figures, parts, state, work
-from .analysis import KIND_NAMES, KINDS
-from .inference import HeadKey
+from .. import parts
+from ..compute import work
+from ..compute.inference import HeadKey
+from ..drawing import figures
+from ..drawing.analysis import KIND_NAMES, KINDS
+from . import state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
 # Session-state keys shared by several views, and their address parameters
@@ -143,7 +146,7 @@ def n_parameters(tr: Translator) -> int:
 
 
 def capped(notices: list[str] | tuple[str, ...]) -> None:
-    """Record what this server's work limit cut (``app.work.cut``): the page says it once, in one notice
+    """Record what this server's work limit cut (``app.compute.work.cut``): the page says it once, in one notice
     (``work_notice``)."""
     work.cut(notices)
 

@@ -1,6 +1,6 @@
-"""Address parameters: a tiny registry. The frame (:mod:`app.state`) declares its own (``register_frame``); each
+"""Address parameters: a tiny registry. The frame (:mod:`app.page.state`) declares its own (``register_frame``); each
 view declares its ``PARAMS`` beside its ``render`` and :mod:`app.views` registers them here, so the address of a view
-holds exactly that view's choices, and ``app.state`` never imports the views.
+holds exactly that view's choices, and ``app.page.state`` never imports the views.
 
 A :class:`Param` ties a URL name to a session-state key: ``parse`` turns the link's text into a value (None:
 not understood), ``dump`` turns the value back into text, and the value equal to ``default`` is left out of the

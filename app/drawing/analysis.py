@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from transformer.network import kinds
-from transformer.network.kinds import KIND_NAMES as KIND_NAMES  # re-exported: app.analysis.KINDS, KIND_NAMES
+from transformer.network.kinds import KIND_NAMES as KIND_NAMES  # re-exported: app.drawing.analysis.KINDS, KIND_NAMES
 from transformer.network.kinds import KINDS as KINDS
 
 AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
