@@ -1,5 +1,6 @@
 """Warm the server before its first visitor: the default model loaded and the first screen's sentence analysed,
-into the same caches the page reads (``app.compute.cached``). Called by ``app/serve.py`` when the server starts."""
+into the same caches the page reads (``app.compute.cached``). Called by ``app/serve.py`` when the server starts,
+after it imports every view module (the views stand a floor above the page's frame: docs/code.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ def warm_up() -> None:
     """Load the default checkpoint and analyse the first screen's sentence with the default settings, as the
     page's first run would (a failure is left for the page to report)."""
     from streamlit.string_util import is_emoji
-
-    import app.views  # noqa: F401  (every view module and what it imports: plotly, pandas...)
 
     is_emoji("🔭")  # the page icon: the check loads Streamlit's table of emoji
     preload.link_header()  # the first screen's scripts, read from Streamlit's bundle once
