@@ -204,3 +204,18 @@ def test_size_chart_leaves_room_above_the_bars_and_names_the_median_in_the_legen
     legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
     assert any(name.startswith("median token embedding") for name in legend)
     assert [s.y0 for s in fig.layout.shapes] == [float(np.median(vocab))]
+
+
+def test_a_large_grids_click_targets_reach_the_page_as_lists():
+    """Above GRID_CLICK_CELLS the grid's click targets carry (layer, head) as plain lists: plotly sends a numpy
+    array as a typed array (``bdata``), whose rows the page's selection event drops, so a click opened nothing."""
+    import json
+
+    from app.drawing import grid
+
+    attn = np.full((2, 4, 60, 40), 1 / 40)  # 19,200 weights: the lattice of click targets
+    assert attn.size > grid.GRID_CLICK_CELLS
+    targets = json.loads(grid.head_grid(attn, [f"q{i}" for i in range(60)], [f"k{j}" for j in range(40)],
+                                        "cross").to_json())["data"][1]
+    assert isinstance(targets["customdata"], list) and targets["customdata"][0] == [1, 1]
+    assert grid.grid_pick({"points": [{"customdata": targets["customdata"][-1]}]}) == (2, 4)

@@ -127,7 +127,9 @@ def _grid_targets(shape: tuple[int, int, int, int], bh: int, bw: int, per_side: 
     cols = np.unique(np.linspace(0, k - 1, min(k, per_side)).round().astype(int))
     layer, head, r, c = (a.reshape(-1) for a in np.meshgrid(np.arange(n_layers), np.arange(n_heads), rows, cols,
                                                               indexing="ij"))  # each (L*H*len(rows)*len(cols),)
-    custom = np.stack([layer + 1, head + 1], axis=1)  # (N, 2)
+    # (N, 2) as plain lists: plotly sends a numpy array as a typed array, whose rows the page's selection event
+    # does not pass on, so a click picked nothing
+    custom = np.stack([layer + 1, head + 1], axis=1).tolist()
     size = max(10, min(40, int(900 / max(n_heads * per_side, 1))))
     invisible = dict(marker=dict(opacity=0))
     return go.Scatter(x=head * bw + c, y=layer * bh + r, mode="markers", customdata=custom,
