@@ -39,11 +39,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def project_imports(path: Path) -> list[tuple[str, bool]]:
-    """The project modules ``path`` imports, each with whether the import is made inside a function."""
+def project_imports(path: Path, root: Path = PACKAGE) -> list[tuple[str, bool]]:
+    """The modules of ``root``'s package that ``path`` imports, each with whether the import is made inside a
+    function."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    known = {module_name(p) for p in root.rglob("*.py")}
     tree = ast.parse(path.read_text(encoding="utf-8"))
     inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
               for n in ast.walk(f)}
@@ -108,24 +109,9 @@ def test_app_imports_only_its_own_floor_and_below():
         name = module_name(path)
         if name == "app":
             continue
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):  # import app.views (in a function too)
-                for t in (a.name for a in node.names if a.name.startswith("app.")):
-                    assert app_floor(t) <= app_floor(name), f"{name} imports {t}, a floor above it"
-                continue
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
-            targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names]
-            for t in targets:
-                if t.startswith("app.") and t in known | {m.rsplit(".", 1)[0] for m in known}:
-                    assert app_floor(t) <= app_floor(name), f"{name} imports {t}, a floor above it"
+        for target, _ in project_imports(path, app):  # inside a function too
+            if target != "app":
+                assert app_floor(target) <= app_floor(name), f"{name} imports {target}, a floor above it"
 
 
 def test_the_network_imports_nothing_else_of_the_project():

@@ -229,11 +229,15 @@ def alti_work(tr: Translator, source: int, target: int) -> float:
 
 def plan_alti(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
     """Whether ALTI+ of this sentence fits this server's work limit, and the notice when it does not."""
-    ceiling, asked = left(), alti_work(tr, source, target)
-    if asked <= ceiling:
+    return _fits(alti_work(tr, source, target), "contributions (ALTI+)")
+
+
+def _fits(asked: float, what: str) -> tuple[bool, list[str]]:
+    """Whether one job of ``asked`` units fits what is :func:`left` of this request, and the notice when not."""
+    if asked <= left():
         return True, []
-    return False, [f"contributions (ALTI+) not computed for this sentence (about {amount(asked)} units asked; a "
-                   "shorter sentence fits)"]
+    return False, [f"{what} not computed for this sentence (about {amount(asked)} units asked; a shorter sentence "
+                   "fits)"]
 
 
 def table_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float:
@@ -274,11 +278,7 @@ def flow_work(tr: Translator, source: int, target: int) -> float:
 def plan_flow(tr: Translator, source: int, target: int) -> tuple[bool, list[str]]:
     """Whether the information-flow graph of this sentence fits this server's work limit, and the notice when it
     does not."""
-    ceiling, asked = left(), flow_work(tr, source, target)
-    if asked <= ceiling:
-        return True, []
-    return False, [f"the information-flow graph not computed for this sentence (about {amount(asked)} units asked; "
-                   "a shorter sentence fits)"]
+    return _fits(flow_work(tr, source, target), "the information-flow graph")
 
 
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
