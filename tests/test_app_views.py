@@ -14,6 +14,7 @@ import transformer
 from app.compute import card, catalog, inference, probes
 from app.compute.inference import DecodeSettings
 from app.drawing import analysis, figures, grid
+from app.drawing import positional as pe_figures
 
 torch.set_num_threads(1)
 
@@ -197,9 +198,9 @@ def test_sinusoid_matches_the_package_and_similarity_depends_on_distance():
     np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-9)
     # cosine similarity of sinusoidal codes depends only on the distance (constant along diagonals)
     np.testing.assert_allclose(np.diag(sim, 3)[:-1], np.diag(sim, 3)[1:], atol=1e-9)
-    fig = figures.pe_similarity(table)
+    fig = pe_figures.pe_similarity(table)
     np.testing.assert_allclose(np.asarray(fig.data[0].z), sim)
-    waves = figures.pe_waves(table, [0, 3])
+    waves = pe_figures.pe_waves(table, [0, 3])
     np.testing.assert_allclose(np.asarray(waves.data[1].y), table[:, 3])
     assert "cos" in waves.data[1].name and "sin" in waves.data[0].name
 
@@ -208,7 +209,7 @@ def test_small_figures_escape_tokens():
     fig = figures.topk_figure(["<x>", "▁b"], np.array([0.6, 0.3]), chosen=0)
     assert fig.data[0].customdata[0] == "&lt;x&gt;"
     assert fig.data[0].marker.color[0] == "#2e7d32"
-    norms = figures.norms_figure(["<a>", "b"], np.array([3.0, 4.0]), np.array([2.0, 2.0]), np.array([3.5]))
+    norms = pe_figures.norms_figure(["<a>", "b"], np.array([3.0, 4.0]), np.array([2.0, 2.0]), np.array([3.5]))
     np.testing.assert_allclose(np.asarray(norms.data[0].y), [3.0, 4.0])
     evo = figures.evolution_figure([("step 1", np.eye(2)), ("final", np.ones((2, 2)) / 2)], ["a", "b"], ["c", "d"], "t")
     heat = [t for t in evo.data if t.type == "heatmap"]

@@ -14,6 +14,7 @@ import torch
 
 from app.compute import inference, probes
 from app.drawing import analysis, figures, grid, svg
+from app.drawing import positional as pe_figures
 from app.drawing.analysis import KINDS, first_numbers
 
 torch.set_num_threads(1)
@@ -146,7 +147,7 @@ def test_step_topk_and_norms_figures_label_every_bar(result, tr):
     check_axis(fig, "y", None)
     assert len(fig.layout.yaxis.ticktext) == result.cross.shape[1] + 1  # the mean and each head
     norms = probes.embedding_norms(tr, result.source_ids)
-    fig = figures.norms_figure(result.source_tokens, norms, np.ones(len(norms)), np.ones(5))
+    fig = pe_figures.norms_figure(result.source_tokens, norms, np.ones(len(norms)), np.ones(5))
     check_axis(fig, "x", oracle(result, "source"))
 
 
@@ -197,7 +198,7 @@ def test_size_chart_leaves_room_above_the_bars_and_names_the_median_in_the_legen
     norms = probes.embedding_norms(tr, result.source_ids)
     pe = np.full(len(norms), 4.0)
     vocab = np.array([1.0, 2.0, float(norms.max()) * 0.99])
-    fig = figures.norms_figure(result.source_tokens, norms, pe, vocab)
+    fig = pe_figures.norms_figure(result.source_tokens, norms, pe, vocab)
     tallest = max(float(norms.max()), 4.0)
     assert fig.layout.yaxis.range[1] >= 1.1 * tallest  # no bar touches the top
     assert not fig.layout.annotations  # no label drawn over the bars: the line is named in the legend

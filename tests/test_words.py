@@ -16,6 +16,7 @@ import pytest
 
 from app.compute import card
 from app.drawing import analysis, figures, svg
+from app.drawing import positional as pe_figures
 from app.page import controls
 from app.page.frame import FSI, PDI, unknown_notice
 
@@ -139,7 +140,7 @@ def test_min_width_gives_every_label_its_room():
     panels = figures.evolution_figure([(f"step {s}", np.eye(20)) for s in (1, 2, 3, 4)], list("abcdefghijklmnopqrst"),
                                       list("abcdefghijklmnopqrst"), "t")
     assert figures.min_width(panels) >= 4 * 20 * (panels.layout.xaxis.tickfont.size + figures.LABEL_GAP)
-    assert figures.min_width(figures.pe_similarity(np.eye(8))) == 0  # numeric ticks: plotly thins them itself
+    assert figures.min_width(pe_figures.pe_similarity(np.eye(8))) == 0  # numeric ticks: plotly thins them itself
 
 
 def test_a_number_in_the_lens_table_says_what_it_is():

@@ -8,7 +8,7 @@ from transformer import Translator
 
 from ..compute import probes
 from ..compute.inference import Analysis
-from ..drawing import figures
+from ..drawing import positional as pe
 from . import Chart, Part, Source
 
 NAME, KEY = "Positional encoding", "positional"
@@ -29,7 +29,7 @@ def model_table(tr: Translator, positions: int | None = None, steps: tuple[int, 
     own = probes.model_pe(tr)
     diff = float(np.abs(own - probes.positional_table(*own.shape)).max())
     own = own[:positions]
-    return Chart(figures.pe_heatmap(own[::steps[0], ::steps[1]],
+    return Chart(pe.pe_heatmap(own[::steps[0], ::steps[1]],
                                     title=f"The model's own table ({own.shape[0]} × {own.shape[1]})",
                                     position_step=steps[0], dim_step=steps[1]),
                  "The table the model itself adds to its embeddings (stored with the model, not learned); it "
@@ -41,7 +41,7 @@ def sizes(tr: Translator, a: Analysis, vocab: np.ndarray | None = None) -> Chart
     """The length of each source piece's scaled embedding beside its positional code's."""
     norms = probes.embedding_norms(tr, a.source_ids)
     pe_norms = np.linalg.norm(probes.model_pe(tr)[: len(a.source_ids)], axis=1)
-    return Chart(figures.norms_figure(a.source_tokens, norms, pe_norms, vocab),
+    return Chart(pe.norms_figure(a.source_tokens, norms, pe_norms, vocab),
                  f"Every positional code has length √(d_model/2) = {np.sqrt(tr.config.d_model / 2):.2f}. The "
                  "embeddings are multiplied by √d_model before the code is added, so a token's identity is not "
                  "drowned by its position.", "pe-vs-embeddings")
@@ -51,7 +51,7 @@ def describe(src: Source) -> list[Part]:
     tr = src.tr
     d_model, length = int(tr.config.d_model), int(min(OFFLINE_POSITIONS, max(tr.config.max_len, 8)))
     table = probes.positional_table(length, d_model)  # (P, D)
-    return [Chart(figures.pe_heatmap(table), f"d_model = {d_model}, {length} positions.", "positional-encoding"),
-            Chart(figures.pe_waves(table, figures.wave_dims(d_model, length)), name="pe-waves"),
-            Chart(figures.pe_similarity(table), SIMILARITY, "pe-similarity"),
+    return [Chart(pe.pe_heatmap(table), f"d_model = {d_model}, {length} positions.", "positional-encoding"),
+            Chart(pe.pe_waves(table, pe.wave_dims(d_model, length)), name="pe-waves"),
+            Chart(pe.pe_similarity(table), SIMILARITY, "pe-similarity"),
             model_table(tr, length), sizes(tr, src.analysis, probes.vocab_embedding_norms(tr))]

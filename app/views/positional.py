@@ -10,7 +10,7 @@ import streamlit as st
 from .. import parts
 from ..compute import probes
 from ..drawing import figures
-from ..drawing.figures import wave_dims
+from ..drawing import positional as pe
 from ..page import controls
 from ..page.params import Param, int_in, int_list, join
 from ..page.state import ViewContext
@@ -63,26 +63,26 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns(2)
     with a:
         shown, (p_step, d_step) = thinned(table, "The table")
-        st.plotly_chart(figures.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
+        st.plotly_chart(pe.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
                         config=figures.plotly_config("positional-encoding"), key="pe_heat")
     with b:
         if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
             ss.pop("pe_dims", None)
         ss["_pe_dims_for"] = (d_model, length)
         controls.keep_if("pe_dims", set(ss.get("pe_dims") or []) <= set(range(d_model)))
-        ss.setdefault("pe_dims", wave_dims(d_model, length))
+        ss.setdefault("pe_dims", pe.wave_dims(d_model, length))
         dims = st.multiselect("Dimensions to draw", list(range(d_model)), key="pe_dims")
         if len(dims) > MOST_WAVES:
             st.caption(f"The first {MOST_WAVES} of the {len(dims)} dimensions chosen are drawn.")
             dims = dims[:MOST_WAVES]
-        st.plotly_chart(figures.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
+        st.plotly_chart(pe.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
     a, b = st.columns(2)
     with a:
         step = math.ceil(len(table) / math.isqrt(SIMILARITY_CELLS))  # positions against positions: one step
         if step > 1:
             st.caption(f"Every {_nth(step)} of the {len(table)} positions drawn (at most about "
                        f"{SIMILARITY_CELLS:,} cells).")
-        st.plotly_chart(figures.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
+        st.plotly_chart(pe.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
                         key="pe_sim")
         st.caption(parts.positional.SIMILARITY)
     with b:
