@@ -24,7 +24,7 @@ import torch  # noqa: E402 (after the notice above)
 from app.compute import cached, card, catalog, inference, work  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
-from app.views import GROUPS, VIEWS  # noqa: E402
+from app.views import GROUPS, VIEWS, render  # noqa: E402
 
 # One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
 # slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
@@ -104,7 +104,7 @@ def render_view(model: cached.Model, sub: state.Submitted | None, result: infere
         if view.needs_translation and result is None:
             st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
         else:
-            view.render(state.ViewContext(model, result, sub))
+            render(name, state.ViewContext(model, result, sub))
     except Exception as err:  # never a stack trace
         st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")

@@ -29,7 +29,7 @@ import plotly.graph_objects as go
 
 from transformer import CheckpointError, TranslationResult, Translator, load
 
-from . import parts
+from . import registry
 from .compute.inference import (
     MAX_INPUT_CHARS,
     Analysis,
@@ -40,12 +40,12 @@ from .compute.inference import (
     take_input,
 )
 from .drawing import figures
-from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table
+from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table, plain
 
-VIEWS = tuple(parts.DESCRIBED)  # every view the page can draw (app.parts), in the registry's order
+VIEWS = tuple(registry.DESCRIBED)  # every view the page can draw (app.parts), in the registry's order
 # attribution runs the model 32 times, flow draws one graph per output piece: only where asked
 DEFAULT_VIEWS = tuple(v for v in VIEWS if v not in ("attribution", "flow"))
-VIEW_TITLES = {key: module.NAME for key, module in parts.DESCRIBED.items()}
+VIEW_TITLES = registry.TITLES  # key -> the view's name in the app
 DECIMALS = 3  # decimals a chart's numbers keep on the page (more where its largest value is below 1)
 PHONE_PX = 700  # narrower screens: no plotly toolbar (it would sit on the charts), the charts scroll sideways
 TICK_PX = 14  # the width a column's tick label needs, so a phone's chart keeps its labels apart (it scrolls)
@@ -118,7 +118,7 @@ def figure_json(fig: go.Figure | dict) -> dict[str, Any]:
     layout = spec["layout"]
     layout.pop("template", None)
     title = layout.pop("title", None)
-    text = parts.plain(title.get("text", "") if isinstance(title, dict) else title or "")
+    text = plain(title.get("text", "") if isinstance(title, dict) else title or "")
     if text and isinstance(layout.get("margin"), dict) and "t" in layout["margin"]:
         layout["margin"]["t"] = max(30, int(layout["margin"]["t"]) - 25)  # the title's room, less the toolbar's
     for name, axis in layout.items():
@@ -185,7 +185,7 @@ def describe(analysis: Analysis, translator: Translator | None = None, views: Se
     drawn, left_out = [], []
     for key in (v for v in VIEWS if v in views):
         try:
-            drawn.append((key, parts.DESCRIBED[key].describe(src)))
+            drawn.append((key, registry.DESCRIBED[key].describe(src)))
         except NeedsModel:
             left_out.append(key)
     return drawn, left_out
@@ -257,7 +257,7 @@ def fragment(analysis: Analysis, translator: Translator | None = None, views: Se
     drawn, left_out = describe(analysis, translator, views, **options)
     out = _Html()
     sections = "".join(f'<section id="{key}" class="view"><h2>{html.escape(VIEW_TITLES[key])}</h2>'
-                       f'<p class="note">{html.escape(parts.DESCRIBED[key].INTRO)}</p>{out.parts(items)}</section>'
+                       f'<p class="note">{html.escape(registry.DESCRIBED[key].INTRO)}</p>{out.parts(items)}</section>'
                        for key, items in drawn)
     left = ""
     if left_out:

@@ -228,11 +228,11 @@ def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoin
     said = " ".join([*warned, *(c.value for c in at.caption)])
     if rule == "always":  # the checkpoint's rule flags every translation, and the notice says why, with the value
         assert len(warned) == 1 and f"{share.mean():.1%} of each output piece comes from the source" in warned[0]
-        assert "the mean source share is below 101.0%" in warned[0] and "chosen on val" in warned[0]
+        assert "the mean source share is below 101.0%" in warned[0] and "chosen on the validation set" in warned[0]
     elif rule == "never":
-        assert not warned and "Not flagged" in said and "chosen on val" in said
+        assert not warned and "Not flagged" in said and "chosen on the validation set" in said
     else:  # no flag.json: looping outputs only
-        assert bool(warned) == looping(ref.text) and "no rule chosen on val yet" in said
+        assert bool(warned) == looping(ref.text) and "no rule chosen on the validation set yet" in said
     # the layer to compare with is the view's own address parameter
     at.selectbox(key="source_prefix_layer").set_value("all")
     at.run()

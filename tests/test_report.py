@@ -56,14 +56,16 @@ def views_of(page: str) -> tuple[list[str], list[str]]:
 
 
 def test_every_view_with_a_description_is_offline_in_the_registry():
-    from app import parts
-    from app.views import VIEWS
+    from app import registry
+    from app.views import PAGES, VIEWS
 
-    names = list(VIEWS)
-    assert set(parts.BY_NAME) <= set(names)  # each description names a view of the app
-    assert [v.name for v in VIEWS.values() if v.offline] == [m.NAME for m in parts.DESCRIBED.values()]  # its order
+    assert VIEWS is registry.VIEWS  # one list of views, read by the page, the offline page and a notebook
+    assert list(PAGES) == list(VIEWS)  # each one drawn on the page
+    offline = [v for v in VIEWS.values() if v.offline]
+    assert [v.described.KEY for v in offline] == list(report.VIEWS)  # the offline page's, in the registry's order
+    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.name for v in offline]
     assert VIEWS["Source or prefix"].offline and not VIEWS["Ablation"].offline
-    assert tuple(parts.DESCRIBED) == report.VIEWS and "source_prefix" in report.DEFAULT_VIEWS
+    assert "source_prefix" in report.DEFAULT_VIEWS
 
 
 def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):

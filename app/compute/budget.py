@@ -30,7 +30,8 @@ def budget_bytes() -> int:
 
 
 def size_of(value: Any) -> int:
-    """Bytes held by a result: numpy arrays by ``nbytes``, containers and dataclasses summed, the rest shallow."""
+    """Bytes held by a result: numpy arrays by ``nbytes``, containers, dataclasses and plotly figures summed, the rest
+    shallow."""
     if isinstance(value, np.ndarray):  # a view keeps its whole base alive
         base = value.base if isinstance(value.base, np.ndarray) else value
         return int(max(value.nbytes, base.nbytes))
@@ -39,6 +40,9 @@ def size_of(value: Any) -> int:
         return _torch_bytes(value)
     if isinstance(value, (bytes, str)):
         return sys.getsizeof(value)
+    figures = sys.modules.get("plotly.basedatatypes")
+    if figures is not None and isinstance(value, figures.BaseFigure):  # a described view's chart: its data and layout
+        return size_of(value.to_plotly_json())
     if isinstance(value, dict):
         return sum(size_of(k) + size_of(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):

@@ -14,11 +14,11 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from .. import parts
 from ..compute import work
 from ..compute.inference import HeadKey
 from ..drawing import figures
 from ..drawing.analysis import KIND_NAMES, KINDS
+from ..parts import heatmap as described_heatmap  # how to read a heatmap, described once
 from . import state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -35,7 +35,7 @@ MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
-READING = parts.heatmap.READING  # how to read a row of each type (described once, in app.parts)
+READING = described_heatmap.READING  # how to read a row of each type (described once, in app.parts)
 REPEATS = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
            "3), so each keeps its own row and column. Source pieces and output steps count from 1; the decoder "
            "input counts from 0 (<s> is 0), so decoder input t is the piece output step t produced, with the same "
@@ -270,7 +270,7 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
     return per_layer.mean(axis=0) if head == "mean" else per_layer[int(head) - 1]
 
 
-heatmap_title = parts.heatmap.title  # "Cross-attention · layer 2 · head 3"
+heatmap_title = described_heatmap.title  # "Cross-attention · layer 2 · head 3"
 
 
 SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wider than this space, so that "

@@ -2,10 +2,12 @@
 three places that draw it: the Streamlit page (``app/views/``), the offline page (``python -m app.report``) and a
 notebook (``app.notebook.show``). No Streamlit here.
 
-A view that works offline has a module here with ``NAME`` (its name in the registry ``app.views.VIEWS``), ``KEY``
-(its short name for ``--views`` and ``show``), ``INTRO`` (one caption) and ``describe(src: Source) -> list[Part]``;
-its Streamlit module calls the same functions for the same charts. ``DESCRIBED`` lists them in the registry's
-order; a view has ``View.offline`` when it is here (so a new view needs nothing until it is described).
+A view that works offline has a module here with ``KEY`` (its short name for ``--views`` and ``show``), ``INTRO`` (one
+caption) and ``describe(src: Source) -> list[Part]``; optionally ``cost(tr, analysis)`` (the work units of
+``describe``, counted against a page request's work) and ``WORKING`` (the page's spinner while it runs). Its line in
+the registry (:mod:`app.registry`, ``described=``) names it; the page draws its parts itself
+(:mod:`app.page.described`) unless the view has a module of its own in ``app/views/`` that adds widgets (it then
+calls the same functions for the same charts).
 """
 
 from __future__ import annotations
@@ -105,8 +107,3 @@ def layers_choice(label: str, n: int, parts_of: Callable[[int], list[Part]], def
     return Choice(label, [(f"layer {i + 1}", parts_of(i)) for i in range(n)], n - 1 if default is None else default)
 
 
-from . import all_heads, drivers, flow, heatmap, layers, lines, masks, positional, source_prefix, step  # noqa: E402
-
-DESCRIBED = {m.KEY: m for m in (heatmap, all_heads, lines, step, layers, masks, positional, drivers,
-                                source_prefix, flow)}
-BY_NAME = {m.NAME: m for m in DESCRIBED.values()}

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute import probes
+from transformer import Translator
+
+from ..compute import probes, work
 from ..compute.inference import Analysis
 from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
-NAME, KEY = "Layer by layer", "lens"
+KEY = "lens"
+WORKING = "Reading every layer's predictions…"
 INTRO = ("The logit lens: each decoder layer's output sent straight through the final norm and the output "
          "projection, as if it were the last layer. Where does each output piece become the top prediction?")
 
@@ -41,6 +44,11 @@ def parts(a: Analysis, data: dict, pieces) -> list[Part]:
                   "first layer whose top prediction is the piece the model produced."),
             Note(f"{len(settled)} of {len(steps)} pieces are the top prediction by the last layer"
                  + (f"; on average from layer {np.mean(settled):.1f}." if settled else "."))]
+
+
+def cost(tr: Translator, a: Analysis) -> float:
+    """The work of :func:`describe` (units): two teacher-forced passes."""
+    return work.forced_work(tr, len(a.source_ids), len(a.target_ids), 2)
 
 
 def describe(src: Source) -> list[Part]:

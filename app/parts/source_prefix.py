@@ -14,7 +14,7 @@ from ..compute.inference import Analysis
 from ..drawing import figures
 from . import Chart, Choice, Note, Part, Source
 
-NAME, KEY = "Source or prefix", "source_prefix"
+KEY = "source_prefix"
 INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "
          "al., 2022) splits every attention block's output into one term per input piece (the residual included, "
          "through the layer norm), measures each piece's contribution by how close its term is to the output, and "
@@ -51,8 +51,8 @@ def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float 
                           np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
                           hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
     why = reasons(row, rule)
-    origin = ("this model's rule, chosen on val" if rule.origin != "default"
-              else "this model has no rule chosen on val yet, so only looping output is flagged")
+    origin = ("this model's rule, chosen on the validation set" if rule.origin != "default"
+              else "this model has no rule chosen on the validation set yet, so only looping output is flagged")
     threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
     if why:
         return Note("This translation may be a hallucination: " + "; ".join(reason_text(c, row) for c in why) +

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import parts
 from ..drawing import figures
 from ..page import controls, heatmaps
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
+from ..parts import drivers as described  # this view's description (the offline page's too)
 
-METHODS = parts.drivers.METHODS
+METHODS = described.METHODS
 SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)
 PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_params("drivers_chart"))
 
@@ -19,7 +19,7 @@ PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_
 def render(ctx: ViewContext) -> None:
     """Method picker, the two attribution maps, the source/target share per step and the head agreement."""
     result = ctx.result
-    st.caption(parts.drivers.INTRO, help=parts.drivers.HELP)
+    st.caption(described.INTRO, help=described.HELP)
     large = (controls.n_parameters(ctx.tr) > controls.LARGE_MODEL or ctx.tr.config.tgt_vocab_size >
              controls.LARGE_VOCABULARY) and ctx.tr.device.type == "cpu"
     method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
@@ -40,7 +40,7 @@ def render(ctx: ViewContext) -> None:
     q0, q1, k0, k1 = heatmaps.window(end - first, len(result.source_tokens), "drivers_chart",
                                      ("Output pieces (rows)", "Source pieces (columns)"))
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
-    source, target, share = parts.drivers.charts(result, data, (q0, q1, k0, k1))
+    source, target, share = described.charts(result, data, (q0, q1, k0, k1))
     # side by side while both fit half a laptop's page; else each map gets the whole width, so its pieces can be read
     long = max(figures.min_width(source.figure), figures.min_width(target.figure)) > SIDE_BY_SIDE_PX
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
@@ -50,8 +50,8 @@ def render(ctx: ViewContext) -> None:
         st.caption(f"The decoder-input map shows the inputs of the output steps shown ({d0}–{d1 - 1}); an output "
                    "step may also draw on earlier inputs, outside the window (its share below counts them all).")
     controls.chart(share.figure, share.name, "drivers_share")
-    table = parts.drivers.agreement(data)
+    table = described.agreement(data)
     frame = pd.DataFrame([[int(r[0]), int(r[1]), float(r[2])] for r in table.rows], columns=table.columns)
-    st.caption(table.caption, help=parts.drivers.AGREEMENT_HELP)
+    st.caption(table.caption, help=described.AGREEMENT_HELP)
     st.dataframe(frame, hide_index=True, width="stretch",
                  column_config={table.columns[2]: st.column_config.NumberColumn(format="%.3f")})

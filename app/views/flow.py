@@ -9,13 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import parts
 from ..compute import work
 from ..drawing import figures, flowgraph
 from ..drawing.analysis import KIND_NAMES, escape, first_numbers
 from ..page import controls, heatmaps
 from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext
+from ..parts import flow as described  # this view's description (the offline page's too)
 
 STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_swin"
 DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
@@ -48,7 +48,7 @@ PARAMS = (Param("fs", STEP, int_in(1, 10_000), 1),
 def render(ctx: ViewContext) -> None:
     """The output piece and threshold pickers, the graph, and the opened head."""
     result, tr = ctx.result, ctx.tr
-    st.caption(parts.flow.INTRO + " Click a head's edge (its dot) to see what that head reads and what it writes.")
+    st.caption(described.INTRO + " Click a head's edge (its dot) to see what that head reads and what it writes.")
     outputs, source, decoder_input = result.target_tokens, result.source_tokens, result.decoder_input_tokens
     fits, notices = work.plan_flow(tr, len(result.source_ids), len(result.target_ids))
     controls.capped(notices)

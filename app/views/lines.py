@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import parts
 from ..drawing import figures
 from ..page import controls
 from ..page.params import Param, float_in, int_in, int_list, join
 from ..page.state import ViewContext
+from ..parts import lines as described  # this view's description (the offline page's too)
 
-HEADINGS = parts.lines.HEADINGS
+HEADINGS = described.HEADINGS
 HEADS, FOCUS, THRESHOLD, FOCUS_KIND = "lines_heads", "lines_focus", "lines_threshold", "_lines_focus_kind"
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("lh", HEADS, int_list(1, 128), dump=join),
           Param("lf", FOCUS, lambda v: "all" if v == "all" else int_in(1, 10_000)(v), "all"),
@@ -45,7 +45,7 @@ def render(ctx: ViewContext) -> None:
     ss.setdefault(THRESHOLD, 0.05)
     threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session")
     row = None if focus == "all" else int(focus) - 1
-    fig = parts.lines.chart(result, kind, layer, heads=[h - 1 for h in heads], focus=row, threshold=threshold).figure
+    fig = described.chart(result, kind, layer, heads=[h - 1 for h in heads], focus=row, threshold=threshold).figure
     shown = attn[[h - 1 for h in heads]] if heads else attn[:0]
     if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
         st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "

@@ -8,6 +8,7 @@ from .. import parts
 from ..page import controls, heatmaps
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
+from ..parts import masks as described  # this view's description (the offline page's too)
 
 MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
 WINDOW = heatmaps.span_param("mw", "masks_window", size=MOST)  # a longer sentence: a window of its positions
@@ -17,7 +18,7 @@ PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in
 def render(ctx: ViewContext) -> None:
     """Padding and causal masks of this sentence, and how they combine."""
     tr, result = ctx.tr, ctx.result
-    st.caption(parts.masks.INTRO)
+    st.caption(described.INTRO)
     c1, c2 = st.columns(2)
     for param in PARAMS[:2]:
         st.session_state.setdefault(param.key, param.default)
@@ -26,7 +27,7 @@ def render(ctx: ViewContext) -> None:
     p0, p1 = heatmaps.span_slider(st, "Positions (a window of a long sentence; both axes of each mask)",
                                   max(len(result.source_tokens) + pad_src, len(result.decoder_input_tokens) + pad_tgt),
                                   WINDOW, most=MOST)
-    charts = parts.masks.charts(tr, result, pad_src, pad_tgt, (p0, p1))
+    charts = described.charts(tr, result, pad_src, pad_tgt, (p0, p1))
     per_row = 1 if p1 - p0 > 40 else 2  # long sentences: one mask per row, to read the tokens
     for i in range(0, 4, per_row):
         for col, chart in zip(st.columns(per_row), charts[i:i + per_row]):
@@ -36,5 +37,5 @@ def render(ctx: ViewContext) -> None:
                     continue
                 controls.chart(chart.figure, chart.name, f"{chart.name}_chart".replace("-", "_"))
                 st.caption(chart.caption, help="In the code (transformer/network/masks.py): "
-                           + parts.masks.CODE[chart.name.removeprefix("mask-")])
-    st.success(parts.masks.check(tr, result), icon=":material/check_circle:")
+                           + described.CODE[chart.name.removeprefix("mask-")])
+    st.success(described.check(tr, result), icon=":material/check_circle:")

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import streamlit as st
 
-from .. import parts
 from ..compute import probes
 from ..drawing import figures
 from ..drawing import positional as pe
 from ..page import controls
 from ..page.params import Param, int_in, int_list, join
 from ..page.state import ViewContext
+from ..parts import positional as described  # this view's description (the offline page's too)
 
 PE_CELLS = 33_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension;
 # the shipped models' own table, 256 x 128, whole)
@@ -52,7 +52,7 @@ def render(ctx: ViewContext) -> None:
     """The sinusoidal positional encoding: table, waves, similarity, the model's table, sizes."""
     tr, result = ctx.tr, ctx.result
     ss = st.session_state
-    st.caption(parts.positional.INTRO)
+    st.caption(described.INTRO)
     c1, c2 = st.columns(2)
     controls.keep_if("pe_d", ss.get("pe_d", 8) % 8 == 0)  # the slider moves in steps of 8
     ss.setdefault("pe_d", min(max(8, int(tr.config.d_model) // 8 * 8), 1024))
@@ -84,15 +84,15 @@ def render(ctx: ViewContext) -> None:
                        f"{SIMILARITY_CELLS:,} cells).")
         st.plotly_chart(pe.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
                         key="pe_sim")
-        st.caption(parts.positional.SIMILARITY)
+        st.caption(described.SIMILARITY)
     with b:
         own = probes.model_pe(tr)
         _, steps = thinned(own, "The model's table")
-        chart = parts.positional.model_table(tr, steps=steps)
+        chart = described.model_table(tr, steps=steps)
         st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_model")
-        st.caption(chart.caption, help=parts.positional.MODEL_TABLE_HELP)
+        st.caption(chart.caption, help=described.MODEL_TABLE_HELP)
     if result is not None:
-        chart = parts.positional.sizes(tr, result, ctx.model.vocab_norms())
+        chart = described.sizes(tr, result, ctx.model.vocab_norms())
         controls.chart(chart.figure, chart.name, "pe_norms")
         st.caption(chart.caption)
     else:

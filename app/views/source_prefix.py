@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import parts
 from ..compute import work
 from ..page import controls, heatmaps
 from ..page.params import Param
 from ..page.state import ViewContext
+from ..parts import source_prefix as described  # this view's description (the offline page's too)
 
-ALL = parts.source_prefix.ALL
-threshold_of = parts.source_prefix.threshold_of
+ALL = described.ALL
+threshold_of = described.threshold_of
 
 
 def _layer(value: str) -> str | int | None:
@@ -29,7 +29,7 @@ def render(ctx: ViewContext) -> None:
     """The hallucination notice, the source share per output piece, the full contribution matrix and the
     cross-attention beside it."""
     result = ctx.result
-    st.caption(parts.source_prefix.INTRO)
+    st.caption(described.INTRO)
     fits, notices = work.plan_alti(ctx.tr, len(result.source_ids), len(result.target_ids))
     controls.capped(notices)
     if not fits:
@@ -37,12 +37,12 @@ def render(ctx: ViewContext) -> None:
     data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
     _, section = threshold_of(ctx.tr.path)
-    note, threshold = parts.source_prefix.notice(ctx.tr, result, share)
+    note, threshold = described.notice(ctx.tr, result, share)
     if note.warning:
         st.warning(note.text, icon=":material/report:")  # words and numbers: a rule's columns are names
-        st.caption("How this rule was chosen", help=parts.source_prefix.FLAG_HELP)
+        st.caption("How this rule was chosen", help=described.FLAG_HELP)
     else:
-        st.caption(note.text, help=parts.source_prefix.FLAG_HELP)
+        st.caption(note.text, help=described.FLAG_HELP)
     outputs, prefix = result.target_tokens, result.decoder_input_tokens
     # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
     # pieces, with the target prefix of the same steps (what the browser must draw stays bounded)
@@ -51,7 +51,7 @@ def render(ctx: ViewContext) -> None:
     d0 = q0  # decoder input t fed output step t: the prefixes of the rows shown, as many as the window's cells allow
     d1 = min(q1, len(prefix), d0 + max(1, heatmaps.MOST_CELLS // max(1, q1 - q0)))
     window = (q0, q1, k0, k1, d0, d1)
-    shares, matrix = parts.source_prefix.charts(result, data, threshold, window)
+    shares, matrix = described.charts(result, data, threshold, window)
     controls.chart(shares.figure, shares.name, "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
@@ -60,7 +60,7 @@ def render(ctx: ViewContext) -> None:
     long = len(result.source_tokens) + len(prefix) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     controls.chart(matrix.figure, matrix.name, "source_prefix_matrix", c1)
-    cross = parts.source_prefix.cross_chart(result, data, layer, section, window)
+    cross = described.cross_chart(result, data, layer, section, window)
     controls.chart(cross.figure, cross.name, "source_prefix_cross", c2)
     if (q0, q1, k0, k1) != (0, len(outputs), 0, len(result.source_tokens)):
         st.caption(f"A window of the sentence: output pieces {q0 + 1}–{q1}, source pieces {k0 + 1}–{k1} and the "

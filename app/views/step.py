@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import parts
 from ..page import controls
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
+from ..parts import step as described  # this view's description (the offline page's too)
 
 PARAMS = (Param("step", "step", int_in(1, 1000), 1), Param("k", "topk", int_in(3, 100), 8),
           Param("sl", "step_layer", int_in(1, 64)))
@@ -16,7 +16,7 @@ PARAMS = (Param("step", "step", int_in(1, 1000), 1), Param("k", "topk", int_in(3
 def render(ctx: ViewContext) -> None:
     """Step slider, candidates bar chart and the step's cross-attention per head."""
     result = ctx.result
-    st.caption(parts.step.INTRO)
+    st.caption(described.INTRO)
     steps = len(result.target_tokens)
     c1, c2, c3 = st.columns([3, 1, 1])
     if steps > 1:
@@ -34,13 +34,13 @@ def render(ctx: ViewContext) -> None:
     layer = controls.choose(c3.selectbox, "Cross-attention layer", layers, "step_layer", layers[-1])
     t = step - 1
     st.caption("Output so far (the piece of this step last)")
-    st.code(parts.step.so_far(result, t), language=None, wrap_lines=True)
+    st.code(described.so_far(result, t), language=None, wrap_lines=True)
     a, b = st.columns([2, 3]) if len(result.source_tokens) <= 40 else (st.container(), st.container())
     with a:
-        chart = parts.step.candidates(result, t, k)
+        chart = described.candidates(result, t, k)
         controls.chart(chart.figure, chart.name, "topk_chart")
         st.caption(chart.caption)
     with b:
         cross = result.cross[layer - 1][:, t, :]  # (H, S)
-        chart = parts.step.looked(result, t, layer, zrange=controls.colour_range(cross, cross.mean(axis=0)))
+        chart = described.looked(result, t, layer, zrange=controls.colour_range(cross, cross.mean(axis=0)))
         controls.chart(chart.figure, chart.name, "step_cross_chart")

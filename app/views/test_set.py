@@ -21,6 +21,7 @@ import streamlit as st
 
 from transformer.interpret.signals import flag_rule
 
+from .. import registry
 from ..compute import catalog, tables, work
 from ..compute.catalog import load_heads
 from ..compute.inference import MAX_INPUT_CHARS
@@ -37,8 +38,9 @@ PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped tabl
 PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
 MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
 MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
-WORK_SHARE = 0.8  # of a request's work (ATTN_MAX_WORK), kept for the pasted list: 800 units in public mode, about
-# 28 Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
+# of a request's work (ATTN_MAX_WORK), kept for the pasted list (the registry's): 800 units in public mode, about 28
+# Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
+WORK_SHARE = registry.VIEWS["Whole test set"].work_share
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -92,7 +94,7 @@ LABELS = {"id": "line", "flag": "flag", "source": "source", "translation": "tran
           "length_ratio": "length ratio", "hit_max_len": "hit max len", "unk": "unk", "source_pieces": "source pieces",
           "output_pieces": "output pieces", "truncated": "source cut", "note": "note"}
 HELP = {"id": "The input's line number, counted from 0.",
-        "flag": "May be a hallucination (the signals' rule, chosen on val).",
+        "flag": "May be a hallucination (the signals' rule, chosen on the validation set).",
         "chrf": "chrF of this line against its reference (0-100; empty without a reference).",
         "bleu": "Sentence BLEU against the reference (0-100; empty without a reference).",
         "source_share": "Share of the output that comes from the source (ALTI+), mean over the output pieces.",
@@ -350,7 +352,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
     def line(column: str) -> tuple[float | None, str]:
         if column in limits:
             return limits[column], "flag threshold"
-        return (val_share, "val threshold") if column == "source_share" and val_share is not None else (None, "")
+        return (val_share, "validation threshold") if column == "source_share" and val_share is not None else (None, "")
 
     left, right = st.columns(2)
     with left:
@@ -381,6 +383,6 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
     if limits:
         notes.append("A dotted “flag threshold” is one of that rule's limits.")
     if val_share is not None:
-        notes.append(f"The dotted “val threshold” ({val_share:.2f}) is this model's source-share threshold chosen "
-                     "on val (its heads.json); it is not part of the flag.")
+        notes.append(f"The dotted “validation threshold” ({val_share:.2f}) is this model's source-share threshold "
+                     "chosen on the validation set with its head statistics; it is not part of the flag.")
     st.caption(" ".join(notes))
