@@ -46,6 +46,21 @@ def test_back_returns_to_the_previous_sentence_and_forward_again(app_env, tr):
     assert at.segmented_control(key="view").value == "Heatmap"
 
 
+def test_a_link_opened_is_not_rewritten_until_the_visitor_changes_something(app_env):
+    link = {"text": "A dog runs in the park.", "view": "Masks"}  # no decoding settings: the page fills them in
+    at = new_app(link)
+    assert_clean(at)
+    # rewriting the address would add an entry to the browser's history: Back would land on the link again
+    assert dict(at.query_params) == link
+    at.slider(key="pad_src").set_value(5).run()
+    changed = dict(at.query_params)
+    assert changed["ps"] == "5" and changed["beam"] == str(at.session_state["beam_size"])  # now it says it all
+    at = navigate(at, link)  # Back: the link again, as it was
+    assert at.slider(key="pad_src").value == 2 and dict(at.query_params) == link
+    hostile = new_app({"text": "A dog runs.", "view": "Masks", "ps": "99"})  # a value the page did not take
+    assert dict(hostile.query_params).get("ps") is None and "beam" in dict(hostile.query_params)
+
+
 def test_a_shared_link_carries_the_views_choices_and_only_its_own(app_env, tr):
     text = "A woman with a red ball walks on the beach."
     at = translate(new_app(), text)

@@ -190,6 +190,32 @@ def test_back_and_forward_move_between_sentences(server, tiny_checkpoint):
             browser.close()
 
 
+def test_back_from_a_link_leaves_it_at_once(server):
+    """A link opened (without the decoding settings the page fills in) stays as it was in the address bar, so the
+    browser's Back goes to the page before it, not to the same link again."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            before, link = f"{server}/?text=A+dog+runs.&view=Heatmap", f"{server}/?text=Two+men+talk.&view=Masks"
+            for url in (before, link):
+                page.goto(url)
+                page.wait_for_selector("[data-testid=stPlotlyChart], [class*=st-key-attn_picture_] img",
+                                       timeout=120_000)
+                page.wait_for_timeout(2000)  # the run's end, when the page writes its address
+                assert page.url == url
+            page.go_back()
+            page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t",
+                                   arg="A dog runs.", timeout=60_000)
+            page.wait_for_timeout(1500)
+            assert page.url == before
+        finally:
+            browser.close()
+
+
 def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")

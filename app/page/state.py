@@ -47,6 +47,7 @@ SRC_LANG, TGT_LANG = "src_lang", "tgt_lang"  # a multilingual model's language p
 # Plain state (no widget)
 PREVIOUS_VIEW = "_previous_view"  # the last view other than Export, for Export's share link
 LAST_URL = "_last_url"  # the query parameters this session last wrote
+ADOPTED = "_adopted_url"  # (the address last adopted, what it meant as the page writes it; None until its run ends)
 IGNORED = "_ignored"  # link parameters the last adoption ignored, to tell the visitor
 NOTICES = "_notices"  # what was changed in the visitor's input (cut, bidirectional controls removed)
 EMPTY_SUBMIT = "_empty_submit"  # Translate was pressed on an empty box
@@ -317,6 +318,7 @@ def start_run() -> None:
         if first and not current.get("text"):  # a first visit opens on a worked example
             ss[SOURCE_TEXT] = ss.get(SOURCE_TEXT) or EXAMPLES[0]
         ss[LAST_URL] = current
+        ss[ADOPTED] = (current, None)
 
 
 def let_the_browser_paint() -> None:
@@ -340,6 +342,22 @@ def end_run(view: str) -> None:
     ss = st.session_state
     if view != "Export":
         ss[PREVIOUS_VIEW] = view
-    out = url_params(view)
+    out = kept_address(url_params(view))
     st.query_params.from_dict(out)
     ss[LAST_URL] = out
+
+
+def kept_address(out: dict[str, str]) -> dict[str, str]:
+    """The address to write: ``out``, or the address the page last adopted (a link, or Back/Forward) while what is
+    on screen is still what that address meant and it says nothing ``out`` does not (it only leaves out values
+    the page fills in: the decoding settings, a view's defaults). A link opened is then not rewritten, which would
+    add an entry to the browser's history, so Back leaves the page at once instead of landing on the link again."""
+    ss = st.session_state
+    adopted, meant = ss.get(ADOPTED, (None, None))
+    if adopted is None:
+        return out
+    if meant is None:  # the run that adopted it: what it meant, as written
+        ss[ADOPTED] = (adopted, meant := out)
+    if out == meant and all(out.get(name) == value for name, value in adopted.items()):
+        return dict(adopted)
+    return out
