@@ -49,6 +49,7 @@ VIEW_TITLES = {key: module.NAME for key, module in parts.DESCRIBED.items()}
 DECIMALS = 3  # decimals a chart's numbers keep on the page (more where its largest value is below 1)
 PHONE_PX = 700  # narrower screens: no plotly toolbar (it would sit on the charts), the charts scroll sideways
 TICK_PX = 14  # the width a column's tick label needs, so a phone's chart keeps its labels apart (it scrolls)
+DEFLATE_LEVEL = 6  # zlib's default: 5% larger than level 9, in a fifth of the time (bench/report.py)
 _IDS = itertools.count()
 
 
@@ -90,12 +91,18 @@ def _rounded(values: Any) -> Any:
     return np.where(np.isfinite(out), out, None).tolist()
 
 
+_SCALARS = {str, int, float, bool, type(None)}  # what JSON holds as it is (``_plain`` returns them unchanged)
+
+
 def _plain(value: Any) -> Any:
     """A figure's value as JSON-ready Python: float arrays rounded (:func:`_rounded`), other arrays as lists."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "f":
             return _rounded(value)
-        return [_plain(v) for v in value.tolist()] if value.dtype.kind == "O" else value.tolist()
+        if value.dtype.kind != "O":
+            return value.tolist()
+        items = value.tolist()  # nested lists of the objects themselves (the hover's tokens and numbers)
+        return items if set(map(type, value.flat)) <= _SCALARS else [_plain(v) for v in items]
     if isinstance(value, dict) and isinstance(value.get("bdata"), str) and "dtype" in value:  # a typed array
         array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<"))
         shape = [int(n) for n in str(value.get("shape", array.size)).split(",")]
@@ -114,9 +121,9 @@ def figure_json(fig: go.Figure | dict) -> dict[str, Any]:
     same look, a few KB less), its axes making room for their tick labels (as Streamlit's charts do), and its title
     taken out (``"title"``: plain text, which the page shows above the chart, where it wraps on a phone and no
     toolbar covers it)."""
-    spec = _plain(fig if isinstance(fig, dict) else fig.to_plotly_json())
+    spec = fig if isinstance(fig, dict) else fig.to_plotly_json()
+    spec = _plain({**spec, "layout": {k: v for k, v in spec["layout"].items() if k != "template"}})
     layout = spec["layout"]
-    layout.pop("template", None)
     title = layout.pop("title", None)
     text = parts.plain(title.get("text", "") if isinstance(title, dict) else title or "")
     if text and isinstance(layout.get("margin"), dict) and "t" in layout["margin"]:
@@ -194,7 +201,7 @@ def describe(analysis: Analysis, translator: Translator | None = None, views: Se
 def deflated(value: Any) -> str:
     """JSON, deflated (zlib) and base64: a fraction of its size, and nothing in it can end its script element."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(text.encode("utf-8"), DEFLATE_LEVEL)).decode("ascii")
 
 
 WITH_PROBS = " with the probability the model gave each (teacher-forced)"
