@@ -49,6 +49,7 @@ VIEW_TITLES = registry.TITLES  # key -> the view's name in the app
 DECIMALS = 3  # decimals a chart's numbers keep on the page (more where its largest value is below 1)
 PHONE_PX = 700  # narrower screens: no plotly toolbar (it would sit on the charts), the charts scroll sideways
 TICK_PX = 14  # the width a column's tick label needs, so a phone's chart keeps its labels apart (it scrolls)
+DEFLATE_LEVEL = 6  # zlib's default: 5% larger than level 9, in a fifth of the time (bench/report.py)
 _IDS = itertools.count()
 
 
@@ -87,36 +88,50 @@ def _rounded(values: Any) -> Any:
     top = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 0.0
     decimals = max(DECIMALS, DECIMALS - math.ceil(math.log10(top))) if top > 0 else DECIMALS
     out = np.round(a.astype(np.float64), decimals)
-    return np.where(np.isfinite(out), out, None).tolist()
+    finite = np.isfinite(out)
+    return out.tolist() if finite.all() else np.where(finite, out, None).tolist()
 
 
-def _plain(value: Any) -> Any:
-    """A figure's value as JSON-ready Python: float arrays rounded (:func:`_rounded`), other arrays as lists."""
+_SCALARS = {str, int, float, bool, type(None)}  # what JSON holds as it is (``_plain`` returns them unchanged)
+
+
+def _plain(value: Any, shared: dict[int, tuple[np.ndarray, list]] | None = None) -> Any:
+    """A figure's value as JSON-ready Python: float arrays rounded (:func:`_rounded`), other arrays as lists.
+    ``shared``: the lists already made of object arrays (the hover's tokens), by the array's id, each kept with its
+    array (so the id is not reused): the copies of one chart (``parts.variant``) share that array, listed once."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "f":
             return _rounded(value)
-        return [_plain(v) for v in value.tolist()] if value.dtype.kind == "O" else value.tolist()
+        if value.dtype.kind != "O":
+            return value.tolist()
+        if shared is not None and id(value) in shared:
+            return shared[id(value)][1]
+        items = value.tolist()  # nested lists of the objects themselves (the hover's tokens and numbers)
+        items = items if set(map(type, value.flat)) <= _SCALARS else [_plain(v) for v in items]
+        if shared is not None:
+            shared[id(value)] = (value, items)
+        return items
     if isinstance(value, dict) and isinstance(value.get("bdata"), str) and "dtype" in value:  # a typed array
         array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<"))
         shape = [int(n) for n in str(value.get("shape", array.size)).split(",")]
         return _plain(array.reshape(shape))
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, shared) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, shared) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
 
 
-def figure_json(fig: go.Figure | dict) -> dict[str, Any]:
+def figure_json(fig: go.Figure | dict, shared: dict[int, tuple[np.ndarray, list]] | None = None) -> dict[str, Any]:
     """A builder's figure as the page draws it: its numbers rounded, plotly's default theme left to plotly.js (the
     same look, a few KB less), its axes making room for their tick labels (as Streamlit's charts do), and its title
     taken out (``"title"``: plain text, which the page shows above the chart, where it wraps on a phone and no
-    toolbar covers it)."""
-    spec = _plain(fig if isinstance(fig, dict) else fig.to_plotly_json())
+    toolbar covers it). ``shared``: see :func:`_plain` (the lists in it are shared too: never change them)."""
+    spec = fig if isinstance(fig, dict) else fig.to_plotly_json()
+    spec = _plain({**spec, "layout": {k: v for k, v in spec["layout"].items() if k != "template"}}, shared)
     layout = spec["layout"]
-    layout.pop("template", None)
     title = layout.pop("title", None)
     text = plain(title.get("text", "") if isinstance(title, dict) else title or "")
     if text and isinstance(layout.get("margin"), dict) and "t" in layout["margin"]:
@@ -140,13 +155,14 @@ class _Html:
 
     def __init__(self) -> None:
         self.figures: list[dict[str, Any]] = []
+        self.shared: dict[int, tuple[np.ndarray, list]] = {}  # the object arrays listed (``figure_json``)
 
     def parts(self, items: Sequence[Part]) -> str:
         return "".join(self.part(p) for p in items)
 
     def part(self, p: Part) -> str:
         if isinstance(p, Chart):
-            spec = figure_json(p.figure)
+            spec = figure_json(p.figure, self.shared)
             spec["config"] = figures.plotly_config(p.name)
             self.figures.append(spec)
             width = min_width(spec)
@@ -194,7 +210,7 @@ def describe(analysis: Analysis, translator: Translator | None = None, views: Se
 def deflated(value: Any) -> str:
     """JSON, deflated (zlib) and base64: a fraction of its size, and nothing in it can end its script element."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(text.encode("utf-8"), DEFLATE_LEVEL)).decode("ascii")
 
 
 WITH_PROBS = " with the probability the model gave each (teacher-forced)"

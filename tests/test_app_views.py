@@ -65,6 +65,20 @@ def test_heatmap_window_offsets_show_true_positions():
     assert custom[0, 0, 2] == 11 and custom[2, 1, 3] == 22  # 1-based, past the window start
 
 
+def test_lines_in_a_layout_are_plotly_s_own_hline_and_vline():
+    """``figures.hline`` / ``vline`` (a line given with the layout, so that a builder makes its figure in one call)
+    are what plotly's ``add_hline`` / ``add_vline`` add."""
+    import plotly.graph_objects as go
+
+    line = dict(dash="dot", width=2, color="#c62828")
+    ours = go.Figure(go.Bar(x=[0, 1], y=[1, 2]), dict(shapes=[figures.hline(0.4, line=line, name="median"),
+                                                               figures.vline(0.5, line=line)]))
+    theirs = go.Figure(go.Bar(x=[0, 1], y=[1, 2]))
+    theirs.add_hline(y=0.4, line_dash="dot", line_width=2, line_color="#c62828", name="median")
+    theirs.add_vline(x=0.5, line_dash="dot", line_width=2, line_color="#c62828")
+    assert ours.to_plotly_json() == theirs.to_plotly_json()
+
+
 def test_head_grid_has_every_head_on_one_colour_scale():
     rng = np.random.default_rng(1)
     attn = rng.random((2, 3, 4, 5))

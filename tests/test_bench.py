@@ -115,3 +115,27 @@ def test_work_units_bench_times_alti_beside_integrated_gradients(tiny_checkpoint
     row = measure(str(tiny_checkpoint), repeats=1, sizes=((12, 9),))[0]
     assert row["alti_units"] == pytest.approx(work.alti_work(transformer.load(tiny_checkpoint, device="cpu"), 12, 9))
     assert row["alti_s"] > 0 and row["ig_s"] > 0 and row["ig_units"] > 0
+
+
+def _report_bench(argv: list[str], capsys) -> dict:
+    from bench.report import main
+
+    assert main([*argv, "--rounds", "1", "--repeat", "1", "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_report_bench_times_the_page_apart_from_the_translation(tiny_checkpoint, capsys):
+    from app import report
+
+    result = _report_bench(["--checkpoint", str(tiny_checkpoint), "--words", "6"], capsys)
+    assert len(result["sentence"].split()) == 6
+    assert result["this"]["translate_ms"] > 0 and result["this"]["page_ms"] > 0 and "base" not in result
+    assert [k for k in result["steps_ms"] if k.startswith("describe ")] == [f"describe {v}" for v in
+                                                                             report.DEFAULT_VIEWS]
+    assert result["steps_ms"]["figures"] > len(report.DEFAULT_VIEWS)
+
+
+@pytest.mark.slow
+def test_report_bench_times_another_checkout_in_its_own_process(tiny_checkpoint, capsys):
+    result = _report_bench(["--checkpoint", str(tiny_checkpoint), "--words", "6", "--base", str(ROOT)], capsys)
+    assert result["base"]["page_ms"] > 0 and result["page_ratio"] > 0

@@ -103,22 +103,57 @@ def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):
     assert len(named(page, "logit-lens")["data"][0]["z"]) == tr.config.n_decoder_layers
 
 
-def test_the_page_s_copies_of_a_chart_are_what_the_builder_draws(tr):
+def charts_of(items) -> list:
+    """Every chart of a description's parts, in the order the page draws them (each option of a picker in turn)."""
+    from app.parts import Chart, Choice
+
+    out = []
+    for p in items:
+        if isinstance(p, Chart):
+            out.append(p)
+        elif isinstance(p, Choice):
+            for _, options in p.options:
+                out += charts_of(options)
+    return out
+
+
+def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
+    """The heatmap's layers and heads and the step's steps and layers are copies of one built chart's JSON with
+    their own numbers and title (``parts.variant``, sharing the rest): each equals what its builder draws for it,
+    title included, after every copy before it went through ``figure_json`` (none changes what the next shares);
+    and the page holds the described charts as ``figure_json`` makes them."""
     from app import parts
+    from app.drawing.analysis import KINDS
 
     text = "Two dogs play in the park."
     a = report.analysis_for(tr.translate(text, beam_size=2), tr, text)
+    src = parts.Source(a, tr)
+    charts = [c for key in ("heatmap", "step") for c in charts_of(parts.DESCRIBED[key].describe(src))]
+    shown = [report.figure_json(c.figure) for c in charts]
+    n_layers = a.cross.shape[0]
+    built = {}  # the builders' own charts, by name (a step's cross-attention: by name and layer)
+    for kind in KINDS:
+        for layer in range(1, a.attention(kind).shape[0] + 1):
+            for head in ("mean", *map(str, range(1, a.attention(kind).shape[1] + 1))):
+                built[f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"] = \
+                    parts.heatmap.chart(a, kind, layer, head)
+    for t in range(len(a.target_tokens)):
+        for layer in range(1, n_layers + 1):
+            built[f"step{t + 1}-cross {layer}"] = parts.step.looked(a, t, layer, (0.0, 1.0))
+    copies = [(c, spec) for c, spec in zip(charts, shown) if c.name in built or c.name.endswith("-cross")]
+    step_seen: dict[str, int] = {}
+    for chart, spec in copies:
+        name = chart.name
+        if name.endswith("-cross"):  # the layers of a step, in order
+            step_seen[name] = step_seen.get(name, 0) + 1
+            name = f"{name} {step_seen[name]}"
+        assert isinstance(chart.figure, dict), f"{name}: a copy, not a figure built again"
+        assert spec == report.figure_json(built.pop(name).figure), name
+    assert not built, f"not on the page: {sorted(built)}"
     page = report.build_page(a, tr, ("heatmap", "step"))
-    t, layer = len(a.target_tokens) - 1, 1
-    for name, built in (("encoder-L1-H2", parts.heatmap.chart(a, "encoder", 1, "2")),
-                        ("cross-L2-mean", parts.heatmap.chart(a, "cross", 2, "mean")),
-                        (f"step{t + 1}-cross", parts.step.looked(a, t, layer, (0.0, 1.0)))):
-        built = report.figure_json(built.figure)
-        shown = [f for f in page_figures(page) if f["config"]["toImageButtonOptions"]["filename"] == name]
-        if name.startswith("step"):  # the step's chart of each layer: the one of this layer
-            shown = [f for f in shown if np.allclose(values(f["data"][0]["z"]), values(built["data"][0]["z"]))]
-        built.pop("title")  # shown above the chart, as text
-        assert shown and {k: v for k, v in shown[0].items() if k != "config"} == built, name
+    for on_page, spec, chart in zip(page_figures(page), shown, charts, strict=True):
+        assert {k: v for k, v in on_page.items() if k != "config"} == {k: v for k, v in spec.items() if k != "title"}, \
+            chart.name
 
 
 def test_the_page_is_one_file_with_nothing_to_fetch(tr):

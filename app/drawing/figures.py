@@ -154,8 +154,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     custom[:, :, 1] = np.asarray(ktext, dtype=object)[None, :]
     custom[:, :, 2] = (np.arange(q) + query_offset + query_first)[:, None]  # numbered as the labels
     custom[:, :, 3] = (np.arange(k) + key_offset + key_first)[None, :]
-    heat = go.Heatmap(
-        z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
+    heat = dict(
+        type="heatmap", z=w, x=list(range(k)), y=list(range(q)), customdata=custom,
         colorscale=colorscale or ATTENTION_SCALE, zmin=zmin,
         zmax=zmax if zmax is not None else max(float(w.max()), 1e-9),
         hovertemplate=(f"{query_title} %{{customdata[2]}}: <b>%{{customdata[0]}}</b><br>"
@@ -163,7 +163,6 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
                        f"{value_name} %{{z:.3f}}<extra></extra>"),
         colorbar=colour_bar(value_name), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
     )
-    fig = go.Figure(heat)
     cell = _cell_size(max(q, k))
     top = 50 if title else 20
     # upright key labels only where the whole row of them fits a phone's plot; else turned
@@ -172,7 +171,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     # it is no longer than the rows and the chart needs no empty band to hold it
     rows = top + cell * q + 40
     shown_title = short_title(query_title) if axis_title_room(query_title) > rows else query_title
-    fig.update_layout(
+    return go.Figure(heat, dict(
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
         height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
@@ -180,8 +179,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
         xaxis=_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
         yaxis=_axis(ylabels, shown_title, autorange="reversed"),
         plot_bgcolor="white",
-    )
-    return fig
+    ))
 
 
 LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.55, 2.4), (0.6, 1.01, 0.85, 3.4))
@@ -199,13 +197,14 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     n = max(q, k)  # both columns span the same height, so lines between sentences of unequal length stay level
     y_q = -np.linspace(0, n - 1, q) if q > 1 else np.zeros(1)
     y_k = -np.linspace(0, n - 1, k) if k > 1 else np.zeros(1)
-    fig = go.Figure()
+    traces = []
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
         w = attn[head]
         # legend entry at full strength (the line traces below are faint on purpose)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour, width=3),
-                                 name=f"head {head + 1}", legendgroup=f"h{head}"))
+        traces.append(dict(
+            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=colour, width=3), name=f"head {head + 1}",
+            legendgroup=f"h{head}"))
         for low, high, alpha, width in LINE_BUCKETS:
             low = max(low, threshold) if low == LINE_BUCKETS[0][0] else low
             sel = (w >= low) & (w < high)
@@ -218,10 +217,9 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                 continue
             xs = np.tile(np.array([0.0, 1.0, np.nan]), qi.size)
             ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel()
-            fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="lines", line=dict(color=colour, width=width), opacity=alpha,
-                name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=False, hoverinfo="skip",
-            ))
+            traces.append(dict(
+                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=colour, width=width), opacity=alpha,
+                name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=False, hoverinfo="skip"))
     # token columns, with hover listing each head's strongest key for that query
     qlabels = [escape(t) for t in query_tokens]
     klabels = [escape(t) for t in key_tokens]
@@ -232,14 +230,15 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
             j = int(np.argmax(attn[head, i]))
             parts.append(f"head {head + 1} → {klabels[j]} ({attn[head, i, j]:.2f})")
         hover_q.append("<br>".join(parts))
-    fig.add_trace(go.Scatter(x=np.zeros(q), y=y_q, mode="markers+text", text=qlabels, textposition="middle left",
-                             marker=dict(size=7, color="#444"), hovertext=hover_q, hoverinfo="text", showlegend=False,
-                             textfont=dict(size=_tick_font(q) + 1)))
-    fig.add_trace(go.Scatter(x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
-                             marker=dict(size=7, color="#444"),
-                             hovertext=[f"key {j + key_first}: <b>{klabels[j]}</b>" for j in range(k)],
-                             hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
-    fig.update_layout(
+    traces.append(dict(
+        type="scatter", x=np.zeros(q), y=y_q, mode="markers+text", text=qlabels, textposition="middle left",
+        marker=dict(size=7, color="#444"), hovertext=hover_q, hoverinfo="text", showlegend=False,
+        textfont=dict(size=_tick_font(q) + 1)))
+    traces.append(dict(
+        type="scatter", x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
+        marker=dict(size=7, color="#444"), hovertext=[f"key {j + key_first}: <b>{klabels[j]}</b>" for j in range(k)],
+        hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
+    return go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
         xaxis=dict(visible=False, range=[-0.6, 1.6], fixedrange=True),
         yaxis=dict(visible=False, range=[-n + 0.3, 1.6]), plot_bgcolor="white",
@@ -249,8 +248,7 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                      dict(x=1.0, y=1.1, text=f"<b>{escape(key_title)}</b>", showarrow=False, xanchor="left",
                           yanchor="bottom", name="key heading")],
         legend=dict(orientation="h", y=1.0, x=0.0, yanchor="bottom", font=dict(size=12)),
-    )
-    return fig
+    ))
 
 
 def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str,
@@ -265,25 +263,24 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     custom[:, :, 0] = qtext[:, None]
     custom[:, :, 1] = ktext[None, :]
     custom[:, :, 2] = np.where(m > 0, "may attend", "blocked")
-    fig = go.Figure(go.Heatmap(
-        z=m, x=list(range(k)), y=list(range(q)), zmin=0, zmax=1, colorscale=MASK_SCALE, showscale=False,
-        customdata=custom, xgap=1, ygap=1,
+    heat = dict(
+        type="heatmap", z=m, x=list(range(k)), y=list(range(q)), zmin=0, zmax=1, colorscale=MASK_SCALE,
+        showscale=False, customdata=custom, xgap=1, ygap=1,
         hovertemplate=f"{query_title} <b>%{{customdata[0]}}</b><br>{key_title} <b>%{{customdata[1]}}</b><br>"
                       "%{customdata[2]}<extra></extra>",
-    ))
-    for name, colour in (("may attend", MASK_SCALE[-1][1]), ("blocked (weight 0)", MASK_SCALE[0][1])):  # legend
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
-                                 marker=dict(symbol="square", size=12, color=colour, line=dict(color="#888", width=1))))
+    )
+    legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
+                   marker=dict(symbol="square", size=12, color=colour, line=dict(color="#888", width=1)))
+              for name, colour in (("may attend", MASK_SCALE[-1][1]), ("blocked (weight 0)", MASK_SCALE[0][1]))]
     cell = _cell_size(max(q, k))
-    fig.update_layout(
+    return go.Figure([heat, *legend], dict(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
         margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
         xaxis=_axis(unique_labels(key_tokens, key_first), key_title,
                     tickangle=-90 if k > 30 else -60 if k > 8 else 0),
         yaxis=_axis(unique_labels(query_tokens, query_first), query_title, autorange="reversed"),
-    )
-    return fig
+    ))
 
 
 def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None) -> go.Figure:
@@ -292,14 +289,13 @@ def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None
     probs = np.asarray(probs, dtype=float)
     n = len(labels)
     colours = ["#2e7d32" if i == chosen else "#9ecae1" for i in range(n)]
-    fig = go.Figure(go.Bar(x=probs, y=list(range(n)), orientation="h", marker_color=colours, customdata=labels,
-                           text=[f"{p:.1%}" for p in probs], textposition="outside", cliponaxis=False,
-                           hovertemplate="<b>%{customdata}</b><br>p = %{x:.4f}<extra></extra>"))
-    fig.update_layout(title=dict(text="Top candidates for this step", x=0.0), font=FONT,
-                      height=int(120 + 30 * n), margin=dict(l=10, r=60, t=45, b=10),
-                      xaxis=dict(title="probability", range=[0, float(probs.max(initial=0.0)) * 1.2 + 0.02]),
-                      yaxis=_axis(labels, "", autorange="reversed"))
-    return fig
+    bars = dict(type="bar", x=probs, y=list(range(n)), orientation="h", marker=dict(color=colours), customdata=labels,
+                text=[f"{p:.1%}" for p in probs], textposition="outside", cliponaxis=False,
+                hovertemplate="<b>%{customdata}</b><br>p = %{x:.4f}<extra></extra>")
+    return go.Figure(bars, dict(title=dict(text="Top candidates for this step", x=0.0), font=FONT,
+                                height=int(120 + 30 * n), margin=dict(l=10, r=60, t=45, b=10),
+                                xaxis=dict(title="probability", range=[0, float(probs.max(initial=0.0)) * 1.2 + 0.02]),
+                                yaxis=_axis(labels, "", autorange="reversed")))
 
 
 def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], output_token: str,
@@ -311,7 +307,7 @@ def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], outp
                             f"while producing <b>{escape(output_token)}</b>", query_title="head",
                             key_title="source token", zmin=zrange[0] if zrange else 0.0,
                             zmax=zrange[1] if zrange else None)
-    fig.update_layout(height=int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens)))
+    fig.layout.height = int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens))
     return fig
 
 
@@ -322,18 +318,18 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
     share = np.asarray(source_share, dtype=float)
     steps = list(range(first + 1, first + 1 + len(share)))  # output steps, counted from 1
     pieces = [escape(t) for t in outputs]
-    fig = go.Figure([go.Bar(x=steps, y=share, name="source", marker_color="#3182bd", customdata=pieces,
-                            hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
-                     go.Bar(x=steps, y=1 - share, name="earlier output", marker_color="#ff7f0e", customdata=pieces,
-                            hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")])
-    fig.update_layout(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
-                      title=top_title("Share of the attribution (absolute values) per step"),
-                      xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
-                                 title=dict(text="output piece (the step that produced it)"),
-                                 tickangle=-60 if len(steps) > 8 else 0),
-                      yaxis=dict(range=[0, 1], title=dict(text="share")),
-                      legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))  # under the title, never on it
-    return fig
+    bars = [dict(type="bar", x=steps, y=share, name="source", marker=dict(color="#3182bd"), customdata=pieces,
+                 hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
+            dict(type="bar", x=steps, y=1 - share, name="earlier output", marker=dict(color="#ff7f0e"),
+                 customdata=pieces,
+                 hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")]
+    return go.Figure(bars, dict(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
+                                title=top_title("Share of the attribution (absolute values) per step"),
+                                xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
+                                           title=dict(text="output piece (the step that produced it)"),
+                                           tickangle=-60 if len(steps) > 8 else 0),
+                                yaxis=dict(range=[0, 1], title=dict(text="share")),
+                                legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom")))  # under the title
 
 
 def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
@@ -401,27 +397,35 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
     share = np.asarray(share, dtype=np.float64)
     steps = list(range(len(share)))
     text = [escape(t) for t in output_tokens]
-    fig = go.Figure([
-        go.Bar(x=steps, y=share, name="source", marker_color=SOURCE_COLOUR, customdata=text,
-               hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
-        go.Bar(x=steps, y=1 - share, name="target prefix", marker_color=PREFIX_COLOUR, customdata=text,
-               hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")])
+    traces = [
+        dict(type="bar", x=steps, y=share, name="source", marker=dict(color=SOURCE_COLOUR), customdata=text,
+             hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
+        dict(type="bar", x=steps, y=1 - share, name="target prefix", marker=dict(color=PREFIX_COLOUR), customdata=text,
+             hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")]
     mean = mean if mean is not None else float(share.mean()) if len(share) else 0.0
     # the lines are named in the legend (a label on a line would sit on the bars)
     lines = [(mean, "dash", "#222222", f"mean source share ({mean:.2f})")]
     if threshold is not None:
         lines.append((threshold, "dot", "#c62828", f"hallucination threshold ({threshold:.2f})"))
-    for y, dash, colour, name in lines:
-        fig.add_hline(y=y, line_dash=dash, line_width=2, line_color=colour)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
-                                 name=name, hoverinfo="skip"))
-    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
-                      title=top_title(title),  # the legend under the title (it may wrap on a phone)
-                      legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
-                      xaxis=_axis(unique_labels(output_tokens, first + 1), "output piece",
-                                  tickangle=-60 if len(share) > 8 else 0),
-                      yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white")
-    return fig
+    traces += [dict(type="scatter", x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
+                    name=name, hoverinfo="skip") for y, dash, colour, name in lines]
+    return go.Figure(traces, dict(
+        barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
+        title=top_title(title),  # the legend under the title (it may wrap on a phone)
+        legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
+        xaxis=_axis(unique_labels(output_tokens, first + 1), "output piece", tickangle=-60 if len(share) > 8 else 0),
+        yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white",
+        shapes=[hline(y, line=dict(dash=dash, width=2, color=colour)) for y, dash, colour, _ in lines]))
+
+
+def hline(y: float, **shape) -> dict:
+    """A horizontal line across the plot at ``y`` (what ``fig.add_hline`` adds, as part of a layout)."""
+    return dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=y, y1=y, **shape)
+
+
+def vline(x: float, **shape) -> dict:
+    """A vertical line across the plot at ``x`` (what ``fig.add_vline`` adds, as part of a layout)."""
+    return dict(type="line", xref="x", x0=x, x1=x, yref="y domain", y0=0, y1=1, **shape)
 
 
 def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
@@ -443,16 +447,16 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
     counts = Counter([*source_tokens, *prefix_tokens])
     numbers = [*range(source_offset + 1, source_offset + s + 1),
                *range(prefix_offset, prefix_offset + len(prefix_tokens))]
-    fig.update_xaxes(ticktext=[escape(t) + (f"·{n}" if counts[t] > 1 else "")
-                               for t, n in zip([*source_tokens, *prefix_tokens], numbers)])
+    fig.layout.xaxis.ticktext = [escape(t) + (f"·{n}" if counts[t] > 1 else "")
+                                 for t, n in zip([*source_tokens, *prefix_tokens], numbers)]
     heat = fig.data[0]
     custom = np.array(heat.customdata, dtype=object)  # (T, S+T, 4): query, key, query number, key number
     custom[:, :, 3] = np.asarray([f"source piece {n}" if j < s else f"target prefix {n}"
                                   for j, n in enumerate(numbers)], dtype=object)[None, :]
     heat.update(customdata=custom, hovertemplate=heat.hovertemplate.replace(
         "source piece | target prefix %{customdata[3]}", "%{customdata[3]}"))
-    fig.add_vline(x=s - 0.5, line_width=2, line_color="#444444")
-    for x, name in ((0, "source"), (s, "target prefix")):
-        fig.add_annotation(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
-                           text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
+    fig.layout.shapes = [vline(s - 0.5, line=dict(width=2, color="#444444"))]
+    fig.layout.annotations = [dict(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
+                                   text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
+                              for x, name in ((0, "source"), (s, "target prefix"))]
     return fig

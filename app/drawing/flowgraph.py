@@ -88,43 +88,47 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
     n_rows = max(len(source), len(decoder_input))
     first, end = rows if rows is not None else (0, n_rows)
     x_of = lambda n: column_x(n, n_enc)  # noqa: E731
-    fig = go.Figure()
+    traces = []
     # edges, one trace per kind and width (plotly draws one width per trace); a legend entry per kind
     by_kind: dict[str, list[Edge]] = {}
     for e in graph.edges:
         by_kind.setdefault(e.kind, []).append(e)
     for kind in ("residual", "encoder", "decoder", "cross"):
         edges = by_kind.get(kind, [])
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=COLOURS[kind], width=3),
-                                 name=NAMES[kind], legendgroup=kind, hoverinfo="skip"))
+        traces.append(dict(
+            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=COLOURS[kind], width=3), name=NAMES[kind],
+            legendgroup=kind, hoverinfo="skip"))
         for low, high, width in WIDTHS:
             chosen = [e for e in edges if low <= e.weight < high]
             if not chosen:
                 continue
             xs = np.array([[x_of(e.source), x_of(e.target), np.nan] for e in chosen]).ravel()
             ys = np.array([[-e.source.position, -e.target.position, np.nan] for e in chosen]).ravel()
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=COLOURS[kind], width=width),
-                                     opacity=0.75 if kind != "residual" else 0.9, legendgroup=kind,
-                                     showlegend=False, hoverinfo="skip", name=NAMES[kind]))
+            traces.append(dict(
+                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=COLOURS[kind], width=width),
+                opacity=0.75 if kind != "residual" else 0.9, legendgroup=kind, showlegend=False, hoverinfo="skip",
+                name=NAMES[kind]))
     if selected is not None:
         mine = [e for e in graph.edges if (e.kind, e.layer, e.head, e.target.position) == selected]
         if mine:
             xs = np.array([[x_of(e.source), x_of(e.target), np.nan] for e in mine]).ravel()
             ys = np.array([[-e.source.position, -e.target.position, np.nan] for e in mine]).ravel()
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=SELECTED, width=3),
-                                     name="the head opened below", hoverinfo="skip"))
+            traces.append(dict(
+                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=SELECTED, width=3),
+                name="the head opened below", hoverinfo="skip"))
     # the feed-forward blocks: a square on the node they write, its size their weight
     ffn = by_kind.get("ffn", [])
-    fig.add_trace(go.Scatter(
-        x=[x_of(e.target) for e in ffn] or [None], y=[-e.target.position for e in ffn] or [None], mode="markers",
+    traces.append(dict(
+        type="scatter", x=[x_of(e.target) for e in ffn] or [None], y=[-e.target.position for e in ffn] or [None],
+        mode="markers",
         marker=dict(symbol="square", color=COLOURS["ffn"], size=[6 + 16 * e.weight for e in ffn] or [0]),
         name=NAMES["ffn"], legendgroup="ffn", hoverinfo="text",
         hovertext=[f"<b>Feed-forward</b>, {escape(place(e.target, n_enc))}<br>{piece(e.target, source, decoder_input)}"
                    f"<br>weight {e.weight:.3f}" for e in ffn]))
     # a point in the middle of every head's edge: hover names the head, a click opens it
     heads = [e for e in graph.edges if e.head is not None]
-    fig.add_trace(go.Scatter(
-        x=[(x_of(e.source) + x_of(e.target)) / 2 for e in heads],
+    traces.append(dict(
+        type="scatter", x=[(x_of(e.source) + x_of(e.target)) / 2 for e in heads],
         y=[-(e.source.position + e.target.position) / 2 for e in heads], mode="markers",
         marker=dict(size=[7 + 8 * e.weight for e in heads], color=[COLOURS[e.kind] for e in heads],
                     line=dict(color="white", width=1)),
@@ -134,15 +138,15 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
                    f"weight {e.weight:.3f} (click to open this head)" for e in heads]))
     # the nodes, and the output piece's node ringed
     nodes = graph.nodes
-    fig.add_trace(go.Scatter(
-        x=[x_of(n) for n in nodes], y=[-n.position for n in nodes], mode="markers",
+    traces.append(dict(
+        type="scatter", x=[x_of(n) for n in nodes], y=[-n.position for n in nodes], mode="markers",
         marker=dict(size=5, color="#555"), showlegend=False, name="nodes", hoverinfo="text",
         hovertext=[f"{escape(place(n, n_enc))}<br>{piece(n, source, decoder_input)}" for n in nodes]))
     root = Node("decoder", n_dec - 1, "ffn", graph.step)
-    fig.add_trace(go.Scatter(x=[x_of(root)], y=[-graph.step], mode="markers",
-                             marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=2.5)),
-                             showlegend=False, hoverinfo="text", name="output",
-                             hovertext=[f"output piece {graph.step + 1}: {escape(output)}"]))
+    traces.append(dict(
+        type="scatter", x=[x_of(root)], y=[-graph.step], mode="markers",
+        marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=2.5)), showlegend=False,
+        hoverinfo="text", name="output", hovertext=[f"output piece {graph.step + 1}: {escape(output)}"]))
     # row labels as axis ticks (the axes make room for them): the source pieces on the left, the decoder input on
     # the right, beside the last column, the chosen step's row naming the piece it predicts
     font = 12 if n_rows <= 30 else MIN_FONT
@@ -150,15 +154,15 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
     dec_rows = [i for i in range(len(decoder_input)) if first <= i < end and i <= graph.step]  # later: unread
     dec_text = [f"{i}: {escape(decoder_input[i])}" + (f" <b>→ {escape(output)}</b>" if i == graph.step else "")
                 for i in dec_rows]
-    fig.add_trace(go.Scatter(x=[column_x(root, n_enc)] * len(dec_rows), y=[-i for i in dec_rows], mode="markers",
-                             marker=dict(size=1, opacity=0), yaxis="y2", showlegend=False, hoverinfo="skip",
-                             name="decoder rows"))
+    traces.append(dict(
+        type="scatter", x=[column_x(root, n_enc)] * len(dec_rows), y=[-i for i in dec_rows], mode="markers",
+        marker=dict(size=1, opacity=0), yaxis="y2", showlegend=False, hoverinfo="skip", name="decoder rows"))
     ticks = [(0.0, "emb")] + [(i + 1.0, f"E{i + 1}") for i in range(n_enc)]  # short: they fit a phone
     base = n_enc + DECODER_GAP
     ticks += [(base, "emb")] + [(base + i + 1.0, f"D{i + 1}") for i in range(n_dec)]
     height = int(min(max(380, 170 + 30 * (end - first)), 2400))
     y_range = [-(end - 1) - 0.6, -first + 0.6]
-    fig.update_layout(
+    return go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=height, plot_bgcolor="white", dragmode="pan",
         margin=dict(l=10, r=10, t=100 if title else 60, b=10),
         xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks], side="top",
@@ -171,8 +175,7 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
                     ticktext=dec_text, tickfont=dict(size=font), automargin=True, showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=-0.01, x=0.0, yanchor="top", font=dict(size=12)),
         clickmode="event+select",
-    )
-    return fig
+    ))
 
 
 def step_figures(data, source: Sequence[str], decoder_input: Sequence[str], outputs: Sequence[str],
@@ -193,12 +196,11 @@ def head_bars(promoted: Sequence[tuple[str, float]], suppressed: Sequence[tuple[
     values = [v for _, v in promoted] + [v for _, v in suppressed]
     colours = ["#2ca02c"] * len(promoted) + ["#d62728"] * len(suppressed)
     n = len(labels)
-    fig = go.Figure(go.Bar(x=values, y=list(range(n)), orientation="h", marker_color=colours,
-                           hovertext=[f"{label}: {v:+.2f}" for label, v in zip(labels, values)], hoverinfo="text"))
-    fig.update_layout(title=dict(text=title, x=0.0), font=FONT, height=int(90 + 22 * max(n, 4)),
-                      margin=dict(l=10, r=10, t=60 if title else 20, b=30), plot_bgcolor="white",
-                      yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=labels, autorange="reversed",
-                                 tickfont=dict(size=12), automargin=True),
-                      xaxis=dict(title=dict(text="logit (promotes > 0 > suppresses)", font=dict(size=12)),
-                                 zeroline=True, zerolinecolor="#888"))
-    return fig
+    bars = dict(type="bar", x=values, y=list(range(n)), orientation="h", marker=dict(color=colours),
+                hovertext=[f"{label}: {v:+.2f}" for label, v in zip(labels, values)], hoverinfo="text")
+    return go.Figure(bars, dict(title=dict(text=title, x=0.0), font=FONT, height=int(90 + 22 * max(n, 4)),
+                                margin=dict(l=10, r=10, t=60 if title else 20, b=30), plot_bgcolor="white",
+                                yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=labels,
+                                           autorange="reversed", tickfont=dict(size=12), automargin=True),
+                                xaxis=dict(title=dict(text="logit (promotes > 0 > suppresses)", font=dict(size=12)),
+                                           zeroline=True, zerolinecolor="#888")))

@@ -71,22 +71,21 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
                     + " %{z:.3f}<extra></extra>")
     else:
         heat.update(hovertemplate=value_name + " %{z:.3f}<extra></extra>")
-    fig = go.Figure(go.Heatmap(**heat))
-    fig.add_trace(_grid_cells(attn, query_tokens, key_tokens, bh, bw, value_name) if clickable else
-                  _grid_targets(attn.shape, bh, bw))
-    for layer in range(n_layers):  # a frame around every head, so one sees where each block ends
-        for head in range(n_heads):
-            fig.add_shape(type="rect", x0=head * bw - 0.5, x1=head * bw + k - 0.5, y0=layer * bh - 0.5,
-                          y1=layer * bh + q - 0.5, line=dict(color="#9aa5b1", width=1), layer="above",
-                          name=f"frame L{layer + 1} H{head + 1}")
+    targets = (_grid_cells(attn, query_tokens, key_tokens, bh, bw, value_name) if clickable else
+               _grid_targets(attn.shape, bh, bw))
+    # a frame around every head, so one sees where each block ends
+    shapes = [dict(type="rect", x0=head * bw - 0.5, x1=head * bw + k - 0.5, y0=layer * bh - 0.5,
+                   y1=layer * bh + q - 0.5, line=dict(color="#9aa5b1", width=1), layer="above",
+                   name=f"frame L{layer + 1} H{head + 1}") for layer in range(n_layers) for head in range(n_heads)]
     if highlight is not None:
         layer, head = highlight
-        fig.add_shape(type="rect", x0=head * bw - 0.5 - gap / 2, x1=head * bw + k - 0.5 + gap / 2,
-                      y0=layer * bh - 0.5 - gap / 2, y1=layer * bh + q - 0.5 + gap / 2,
-                      line=dict(color="#d62728", width=3), name="picked")
+        shapes.append(dict(type="rect", x0=head * bw - 0.5 - gap / 2, x1=head * bw + k - 0.5 + gap / 2,
+                           y0=layer * bh - 0.5 - gap / 2, y1=layer * bh + q - 0.5 + gap / 2,
+                           line=dict(color="#d62728", width=3), name="picked"))
     block_px = max(90, min(260, 1000 // max(n_heads, 1)))
     height = 90 + n_layers * block_px * max(0.4, min(2.0, q / max(k, 1)))
-    fig.update_layout(
+    return go.Figure([dict(type="heatmap", **heat), targets], dict(
+        shapes=shapes,
         title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
         font=FONT, height=int(height), margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         xaxis=dict(tickmode="array", tickvals=[h * bw + (k - 1) / 2 for h in range(n_heads)],
@@ -95,12 +94,11 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
                    ticktext=[f"layer {layer + 1}" for layer in range(n_layers)], autorange="reversed",
                    showgrid=False, zeroline=False),
         meta=dict(grid=list(attn.shape)),
-    )
-    return fig
+    ))
 
 
 def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], bh: int,
-                bw: int, value_name: str = "weight") -> go.Scatter:
+                bw: int, value_name: str = "weight") -> dict:
     """Invisible markers on every cell of the tiled grid: they carry the hover label and make a click choose a
     head (plotly heatmaps cannot be selected; scatter points can). ``customdata``: layer, head (1-based), query
     token, key token, weight."""
@@ -111,15 +109,15 @@ def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Seque
     custom[:, 0], custom[:, 1], custom[:, 2], custom[:, 3] = layer + 1, head + 1, qtext[qi], ktext[ki]
     custom[:, 4] = np.round(attn.reshape(-1).astype(float), 4)  # (L*H*Q*K,)
     invisible = dict(marker=dict(opacity=0))
-    return go.Scatter(x=head * bw + ki, y=layer * bh + qi, mode="markers", customdata=custom,
-                      marker=dict(symbol="square", size=10, opacity=0), selected=invisible, unselected=invisible,
-                      hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query <b>%{customdata[2]}</b>"
-                                    "<br>key <b>%{customdata[3]}</b><br>" + value_name
-                                    + " %{customdata[4]:.3f}<extra></extra>",
-                      showlegend=False, name="cells")
+    return dict(type="scatter", x=head * bw + ki, y=layer * bh + qi, mode="markers", customdata=custom,
+                marker=dict(symbol="square", size=10, opacity=0), selected=invisible, unselected=invisible,
+                hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>query <b>%{customdata[2]}</b>"
+                              "<br>key <b>%{customdata[3]}</b><br>" + value_name
+                              + " %{customdata[4]:.3f}<extra></extra>",
+                showlegend=False, name="cells")
 
 
-def _grid_targets(shape: tuple[int, int, int, int], bh: int, bw: int, per_side: int = 8) -> go.Scatter:
+def _grid_targets(shape: tuple[int, int, int, int], bh: int, bw: int, per_side: int = 8) -> dict:
     """Click targets for grids too large for one marker per cell: an invisible lattice of at most
     ``per_side`` x ``per_side`` markers over each head's block, ``customdata`` = layer, head (1-based)."""
     n_layers, n_heads, q, k = shape
@@ -132,10 +130,10 @@ def _grid_targets(shape: tuple[int, int, int, int], bh: int, bw: int, per_side: 
     custom = np.stack([layer + 1, head + 1], axis=1).tolist()
     size = max(10, min(40, int(900 / max(n_heads * per_side, 1))))
     invisible = dict(marker=dict(opacity=0))
-    return go.Scatter(x=head * bw + c, y=layer * bh + r, mode="markers", customdata=custom,
-                      marker=dict(symbol="square", size=size, opacity=0), selected=invisible, unselected=invisible,
-                      hovertemplate="layer %{customdata[0]} · head %{customdata[1]}: click to open<extra></extra>",
-                      showlegend=False, name="heads")
+    return dict(type="scatter", x=head * bw + c, y=layer * bh + r, mode="markers", customdata=custom,
+                marker=dict(symbol="square", size=size, opacity=0), selected=invisible, unselected=invisible,
+                hovertemplate="layer %{customdata[0]} · head %{customdata[1]}: click to open<extra></extra>",
+                showlegend=False, name="heads")
 
 
 def grid_pick(selection: dict | None) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import cosine_similarity, escape, unique_labels
-from .figures import DIVERGING, FONT, HEAD_COLOURS, _axis, top_title
+from .figures import DIVERGING, FONT, HEAD_COLOURS, _axis, hline, top_title
 
 
 def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,
@@ -19,14 +19,13 @@ def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding",
     table holds every ``position_step``-th position and ``dim_step``-th dimension of a larger one; the axes say
     which)."""
     p, d = table.shape
-    fig = go.Figure(go.Heatmap(z=table, x=np.arange(d) * dim_step, y=np.arange(p) * position_step,
-                               colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
-                               hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
-                               colorbar=dict(thickness=12)))
-    fig.update_layout(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
-                      margin=dict(l=10, r=10, t=45, b=10),
-                      xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed"))
-    return fig
+    heat = dict(type="heatmap", z=table, x=np.arange(d) * dim_step, y=np.arange(p) * position_step,
+                colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
+                hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
+                colorbar=dict(thickness=12))
+    return go.Figure(heat, dict(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
+                                margin=dict(l=10, r=10, t=45, b=10),
+                                xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed")))
 
 
 def wave_dims(d_model: int, length: int) -> list[int]:
@@ -42,20 +41,20 @@ def wave_dims(d_model: int, length: int) -> list[int]:
 def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
     """Chosen columns of the table as curves over positions: each dimension is a sine or cosine wave."""
     p, d = table.shape
-    fig = go.Figure()
+    waves = []
     for i, dim in enumerate(dims):
         if 0 <= dim < d:
             kind = "sin" if dim % 2 == 0 else "cos"
             wavelength = 2 * np.pi * 10000 ** ((dim - dim % 2) / d)
-            fig.add_trace(go.Scatter(x=np.arange(p), y=table[:, dim], mode="lines",
-                                     name=f"dim {dim} ({kind}, wavelength {wavelength:.0f})",
-                                     line=dict(color=HEAD_COLOURS[i % len(HEAD_COLOURS)], width=2)))
+            waves.append(dict(type="scatter", x=np.arange(p), y=table[:, dim], mode="lines",
+                              name=f"dim {dim} ({kind}, wavelength {wavelength:.0f})",
+                              line=dict(color=HEAD_COLOURS[i % len(HEAD_COLOURS)], width=2)))
     # the legend above the plot, under the title at the figure's top (room for it to wrap on a phone): below
     # the plot it would sit on the axis title
-    fig.update_layout(title=top_title("Waves of chosen dimensions"), font=FONT, height=480,
-                      margin=dict(l=10, r=10, t=130, b=10), xaxis=dict(title="position"), yaxis=dict(title="value"),
-                      legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=11)))
-    return fig
+    return go.Figure(waves, dict(title=top_title("Waves of chosen dimensions"), font=FONT, height=480,
+                                 margin=dict(l=10, r=10, t=130, b=10), xaxis=dict(title="position"),
+                                 yaxis=dict(title="value"),
+                                 legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=11))))
 
 
 def pe_similarity(table: np.ndarray, step: int = 1) -> go.Figure:
@@ -63,13 +62,11 @@ def pe_similarity(table: np.ndarray, step: int = 1) -> go.Figure:
     ``step``-th position)."""
     sim = cosine_similarity(table)
     at = np.arange(len(sim)) * step
-    fig = go.Figure(go.Heatmap(z=sim, x=at, y=at, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
-                               colorbar=dict(thickness=12),
-                               hovertemplate="position %{y} vs %{x}<br>cosine %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT, height=420,
-                      margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
-                      yaxis=dict(title="position", autorange="reversed"))
-    return fig
+    heat = dict(type="heatmap", z=sim, x=at, y=at, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
+                colorbar=dict(thickness=12), hovertemplate="position %{y} vs %{x}<br>cosine %{z:.3f}<extra></extra>")
+    return go.Figure(heat, dict(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT,
+                                height=420, margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
+                                yaxis=dict(title="position", autorange="reversed")))
 
 
 def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.ndarray,
@@ -77,23 +74,22 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
     """Length of each scaled token embedding (``‖E[x]‖·√d_model``) beside the length of its positional encoding."""
     labels = unique_labels(tokens)
     x = list(range(len(tokens)))
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=x, y=token_norms, name="token embedding × √d_model", marker_color="#3182bd",
-                         customdata=[escape(t) for t in tokens],
-                         hovertemplate="<b>%{customdata}</b><br>‖embedding‖·√d = %{y:.2f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=x, y=pe_norms, name="positional encoding", marker_color="#fd8d3c",
-                         hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>"))
+    traces = [dict(type="bar", x=x, y=token_norms, name="token embedding × √d_model", marker=dict(color="#3182bd"),
+                   customdata=[escape(t) for t in tokens],
+                   hovertemplate="<b>%{customdata}</b><br>‖embedding‖·√d = %{y:.2f}<extra></extra>"),
+              dict(type="bar", x=x, y=pe_norms, name="positional encoding", marker=dict(color="#fd8d3c"),
+                   hovertemplate="position %{x}<br>‖PE‖ = %{y:.2f}<extra></extra>")]
+    shapes = []
     top = max(float(np.max(token_norms, initial=0.0)), float(np.max(pe_norms, initial=0.0)))
     if vocab_norms is not None and len(vocab_norms):  # a dotted line named in the legend (a label on the line
         median = float(np.median(vocab_norms))  # itself would sit on the bars)
         top = max(top, median)
-        fig.add_hline(y=median, line_dash="dot", line_color="#555", name="median")
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
-                                 name=f"median token embedding, whole vocabulary ({median:.1f})"))
-    fig.update_layout(barmode="group",
-                      title=top_title("How large the encodings are next to the token embeddings"),
-                      font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10),
-                      xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
-                      yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above bars
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))
-    return fig
+        shapes.append(hline(median, line=dict(dash="dot", color="#555"), name="median"))
+        traces.append(dict(type="scatter", x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
+                           name=f"median token embedding, whole vocabulary ({median:.1f})"))
+    return go.Figure(traces, dict(
+        barmode="group", title=top_title("How large the encodings are next to the token embeddings"),
+        font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10), shapes=shapes,
+        xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
+        yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above the bars
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0)))

@@ -12,7 +12,6 @@ calls the same functions for the same charts).
 
 from __future__ import annotations
 
-import copy
 import html
 import re
 from collections.abc import Callable
@@ -92,14 +91,20 @@ def plain(text: str) -> str:
     return html.unescape(re.sub(r"<[^>]*>", "", str(text or "")))
 
 
+def as_json(chart: Chart) -> Chart:
+    """``chart`` with its figure as plotly JSON, made once: the base of many :func:`variant` copies."""
+    return chart if isinstance(chart.figure, dict) else Chart(chart.figure.to_plotly_json(), chart.caption, chart.name)
+
+
 def variant(chart: Chart, z: np.ndarray, title: str, name: str) -> Chart:
     """``chart`` with other numbers of the same shape in its first trace and another title: what its builder would
-    make of them, copied instead of built again (building a figure costs about 0.1 s, and the offline page holds
-    hundreds)."""
-    spec = copy.deepcopy(chart.figure if isinstance(chart.figure, dict) else chart.figure.to_plotly_json())
-    spec["data"][0]["z"] = np.asarray(z, dtype=np.float64)
-    spec["layout"]["title"]["text"] = title
-    return Chart(spec, chart.caption, name)
+    make of them, copied instead of built again (the offline page holds hundreds). Only what differs is new; the
+    rest (the hover's tokens, the axes) is ``chart``'s own JSON, shared, never changed in place (the page rounds a
+    copy: ``app.report.figure_json``). Give it :func:`as_json` of a chart, else its figure is read each time."""
+    spec = chart.figure if isinstance(chart.figure, dict) else chart.figure.to_plotly_json()
+    layout = spec["layout"]
+    return Chart({**spec, "data": [{**spec["data"][0], "z": np.asarray(z, dtype=np.float64)}, *spec["data"][1:]],
+                  "layout": {**layout, "title": {**layout["title"], "text": title}}}, chart.caption, name)
 
 
 def layers_choice(label: str, n: int, parts_of: Callable[[int], list[Part]], default: int | None = None) -> Choice:

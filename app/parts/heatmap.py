@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..compute.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
-from . import Chart, Choice, Note, Part, Source, variant
+from . import Chart, Choice, Note, Part, Source, as_json, variant
 
 KEY = "heatmap"
 INTRO = "Rows are queries, columns keys; hover a cell for both tokens and the weight (colours from 0 to 1)."
@@ -53,7 +53,7 @@ def describe(src: Source) -> list[Part]:
 
     def layers(kind: str) -> list[Part]:
         n = a.attention(kind).shape[0]
-        base = chart(a, kind, n, "mean")  # built once; the other layers and heads are its variants
+        base = as_json(chart(a, kind, n, "mean"))  # built once; the other layers and heads are its variants
         return [Choice("Layer", [(f"layer {i}", heads(kind, i, base)) for i in range(1, n + 1)], n - 1)]
 
     parts: list[Part] = [Choice("Type", [(KIND_NAMES[k], layers(k)) for k in KINDS], KINDS.index("cross"))]

@@ -7,7 +7,7 @@ import numpy as np
 from ..compute.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import escape
-from . import Chart, Choice, Note, Part, Source, variant
+from . import Chart, Choice, Note, Part, Source, as_json, variant
 
 KEY = "step"
 INTRO = ("Step-through decoding: at each output step, the model's top candidates for the next piece with their "
@@ -45,11 +45,11 @@ def describe(src: Source) -> list[Part]:
     if not len(a.topk_ids[0]):  # a translation without its candidates: they need the model
         src.tr  # noqa: B018  (raises NeedsModel)
     n_layers = a.cross.shape[0]
-    base = looked(a, 0, n_layers, (0.0, 1.0))  # built once; the other steps and layers are its variants
+    base = as_json(looked(a, 0, n_layers, (0.0, 1.0)))  # built once; the other steps and layers are its variants
     said = f"<b>{escape(a.target_tokens[0])}</b>"  # the produced piece, in the title
     steps = []
     for t in range(min(len(a.target_tokens), OFFLINE_STEPS)):
-        title = base.figure.layout.title.text.replace(said, f"<b>{escape(a.target_tokens[t])}</b>")
+        title = base.figure["layout"]["title"]["text"].replace(said, f"<b>{escape(a.target_tokens[t])}</b>")
         layers = Choice("Cross-attention layer", [
             (f"layer {i}", [variant(base, np.vstack([a.cross[i - 1][:, t].mean(axis=0, keepdims=True),
                                                       a.cross[i - 1][:, t]]),  # (1 + H, S): the mean, each head
