@@ -80,7 +80,7 @@ def steps(checkpoint: str, text: str, threads: int = 1) -> dict[str, float]:
     data."""
     import torch
 
-    from app import parts, report
+    from app import parts, registry, report
     from transformer import DecodeSettings, load
 
     torch.set_num_threads(threads)
@@ -96,7 +96,7 @@ def steps(checkpoint: str, text: str, threads: int = 1) -> dict[str, float]:
         drawn = []
         for key in report.DEFAULT_VIEWS:
             start = time.process_time()
-            drawn.append(parts.DESCRIBED[key].describe(src))
+            drawn.append(registry.DESCRIBED[key].describe(src))
             out[f"describe {key}"] = time.process_time() - start
         start = time.process_time()
         page = report._Html()

@@ -128,7 +128,7 @@ def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
     text = "Two dogs play in the park."
     a = report.analysis_for(tr.translate(text, beam_size=2), tr, text)
     src = parts.Source(a, tr)
-    charts = [c for key in ("heatmap", "step") for c in charts_of(parts.DESCRIBED[key].describe(src))]
+    charts = [c for described in (parts.heatmap, parts.step) for c in charts_of(described.describe(src))]
     shown = [report.figure_json(c.figure) for c in charts]
     n_layers = a.cross.shape[0]
     built = {}  # the builders' own charts, by name (a step's cross-attention: by name and layer)
