@@ -74,11 +74,14 @@ def _n(value: float) -> str:
 def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
                 query_title: str = "query", key_title: str = "key", zmin: float = 0.0, zmax: float | None = None,
                 value_name: str = "weight", query_offset: int = 0, key_offset: int = 0,
-                highlight_row: int | None = None, query_first: int = 1, key_first: int = 1) -> str:
+                highlight_row: int | None = None, query_first: int = 1, key_first: int = 1,
+                rows_only: bool = False) -> str:
     """One attention matrix ``(Q, K)`` as an SVG document: rows queries, columns keys, a colour bar; hover a cell
     for "query (position) → key (position): weight 0.123" (positions numbered as everywhere on the page: from
     ``query_first``/``key_first`` at the start of the whole axis, see ``app.drawing.analysis.FIRST_NUMBER``).
-    ``highlight_row`` outlines one query row."""
+    ``highlight_row`` outlines one query row. ``rows_only``: the picture's left band alone (its row labels and the
+    query axis' title on white, at the same places, as tall as the picture and as wide as its left margin), which
+    the page keeps at the left edge while the picture scrolls sideways (a frozen column)."""
     w = np.asarray(weights, dtype=np.float64)
     q, k = w.shape
     zmax = max(float(w.max()), 1e-9) if zmax is None else float(zmax)
@@ -106,6 +109,8 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     ytitle = _text_width(escape(query_title), 12)
     cy = max(top + grid_h / 2, top + ytitle / 2)
     height = max(top + grid_h + bottom, cy + ytitle / 2 + 6)
+    if rows_only:
+        return _rows_band(ylabels, qtext, font, left, top, ch, grid_h, height, query_title, cy)
     fill = colours(w, zmin, zmax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;min-width:{width * MIN_FONT / font:.0f}px;'
@@ -125,9 +130,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     if highlight_row is not None and 0 <= highlight_row < q:
         out.append(f'<rect class="row-highlight" x="{left - 1:.1f}" y="{top + highlight_row * ch - 1:.1f}" '
                    f'width="{grid_w + 1:.1f}" height="{ch + 1:.1f}" fill="none" stroke="#d62728" stroke-width="2"/>')
-    for i, label in enumerate(ylabels):
-        out.append(f'<text class="ytick" x="{_n(left - 6)}" y="{_n(top + (i + 0.5) * ch)}" font-size="{font}" '
-                   f'text-anchor="end" dominant-baseline="middle"><title>{qtext[i]}</title>{_cut(label)}</text>')
+    out += _row_texts(ylabels, qtext, font, left, top, ch)
     ty = top + grid_h + 8
     for j, label in enumerate(xlabels):
         x = left + (j + 0.5) * cw
@@ -138,11 +141,33 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     out.append(f'<text class="axis-title" x="{left + grid_w / 2:.1f}" y="{top + grid_h + bottom - 6:.0f}" '
                'font-size="12" '
                f'text-anchor="middle">{escape(key_title)}</text>')
-    out.append(f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
-               f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')
+    out.append(_query_title(query_title, cy))
     out.append(_colourbar(left + grid_w + 24, top, min(grid_h, 260.0), zmin, zmax, value_name))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _row_texts(ylabels: list[str], qtext: list[str], font: int, left: float, top: float, ch: float) -> list[str]:
+    """The row labels: right-aligned before the rows, each in the middle of its row."""
+    return [f'<text class="ytick" x="{_n(left - 6)}" y="{_n(top + (i + 0.5) * ch)}" font-size="{font}" '
+            f'text-anchor="end" dominant-baseline="middle"><title>{qtext[i]}</title>{_cut(label)}</text>'
+            for i, label in enumerate(ylabels)]
+
+
+def _query_title(query_title: str, cy: float) -> str:
+    """The query axis' title, turned, down the left edge."""
+    return (f'<text class="axis-title" x="14" y="{cy:.1f}" font-size="12" text-anchor="middle" '
+            f'transform="rotate(-90 14 {cy:.1f})">{escape(query_title)}</text>')
+
+
+def _rows_band(ylabels: list[str], qtext: list[str], font: int, left: float, top: float, ch: float, grid_h: float,
+               height: float, query_title: str, cy: float) -> str:
+    """The picture's left band (``heatmap_svg(rows_only=True)``): white along the rows, the row labels and the query
+    axis' title where the picture has them; ``left`` px wide, as tall as the picture."""
+    return "\n".join([f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-row-labels" width="{left}" '
+                      f'height="{height:.0f}" viewBox="0 0 {left} {height:.0f}" font-family="{escape(FONT)}">',
+                      f'<rect x="0" y="{_n(top)}" width="{left}" height="{_n(grid_h)}" fill="#ffffff"/>',
+                      *_row_texts(ylabels, qtext, font, left, top, ch), _query_title(query_title, cy), "</svg>"])
 
 
 def data_uri(svg: str) -> str:

@@ -16,7 +16,7 @@ from transformer.network.kinds import layer_counts
 
 from ..compute import work
 from ..compute.inference import HeadKey
-from ..drawing import figures
+from ..drawing import figures, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS
 from ..parts import heatmap as described_heatmap  # how to read a heatmap, described once
 from . import state
@@ -280,18 +280,45 @@ SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wi
 def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None) -> None:
     """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
-    query on the box, so a wide screen never sees it)."""
+    query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
+    scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower)."""
     need = width if width is not None else figures.min_width(fig)
     if need <= figures.PHONE_PLOT:
         where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
         return
     box = where.container(key=f"wide_{key}")
+    frozen = row_labels.row_labels(fig)
     box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
              f" .st-key-wide_{key} > div:has([data-testid=stPlotlyChart]) {{min-width: {need}px;}}"
              f" .st-key-swipe_{key} {{position: sticky; left: 0;}}"
-             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}</style>")
+             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
+             + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
-    box.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+    inner = box.container(key=f"rows_{key}") if frozen else box
+    inner.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+    if frozen:
+        inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(
+            frozen.figure, config={"staticPlot": True, "displayModeBar": False}, key=f"{key}_row_labels")
+
+
+ROW_LABELS = "row_labels_"  # the key (CSS class st-key-row_labels_...) of a chart's frozen column of row labels
+
+
+def frozen_css(key: str, need: int, frozen: row_labels.RowLabels) -> str:
+    """The CSS of a wide chart's frozen column (``chart``): the chart and its row-labels figure in one grid cell,
+    the labels' band sticky at the box's left edge, above the chart and see-through to touches; only while the box
+    is narrower than the chart (a container query), when the chart's own row labels, under the band, are hidden."""
+    inner, band, own = f".st-key-rows_{key}", f".st-key-{ROW_LABELS}{key}", f".st-key-wide_{key} .st-key-{key}"
+    shown = ", ".join(f"{band} {part}{deeper}" for part in (f".subplot.{frozen.subplot} .yaxislayer-above",
+                                                              f".{frozen.title}") for deeper in ("", " *"))
+    return (f" {inner} {{display: grid; grid-template-columns: minmax(0, 1fr); min-width: {need}px;}}"
+            f" {inner} > * {{grid-area: 1 / 1; min-width: 0;}} {inner} > :has({band}) {{pointer-events: none;}}"
+            f" {band} {{display: none; position: sticky; left: 0; z-index: 3; width: {min(frozen.width, need)}px;"
+            f" overflow: hidden;}} {band} > * {{width: {need}px; min-width: {need}px;}}"
+            f" {band} svg * {{visibility: hidden;}} {band} .layer-below .shapelayer path, {shown}"
+            f" {{visibility: visible;}}"
+            f" @container (max-width: {need - 0.5}px) {{{band} {{display: flex;}}"
+            f" {own} .subplot.{frozen.subplot} .yaxislayer-above, {own} .{frozen.title} {{visibility: hidden;}}}}")
 
 
 def has_repeats(*token_lists: list[str]) -> bool:

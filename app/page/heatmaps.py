@@ -30,21 +30,45 @@ from .params import FROM_LINK, Param
 PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of every container of a server-built picture
 
 
-def picture(image: str, key: str, title: str) -> None:
+def picture(image: str, key: str, title: str, rows: str | None = None) -> None:
     """A server-built SVG (``app.drawing.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
     the page's first frame, nothing in it can run, and its text is only what ``app.drawing.svg`` escaped. It keeps
-    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking. On a
+    labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking, with
+    its left band ``rows`` (``svg.heatmap_svg(rows_only=True)``: the row labels on white) kept at the box's left edge
+    over it meanwhile (a frozen column; only while the box is narrower than the picture, a container query). On a
     session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
     need = svg.min_width(image)
     # the swipe hint shows only while the box is narrower than the picture (a container query on the box)
     st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {need}px;}}"
             f" .st-key-{PICTURE}{key} {{container-type: inline-size;}}"
             f" .st-key-{PICTURE}{key} .st-key-swipe_{key} {{position: sticky; left: 0;}}"
-            f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}</style>")
+            f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
+            + (_band_css(image, rows, key, need) if rows else "") + "</style>")
     box = st.container(key=PICTURE + key)
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
-    box.markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
+    inner = box.container(key=f"rows_{key}") if rows else box
+    inner.markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
+    if rows:
+        inner.html(f'<div class="{ROW_BAND}{key}"></div>')
     state.let_the_browser_paint()  # a new visitor: the picture painted before the page's controls are built
+
+
+ROW_BAND = "attn-row-labels-"  # the CSS class of a picture's frozen column (its left band, drawn as a background)
+
+
+def _band_css(image: str, rows: str, key: str, need: int) -> str:
+    """The CSS of a picture's frozen column: the picture and the band in one grid cell; the band (the SVG ``rows``
+    as a background, at the picture's scale) sticky at the box's left edge, above the picture and see-through to
+    touches; only while the box is narrower than the picture."""
+    size = re.compile(r'<svg[^>]* width="([0-9.]+)" height="([0-9.]+)"')
+    width, _ = (float(v) for v in size.search(image).groups())
+    band_w, band_h = (float(v) * need / width for v in size.search(rows).groups())  # drawn at the picture's scale
+    inner, holder, band = f".st-key-rows_{key}", f":has(> * > .{ROW_BAND}{key})", f".{ROW_BAND}{key}"
+    return (f" {inner} {{display: grid; grid-template-columns: minmax(0, 1fr); min-width: {need}px;}}"
+            f" {inner} > * {{grid-area: 1 / 1; min-width: 0;}} {inner} > {holder} {{pointer-events: none;"
+            f" display: none;}} {band} {{position: sticky; left: 0; z-index: 3; width: {band_w:.2f}px;"
+            f" height: {band_h:.2f}px; background: url('{svg.data_uri(rows)}') 0 0 / 100% 100% no-repeat;}}"
+            f" @container (max-width: {need - 0.5}px) {{{inner} > {holder} {{display: block;}}}}")
 
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
@@ -156,7 +180,8 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
         st.session_state.pop(row_key, None)
     chosen = st.session_state.get(row_key)
     image = svg.heatmap_svg(weights, queries, keys, highlight_row=chosen, **args)
-    picture(image, key, args.get("title", "attention heatmap"))
+    picture(image, key, args.get("title", "attention heatmap"),
+            svg.heatmap_svg(weights, queries, keys, rows_only=True, **args))
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",
                        format_func=lambda i: f"{i + qfirst}: {queries[i]}")
