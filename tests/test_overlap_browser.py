@@ -61,16 +61,38 @@ BOXES_JS = """() => {
 
 
 # The page's other promises on a narrow screen: a chart wider than its box scrolls and says so (its swipe hint shows
-# exactly while it scrolls); the buttons of a row that wraps are each whole (four borders, four round corners) and
-# none lies under another.
+# exactly while it scrolls), its frozen row labels (where it has them) at its rows; the buttons of a row that wraps
+# are each whole (four borders, four round corners) and none lies under another.
 PAGE_JS = """() => {
-  const main = document.querySelector('[data-testid=stMain]'), out = {hint: [], buttons: []};
+  const main = document.querySelector('[data-testid=stMain]'), out = {hint: [], buttons: [], frozen: []};
   for (const box of main.querySelectorAll('[class*=st-key-wide_], [class*=st-key-attn_picture_]')) {
     const hint = box.querySelector('[class*=st-key-swipe_]');
     if (!hint) continue;
     const scrolls = box.scrollWidth > box.clientWidth + 1, shown = hint.getBoundingClientRect().height > 0;
     const name = box.className.match(/st-key-[\\w-]+/)[0];
     if (scrolls !== shown) out.hint.push(`${name}: scrolls ${scrolls}, hint ${shown}`);
+  }
+  // a frozen column of row labels that shows (app.drawing.row_labels): each of its labels names the chart's row at
+  // the same height; a picture's band is as tall as the picture and starts at its top
+  for (const band of main.querySelectorAll('[class*=st-key-row_labels_], [class*=attn-row-labels-]')) {
+    const r = band.getBoundingClientRect();
+    if (!r.width || !r.height) continue;
+    const box = band.closest('[class*=st-key-wide_], [class*=st-key-attn_picture_]');
+    const name = box.className.match(/st-key-[\\w-]+/)[0], img = box.querySelector('img');
+    if (img) {
+      const i = img.getBoundingClientRect();
+      if (Math.abs(i.top - r.top) > 1 || Math.abs(i.height - r.height) > 1) out.frozen.push(`${name}: band off`);
+      continue;
+    }
+    const read = (root, visible) => [...root.querySelectorAll('.ytick text')]
+      .filter(t => (getComputedStyle(t).visibility === 'visible') === visible)
+      .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, (b.top + b.bottom) / 2]; });
+    const key = band.className.match(/st-key-row_labels_([\\w-]+)/)[1];
+    const shown = read(band, true), chart = box.querySelector(`.st-key-${key} .js-plotly-plot`);
+    const own = read(chart, false).filter(([, y]) => y >= r.top && y <= r.bottom);
+    if (!shown.length || shown.length !== own.length
+        || shown.some(([t, y], i) => t !== own[i][0] || Math.abs(y - own[i][1]) > 1.5))
+      out.frozen.push(`${name}: ${JSON.stringify(shown.slice(0, 3))} over ${JSON.stringify(own.slice(0, 3))}`);
   }
   for (const g of main.querySelectorAll('[data-testid=stButtonGroup] [role=radiogroup]')) {
     const buttons = [...g.children].filter(b => b.tagName === 'BUTTON');

@@ -137,3 +137,25 @@ def test_the_pictures_band_has_its_row_labels_where_the_picture_has_them():
     assert float(white.get("y")) + float(white.get("height")) == pytest.approx(
         max(float(c.get("y")) + float(c.get("height")) for c in cells), abs=1.01)
     assert not band.findall("s:g", NS)  # no cell, no colour bar: the picture's data is not sent twice
+
+
+def test_the_beam_trees_ranks_keep_the_charts_own_ranges():
+    """The beam tree's rows are ranks, on axes whose ranges the figure sets: the frozen column keeps them, and each
+    kind of node keeps its legend entry, with none of the tree's points."""
+    from test_beam_tree import SRC, tiny
+
+    from app.views.beam_tree import tree_figure
+    from transformer import beam_search
+
+    tree = beam_search(tiny(0), SRC, beam_size=3, max_len_b=6, record_tree=True).trees[0]
+    fig = tree_figure(tree, [f"▁p{n.token}" for n in tree.nodes])
+    deepest = max(n for t in fig.data for n in (t.y or ()) if n is not None)
+    assert tuple(fig.layout.yaxis.range) == (deepest + 0.6, -0.6)  # every node inside, the first rank on top
+    frozen = row_labels.row_labels(fig)
+    assert frozen is not None and frozen.subplot == "xy"
+    labels = frozen.figure
+    assert labels.layout.yaxis.range == fig.layout.yaxis.range and labels.layout.xaxis.range == fig.layout.xaxis.range
+    assert labels.layout.yaxis.title.text == "rank within the step (by log-probability)"
+    assert [(t.name, t.mode, t.showlegend) for t in labels.data] == [(t.name, t.mode, t.showlegend) for t in fig.data]
+    assert all(list(t.x) == [None] and list(t.y) == [None] for t in labels.data)
+    assert len(labels.to_json()) < len(go.Figure(layout=fig.layout).to_json()) + 2000

@@ -69,6 +69,12 @@ READ_JS = """([key, to]) => {
 }"""
 
 
+# a picture's band is a background image: wait until the browser has decoded it
+DECODED_JS = """async key => { const band = document.querySelector(`.attn-row-labels-${key}`);
+  if (!band) return; const image = new Image();
+  image.src = getComputedStyle(band).backgroundImage.slice(5, -2); await image.decode(); }"""
+
+
 def _open(page, server: str, view: str) -> None:
     page.goto(f"{server}/?text={CAPTION.replace(' ', '+')}&view={view}", wait_until="domcontentloaded")
     _settled(page)
@@ -88,6 +94,7 @@ def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):  # no
                 _open(page, shipped_server, view)
                 box = page.locator(f".st-key-wide_{key}, .st-key-attn_picture_{key}").first
                 box.scroll_into_view_if_needed()
+                page.evaluate(DECODED_JS, key)  # the picture's band painted before the screenshots
                 before = page.evaluate(READ_JS, [key, 0])
                 page.screenshot(path=str(out / f"row-labels-phone-{view}-before.png"))
                 after = page.evaluate(READ_JS, [key, 1])

@@ -3,11 +3,12 @@ the scrolling box (a frozen column, as a spreadsheet's): a phone's visitor who s
 still reads which row is which.
 
 :func:`row_labels` builds it from the chart's own layout (the same height, margins, titles, legend and axes, so the
-same plot area and the same rows) with no data but one empty cell per heatmap (its colour bar takes the same room),
-each axis given the range plotly's autorange gives the chart's heatmaps (cells centred on their positions). The
+same plot area and the same rows) with no data but one empty cell per heatmap (its colour bar takes the same room)
+and one empty point per other trace (its legend entry takes the same room), each axis given the range plotly's
+autorange gives the chart's heatmaps (cells centred on their positions) or the chart's own range. The
 page (``app.page.controls.chart``) shows only its left margin: the row labels and the row axis' title on a white
-band. Charts it cannot rebuild exactly (a trace other than a heatmap or an empty legend entry, rows that are not
-named) get None and scroll as before. No Streamlit here.
+band. Charts it cannot rebuild exactly (a trace other than a heatmap on an axis whose range its data sets) get None
+and scroll as before. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -77,15 +78,35 @@ def _empty(trace) -> bool:
     return all(v is None for v in points)
 
 
+def _fixed(layout, name: str) -> bool:
+    """Whether the axis ``name`` has a range of its own (its data does not move it)."""
+    axis = layout[name]
+    return axis.range is not None and axis.autorange in (None, False)
+
+
+def _without_data(trace) -> dict:
+    """A trace of the same kind, style and name with no point (``x=[None]``): its legend entry takes the same room,
+    nothing is drawn. Arrays of per-point values (text, colours, widths) keep their first value."""
+    def first(value):
+        if isinstance(value, dict):
+            return {k: first(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, np.ndarray)) and not isinstance(value, str):
+            return first(value[0]) if len(value) else None
+        return value
+    spec = {k: first(v) for k, v in trace.to_plotly_json().items() if k not in ("customdata", "hovertemplate")}
+    return {**spec, "x": [None], "y": [None], "hoverinfo": "skip"}
+
+
 def row_axis(fig: go.Figure) -> str | None:
-    """The layout key (``yaxis``, ``yaxis2``...) of the chart's named rows at its left edge: a y axis with its own
-    tick labels (tick text, or category names), on the left of the leftmost subplot; None when there is none."""
+    """The layout key (``yaxis``, ``yaxis2``...) of the chart's rows at its left edge: the y axis of a heatmap, or
+    one whose range the chart sets, that shows its tick labels on the left of the leftmost subplot; None when there
+    is none."""
     layout = fig.layout
     best, left = None, math.inf
     for trace in fig.data:
-        if trace.type != "heatmap":
-            continue
         name = _axis_name(trace.yaxis, "y")
+        if trace.type != "heatmap" and not _fixed(layout, name):
+            continue
         axis = layout[name]
         if axis.showticklabels is False or axis.side == "right" or axis.visible is False:
             continue
@@ -106,10 +127,10 @@ def row_labels(fig: go.Figure) -> RowLabels | None:
     skeleton = []
     for trace in fig.data:
         if trace.type != "heatmap":
-            if _empty(trace):
-                skeleton.append(copy.deepcopy(trace))  # a legend entry: its room in the legend
+            if _empty(trace) or all(_fixed(fig.layout, _axis_name(getattr(trace, f"{a}axis"), a)) for a in "xy"):
+                skeleton.append(_without_data(trace))  # its room in the legend, nothing drawn
                 continue
-            return None
+            return None  # its data sets a range this cannot know
         z = np.asarray(trace.z if trace.z is not None else [], dtype=object)
         if z.ndim != 2 or not z.size:
             return None

@@ -62,12 +62,18 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                         for n in group],
             hovertemplate="%{customdata[0]}<br>log-prob %{customdata[1]:.3f}<br>score %{customdata[2]}"
                           "<extra>" + status + "</extra>"))
+    deepest = max((y[n.id] for n in shown), default=0)
     longest = max((figures.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
     width = (last - first + 1) * (longest / 2 + 2 * figures.LABEL_GAP) + 120  # every other step's labels side by side
     fig.update_layout(meta={"min_width": int(width)},  # app.drawing.figures.min_width: its labels readable
                       height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
-                      xaxis=dict(title=dict(text="output step"), dtick=1), title=dict(text="Beam search tree", x=0),
-                      yaxis=dict(title=dict(text="rank within the step (by log-probability)"), autorange="reversed"),
+                      # ranges of its own (each step's labels within half a step; a label over the first rank or under
+                      # the last within 0.6 of a rank), so that a phone's frozen rank labels fall on the same ranks
+                      # (app.drawing.row_labels)
+                      xaxis=dict(title=dict(text="output step"), dtick=1, range=[first - 0.5, last + 0.5]),
+                      title=dict(text="Beam search tree", x=0),
+                      yaxis=dict(title=dict(text="rank within the step (by log-probability)"),
+                                 range=[deepest + 0.6, -0.6]),
                       legend=dict(orientation="h", y=1.08, x=0.3))
     return fig
 
