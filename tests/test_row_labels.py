@@ -111,6 +111,8 @@ def test_a_legend_entry_stays_and_a_chart_of_other_data_gets_none():
     # a bar chart's or a scatter's room depends on its data: no frozen column (it scrolls as before)
     assert row_labels.row_labels(figures.topk_figure(["▁a", "▁the"], np.array([0.6, 0.3]), 0)) is None
     assert row_labels.row_labels(go.Figure(go.Scatter(x=[0, 1], y=[2, 3]))) is None
+    points = go.Scatter(x=np.arange(3), y=np.arange(3))  # numpy arrays, as the positional encoding's figures hold
+    assert row_labels.row_labels(go.Figure([go.Heatmap(z=np.ones((3, 4))), points])) is None
 
 
 def test_the_pictures_band_has_its_row_labels_where_the_picture_has_them():

@@ -74,7 +74,7 @@ def _range(cells: list, categorical: bool, reversed_: bool) -> list[float]:
 
 def _empty(trace) -> bool:
     """A trace with no point to draw (a legend entry: ``x=[None]``)."""
-    points = [v for axis in ("x", "y") for v in (getattr(trace, axis, None) or [])]
+    points = [v for axis in ("x", "y") for v in (() if getattr(trace, axis, None) is None else getattr(trace, axis))]
     return all(v is None for v in points)
 
 
