@@ -281,7 +281,8 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
     """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
     query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
-    scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower)."""
+    scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower; such a
+    chart is not zoomed or panned, which would move its rows under the frozen labels)."""
     need = width if width is not None else figures.min_width(fig)
     if need <= figures.PHONE_PLOT:
         where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
@@ -295,6 +296,8 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
              + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
     inner = box.container(key=f"rows_{key}") if frozen else box
+    if frozen:  # no zoom or pan: the frozen labels stay on their rows (a zoom moves the rows and the plot area)
+        fig.update_xaxes(fixedrange=True).update_yaxes(fixedrange=True)
     inner.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
     if frozen:
         inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(
