@@ -210,7 +210,9 @@ def navigate(at, query: dict[str, str]):
 
 
 def charts(at) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    """The page's plotly figures, but a wide chart's frozen row labels (``app.drawing.row_labels``)."""
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [s for s in specs if not (s["layout"].get("meta") or {}).get("row_labels")]
 
 
 def chart(at, title_part: str) -> dict:

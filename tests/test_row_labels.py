@@ -73,6 +73,7 @@ def test_the_heatmaps_row_labels_fall_on_its_rows():
     assert cell.colorbar == fig.data[0].colorbar and cell.customdata is None
     assert len(labels.to_json()) < len(go.Figure(layout=fig.layout).to_json()) + 800  # the layout and little more
     assert frozen.subplot == "xy" and frozen.title == "g-ytitle"
+    assert labels.layout.meta == {row_labels.ROW_LABELS: True}  # marked, for whoever reads the page's figures
     # the band is at least as wide as the margin the longest label and the axis title need
     assert frozen.width >= figures.text_px("▁Mädchen", 12) + 30
 

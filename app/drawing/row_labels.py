@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from .figures import FONT, text_px
 
 BAND = "#ffffff"  # the frozen column's background: the page's white
+ROW_LABELS = "row_labels"  # the key of ``layout.meta`` that marks a frozen column's figure (True)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,9 @@ def row_labels(fig: go.Figure) -> RowLabels | None:
         labels.layout[name].update(range=axis["range"], autorange=False, **extra)
     # the band: white from the figure's left edge to its plot area, along the rows (a shape under the axes); the rest
     # see-through (the chart's title and x labels above and below it scroll with the chart)
-    labels.update_layout(paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", images=[], shapes=[
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    labels.update_layout(meta={**meta, ROW_LABELS: True},  # what it is, for whoever reads the page's figures
+                         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", images=[], shapes=[
         dict(type="rect", xref="paper", yref="paper", x0=-20, x1=0, y0=0, y1=1, layer="below",
              fillcolor=BAND, line=dict(width=0))], hovermode=False, dragmode=False)
     ref = rows.replace("axis", "")  # "yaxis2" -> "y2"
