@@ -1,7 +1,7 @@
 """A chart that scrolls sideways on a phone keeps its row labels (issue 48 §1): in Debian's chromium at 390 x 844, the
 first screen's picture and a plotly chart (Masks) are scrolled to their far end by script; their row labels are then
-still inside the visible box, on top (nothing covers them), each at its row. At 1600 x 1000 nothing scrolls and no
-frozen column shows. Screenshots in ``test-artifacts/row-labels-*.png``."""
+still inside the visible box, on top (nothing covers them), each at its row, and the swipe hint still in the box. At
+1600 x 1000 nothing scrolls and no frozen column shows. Screenshots in ``test-artifacts/row-labels-*.png``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ READ_JS = """([key, to]) => {
   box.scrollLeft = to * (box.scrollWidth - box.clientWidth);
   const b = box.getBoundingClientRect(), out = {scroll: box.scrollLeft, range: box.scrollWidth - box.clientWidth,
     box: [b.left, b.right], labels: [], own: []};
+  const hint = box.querySelector(`.st-key-swipe_${key}`).getBoundingClientRect();
+  out.hint = [hint.left, hint.right, hint.height];  // the swipe hint, where it is drawn
   const holder = box.querySelector(`.st-key-rows_${key}`);
   if (!holder) return out;
   for (const e of holder.children) e.style.pointerEvents = 'auto';
@@ -102,6 +104,8 @@ def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):  # no
                 page.screenshot(path=str(out / f"row-labels-phone-{view}-after.png"))
                 assert after["range"] > 100, f"{view}: the chart does not scroll on a phone"
                 assert after["scroll"] == pytest.approx(after["range"], abs=1)
+                left, right, tall = after["hint"]  # the hint says so the whole time, in the box
+                assert tall > 10 and after["box"][0] - 0.5 <= left and right <= after["box"][1] + 0.5, view
                 for state in (before, after):
                     labels, own = state["labels"], state["own"]
                     assert len(labels) == len(own) >= 5, view

@@ -291,7 +291,8 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
     frozen = row_labels.row_labels(fig)
     box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
              f" .st-key-wide_{key} > div:has([data-testid=stPlotlyChart]) {{min-width: {need}px;}}"
-             f" .st-key-swipe_{key} {{position: sticky; left: 0;}}"
+             f" .st-key-wide_{key} > :has(> .st-key-swipe_{key}) {{min-width: {need}px;}}"  # the hint stays put:
+             f" .st-key-swipe_{key} {{position: sticky; left: 0; width: 100cqw;}}"  # in a row as wide as the chart
              f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
              + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)

@@ -41,7 +41,8 @@ def picture(image: str, key: str, title: str, rows: str | None = None) -> None:
     # the swipe hint shows only while the box is narrower than the picture (a container query on the box)
     st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {need}px;}}"
             f" .st-key-{PICTURE}{key} {{container-type: inline-size;}}"
-            f" .st-key-{PICTURE}{key} .st-key-swipe_{key} {{position: sticky; left: 0;}}"
+            f" .st-key-{PICTURE}{key} > :has(> .st-key-swipe_{key}) {{min-width: {need}px;}}"  # the hint stays
+            f" .st-key-{PICTURE}{key} .st-key-swipe_{key} {{position: sticky; left: 0; width: 100cqw;}}"  # put
             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
             + (_band_css(image, rows, key, need) if rows else "") + "</style>")
     box = st.container(key=PICTURE + key)
