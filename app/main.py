@@ -21,7 +21,7 @@ if STARTING is not None:
 
 import torch  # noqa: E402 (after the notice above)
 
-from app.compute import cached, card, catalog, inference, work  # noqa: E402
+from app.compute import cached, card, catalog, inference, ledger  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
 from app.views import GROUPS, VIEWS, render  # noqa: E402
@@ -47,13 +47,13 @@ def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analy
 
 
 def main() -> None:
-    """The page as one request of bounded work (``app.compute.work.request``: every job it starts shares one ceiling
+    """The page as one request of bounded work (``app.compute.ledger.request``: every job it starts shares one ceiling
     and at most one wait for a heavy slot; one notice says what was cut)."""
-    with work.request() as req:
+    with ledger.request() as req:
         page(req)
 
 
-def page(req: work.Request) -> None:
+def page(req: ledger.Request) -> None:
     """The page: input, view selector, translation, the chosen view, the sidebar; then the address. The page's
     picture (the first screen's heatmap) is sent before the controls (the input area and the view selector above
     it, in places kept for them; the view's own controls; the sidebar), so that the browser draws it in the page's

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.compute import work
+from app.compute import ledger
 
 MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
-_seen = getattr(work.HeavyJobs, "_bench_seen", None) or threading.local()  # one for every run
+_seen = getattr(ledger.HeavyJobs, "_bench_seen", None) or threading.local()  # one for every run
 
-if not getattr(work.HeavyJobs, "_traced", False):  # once per server process
-    _slot = work.HeavyJobs.slot
+if not getattr(ledger.HeavyJobs, "_traced", False):  # once per server process
+    _slot = ledger.HeavyJobs.slot
 
     @contextmanager
     def _traced_slot(self, waiting=None, poll=0.5, **options):  # noqa: ANN001, ANN003, ANN202
@@ -35,7 +35,7 @@ if not getattr(work.HeavyJobs, "_traced", False):  # once per server process
                 _seen.asked, _seen.taken = asked, time.time()
             yield
 
-    work.HeavyJobs.slot, work.HeavyJobs._traced, work.HeavyJobs._bench_seen = _traced_slot, True, _seen
+    ledger.HeavyJobs.slot, ledger.HeavyJobs._traced, ledger.HeavyJobs._bench_seen = _traced_slot, True, _seen
 
 for name in ("asked", "taken"):
     if hasattr(_seen, name):

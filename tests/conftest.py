@@ -294,10 +294,10 @@ def set_view(at, view: str):
 
 
 def counting_jobs(slots: int = 1):
-    """The server's heavy slots (``app.compute.work.HeavyJobs``), counting every time a job takes one (``.taken``)."""
-    from app.compute import work
+    """The server's heavy slots (``app.compute.ledger.HeavyJobs``), counting every time a job takes one (``.taken``)."""
+    from app.compute import ledger
 
-    class CountingJobs(work.HeavyJobs):
+    class CountingJobs(ledger.HeavyJobs):
         taken = 0
 
         def _take(self, *args, **kwargs) -> None:
@@ -310,8 +310,8 @@ def counting_jobs(slots: int = 1):
 @pytest.fixture()
 def counted_slot(monkeypatch):
     """The server's heavy slot (one), counting every time a job takes it."""
-    from app.compute import work
+    from app.compute import ledger
 
     jobs = counting_jobs(1)
-    monkeypatch.setattr(work, "HEAVY", jobs)
+    monkeypatch.setattr(ledger, "HEAVY", jobs)
     return jobs

@@ -204,17 +204,17 @@ def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
     import threading
     import time
 
-    from app.compute import cached, inference, work
+    from app.compute import cached, inference, ledger
     from transformer import DecodeSettings
 
-    monkeypatch.setattr(work, "HEAVY", work.HeavyJobs(lambda: 1))
+    monkeypatch.setattr(ledger, "HEAVY", ledger.HeavyJobs(lambda: 1))
     model, settings = cached.Model(str(app_env), "cpu"), DecodeSettings(beam_size=1)
     model.analysis("a man rides a bike.", settings)  # on the page already: only the file is left to build
     held = []
     real = inference.export_json if fmt == "json" else inference.export_npz
 
     def spy(*args, **kwargs):
-        held.append(getattr(work.HEAVY._local, "held", False))
+        held.append(getattr(ledger.HEAVY._local, "held", False))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(inference, "export_json" if fmt == "json" else "export_npz", spy)
@@ -222,7 +222,7 @@ def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
     slot_taken, release = threading.Event(), threading.Event()
 
     def other_visitor() -> None:  # a heavy job holding the only slot
-        with work.HEAVY.slot():
+        with ledger.HEAVY.slot():
             slot_taken.set()
             release.wait(10)
 

@@ -15,7 +15,7 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, new_app, plain, set_view, tiny_model, translate  # noqa: E402
 
-from app.compute import budget, cached, work  # noqa: E402
+from app.compute import budget, cached, ledger, work  # noqa: E402
 from app.compute.inference import DecodeSettings  # noqa: E402
 from transformer.interpret import attribute, attribution_row_bytes  # noqa: E402
 
@@ -57,12 +57,12 @@ def test_the_estimate_counts_the_output_positions_decoding_may_produce(tr):
 def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypatch):
     monkeypatch.delenv("ATTN_MAX_WORK", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
-    assert work.max_work() == float("inf")
+    assert ledger.max_work() == float("inf")
     monkeypatch.setenv("ATTN_PUBLIC", "1")
-    assert work.max_work() == 1000
+    assert ledger.max_work() == 1000
     for raw, expected in (("250", 250), ("junk", 1000), ("-3", 1000), ("0", float("inf"))):
         monkeypatch.setenv("ATTN_MAX_WORK", raw)
-        assert work.max_work() == expected
+        assert ledger.max_work() == expected
 
 
 def test_estimates_grow_with_every_factor(tr):
@@ -84,10 +84,10 @@ def test_alti_runs_only_within_the_ceiling(tr, monkeypatch):
     assert work.plan_alti(tr, 10, 12) == (True, [])
     fits, notices = work.plan_alti(tr, 20, 12)
     assert not fits and len(notices) == 1 and "not computed" in notices[0]
-    with work.request() as req:  # inside a request: planned against what is left of it, said in its one notice
-        work.spend(w * 0.5)
+    with ledger.request() as req:  # inside a request: planned against what is left of it, said in its one notice
+        ledger.spend(w * 0.5)
         assert not work.plan_alti(tr, 10, 12)[0]
-        work.cut(work.plan_alti(tr, 10, 12)[1])
+        ledger.cut(work.plan_alti(tr, 10, 12)[1])
         assert "ATTN_MAX_WORK" in req.notice() and "not computed" in req.notice()
 
 
@@ -191,7 +191,7 @@ def test_the_row_estimate_bounds_what_a_pass_really_holds():
 
 
 def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
-    jobs = work.HeavyJobs(lambda: 1)
+    jobs = ledger.HeavyJobs(lambda: 1)
     inside, most, waited = [0], [0], []
     release = threading.Event()
     lock = threading.Lock()
@@ -221,7 +221,7 @@ def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     second.join(5)
     assert not second.is_alive() and most[0] == 1
     # two slots: both run at once
-    jobs2, both = work.HeavyJobs(lambda: 2), threading.Barrier(2, timeout=5)
+    jobs2, both = ledger.HeavyJobs(lambda: 2), threading.Barrier(2, timeout=5)
 
     def together() -> None:
         with jobs2.slot():
@@ -239,7 +239,7 @@ def test_heavy_jobs_are_served_in_the_order_they_asked():
     """First come, first served: requests that queue behind a long job get the slot in the order they asked, however
     often they wake to say how long they have waited, and a request that stopped while it waited leaves the queue
     (the one behind it is not stuck). Oracle: the order the threads asked in."""
-    jobs = work.HeavyJobs(lambda: 1)
+    jobs = ledger.HeavyJobs(lambda: 1)
     order, asked, release = [], [], threading.Event()
 
     def first() -> None:
@@ -279,8 +279,8 @@ def test_heavy_jobs_are_served_in_the_order_they_asked():
 
 def test_memory_is_handed_back_after_every_heavy_job(monkeypatch):
     released = []
-    monkeypatch.setattr(work, "release_freed_memory", lambda: released.append(1))
-    jobs = work.HeavyJobs(lambda: 1)
+    monkeypatch.setattr(ledger, "release_freed_memory", lambda: released.append(1))
+    jobs = ledger.HeavyJobs(lambda: 1)
     with jobs.slot():
         pass
     with pytest.raises(RuntimeError), jobs.slot():
@@ -291,9 +291,9 @@ def test_memory_is_handed_back_after_every_heavy_job(monkeypatch):
 def test_heavy_slots_default_to_one_in_public_mode(monkeypatch):
     monkeypatch.delenv("ATTN_HEAVY_JOBS", raising=False)
     monkeypatch.setenv("ATTN_PUBLIC", "1")
-    assert work.heavy_slots() == 1
+    assert ledger.heavy_slots() == 1
     monkeypatch.setenv("ATTN_HEAVY_JOBS", "3")
-    assert work.heavy_slots() == 3
+    assert ledger.heavy_slots() == 3
 
 
 # ------------------------------------------------------------------------------------------------ the page
@@ -321,7 +321,7 @@ def test_attribution_over_the_ceiling_does_less_and_says_so(public, monkeypatch,
     assert_clean(at)
     notes = capped_notices(at)
     assert notes, [plain(i.value) for i in at.info]
-    ceiling = work.max_work() - work.translation_work(tr, s, result.settings)  # what the page's analysis left
+    ceiling = ledger.max_work() - work.translation_work(tr, s, result.settings)  # what the page's analysis left
     plan = work.plan_attribution(tr, s, t, "integrated_gradients", ceiling=max(0.0, ceiling))
     assert len(notes) == 1 and plan.notices[0] in notes[0] and plan.span[1] < t
     source_chart = [c for c in at.get("plotly_chart")][0]
@@ -420,7 +420,7 @@ def test_short_captions_never_take_a_heavy_slot(public, counted_slot, tr):
     # the same caption is heavy once the light share is smaller than it: then it takes the slot, once
     cached.RESULTS.clear()
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(work, "LIGHT_WORK", 0.0)
+        m.setattr(ledger, "LIGHT_WORK", 0.0)
         at = new_app()
         first = counted_slot.taken
         at = translate(at, CAPTION.replace("eat", "drink"))  # one request: three translations and an analysis
@@ -448,7 +448,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
     longest = max(captions, key=lambda c: work.source_length(big, c))
     total = (sum(work.plain_work(big, c, settings) for c in captions)
              + work.translation_work(big, work.source_length(big, longest), settings))
-    assert total <= work.LIGHT_WORK
+    assert total <= ledger.LIGHT_WORK
 
 
 def test_one_requests_jobs_together_stay_within_the_ceiling_with_one_notice(public, monkeypatch, tr):

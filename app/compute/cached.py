@@ -27,7 +27,7 @@ import streamlit as st
 import transformer
 from transformer import Transformer, Translator
 
-from . import catalog, inference, probes, work
+from . import catalog, inference, ledger, probes, work
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey
 
@@ -142,20 +142,20 @@ def load(model: Model) -> Translator:
             message = catalog.visitor_message(_without_dir(model.checkpoint, str(err) if isinstance(
                 err, transformer.CheckpointError) else f"{type(err).__name__}: {err}"))
             LOAD_FAILURES.remember(model, message)
-        work.release_memory()  # what the failed load allocated goes back to the system
+        ledger.release_memory()  # what the failed load allocated goes back to the system
         raise LoadFailed(message)
 
 
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
-    """``make()`` in one of the server's heavy-job slots (``app.compute.work.HEAVY``), saying how long it has waited for
-    one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
+    """``make()`` in one of the server's heavy-job slots (``app.compute.ledger.HEAVY``), saying how long it has waited
+    for one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
     waiting = st.empty()
 
     def tell(seconds: float) -> None:
         waiting.info(f"Waiting for another visitor's heavy job… {seconds:.0f} s", icon=":material/hourglass_top:")
 
     try:
-        with work.HEAVY.slot(tell):
+        with ledger.HEAVY.slot(tell):
             waiting.empty()
             with st.spinner(what):
                 return make()
@@ -184,8 +184,8 @@ def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], t
 
 def _quietly_heavy(make: Callable[[], Any], release: bool = True) -> Any:
     """``make()`` in a heavy slot, with no page element (a download's thread has none); ``release``: the memory
-    handed back when the slot is freed (``work.HeavyJobs.slot``)."""
-    with work.HEAVY.slot(release=release):
+    handed back when the slot is freed (``ledger.HeavyJobs.slot``)."""
+    with ledger.HEAVY.slot(release=release):
         return make()
 
 
@@ -215,12 +215,12 @@ class Model:
         to what is left of this request's work, or ``ceiling`` when lower (``app.compute.work.cap_translation``: the
         cut is recorded for the page's notice, ``result.settings`` says what ran)."""
         tr = self.tr
-        limit = work.left() if ceiling is None else min(ceiling, work.left())
+        limit = ledger.left() if ceiling is None else min(ceiling, ledger.left())
         settings, notices = work.cap_translation(tr, text, settings, limit)
-        work.cut(notices)
+        ledger.cut(notices)
         estimate = work.translation_work(tr, work.source_length(tr, text), settings)
-        work.spend(estimate)
-        light = work.is_light(estimate)
+        ledger.spend(estimate)
+        light = ledger.is_light(estimate)
 
         def make() -> Analysis:
             run = lambda: inference.analyse(tr, text, settings, ablated)
@@ -238,7 +238,7 @@ class Model:
         work (``app.page.frame.pick_sentence``)."""
         tr = self.tr
         run = lambda: inference.translate_sentences(tr, list(sentences), settings)
-        light = work.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
+        light = ledger.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
         return RESULTS.get(self.key("translations", sentences, settings),
                            lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
 
@@ -253,7 +253,7 @@ class Model:
         tr = self.tr
         run = lambda: table_rows(tr, list(sources), None if references is None else list(references), settings,
                                  progress)
-        light = work.is_light(0.0)
+        light = ledger.is_light(0.0)
         return RESULTS.get(self.key("table", sources, references, settings),
                            lambda: run() if light else heavy(run, f"Computing the table of {len(sources)} lines…"))
 
@@ -267,7 +267,7 @@ class Model:
         """A snapshot's attentions on the same sentence and translation, and its own greedy translation (a heavy
         job, counted against the request's work; kept within the byte budget)."""
         tr = self.tr
-        work.spend(work.snapshot_work(tr, len(source_ids), len(target_ids)))
+        ledger.spend(work.snapshot_work(tr, len(source_ids), len(target_ids)))
 
         def make() -> tuple[dict[str, np.ndarray], str]:
             return probes.snapshot_attentions(tr, self.snapshot_model(snapshot), list(source_ids), list(target_ids))
@@ -328,7 +328,7 @@ class Model:
                        ablated: tuple[HeadKey, ...]) -> float:
         """Log-probability of a fixed translation with some heads switched off (teacher-forced, cached), its pass
         counted against the request's work."""
-        work.spend(work.forced_work(self.tr, len(source_ids), len(target_ids)))
+        ledger.spend(work.forced_work(self.tr, len(source_ids), len(target_ids)))
         return _forced_logprob(self.checkpoint, self.device, source_ids, target_ids, ablated)
 
     def beyond(self, kind: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
@@ -340,11 +340,11 @@ class Model:
                 "alti": probes.alti, "flow": probes.flow, "flow_head": probes.flow_head}[kind]
         key = self.key(kind, analysis.text, analysis.settings, analysis.ablated, *args)
         tr = self.tr
-        work.spend(beyond_work(tr, kind, analysis, *args))
+        ledger.spend(beyond_work(tr, kind, analysis, *args))
         run = lambda: make(tr, analysis, *args, **progress)
         if kind in HEAVY_KINDS:
             return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
-        return RESULTS.get(key, run) if work.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
+        return RESULTS.get(key, run) if ledger.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
 
 
 def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:

@@ -14,7 +14,7 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from ..compute import work
+from ..compute import ledger, work
 from ..compute.inference import HeadKey
 from ..drawing import figures, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS
@@ -146,12 +146,12 @@ def n_parameters(tr: Translator) -> int:
 
 
 def capped(notices: list[str] | tuple[str, ...]) -> None:
-    """Record what this server's work limit cut (``app.compute.work.cut``): the page says it once, in one notice
+    """Record what this server's work limit cut (``app.compute.ledger.cut``): the page says it once, in one notice
     (``work_notice``)."""
-    work.cut(notices)
+    ledger.cut(notices)
 
 
-def work_notice(place: Any, req: work.Request) -> None:
+def work_notice(place: Any, req: ledger.Request) -> None:
     """The one notice of what this request's work limit cut, in ``place`` (an ``st.empty``), if anything was."""
     text = req.notice()
     if text:
@@ -282,7 +282,7 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
     query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
     scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower; such a
-    chart is not zoomed or panned, which would move its rows under the frozen labels)."""
+    chart zooms and pans along its columns only, as a zoom along its rows would move them under the frozen labels)."""
     need = width if width is not None else figures.min_width(fig)
     if need <= figures.PHONE_PLOT:
         where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
@@ -297,8 +297,8 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
              + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
     inner = box.container(key=f"rows_{key}") if frozen else box
-    if frozen:  # no zoom or pan: the frozen labels stay on their rows (a zoom moves the rows and the plot area)
-        fig.update_xaxes(fixedrange=True).update_yaxes(fixedrange=True)
+    if frozen:  # no zoom or pan along the rows, so the frozen labels stay on them; along the columns as before
+        fig.update_yaxes(fixedrange=True)
     inner.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
     if frozen:
         inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(

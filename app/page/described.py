@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..compute import cached, work
+from ..compute import cached, ledger
 from ..parts import Chart, Choice, Note, Part, Source, Table
 from . import controls
 from .params import Param, int_in
@@ -57,10 +57,10 @@ def parts_of(ctx: ViewContext, description: ModuleType) -> list[Part]:
     not light runs in a heavy slot with ``description.WORKING`` as its spinner."""
     tr, a = ctx.tr, ctx.result
     estimate = float(description.cost(tr, a)) if hasattr(description, "cost") else 0.0
-    work.spend(estimate)
+    ledger.spend(estimate)
     key = ctx.model.key("described", description.KEY, a.text, a.settings, a.ablated)
     run = lambda: description.describe(Source(a, tr))
-    if work.is_light(0.0):
+    if ledger.is_light(0.0):
         return cached.RESULTS.get(key, run)
     return cached.RESULTS.get(key, lambda: cached.heavy(run, getattr(description, "WORKING", "Working…")))
 

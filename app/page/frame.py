@@ -11,7 +11,7 @@ import streamlit as st
 import transformer
 from transformer import Translator
 
-from ..compute import cached, catalog, inference, work
+from ..compute import cached, catalog, inference, ledger, work
 from ..compute.inference import Analysis
 from . import state
 from .controls import choose, md_escape
@@ -214,7 +214,7 @@ def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
     # the request's work: the picked sentence's analysis first (at most half), the sentences' translations the rest
     picked = st.session_state.get(state.SENTENCE)
     picked = sentences[picked - 1] if isinstance(picked, int) and 1 <= picked <= len(sentences) else sentences[0]
-    ceiling = work.left()
+    ceiling = ledger.left()
     ceiling -= min(work.translation_work(tr, work.source_length(tr, picked), sub.settings), ceiling / 2)
     settings, notices = work.cap_translation(tr, max(sentences, key=lambda x: work.source_length(tr, x)),
                                              sub.settings, ceiling)  # no sentence alone over the ceiling
@@ -229,7 +229,7 @@ def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
             continue
         # the newest group is this request's work (cached or not, so reruns plan alike); an earlier group that left
         # the cache is made again and the list stops there, so one request never translates two groups
-        work.spend(sum(work.plain_work(tr, x, settings) for x in part))
+        ledger.spend(sum(work.plain_work(tr, x, settings) for x in part))
         translations += model.translations(part, settings)
         shown = k + 1
         break
@@ -237,10 +237,10 @@ def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
     with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
         st.text("\n".join(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}"
                           for i, src in enumerate(sentences, 1)))
-    work.cut(notices)
+    ledger.cut(notices)
     if shown < len(groups):
         rest = len(sentences) - len(translations)
-        work.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
+        ledger.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
                   "button below the list; each sentence can still be explored)"])
         if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
             st.session_state[GROUPS_SHOWN] = (model.checkpoint, sub, shown + 1)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from transformer.interpret.heads import KINDS, ranked_heads
 
-from ..compute import inference, work
+from ..compute import inference, ledger, work
 from ..compute.catalog import load_heads
 from ..compute.inference import HeadKey
 from ..drawing import figures
@@ -82,7 +82,7 @@ def render(ctx: ViewContext) -> None:
     ids = (tuple(result.source_ids), tuple(result.target_ids))
     forced_cost = 2 * work.forced_work(ctx.tr, *map(len, ids))  # the two log-probabilities below
     ablated = ctx.model.analysis(result.text, result.settings, off,  # as the page ran
-                                 max(0.0, work.left() - forced_cost))
+                                 max(0.0, ledger.left() - forced_cost))
     forced = ctx.model.forced_logprob(*ids, off)
     base = ctx.model.forced_logprob(*ids, ())
     st.caption(f"Switched off: {', '.join(head_label(h) for h in off)}")

@@ -11,7 +11,7 @@ import streamlit as st
 
 import transformer
 
-from ..compute import cached, catalog, work
+from ..compute import cached, catalog, ledger
 from ..compute.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
@@ -86,7 +86,7 @@ def render(ctx: ViewContext) -> None:
         partner_model = cached.Model(other, ctx.model.device)
         _ = partner_model.tr  # loaded before any work: a model that cannot load is said below
         again = settings_a != ctx.result.settings  # the page's own analysis ran at other settings
-        share = work.left() / (2 if again else 1)
+        share = ledger.left() / (2 if again else 1)
         result_a = ctx.model.analysis(ctx.result.text, settings_a, (), share) if again else ctx.result
         result_b = partner_model.analysis(ctx.result.text, settings_b, (), share)
     except transformer.CheckpointError as err:

@@ -22,7 +22,7 @@ import streamlit as st
 from transformer.interpret.signals import flag_rule
 
 from .. import registry
-from ..compute import catalog, tables, work
+from ..compute import catalog, ledger, tables, work
 from ..compute.catalog import load_heads
 from ..compute.inference import MAX_INPUT_CHARS
 from ..drawing import figures, table_figures
@@ -219,16 +219,16 @@ def pasted_table(ctx: ViewContext) -> tables.Table | None:
     tr = ctx.tr
     # planned against this view's own share, not what the page's sentence left: the same lines whichever sentence
     # is open (a selected row opens another one, and must not change the table)
-    fit, estimate = work.table_lines(tr, sources, settings, min(work.left(), WORK_SHARE * work.max_work()))
+    fit, estimate = work.table_lines(tr, sources, settings, min(ledger.left(), WORK_SHARE * ledger.max_work()))
     if fit == 0:
         st.warning(f"Even the first line is more work than this server allows per request (ATTN_MAX_WORK, about "
-                   f"{work.amount(work.table_work(tr, sources[0], settings))} units asked): try shorter lines or a "
+                   f"{ledger.amount(work.table_work(tr, sources[0], settings))} units asked): try shorter lines or a "
                    "smaller beam.", icon=":material/speed:")
         return None
     if fit < len(sources):
-        work.cut([f"the table holds the first {fit} of the {len(sources)} pasted lines (about "
-                  f"{work.amount(sum(work.table_work(tr, line, settings) for line in sources))} units asked)"])
-    work.spend(estimate)
+        ledger.cut([f"the table holds the first {fit} of the {len(sources)} pasted lines (about "
+                  f"{ledger.amount(sum(work.table_work(tr, line, settings) for line in sources))} units asked)"])
+    ledger.spend(estimate)
     bar = st.progress(0.0, text=f"Translating and measuring {fit} lines…")
 
     def progress(done: int, count: int) -> None:
