@@ -171,6 +171,7 @@ def test_a_fresh_server_says_it_is_starting():
                 if page.locator(PICTURE).count():
                     break
                 page.wait_for_timeout(100)
+            page.wait_for_selector(PICTURE, timeout=180_000)  # a loaded machine: the first run may take longer
             _settled(page)
             final = page.locator("[data-testid=stMain]").inner_text()
         finally:
