@@ -12,16 +12,9 @@ from .checkpoint.families.ours import load_model_dir
 from .checkpoint.files import CheckpointError, resolve_device
 from .checkpoint.save import save_checkpoint
 from .checkpoint.tokenizer import Tokenizer, TokenizerProtocol
-from .decoding.search import (
-    DEFAULT_ALPHA,
-    BeamNode,
-    BeamTree,
-    DecodeSettings,
-    Hypotheses,
-    beam_search,
-    greedy_decode,
-    length_penalty,
-)
+from .decoding.search import Hypotheses, beam_search, greedy_decode
+from .decoding.settings import DEFAULT_ALPHA, DecodeSettings, length_penalty
+from .decoding.tree import BeamNode, BeamTree
 from .network.model import (
     DecoderOutput,
     EncoderOutput,

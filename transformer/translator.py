@@ -14,7 +14,9 @@ from .checkpoint.families import family_of_dir
 from .checkpoint.files import resolve_device
 from .checkpoint.hub import resolve_checkpoint_dir
 from .checkpoint.tokenizer import TokenizerProtocol
-from .decoding.search import DEFAULT_ALPHA, SCORINGS, BeamTree, DecodeSettings, chosen_alpha, chosen_scoring, search
+from .decoding.search import search
+from .decoding.settings import DEFAULT_ALPHA, SCORINGS, DecodeSettings, chosen_alpha, chosen_scoring
+from .decoding.tree import BeamTree
 from .network.kinds import decoder_input
 from .network.masks import pad_sequences
 from .network.model import Transformer

@@ -1,8 +1,10 @@
 """Decoding (the paper's section 6.1): greedy and beam search with the length penalty, over the model's key/value
 cache.
 
-    search.py             ``DecodeSettings``, the length rule, greedy search and the one beam search with its two
-                          scoring rules (GNMT / fairseq and Hugging Face transformers)
+    settings.py           ``DecodeSettings``: how to decode, validated when made; the length penalty and the
+                          output-length rule, each written once
+    search.py             greedy search and the one beam search with its two scoring rules (GNMT / fairseq and
+                          Hugging Face transformers)
     beam_transformers.py  ``beam_search_transformers``: that beam search under transformers' rules (Marian / OPUS-MT)
     tree.py               ``BeamTree``: the record of every hypothesis a beam search expanded (the Beam tree view)
 
@@ -10,22 +12,18 @@ The names below are the public entry point (``from transformer.decoding import D
 """
 
 from .beam_transformers import beam_search_transformers
-from .search import (
+from .search import Hypotheses, beam_search, greedy_decode, search
+from .settings import (
     DEFAULT_ALPHA,
     SCORINGS,
-    BeamNode,
-    BeamTree,
     DecodeSettings,
-    Hypotheses,
-    beam_search,
     chosen_alpha,
     chosen_scoring,
-    greedy_decode,
     length_penalty,
     max_output_length,
     output_limits,
-    search,
 )
+from .tree import BeamNode, BeamTree
 
 __all__ = [
     "DEFAULT_ALPHA", "SCORINGS", "BeamNode", "BeamTree", "DecodeSettings", "Hypotheses", "beam_search",

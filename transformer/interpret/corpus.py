@@ -37,7 +37,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError, resolve_device
-from ..decoding.search import DecodeSettings
+from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
 from .signals import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table

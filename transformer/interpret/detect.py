@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError
-from ..decoding.search import DecodeSettings
+from ..decoding.settings import DecodeSettings
 from ..training.data import DataError, read_parallel
 from ..training.evaluate import add_decoding_arguments, non_negative
 from ..translator import Translator, load

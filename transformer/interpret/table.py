@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sacrebleu
 
-from ..decoding.search import DecodeSettings
+from ..decoding.settings import DecodeSettings
 from ..translator import Translator
 from .signals import flag, flag_rule, pair_signals, repetition
 
