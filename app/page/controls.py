@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
 
 from transformer import Translator
@@ -297,8 +298,8 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
              + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
     box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
     inner = box.container(key=f"rows_{key}") if frozen else box
-    if frozen:  # no zoom or pan along the rows, so the frozen labels stay on them; along the columns as before
-        fig.update_yaxes(fixedrange=True)
+    if frozen:  # no zoom or pan along the rows, so the frozen labels stay on them (along the columns as before);
+        fig = go.Figure(fig).update_yaxes(fixedrange=True)  # on a copy: the figure may be a cached one, shared
     inner.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
     if frozen:
         inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(
