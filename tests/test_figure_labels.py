@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from app.compute import inference, probes
-from app.drawing import analysis, figures, grid, svg
+from app.drawing import analysis, contributions, figures, grid, svg
 from app.drawing import positional as pe_figures
 from app.drawing.analysis import KINDS, first_numbers
 
@@ -126,13 +126,13 @@ def test_attribution_share_labels_each_bar_with_the_piece_its_step_produced(resu
     data = probes.attributions(tr, result, "input_x_gradient")
     src, tgt = data["source"], data["target"]
     share = np.abs(src).sum(1) / (np.abs(src).sum(1) + np.abs(tgt).sum(1))
-    fig = figures.attribution_share(share, result.target_tokens, 0)
+    fig = contributions.attribution_share(share, result.target_tokens, 0)
     check_axis(fig, "x", oracle(result, "output"))
     for trace in fig.data:  # bar at step t: the piece step t produced, in its hover too
         assert list(trace.x) == list(range(1, len(result.target_tokens) + 1))
         assert [html.unescape(c) for c in trace.customdata] == result.target_tokens
     assert html.unescape(fig.layout.xaxis.ticktext[-1]).startswith(result.target_tokens[-1])  # the last bar too
-    part = figures.attribution_share(share[1:], result.target_tokens[1:], 1)  # a span starting at the 2nd step
+    part = contributions.attribution_share(share[1:], result.target_tokens[1:], 1)  # a span starting at the 2nd step
     assert list(part.data[0].x) == list(range(2, len(result.target_tokens) + 1))
     check_axis(part, "x")
 

@@ -17,8 +17,8 @@ from test_alti import LAYOUTS, batch, model_of
 from torch import nn
 
 from transformer.interpret import flow, head_logits, head_output, head_terms
+from transformer.interpret.alti import attention_terms
 from transformer.interpret.flow import Node
-from transformer.interpret.methods import attention_terms
 from transformer.network.masks import decoder_self_mask, padding_mask
 
 torch.set_num_threads(1)

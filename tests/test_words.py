@@ -15,7 +15,7 @@ import plotly.colors
 import pytest
 
 from app.compute import card
-from app.drawing import analysis, figures, svg
+from app.drawing import analysis, contributions, figures, svg
 from app.drawing import positional as pe_figures
 from app.page import controls
 from app.page.frame import FSI, PDI, unknown_notice
@@ -56,7 +56,7 @@ def test_the_contribution_matrix_numbers_each_part_as_every_other_chart():
     prefix = ["<s>", "▁Ein", "▁Hund", "▁in", "m"]
     outputs = ["▁Ein", "▁Hund", "▁in", "m", "</s>"]
     rng = np.random.default_rng(0)
-    fig = figures.contribution_matrix_figure(rng.random((5, 4)), rng.random((5, 5)), outputs, source, prefix)
+    fig = contributions.contribution_matrix_figure(rng.random((5, 4)), rng.random((5, 5)), outputs, source, prefix)
     labels = list(fig.layout.xaxis.ticktext)
     assert labels[:4] == ["▁A", "▁dog", "▁in·3", "&lt;/s&gt;"]  # source pieces from 1
     # the decoder input from 0 (<s> is 0), as the decoder's own charts number it: "▁in" is decoder input 3
@@ -89,7 +89,7 @@ def test_right_to_left_characters_are_isolated_in_the_notice():
 
 
 def test_the_source_share_lines_are_named_in_the_legend_not_on_the_bars():
-    fig = figures.source_share_figure(np.array([0.9, 0.5, 0.7]), ["▁Ein", "▁Hund", "."], threshold=0.6)
+    fig = contributions.source_share_figure(np.array([0.9, 0.5, 0.7]), ["▁Ein", "▁Hund", "."], threshold=0.6)
     assert not fig.layout.annotations  # nothing written over the bars
     names = [t.name for t in fig.data]
     assert "mean source share (0.70)" in names and "hallucination threshold (0.60)" in names

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -126,7 +125,7 @@ def colour_bar(name: str) -> dict:
     return dict(title=dict(text=name, side="right"), thickness=12)
 
 
-def _axis(labels: Sequence[str], title: str, **extra) -> dict:
+def named_axis(labels: Sequence[str], title: str, **extra) -> dict:
     n = len(labels)
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
                 ticktext=list(labels), tickfont=dict(size=_tick_font(n)), showgrid=False, zeroline=False, **extra)
@@ -176,8 +175,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
         height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
         margin=dict(l=10, r=10, t=top, b=10),
-        xaxis=_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
-        yaxis=_axis(ylabels, shown_title, autorange="reversed"),
+        xaxis=named_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
+        yaxis=named_axis(ylabels, shown_title, autorange="reversed"),
         plot_bgcolor="white",
     ))
 
@@ -277,9 +276,9 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
         margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
-        xaxis=_axis(unique_labels(key_tokens, key_first), key_title,
+        xaxis=named_axis(unique_labels(key_tokens, key_first), key_title,
                     tickangle=-90 if k > 30 else -60 if k > 8 else 0),
-        yaxis=_axis(unique_labels(query_tokens, query_first), query_title, autorange="reversed"),
+        yaxis=named_axis(unique_labels(query_tokens, query_first), query_title, autorange="reversed"),
     ))
 
 
@@ -295,7 +294,7 @@ def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None
     return go.Figure(bars, dict(title=dict(text="Top candidates for this step", x=0.0), font=FONT,
                                 height=int(120 + 30 * n), margin=dict(l=10, r=60, t=45, b=10),
                                 xaxis=dict(title="probability", range=[0, float(probs.max(initial=0.0)) * 1.2 + 0.02]),
-                                yaxis=_axis(labels, "", autorange="reversed")))
+                                yaxis=named_axis(labels, "", autorange="reversed")))
 
 
 def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], output_token: str,
@@ -309,27 +308,6 @@ def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], outp
                             zmax=zrange[1] if zrange else None)
     fig.layout.height = int(150 + 26 * rows.shape[0] + 6 * max(len(t) for t in source_tokens))
     return fig
-
-
-def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: int = 0) -> go.Figure:
-    """The share of each output step's attribution that goes to the source (the rest: the earlier output), as
-    stacked bars. ``outputs[i]`` is the piece output step ``first + i + 1`` produced (steps count from 1); each
-    bar sits at its step and is labelled with the piece that step produced."""
-    share = np.asarray(source_share, dtype=float)
-    steps = list(range(first + 1, first + 1 + len(share)))  # output steps, counted from 1
-    pieces = [escape(t) for t in outputs]
-    bars = [dict(type="bar", x=steps, y=share, name="source", marker=dict(color="#3182bd"), customdata=pieces,
-                 hovertemplate="step %{x}: <b>%{customdata}</b><br>source %{y:.2f}<extra></extra>"),
-            dict(type="bar", x=steps, y=1 - share, name="earlier output", marker=dict(color="#ff7f0e"),
-                 customdata=pieces,
-                 hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")]
-    return go.Figure(bars, dict(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
-                                title=top_title("Share of the attribution (absolute values) per step"),
-                                xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
-                                           title=dict(text="output piece (the step that produced it)"),
-                                           tickangle=-60 if len(steps) > 8 else 0),
-                                yaxis=dict(range=[0, 1], title=dict(text="share")),
-                                legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom")))  # under the title
 
 
 def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
@@ -384,40 +362,6 @@ def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Fig
     return fig
 
 
-
-SOURCE_COLOUR, PREFIX_COLOUR = "#3182bd", "#ff7f0e"
-
-
-def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], threshold: float | None = None,
-                        title: str = "Share from the source per output piece (ALTI+)", first: int = 0,
-                        mean: float | None = None) -> go.Figure:
-    """Stacked bars per output piece: ``share (T,)`` from the source, the rest from the target prefix; a dashed line
-    at the sentence's mean source share and, when given, a dotted one at the hallucination ``threshold``
-    (in a window of a long sentence: ``first``, the index of the first piece shown; ``mean``, the whole sentence's)."""
-    share = np.asarray(share, dtype=np.float64)
-    steps = list(range(len(share)))
-    text = [escape(t) for t in output_tokens]
-    traces = [
-        dict(type="bar", x=steps, y=share, name="source", marker=dict(color=SOURCE_COLOUR), customdata=text,
-             hovertemplate="%{customdata}: %{y:.3f} from the source<extra></extra>"),
-        dict(type="bar", x=steps, y=1 - share, name="target prefix", marker=dict(color=PREFIX_COLOUR), customdata=text,
-             hovertemplate="%{customdata}: %{y:.3f} from the target prefix<extra></extra>")]
-    mean = mean if mean is not None else float(share.mean()) if len(share) else 0.0
-    # the lines are named in the legend (a label on a line would sit on the bars)
-    lines = [(mean, "dash", "#222222", f"mean source share ({mean:.2f})")]
-    if threshold is not None:
-        lines.append((threshold, "dot", "#c62828", f"hallucination threshold ({threshold:.2f})"))
-    traces += [dict(type="scatter", x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
-                    name=name, hoverinfo="skip") for y, dash, colour, name in lines]
-    return go.Figure(traces, dict(
-        barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
-        title=top_title(title),  # the legend under the title (it may wrap on a phone)
-        legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
-        xaxis=_axis(unique_labels(output_tokens, first + 1), "output piece", tickangle=-60 if len(share) > 8 else 0),
-        yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white",
-        shapes=[hline(y, line=dict(dash=dash, width=2, color=colour)) for y, dash, colour, _ in lines]))
-
-
 def hline(y: float, **shape) -> dict:
     """A horizontal line across the plot at ``y`` (what ``fig.add_hline`` adds, as part of a layout)."""
     return dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=y, y1=y, **shape)
@@ -426,37 +370,3 @@ def hline(y: float, **shape) -> dict:
 def vline(x: float, **shape) -> dict:
     """A vertical line across the plot at ``x`` (what ``fig.add_vline`` adds, as part of a layout)."""
     return dict(type="line", xref="x", x0=x, x1=x, yref="y domain", y0=0, y1=1, **shape)
-
-
-def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
-                               source_tokens: Sequence[str], prefix_tokens: Sequence[str],
-                               title: str = "Contributions to each output piece (ALTI+)",
-                               query_offset: int = 0, source_offset: int = 0, prefix_offset: int = 0) -> go.Figure:
-    """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
-    input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
-    other chart gives its pieces (source from 1, decoder input from 0: ``app.drawing.analysis.FIRST_NUMBER``), never the
-    place on the joined axis; a piece found more than once on the axis carries its part's number. In a window of
-    a long sentence: ``query_offset``, ``source_offset`` and ``prefix_offset``, where the rows, the source pieces
-    and the target prefix shown start (0-based)."""
-    s = len(source_tokens)
-    matrix = np.hstack([np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)])  # (T, S+T)
-    fig = attention_heatmap(matrix, output_tokens, [*source_tokens, *prefix_tokens], title=title,
-                            query_title="output piece", key_title="source piece | target prefix",
-                            value_name="contribution", zmax=max(float(matrix.max()), 1e-9),
-                            query_offset=query_offset)
-    counts = Counter([*source_tokens, *prefix_tokens])
-    numbers = [*range(source_offset + 1, source_offset + s + 1),
-               *range(prefix_offset, prefix_offset + len(prefix_tokens))]
-    fig.layout.xaxis.ticktext = [escape(t) + (f"·{n}" if counts[t] > 1 else "")
-                                 for t, n in zip([*source_tokens, *prefix_tokens], numbers)]
-    heat = fig.data[0]
-    custom = np.array(heat.customdata, dtype=object)  # (T, S+T, 4): query, key, query number, key number
-    custom[:, :, 3] = np.asarray([f"source piece {n}" if j < s else f"target prefix {n}"
-                                  for j, n in enumerate(numbers)], dtype=object)[None, :]
-    heat.update(customdata=custom, hovertemplate=heat.hovertemplate.replace(
-        "source piece | target prefix %{customdata[3]}", "%{customdata[3]}"))
-    fig.layout.shapes = [vline(s - 0.5, line=dict(width=2, color="#444444"))]
-    fig.layout.annotations = [dict(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
-                                   text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
-                              for x, name in ((0, "source"), (s, "target prefix"))]
-    return fig

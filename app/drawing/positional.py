@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import cosine_similarity, escape, unique_labels
-from .figures import DIVERGING, FONT, HEAD_COLOURS, _axis, hline, top_title
+from .figures import DIVERGING, FONT, HEAD_COLOURS, hline, named_axis, top_title
 
 
 def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,
@@ -90,6 +90,6 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
     return go.Figure(traces, dict(
         barmode="group", title=top_title("How large the encodings are next to the token embeddings"),
         font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10), shapes=shapes,
-        xaxis=_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
+        xaxis=named_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
         yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above the bars
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0)))

@@ -140,9 +140,9 @@ def row_labels(fig: go.Figure) -> RowLabels | None:
             if cells is None:
                 return None
             name = _axis_name(getattr(trace, f"{letter}axis"), letter)
-            axis = fig.layout[name]
-            if axis.range is not None and axis.autorange in (None, False):
+            if _fixed(fig.layout, name):
                 continue  # the chart's own range holds
+            axis = fig.layout[name]
             values, categorical = cells
             if name in ranges and ranges[name]["cells"] != values:
                 return None  # two heatmaps of different cells on one axis

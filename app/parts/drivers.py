@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..compute import probes
 from ..compute.inference import Analysis
-from ..drawing import figures
+from ..drawing import contributions, figures
 from . import Chart, Note, Part, Source, Table
 
 KEY = "attribution"
@@ -35,7 +35,8 @@ def charts(a: Analysis, data: dict, window: tuple[int, int, int, int] | None = N
             Chart(figures.attention_heatmap(tgt[q0:q1, d0:d1], outputs[q0:q1], a.decoder_input_tokens[d0:d1],
                                             title="Attribution to the decoder input", key_title="decoder input",
                                             key_offset=d0, key_first=0, **args), name="attribution-target"),
-            Chart(figures.attribution_share(s_share[q0:q1], outputs[q0:q1], first + q0), name="attribution-share")]
+            Chart(contributions.attribution_share(s_share[q0:q1], outputs[q0:q1], first + q0),
+                  name="attribution-share")]
 
 
 def agreement(data: dict) -> Table:

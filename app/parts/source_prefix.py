@@ -11,7 +11,7 @@ from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_
 from ..compute import card, probes, work
 from ..compute.catalog import load_heads
 from ..compute.inference import Analysis
-from ..drawing import figures
+from ..drawing import contributions, figures
 from . import Chart, Choice, Note, Part, Source
 
 KEY = "source_prefix"
@@ -95,12 +95,12 @@ def charts(a: Analysis, data: dict, threshold: float | None, window: Window | No
     q0, q1, k0, k1, d0, d1 = window or full(a)
     share = data["source_share"]  # (T,)
     mean = float(share.mean()) if len(share) else 0.0
-    return [Chart(figures.source_share_figure(share[q0:q1], a.target_tokens[q0:q1], threshold, first=q0, mean=mean),
-                  name="source-share"),
-            Chart(figures.contribution_matrix_figure(data["source"][q0:q1, k0:k1], data["target"][q0:q1, d0:d1],
-                                                     a.target_tokens[q0:q1], a.source_tokens[k0:k1],
-                                                     a.decoder_input_tokens[d0:d1], query_offset=q0,
-                                                     source_offset=k0, prefix_offset=d0),
+    return [Chart(contributions.source_share_figure(share[q0:q1], a.target_tokens[q0:q1], threshold, first=q0,
+                                                    mean=mean), name="source-share"),
+            Chart(contributions.contribution_matrix_figure(data["source"][q0:q1, k0:k1], data["target"][q0:q1, d0:d1],
+                                                           a.target_tokens[q0:q1], a.source_tokens[k0:k1],
+                                                           a.decoder_input_tokens[d0:d1], query_offset=q0,
+                                                           source_offset=k0, prefix_offset=d0),
                   name="alti-contributions")]
 
 

@@ -2,8 +2,9 @@
 
     flow.py     the information-flow graph (Ferrando and Voita 2024): each head's, residual's and feed-forward
                 block's importance for every query, and the graph followed back from one output step
-    methods.py  one head's computation, value norms (Kobayashi et al.), attribution (captum), the logit lens and
-                ALTI+ contributions (Ferrando et al. 2022)
+    methods.py  one head's computation, value norms (Kobayashi et al.), attribution (captum), the logit lens
+    alti.py     ALTI+ contributions (Ferrando et al. 2022): each output piece's shares of every source and
+                decoder-input piece, per layer and rolled out
     heads.py    ``python -m transformer.heads``: head importance, statistics, pruning curve, roles and the ALTI+
                 section over a whole test set (``heads.json``)
     signals.py  per-sentence hallucination signals (``pair_signals``: sequence log-probability, ALTI+ source share,
@@ -13,26 +14,28 @@
 The names below are the public entry point (``from transformer.interpret import head_computation``).
 """
 
-from .flow import Edge, Flow, FlowGraph, Node, flow, head_logits, head_output
-from .methods import (
+from .alti import (
     DEFAULT_ALTI_BYTES,
-    DEFAULT_BATCH_BYTES,
-    KINDS,
     Contributions,
-    HeadComputation,
-    NormAttentions,
     alti_rows,
-    attention_attribution_agreement,
-    attention_module,
     attention_terms,
-    attribute,
-    attribution_row_bytes,
     block_contributions,
     block_terms,
     contributions,
+    head_terms,
+)
+from .flow import Edge, Flow, FlowGraph, Node, flow, head_logits, head_output
+from .methods import (
+    DEFAULT_BATCH_BYTES,
+    KINDS,
+    HeadComputation,
+    NormAttentions,
+    attention_attribution_agreement,
+    attention_module,
+    attribute,
+    attribution_row_bytes,
     forward_from_embeddings,
     head_computation,
-    head_terms,
     internals,
     logit_lens,
     logit_lens_chosen,

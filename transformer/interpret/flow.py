@@ -7,7 +7,7 @@ block's LayerNorm). Its output at each query is split into terms: for attention 
 term's importance is its proximity to the block's output, ``max(0, ||y_i||_1 - ||y_i - term||_1)``, normalised so
 that a query's terms sum to 1 (ALTI's measure, as ``contributions`` computes it per key: the LayerNorm of a
 post-norm block is linear given the real deviation of the whole sum, so each term goes through it; the same
-:func:`~.methods.block_terms`, per head). The llm-transparency-tool measures the feed-forward block the same way
+:func:`~.alti.block_terms`, per head). The llm-transparency-tool measures the feed-forward block the same way
 (``get_mlp_contributions``: the block's output and the residual against the stream after the block).
 
 Nodes are the stream at each position after each block; an edge is one term, from the node its term reads (the
@@ -26,15 +26,8 @@ from torch import Tensor
 
 from ..network.kinds import KINDS
 from ..network.model import FeedForward, Transformer
-from .methods import (
-    DEFAULT_ALTI_BYTES,
-    alti_rows,
-    attention_module,
-    block_contributions,
-    internals,
-    require_eval,
-    through_norm,
-)
+from .alti import DEFAULT_ALTI_BYTES, alti_rows, block_contributions, through_norm
+from .methods import attention_module, internals, require_eval
 
 SIDES = ("encoder", "decoder")
 BLOCKS = {"encoder": ("encoder", "ffn"), "decoder": ("decoder", "cross", "ffn")}  # each layer's blocks, in order
@@ -146,7 +139,7 @@ class Flow:
 def ffn_rows(ffn: FeedForward, stream: Tensor, norm: torch.nn.LayerNorm, norm_first: bool) -> Tensor:
     """The feed-forward block's importance at each position, ``(B, Q)``, from the stream before it ``(B, Q, D)``:
     two terms, the block's output ``ffn(x)`` (its bias included) and the residual ``x``, against the block's output
-    (post-norm: both through ``norm`` as :func:`~.methods.through_norm` does)."""
+    (post-norm: both through ``norm`` as :func:`~.alti.through_norm` does)."""
     h = ffn(norm(stream) if norm_first else stream)  # (B, Q, D)
     terms, y = through_norm(torch.stack([h, stream], dim=2), None, None if norm_first else norm)  # (B, Q, 2, D)
     own = torch.ones(stream.size(1), dtype=torch.long, device=stream.device)  # the residual is the last term

@@ -43,7 +43,8 @@ from ..network.kinds import offset_weight as offset_weight
 from ..training.data import DataError, read_parallel
 from ..training.evaluate import add_decoding_arguments, non_negative, score, translate_all
 from ..translator import Translator, load
-from .methods import contributions, require_eval
+from .alti import contributions
+from .methods import require_eval
 
 POSITIONAL_SHARE = 0.9
 SINK_SHARE = 0.5

@@ -30,7 +30,8 @@ from torch import Tensor
 from ..checkpoint.files import MAX_METADATA_BYTES, read_json
 from ..network.masks import pad_sequences
 from ..translator import Translator
-from .methods import contributions, require_eval
+from .alti import contributions
+from .methods import require_eval
 
 SIGNALS = ("seq_logprob", "source_share", "source_share_min", "eos_attention")  # what pair_signals returns
 LOOP_REPEATS = 6  # a unit repeated this many times in a row is a looping output (issue 47's goal)
