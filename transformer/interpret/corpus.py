@@ -7,10 +7,12 @@ many (``torchrun``, one or several machines), resumable.
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m transformer.corpus ...
 
 The columns are ``transformer.interpret.table.COLUMNS``. Beside ``--out X.parquet`` (or ``X.jsonl``) goes
-``X.manifest.json`` (model, settings, input, package versions, columns, rows). While it runs, each process appends
-the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``; started again with the
-same ``--out`` (and the same model, input and settings) a run keeps every batch already written and computes the
-rest. Under ``torchrun`` the batches are shared out by rank (each rank on ``cuda:LOCAL_RANK`` when there is a GPU,
+``X.manifest.json`` (the run's fingerprint; model and the sha256 of its files, settings, input and the sha256 of its
+files, package versions, columns, rows, the table's own sha256), written after the table. While it runs, each
+process appends the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``, whose
+first line is the run's fingerprint; started again with the same ``--out`` a run keeps every batch its own parts
+hold and computes the rest; parts of another run stop it (``--overwrite`` deletes them): see
+``transformer.interpret.corpus_files``. Under ``torchrun`` the batches are shared out by rank (each rank on ``cuda:LOCAL_RANK`` when there is a GPU,
 else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows (through the process group: the machines
 need no shared disk), merges them by line and writes the table, which equals the one-process table row for row.
 """
