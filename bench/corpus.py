@@ -168,7 +168,7 @@ def fingerprint_cost(checkpoint: Path, sources: list[str], references: list[str]
             "corpus_fingerprint_table_s": table["seconds"],
             "corpus_fingerprint_table_1000_s": round(per_line * 1000, 1),
             "corpus_fingerprint_share": round(min(times) / (per_line * 1000), 5),
-            "corpus_fingerprint_goal": FINGERPRINT_GOAL}
+            "corpus_fingerprint_goal": FINGERPRINT_GOAL, "corpus_fingerprint_batch_size": batch_size}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

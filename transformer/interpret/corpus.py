@@ -12,9 +12,10 @@ files, package versions, columns, rows, the table's own sha256), written after t
 process appends the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``, whose
 first line is the run's fingerprint; started again with the same ``--out`` a run keeps every batch its own parts
 hold and computes the rest; parts of another run stop it (``--overwrite`` deletes them): see
-``transformer.interpret.corpus_files``. Under ``torchrun`` the batches are shared out by rank (each rank on ``cuda:LOCAL_RANK`` when there is a GPU,
-else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows (through the process group: the machines
-need no shared disk), merges them by line and writes the table, which equals the one-process table row for row.
+``transformer.interpret.corpus_files``. Under ``torchrun`` the batches are shared out by rank (each rank on
+``cuda:LOCAL_RANK`` when there is a GPU, else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows
+(through the process group: the machines need no shared disk), merges them by line and writes the table, which
+equals the one-process table row for row.
 """
 
 from __future__ import annotations

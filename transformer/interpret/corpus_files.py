@@ -99,9 +99,9 @@ def part_path(out: Path, rank: int) -> Path:
 
 
 def check_out(out: Path) -> None:
-    """Before any work: ``--out``, its manifest and its parts folder can be written here (the folders made as
-    needed); a ``CorpusError`` saying why not (under a file, a read-only or pseudo file system, a directory or a
-    device in the table's place)."""
+    """Before any work (nothing made): ``--out``, its manifest and its parts folder can be written; a
+    ``CorpusError`` saying why not (under a file, on a read-only or pseudo file system such as ``/proc``, a folder
+    without permission, a directory or a device in the table's place, with or without ``--overwrite``)."""
     for path, what in ((out, "--out"), (manifest_path(out), "the manifest")):
         if path.is_dir():
             raise CorpusError(f"{what} {path} is a directory; give a file name ending in .parquet or .jsonl")
@@ -168,7 +168,8 @@ def decide(out: Path, run_id: str, lines: int, no_inputs: bool, overwrite: bool,
     found = ", ".join(foreign[:2]) + (f", and {len(foreign) - 2} more" if len(foreign) > 2 else "")
     if problem is None and not overwrite:
         left = f"; {parts_dir(out)} holds parts of another run, left as they are ({found})" if foreign else ""
-        return f"{out} is already complete ({lines} rows, its manifest's fingerprint and hash): nothing to do{left}"
+        return f"{out} is already complete ({lines} rows; its manifest names this run and the table's sha256): " \
+               f"nothing to do{left}"
     if foreign and not overwrite:
         raise CorpusError(f"{parts_dir(out)} holds rows of another run ({found}): finish that run with its own "
                           "command, or pass --overwrite to delete them and start this one")
@@ -217,6 +218,12 @@ class Part:
     what: str = ""
 
 
+def short(value: object, chars: int = 60) -> str:
+    """A value read from a file, for a one-line message: its repr, cut."""
+    text = repr(value)
+    return text if len(text) <= chars else text[:chars - 3] + "..."
+
+
 def read_part(path: Path, run: str, lines: int) -> Part:
     """A part file's header and rows (by id; a later line wins). Lines that are not whole rows (torn by a kill,
     cut inside a UTF-8 character, ``[1,2]``, ``null``, ``{}``, a row without ``flag``) are dropped: their batches
@@ -236,9 +243,10 @@ def read_part(path: Path, run: str, lines: int) -> Part:
         if isinstance(described, dict):
             model = described.get("model") if isinstance(described.get("model"), dict) else {}
             data_in = described.get("input") if isinstance(described.get("input"), dict) else {}
-            what = (f"model {str(model.get('name'))[:80]!r}, {data_in.get('lines')} lines, fingerprint "
-                    f"{str(header.get('fingerprint'))[:12]}")
-        return Part(path, "foreign", what=f"{path.name}: {len(rest) - 1} lines, {what}")
+            what = (f"model {short(model.get('name'))}, {short(data_in.get('lines'))} input lines, fingerprint "
+                    f"{short(header.get('fingerprint'), 14)}")
+        rows = len(rest) - 1 if data.endswith(b"\n") else len(rest)  # lines after the first
+        return Part(path, "foreign", what=f"{path.name}: {rows} rows, {what}")
     schema = arrow_schema()
     rows: dict[int, dict[str, Any]] = {}
     for line in rest:
