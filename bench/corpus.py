@@ -12,6 +12,11 @@
    ``--model opus-mt``: the same on an OPUS-MT-sized model (Marian, 512 / 6+6 / 8 heads / 2048, 58,101 pieces,
    random weights; built as ``bench.marian`` does, so ``transformers`` is needed; random weights ramble to the
    length limit, so its sentences are long).
+3. ``fingerprint``: what identifying a run costs (issue 54 §4) on the OPUS-MT-sized model: the sha256 of its
+   checkpoint files, of the input files and of the run's description (``transformer.interpret.corpus_files``,
+   best of 3, the files in the page cache as after the model's load), against the command's table of
+   ``--sentences`` captions in one process, one thread (the manifest's ``seconds``: the batches alone), scaled to
+   1,000 lines. Goal: at most 5% (``corpus_fingerprint_share``).
 
 Ratios from one run on the same machine; on a machine shared with other work they are noisy.
 """
@@ -33,6 +38,7 @@ import torch
 from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, REPO_ROOT, machine_info, read_sentences
 
 COST_GOAL = 3.0  # the table at most this many times the translations alone
+FINGERPRINT_GOAL = 0.05  # the run's fingerprint at most this share of a 1,000-line table's time
 SCALING_GOAL = 1.7  # 2 processes at least this many times one
 
 
@@ -129,13 +135,50 @@ def opus_mt_dir(directory: Path, corpus: list[str], quick: bool) -> Path:
     return marian_dir(directory, corpus, quick)
 
 
+def fingerprint_cost(checkpoint: Path, sources: list[str], references: list[str] | None,
+                     batch_size: int) -> dict[str, Any]:
+    """Seconds to fingerprint a run of ``checkpoint`` over these lines (the model's files, the input files, the
+    description; best of 3) against the command's table of them, per line and scaled to 1,000 lines."""
+    from transformer.interpret.corpus_files import bytes_digest, fingerprint, model_files
+
+    with tempfile.TemporaryDirectory(prefix="bench-fingerprint-") as tmp:
+        source = Path(tmp) / "source.txt"
+        source.write_text("\n".join(sources) + "\n", encoding="utf-8")
+        extra = ["--batch-size", str(batch_size)]
+        if references is not None:
+            (Path(tmp) / "reference.txt").write_text("\n".join(references) + "\n", encoding="utf-8")
+            extra += ["--reference", str(Path(tmp) / "reference.txt")]
+        table = command_run(checkpoint, source, Path(tmp) / "t.parquet", 1, extra)
+        manifest = json.loads((Path(tmp) / "t.manifest.json").read_text(encoding="utf-8"))
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            files = model_files(checkpoint)
+            given = {"source": bytes_digest(source.name, source.read_bytes()), "reference": None}
+            if references is not None:
+                given["reference"] = bytes_digest("reference.txt", (Path(tmp) / "reference.txt").read_bytes())
+            run_id = fingerprint({**manifest, "model": {**manifest["model"], "files": files},
+                                  "input": {**manifest["input"], "files": given}})
+            times.append(time.perf_counter() - start)
+        assert run_id == manifest["fingerprint"], "the bench's fingerprint is not the command's"
+    per_line = table["seconds"] / table["rows"]
+    hashed = sum(f["bytes"] for f in files)
+    return {"corpus_fingerprint_s": round(min(times), 3), "corpus_fingerprint_mb": round(hashed / 1e6, 1),
+            "corpus_fingerprint_mb_s": round(hashed / 1e6 / min(times)), "corpus_fingerprint_table_rows": table["rows"],
+            "corpus_fingerprint_table_s": table["seconds"],
+            "corpus_fingerprint_table_1000_s": round(per_line * 1000, 1),
+            "corpus_fingerprint_share": round(min(times) / (per_line * 1000), 5),
+            "corpus_fingerprint_goal": FINGERPRINT_GOAL, "corpus_fingerprint_batch_size": batch_size}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="test_2016_flickr.en/.de are the workload")
     p.add_argument("--sentences", type=int, default=1000, help="captions (default: all 1,000)")
-    p.add_argument("--sections", default="cost,scaling", help="comma-separated subset of cost,scaling")
+    p.add_argument("--sections", default="cost,scaling",
+                   help="comma-separated subset of cost,scaling,fingerprint (fingerprint: the OPUS-MT-sized model)")
     p.add_argument("--model", choices=("shipped", "opus-mt"), default="shipped",
                    help="scaling on the shipped checkpoint, or on an OPUS-MT-sized random model")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the cost section")
@@ -168,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(scaling(path, sources, "corpus_opus_mt", ["--batch-size", str(batch)], args.repeat))
         else:
             result.update(scaling(args.checkpoint, sources, "corpus", ["--batch-size", str(batch)], args.repeat))
+    if "fingerprint" in sections:
+        with tempfile.TemporaryDirectory(prefix="bench-corpus-opus-") as tmp:
+            path = opus_mt_dir(Path(tmp), read_sentences(args.data_dir) or sources, args.quick)
+            result.update(fingerprint_cost(path, sources, references, args.batch_size or 16))
     result["corpus_batch_size"] = batch
     for key, value in result.items():
         if key != "machine":

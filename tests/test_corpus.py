@@ -4,6 +4,7 @@ several processes and machines)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -218,6 +219,12 @@ def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
     assert manifest["input"]["split"] == "test_2016_flickr" and manifest["rows"] == len(rows) == 1000
     assert manifest["no_inputs"] and all(r["source"] is None and r["reference"] is None for r in rows)
     assert [r["id"] for r in rows] == list(range(1000)) and manifest["model"]["name"] == name
+    for key, lang in (("source", "en"), ("reference", "de")):  # the whole files' sha256, as sha256sum gives it
+        data = (multi30k_dir / f"test_2016_flickr.{lang}").read_bytes()
+        assert manifest["input"]["files"][key] == {"name": f"test_2016_flickr.{lang}", "bytes": len(data),
+                                                   "sha256": hashlib.sha256(data).hexdigest()}
+    table = (folder / "test_2016_flickr.parquet").read_bytes()
+    assert manifest["table"]["sha256"] == hashlib.sha256(table).hexdigest()
     tr = transformer.load(ROOT / "checkpoints" / name, device="cpu")
     s = manifest["settings"]
     settings = tr.settings(DecodeSettings(beam_size=s["beam"], alpha=s["alpha"], max_len_a=s["max_len_a"],

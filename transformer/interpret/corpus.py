@@ -7,12 +7,15 @@ many (``torchrun``, one or several machines), resumable.
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m transformer.corpus ...
 
 The columns are ``transformer.interpret.table.COLUMNS``. Beside ``--out X.parquet`` (or ``X.jsonl``) goes
-``X.manifest.json`` (model, settings, input, package versions, columns, rows). While it runs, each process appends
-the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``; started again with the
-same ``--out`` (and the same model, input and settings) a run keeps every batch already written and computes the
-rest. Under ``torchrun`` the batches are shared out by rank (each rank on ``cuda:LOCAL_RANK`` when there is a GPU,
-else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows (through the process group: the machines
-need no shared disk), merges them by line and writes the table, which equals the one-process table row for row.
+``X.manifest.json`` (the run's fingerprint; model and the sha256 of its files, settings, input and the sha256 of its
+files, package versions, columns, rows, the table's own sha256), written after the table. While it runs, each
+process appends the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``, whose
+first line is the run's fingerprint; started again with the same ``--out`` a run keeps every batch its own parts
+hold and computes the rest; parts of another run stop it (``--overwrite`` deletes them): see
+``transformer.interpret.corpus_files``. Under ``torchrun`` the batches are shared out by rank (each rank on
+``cuda:LOCAL_RANK`` when there is a GPU, else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows
+(through the process group: the machines need no shared disk), merges them by line and writes the table, which
+equals the one-process table row for row.
 """
 
 from __future__ import annotations
@@ -20,17 +23,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
+import math
 import os
 import platform
-import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import metadata as package_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -39,6 +41,22 @@ from tqdm import tqdm
 from ..checkpoint.files import CheckpointError, resolve_device
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
+from .corpus_files import (
+    CorpusError,
+    append_rows,
+    bytes_digest,
+    check_out,
+    decide,
+    file_digest,
+    fingerprint,
+    model_files,
+    part_path,
+    parts_dir,
+    repair_part,
+    scan_parts,
+    write_manifest,
+)
+from .corpus_files import manifest_path as manifest_path  # re-exported: where the manifest of a table goes
 from .signals import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
 from .table import table_rows as table_rows  # re-exported: transformer.corpus.table_rows, for the app
@@ -50,19 +68,19 @@ PROCESS_GROUP_TIMEOUT = timedelta(hours=12)  # ranks wait for the slowest at the
 VERSIONED = ("torch", "sacrebleu", "pyarrow", "sentencepiece", "numpy")
 
 
-class CorpusError(Exception):
-    """Input or output the command cannot use; the message says what to do."""
-
-
 # ------------------------------------------------------------------------------------------------ input
 
 
-def read_text_lines(path: str | Path, what: str) -> list[str]:
-    """The lines of a UTF-8 text file (one sentence a line; a final newline does not make an extra line); a clear
-    ``CorpusError`` when it is missing, a directory, unreadable or not UTF-8."""
+def read_text_lines(path: str | Path, what: str) -> tuple[list[str], dict[str, Any]]:
+    """The lines of a UTF-8 text file (one sentence a line; a final newline does not make an extra line) and the
+    :func:`file_digest` of the bytes read; a clear ``CorpusError`` when it is missing, a directory, not a regular
+    file, unreadable or not UTF-8."""
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise CorpusError(f"{what} {path} is not a regular file (a FIFO, device or socket); give a text file")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise CorpusError(f"{what} file not found: {path}") from None
     except IsADirectoryError:
@@ -79,19 +97,20 @@ def read_text_lines(path: str | Path, what: str) -> list[str]:
     if long is not None:
         raise CorpusError(f"{what} file {path}, line {long + 1}: {len(lines[long]):,} characters (at most "
                           f"{MAX_LINE_CHARS:,}); is it one sentence a line?")
-    return lines
+    return lines, bytes_digest(path.name, data)
 
 
 def read_input(args: argparse.Namespace, translator_pair: tuple[str, str]) -> tuple[list[str], list[str] | None,
                                                                                         dict[str, Any]]:
     """Sources, references (or None) and the manifest's ``input`` from ``--source``/``--reference`` or
-    ``--data-dir``/``--split``; ``--limit`` applied. ``translator_pair``: the file languages when none are given."""
+    ``--data-dir``/``--split``; ``--limit`` applied. ``translator_pair``: the file languages when none are given.
+    ``input["files"]``: the :func:`file_digest` of each whole file (before ``--limit``), ``reference`` null
+    without one. An input with no line is a ``CorpusError``."""
     src, tgt = args.src or translator_pair[0], args.tgt or translator_pair[1]
     if args.source:
-        sources = read_text_lines(args.source, "source")
-        references = read_text_lines(args.reference, "reference") if args.reference else None
-        info: dict[str, Any] = {"source_file": Path(args.source).name,
-                                "reference_file": Path(args.reference).name if args.reference else None}
+        source_path, reference_path = Path(args.source), Path(args.reference) if args.reference else None
+        info: dict[str, Any] = {"source_file": source_path.name,
+                                "reference_file": reference_path.name if reference_path else None}
         what = (f"the source file {args.source}", f"the reference file {args.reference}")
     else:
         data_dir = Path(args.data_dir)
@@ -99,11 +118,14 @@ def read_input(args: argparse.Namespace, translator_pair: tuple[str, str]) -> tu
             raise CorpusError(f"data directory not found: {data_dir} (expected {args.split}.{src} and "
                               f"{args.split}.{tgt}; download Multi30k with: python -m transformer.data --download "
                               f"{data_dir})")
-        sources = read_text_lines(data_dir / f"{args.split}.{src}", "source")
-        reference_path = data_dir / f"{args.split}.{tgt}"
-        references = read_text_lines(reference_path, "reference") if reference_path.exists() else None
+        source_path, reference_path = data_dir / f"{args.split}.{src}", data_dir / f"{args.split}.{tgt}"
+        reference_path = reference_path if reference_path.exists() else None
         info = {"split": args.split}
         what = (f"{args.split}.{src}", f"{args.split}.{tgt}")
+    sources, source_file = read_text_lines(source_path, "source")
+    references, reference_file = read_text_lines(reference_path, "reference") if reference_path else (None, None)
+    if not sources:
+        raise CorpusError(f"{what[0]} is empty: no line to translate (one sentence a line)")
     if references is not None and len(references) != len(sources):
         raise CorpusError(f"{what[1]} has {len(references)} lines but {what[0]} has {len(sources)}: one reference "
                           "per source line (nothing was translated)")
@@ -112,7 +134,7 @@ def read_input(args: argparse.Namespace, translator_pair: tuple[str, str]) -> tu
         sources = sources[:args.limit]
         references = references[:args.limit] if references is not None else None
     info.update(lines=len(sources), limit=args.limit, src_lang=src, tgt_lang=tgt,
-                references=references is not None)
+                references=references is not None, files={"source": source_file, "reference": reference_file})
     return sources, references, info
 
 
@@ -137,17 +159,20 @@ def content_hash(sources: Sequence[str], references: Sequence[str] | None) -> st
 
 def describe_run(args: argparse.Namespace, translator: Translator, settings: DecodeSettings,
                  info: dict[str, Any], sources: Sequence[str], references: Sequence[str] | None) -> dict[str, Any]:
-    """What makes two runs the same table (a resumed run must match it): model, settings, input and its hash."""
+    """The manifest's ``model``, ``settings`` and ``input``, with the run's ``fingerprint`` (what decides its rows:
+    :func:`transformer.interpret.corpus_files.fingerprint`)."""
     cfg = translator.config
     model = {"name": model_name(args.checkpoint), "parameters": sum(p.numel() for p in translator.model.parameters()),
              "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_encoder_layers": cfg.n_encoder_layers,
              "n_decoder_layers": cfg.n_decoder_layers, "norm_first": cfg.norm_first,
              "flag_rule": {key: value for key, value in flag_rule(translator.path).to_json().items()
-                           if key in ("rule", "any")}}  # its calibration report stays in flag.json
+                           if key in ("rule", "any")},  # its calibration report stays in flag.json
+             "files": model_files(translator.path) if translator.path is not None else []}
     chosen = {"beam": settings.beam_size, "alpha": settings.alpha, "max_len_a": settings.max_len_a,
               "max_len_b": settings.max_len_b, "scoring": settings.scoring, "src_lang": settings.src_lang,
               "tgt_lang": settings.tgt_lang, "batch_size": args.batch_size}
-    return {"model": model, "settings": chosen, "input": {**info, "sha256": content_hash(sources, references)}}
+    described = {"model": model, "settings": chosen, "input": {**info, "sha256": content_hash(sources, references)}}
+    return {"fingerprint": fingerprint(described), **described}
 
 
 def versions() -> dict[str, str]:
@@ -156,65 +181,6 @@ def versions() -> dict[str, str]:
         with contextlib.suppress(package_metadata.PackageNotFoundError):
             found[name] = package_metadata.version(name)
     return found
-
-
-# ------------------------------------------------------------------------------------------------ files
-
-
-def manifest_path(out: Path) -> Path:
-    """``X.parquet`` -> ``X.manifest.json``."""
-    return out.with_name(out.name[: -len(out.suffix)] + ".manifest.json")
-
-
-def parts_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".parts")
-
-
-def part_path(out: Path, rank: int) -> Path:
-    return parts_dir(out) / f"rank{rank}.jsonl"
-
-
-def read_part(path: Path, run: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """The rows a part file holds (by id; a later line wins), after its header line; a torn last line (a run
-    killed while writing it) is ignored. A part of another run is a ``CorpusError``."""
-    rows: dict[int, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if not lines or not lines[0].strip():
-        return rows
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("run") != run:
-        raise CorpusError(f"{path} holds rows of another run (another model, input or settings): delete "
-                          f"{path.parent} to start again, or choose another --out")
-    for line in lines[1:]:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the torn end of a killed run, or the final empty string
-        rows[int(row["id"])] = row
-    return rows
-
-
-def repair_part(path: Path) -> None:
-    """Cut a part file after its last whole line (a run killed mid-write leaves half a line), so that appending
-    goes on from a line's start."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end != len(data):
-        with open(path, "r+b") as f:
-            f.truncate(end)
-
-
-def append_rows(f, rows: Sequence[dict[str, Any]]) -> None:
-    """One batch's rows, written at once and flushed to the disk (a kill loses at most this batch)."""
-    f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    f.flush()
-    os.fsync(f.fileno())
 
 
 # ------------------------------------------------------------------------------------------------ processes
@@ -294,11 +260,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """What argparse lets through but no run can use: a ``CorpusError`` (one line, exit status 1)."""
+    if args.alpha is not None and not math.isfinite(args.alpha):
+        raise CorpusError(f"--alpha must be a finite number, not {args.alpha}")
+    if args.limit == 0:
+        raise CorpusError("--limit 0 leaves no line to translate; give at least 1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
+        check_args(args)
         return run(args)
     except (CorpusError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -308,41 +283,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
-def finished(out: Path, described: dict[str, Any], no_inputs: bool) -> bool:
-    """Whether ``out`` is this run's table, already complete (its manifest names the same model, settings and
-    input); a table of another run is a ``CorpusError``."""
-    if not out.exists():
-        return False
+T = TypeVar("T")
+
+
+def everyone(world: int, value: Any) -> list[Any]:
+    """``value`` of every rank, by rank (one process: ``[value]``)."""
+    if world == 1:
+        return [value]
+    found: list[Any] = [None] * world
+    dist.all_gather_object(found, value)
+    return found
+
+
+def together(world: int, step: Callable[[], T]) -> T:
+    """``step()`` on every rank; when it fails on any (``CorpusError``, ``CheckpointError``, ``OSError``), every rank
+    raises the first failing rank's message, so that none waits for the others at the next collective."""
     try:
-        written = json.loads(manifest_path(out).read_text(encoding="utf-8"))
-        same = (all(written.get(key) == value for key, value in described.items())
-                and written.get("no_inputs") == no_inputs)
-    except (OSError, ValueError, AttributeError):
-        same = False
-    if not same:
-        raise CorpusError(f"{out} exists and was not written by this run (another model, input or settings): "
-                          "choose another --out, or pass --overwrite")
-    return True
+        value, error = step(), None
+    except (CorpusError, CheckpointError) as err:
+        value, error = None, str(err)
+    except OSError as err:
+        value, error = None, f"{err.strerror or err}: {err.filename}" if err.filename else str(err)
+    error = next((e for e in everyone(world, error) if e is not None), None)
+    if error is not None:
+        raise CorpusError(error)
+    return value
 
 
-def written_rows(out: Path, rank: int, world: int, described: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """The rows every part this machine sees already holds (a resumed run may have had another number of
-    processes), once this rank's own part is cut after its last whole line."""
-    parts_dir(out).mkdir(parents=True, exist_ok=True)
-    repair_part(part_path(out, rank))
-    barrier(world)
-    done: dict[int, dict[str, Any]] = {}
-    for path in sorted(parts_dir(out).glob("rank*.jsonl")):
-        done.update(read_part(path, described))
-    barrier(world)
-    return done
+def prepare(args: argparse.Namespace, device: torch.device) -> tuple[Translator, list[str], list[str] | None,
+                                                                      DecodeSettings, dict[str, Any]]:
+    """The translator, the input, the settings and the run's description (:func:`describe_run`)."""
+    translator = load(args.checkpoint, device=device)
+    sources, references, info = read_input(args, language_pair(translator))
+    try:
+        settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,
+                                       tgt_lang=args.tgt_lang)
+    except ValueError as err:
+        raise CorpusError(str(err)) from None
+    return translator, sources, references, settings, describe_run(args, translator, settings, info, sources,
+                                                                    references)
 
 
 def compute(translator: Translator, groups: Sequence[Sequence[int]], done: dict[int, dict[str, Any]],
             sources: Sequence[str], references: Sequence[str] | None, settings: DecodeSettings,
             part: Path, described: dict[str, Any], progress: bool) -> tuple[list[dict[str, Any]], float, int]:
     """This rank's rows (its batches ``groups``, in order): those in ``done``, and every batch not wholly there
-    computed and appended to ``part`` as it finishes. Also the seconds it took and how many it computed."""
+    computed and appended to ``part`` as it finishes (a new part starts with its header line: the fingerprint and
+    the run). Also the seconds it took and how many it computed."""
     todo = [g for g in groups if not all(i in done for i in g)]
     total = sum(len(g) for g in groups)
     kept = total - sum(len(g) for g in todo)
@@ -353,10 +340,12 @@ def compute(translator: Translator, groups: Sequence[Sequence[int]], done: dict[
     rule = flag_rule(translator.path)
     start = time.perf_counter()
     new = not part.exists() or part.stat().st_size == 0
+    header = {"fingerprint": described["fingerprint"],
+              "run": {key: value for key, value in described.items() if key != "fingerprint"}}
     with open(part, "a", encoding="utf-8") as f, tqdm(total=total, initial=kept, unit="sent", file=sys.stderr,
                                                       disable=not progress) as bar:
         if new:
-            append_rows(f, [{"run": described}])
+            append_rows(f, [header])
         for ids in todo:
             rows = batch_rows(translator, ids, sources, references, settings, rule)
             append_rows(f, rows)
@@ -367,53 +356,79 @@ def compute(translator: Translator, groups: Sequence[Sequence[int]], done: dict[
 
 def merge(out: Path, gathered: Sequence[tuple[list[dict[str, Any]], float, int]], lines: int,
           described: dict[str, Any], no_inputs: bool) -> dict[str, Any]:
-    """Rank 0: every rank's rows by line, written as the table beside its manifest (written first); the manifest."""
+    """Rank 0: every rank's rows by line, written as the table, then its manifest (with the table's own hash and
+    row count), each atomically; the manifest."""
     rows = sorted((row for part, _, _ in gathered for row in part), key=lambda row: row["id"])
     if [row["id"] for row in rows] != list(range(lines)):
         raise CorpusError(f"the merged parts do not hold every line once ({len(rows)} rows for {lines} lines); the "
                           f"parts stay in {parts_dir(out)}")
+    write_table(out, without_inputs(rows) if no_inputs else rows)
     record = {**described, "versions": versions(), "columns": list(COLUMNS), "rows": len(rows),
               "no_inputs": no_inputs, "processes": len(gathered),
               "seconds": round(max(t for _, t, _ in gathered), 2),  # the slowest rank's batches, this start
               "seconds_by_rank": [round(t, 2) for _, t, _ in gathered],
               "computed": [n for _, _, n in gathered],  # sentences each rank computed (not resumed)
-              "flagged": sum(bool(row["flag"]) for row in rows)}
-    manifest_path(out).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    write_table(out, without_inputs(rows) if no_inputs else rows)  # last: a table always has its manifest
+              "flagged": sum(bool(row["flag"]) for row in rows), "table": file_digest(out)}
+    write_manifest(out, record)  # last: a manifest always describes the table beside it
     return record
+
+
+def remove(paths: Sequence[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def tidy(out: Path) -> None:
+    """The parts folder removed when nothing is left in it."""
+    with contextlib.suppress(OSError):
+        parts_dir(out).rmdir()
 
 
 def run(args: argparse.Namespace) -> int:
     rank, world, device = start_processes(args.device)
     out = Path(args.out)
-    translator = load(args.checkpoint, device=device)
-    sources, references, info = read_input(args, language_pair(translator))
-    settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,
-                                   tgt_lang=args.tgt_lang)
-    described = describe_run(args, translator, settings, info, sources, references)
-    if not args.overwrite and finished(out, described, args.no_inputs):
+    together(world, lambda: check_out(out))  # before the model is loaded
+    translator, sources, references, settings, described = together(world, lambda: prepare(args, device))
+    run_id = described["fingerprint"]
+    ids = everyone(world, run_id)
+    other = next((r for r, found in enumerate(ids) if found != ids[0]), None)
+    if other is not None:
+        raise CorpusError(f"rank {other} found another checkpoint, input or settings than rank 0 (another "
+                          "fingerprint): every machine needs the same files")
+    parts = together(world, lambda: scan_parts(out, run_id, len(sources)))
+    seen = everyone(world, {"ours": sum(p.kind == "ours" for p in parts),
+                            "foreign": [p.what for p in parts if p.kind == "foreign"]})
+    said = together(world, lambda: decide(out, run_id, len(sources), args.no_inputs, args.overwrite, seen)
+                    if rank == 0 else None)
+    said = everyone(world, said)[0]  # rank 0's word
+    stale = [p.path for p in parts if p.kind != "foreign"]  # this run's and empty parts: rows in the table
+    if said:
         if rank == 0:
-            print(f"{out} is already complete ({len(sources)} rows): nothing to do", file=sys.stderr)
-            shutil.rmtree(parts_dir(out), ignore_errors=True)  # left by a run stopped after its merge
+            print(said, file=sys.stderr)
+        barrier(world)
+        remove(stale)
+        barrier(world)
+        tidy(out)
         return 0
-    done = written_rows(out, rank, world, described)
+    if args.overwrite:
+        together(world, lambda: remove([p.path for p in parts if p.kind == "foreign"]))
+    mine = part_path(out, rank)
+    together(world, lambda: (parts_dir(out).mkdir(parents=True, exist_ok=True), repair_part(mine)))
+    done = {i: row for p in parts if p.kind == "ours" for i, row in p.rows.items()}
     groups = shard(batches(source_lengths(translator, sources, settings.src_lang), args.batch_size), rank, world)
-    mine = compute(translator, groups, done, sources, references, settings, part_path(out, rank), described,
-                   progress=not args.no_progress and rank == 0)
-    gathered: list[Any] = [mine]
+    result = compute(translator, groups, done, sources, references, settings, mine, described,
+                     progress=not args.no_progress and rank == 0)
+    gathered: list[Any] = [result]
     if world > 1:
         gathered = [None] * world
-        dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
+        dist.gather_object(result, gathered if rank == 0 else None, dst=0)
+    record = together(world, lambda: merge(out, gathered, len(sources), described, args.no_inputs) if rank == 0
+                      else None)
     if rank == 0:
-        record = merge(out, gathered, len(sources), described, args.no_inputs)
         print(f"{out}: {len(sources)} rows ({record['flagged']} flagged), {world} process(es), "
               f"{record['seconds']:.1f} s", file=sys.stderr)
     barrier(world)
-    part_path(out, rank).unlink(missing_ok=True)
+    remove([mine, *stale])  # every part this run read or wrote: its rows are in the table
     barrier(world)
-    if rank == 0:
-        for path in parts_dir(out).glob("rank*.jsonl"):  # parts of an earlier run with more processes
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            parts_dir(out).rmdir()
+    tidy(out)
     return 0

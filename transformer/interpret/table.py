@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -164,10 +165,10 @@ def without_inputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_table(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` to ``path``: Parquet (``.parquet``, the :func:`arrow_schema` types) or JSON Lines
-    (``.jsonl``, one object a line, columns in table order); written beside and then renamed, so a reader never
-    sees half a table."""
+    (``.jsonl``, one object a line, columns in table order); written beside, synced and renamed, so a reader (or
+    a run stopped at any moment) never sees half a table."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_beside(path)
     if path.suffix == ".jsonl":
         with open(tmp, "w", encoding="utf-8") as f:
             for row in rows:
@@ -175,7 +176,42 @@ def write_table(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
     else:
         pq.write_table(pa.Table.from_pylist([{name: row.get(name) for name in COLUMNS} for row in rows],
                                             schema=arrow_schema()), tmp)
-    os.replace(tmp, path)
+    replace_synced(tmp, path)
+
+
+def temporary_beside(path: Path) -> Path:
+    """A new empty file in ``path``'s folder, named for it and this process (the umask's permissions)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return tmp
+
+
+def replace_synced(tmp: Path, path: Path) -> None:
+    """``tmp`` synced to the disk and renamed over ``path``, the folder synced too: a reader, or a run stopped at
+    any moment, finds the old file or the new one, whole."""
+    try:
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a :func:`temporary_beside` file, then :func:`replace_synced` over ``path``."""
+    path = Path(path)
+    tmp = temporary_beside(path)
+    try:
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    replace_synced(tmp, path)
 
 
 def read_table(path: str | Path) -> list[dict[str, Any]]:
