@@ -202,7 +202,7 @@ def _read_parquet(f: BinaryIO, name: str) -> tuple[pd.DataFrame, list[str]]:
     """The contract's columns of an open parquet file, planned from its footer (:func:`read_table`)."""
     try:
         footer = pq.ParquetFile(f)  # the footer only: no data read yet
-        metadata, schema = footer.metadata, None
+        metadata = footer.metadata
         if metadata.num_columns > MAX_COLUMNS or metadata.num_row_groups > MAX_ROW_GROUPS:
             raise TableError(f"{name} has {metadata.num_columns:,} columns in {metadata.num_row_groups:,} row "
                              f"groups, more than a table of transformer.corpus (at most {MAX_COLUMNS} and "
@@ -241,8 +241,7 @@ def cut_texts(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
     chunks, cut = [], 0
     for chunk in column.chunks:
         if not pa.types.is_dictionary(chunk.type):
-            chunks.append(chunk.cast(pa.string()))
-            continue
+            chunk = chunk.cast(pa.string()).dictionary_encode()
         values = chunk.dictionary
         long = pc.greater(pc.utf8_length(values), MAX_CELL_CHARS)
         if pc.any(long).as_py():
@@ -252,8 +251,7 @@ def cut_texts(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
         chunks.append(pa.DictionaryArray.from_arrays(chunk.indices, values.cast(pa.string())))
     if not chunks:
         return column, 0
-    kind = chunks[0].type
-    return pa.chunked_array([c if c.type == kind else c.dictionary_encode() for c in chunks], kind), cut
+    return pa.chunked_array(chunks, chunks[0].type), cut
 
 
 def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
