@@ -383,3 +383,10 @@ def test_hashes_in_the_manifest_are_those_the_contract_names(tiny_corpus):
     record = file_record(tiny_corpus / "test.en")
     assert table_inputs.file_record(json.loads(json.dumps(record))) == record
     assert record["sha256"] == hashlib.sha256((tiny_corpus / "test.en").read_bytes()).hexdigest()
+
+
+def test_a_manifests_long_values_are_cut_where_the_page_names_them():
+    manifest = {"input": {"split": "s" * 10**6, "src_lang": "en", "tgt_lang": "d\ne"}, "model": {"name": "m" * 10**5},
+                "settings": {"beam": "b" * 1000}}
+    line = tables.describe(manifest, 3)
+    assert len(line) < 300 and "\n" not in line and line.startswith("3 lines of " + "s" * 79 + "…")

@@ -346,19 +346,26 @@ def pasted_lines(text: str, most: int) -> tuple[list[str], int]:
     return lines[:most], len(lines)
 
 
+def short(value: object, most: int = 80) -> str:
+    """A manifest's value as one short line of text (a planted manifest may hold a megabyte in a name)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 def describe(manifest: dict, rows: int) -> str:
-    """One line on where a table comes from: its rows, input, model and decoding settings, as the manifest says."""
+    """One line on where a table comes from: its rows, input, model and decoding settings, as the manifest says
+    (each value cut to 80 characters)."""
     given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
     parts = [f"{rows:,} lines"]
     if given.get("split"):
-        pair = "-".join(str(given[k]) for k in ("src_lang", "tgt_lang") if given.get(k))
-        parts.append(f"of {given['split']}" + (f" ({pair})" if pair else ""))
+        pair = "-".join(short(given[k]) for k in ("src_lang", "tgt_lang") if given.get(k))
+        parts.append(f"of {short(given['split'])}" + (f" ({pair})" if pair else ""))
     model = manifest.get("model")
     name = model.get("name") if isinstance(model, dict) else model
     if isinstance(name, str) and name:
-        parts.append(f"model {name}")
+        parts.append(f"model {short(name)}")
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
-    decoding = ", ".join(f"{k} {settings[k]}" for k in ("beam", "beam_size", "alpha") if k in settings)
+    decoding = ", ".join(f"{k} {short(settings[k])}" for k in ("beam", "beam_size", "alpha") if k in settings)
     if decoding:
         parts.append(decoding)
     return " · ".join(parts)

@@ -435,7 +435,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
         else:
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
-    said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
+    said = tables.short(rule["rule"], 300) if isinstance(rule.get("rule"), str) else None
     notes = [f"Flagged (may be a hallucination) when: {controls.md_escape(said)}." if said else
              "This table's manifest does not say how its lines were flagged."]
     if limits:
