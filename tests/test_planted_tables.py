@@ -389,4 +389,4 @@ def test_a_manifests_long_values_are_cut_where_the_page_names_them():
     manifest = {"input": {"split": "s" * 10**6, "src_lang": "en", "tgt_lang": "d\ne"}, "model": {"name": "m" * 10**5},
                 "settings": {"beam": "b" * 1000}}
     line = tables.describe(manifest, 3)
-    assert len(line) < 300 and "\n" not in line and line.startswith("3 lines of " + "s" * 79 + "…")
+    assert len(line) < 300 and "\n" not in line and line.startswith("3 lines · of " + "s" * 79 + "…")
