@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("streamlit")
 
-from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
+from conftest import arr, assert_clean, chart, new_app, plain, set_view, translate  # noqa: E402
 
 from app.drawing import flowgraph  # noqa: E402
 from transformer.interpret import flow, head_logits, head_output  # noqa: E402
@@ -188,3 +190,44 @@ def test_a_link_with_values_out_of_range_opens_the_defaults(app_env):
     assert at.slider(key="flow_threshold").value == flowgraph.DEFAULT_THRESHOLD
     assert at.selectbox(key="flow_head").value is None
     chart(at, "How output piece 1")
+
+
+def test_the_graph_at_threshold_0_is_planned_within_the_work_limit_and_cached(app_env, tr, monkeypatch):
+    """Issue #54: at threshold 0 a long sentence's graph has hundreds of thousands of edges. Its size is bounded
+    from the weights before it is built, a higher threshold is drawn (with a notice) when it does not fit, and a
+    step's graph at a threshold is built once."""
+    from app.compute import cached, work
+    from transformer.interpret.flow import Flow
+
+    ref = tr.translate(TEXT)
+    f = flow(tr.model, torch.tensor([ref.source_ids]), torch.tensor([[tr.config.bos_id, *ref.target_ids[:-1]]]))
+    step = len(ref.target_ids) - 1
+    for threshold in (0.0, 0.01, 0.05, 0.2, 0.5):
+        graph = f.graph(step, threshold)  # the oracle: the graph itself, within its bound
+        nodes, edges = work.flow_graph_size(f, step, threshold)
+        assert len(graph.nodes) <= nodes and len(graph.edges) <= edges
+    full = work.flow_graph_work(f, step, 0.0)
+    assert work.plan_flow_graph(f, step, 0.0, ceiling=full) == (0.0, full, [])
+    used, estimate, notices = work.plan_flow_graph(f, step, 0.0, ceiling=full / 3)
+    assert 0 < used <= 0.5 and estimate == work.flow_graph_work(f, step, used) <= full / 3
+    assert work.flow_graph_work(f, step, round(used - 0.01, 6)) > full / 3  # the lowest on the slider's grid
+    assert notices == [f"the information-flow graph drawn at threshold {used:g} instead of 0 (about "
+                       f"{work.amount(full)} units asked)"]
+
+    built = []
+    graph_of = Flow.graph
+    monkeypatch.setattr(Flow, "graph", lambda self, *args: built.append(args) or graph_of(self, *args))
+    monkeypatch.setattr(work, "FLOW_EDGE", 1.0)  # an edge a unit: the whole graph is over the limit
+    monkeypatch.setenv("ATTN_MAX_WORK", "1000")
+    cached.RESULTS.clear()
+    at = new_app({"text": TEXT, "view": "How each word is built", "ft": "0"})
+    assert_clean(at)
+    said = next(plain(c.value) for c in at.caption if "head edges at threshold" in c.value)
+    drawn = float(re.search(r"head edges at threshold ([0-9.]+[0-9])", said).group(1))
+    assert drawn > 0 and any(f"drawn at threshold {drawn:g} instead of 0" in plain(i.value) for i in at.info)
+    nodes = [t for t in chart(at, "How output piece 1")["data"] if t.get("name") == "nodes"][0]
+    assert len(arr(nodes["x"])) == len(graph_of(f, 0, drawn).nodes)
+    assert built == [(0, drawn)]
+    at.run()  # the same step and threshold again: from the cache
+    assert_clean(at)
+    assert built == [(0, drawn)]

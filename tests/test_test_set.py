@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -35,14 +36,28 @@ def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> p
         "unk": [0] * n, "flag": share < 0.5})
 
 
-def write_table(folder, frame: pd.DataFrame, name: str = "test", split: str = "test", lines: int | None = None):
+def file_record(path) -> dict:
+    """The manifest's record of an input file, as ``python -m transformer.corpus`` writes it (the contract)."""
+    data = path.read_bytes()
+    return {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def write_table(folder, frame: pd.DataFrame, name: str = "test", split: str = "test", lines: int | None = None,
+                data=None, **given):
+    """The table and its manifest; ``data``: the data folder whose ``{split}.en`` / ``{split}.de`` it records (their
+    sha256 and size); ``given``: more of the manifest's ``input``."""
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(folder / f"{name}.parquet")
+    given = {"split": split, "lines": lines if lines is not None else len(frame), "src_lang": "en", "tgt_lang": "de",
+             **given}
+    if data is not None:
+        reference = data / f"{split}.de"
+        given["files"] = {"source": file_record(data / f"{split}.en"),
+                          "reference": file_record(reference) if reference.exists() else None}
     manifest = {"model": {"name": "tiny", "flag_rule": {"any": [{"column": "source_share", "op": "<", "value": 0.5}],
                                                         "rule": "source_share < 0.5"}},
                 "settings": {"beam": 2}, "versions": {}, "columns": list(frame.columns),
-                "rows": len(frame), "input": {"split": split, "lines": lines if lines is not None else len(frame),
-                                              "src_lang": "en", "tgt_lang": "de"}}
+                "rows": len(frame), "input": given}
     (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
     return folder / f"{name}.parquet"
 
@@ -54,7 +69,7 @@ def test_join_by_id_reads_sources_and_references_back_in_any_row_order(tmp_path,
     sources = (tiny_corpus / "test.en").read_text().splitlines()
     references = (tiny_corpus / "test.de").read_text().splitlines()
     frame = make_table(len(sources)).sample(frac=1.0, random_state=1).iloc[:-3]  # shuffled, some lines left out
-    table = tables.read_table(write_table(tmp_path / "t", frame))
+    table = tables.read_table(write_table(tmp_path / "t", frame, data=tiny_corpus))
     joined = tables.join_inputs(table, [tmp_path / "nowhere", tiny_corpus])
     assert joined.inputs_note is None
     for _, row in joined.frame.iterrows():
@@ -89,11 +104,16 @@ def test_a_table_of_the_real_command_joins_back_to_its_lines_and_a_changed_file_
 
 def test_join_says_why_the_sources_are_missing(tmp_path, tiny_corpus):
     frame = make_table(20)
-    absent = tables.join_inputs(tables.read_table(write_table(tmp_path / "a", frame)), [tmp_path / "nowhere"])
+    absent = tables.join_inputs(tables.read_table(write_table(tmp_path / "a", frame, data=tiny_corpus)),
+                                [tmp_path / "nowhere"])
     assert absent.frame["source"].isna().all() and "not on this server" in absent.inputs_note
     assert "python -m transformer.data --download" in absent.inputs_note
-    other = tables.join_inputs(tables.read_table(write_table(tmp_path / "b", frame, lines=999)), [tiny_corpus])
-    assert other.frame["source"].isna().all() and "cannot be matched" in other.inputs_note  # another file's lines
+    other = tmp_path / "other"
+    shutil.copytree(tiny_corpus, other)
+    with open(other / "test.en", "a") as f:
+        f.write("One more line.\n")  # another file than the table's
+    differs = tables.join_inputs(tables.read_table(write_table(tmp_path / "b", frame, data=tiny_corpus)), [other])
+    assert differs.frame["source"].isna().all() and "test.en in the data folder is not the file" in differs.inputs_note
     (tmp_path / "c").mkdir()
     frame.to_parquet(tmp_path / "c" / "x.parquet")  # no manifest: no data set named
     bare = tables.join_inputs(tables.read_table(tmp_path / "c" / "x.parquet"), [tiny_corpus])
@@ -109,7 +129,7 @@ def test_a_table_without_the_contract_columns_is_refused_and_missing_signals_are
         tables.read_table(tmp_path / "junk.parquet")
     pd.DataFrame({"id": [1, 0], "translation": ["b", "a"], "extra": [1.0, 2.0]}).to_parquet(tmp_path / "few.parquet")
     frame = tables.read_table(tmp_path / "few.parquet").frame
-    assert list(frame.columns) == [*tables.COLUMNS, "extra"]  # the contract first, other columns kept after
+    assert list(frame.columns) == list(tables.COLUMNS)  # the contract's columns only: "extra" is not read
     assert frame["chrf"].isna().all() and not frame["flag"].any()
 
 
@@ -184,7 +204,7 @@ def with_table(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
     shutil.copytree(tiny_checkpoint, ckpt)
     n = len((tiny_corpus / "test.en").read_text().splitlines())
     frame = make_table(n)
-    write_table(ckpt / "tables", frame)
+    write_table(ckpt / "tables", frame, data=tiny_corpus)
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
     monkeypatch.setenv("ATTN_DATA_DIR", str(tiny_corpus))
     return ckpt, frame, (tiny_corpus / "test.en").read_text().splitlines()

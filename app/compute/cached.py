@@ -347,6 +347,18 @@ class Model:
         return RESULTS.get(key, run) if ledger.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
 
 
+    def flow_graph(self, analysis: Analysis, data: Any, step: int, threshold: float,
+                   summary: Callable[[Any], Any]) -> Any:
+        """``summary(data.graph(step, threshold))``: one output step's information-flow graph (``data``: this
+        analysis' ``beyond("flow", ...)``) as the view keeps it, kept within the byte budget per sentence, step and
+        threshold; light while the request's work is, else a heavy job. The caller plans and counts the work
+        (``app.compute.work.plan_flow_graph``)."""
+        key = self.key("flow graph", analysis.text, analysis.settings, analysis.ablated, step, threshold,
+                       f"{summary.__module__}.{summary.__qualname__}")
+        run = lambda: summary(data.graph(step, threshold))
+        return RESULTS.get(key, run if ledger.is_light(0.0) else lambda: heavy(run, HEAVY_KINDS["flow"]))
+
+
 def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:
     """The estimate of one of ``get_beyond``'s jobs (attributions: ``args`` = method, steps, span, ...)."""
     source, target = len(analysis.source_ids), len(analysis.target_ids)

@@ -1,36 +1,51 @@
 """A whole test set as one table (``python -m transformer.corpus``): finding a checkpoint's shipped tables, reading
-one with its manifest, joining back the sources and references a table ships without, and the presets of the
-"Whole test set" view (no Streamlit here).
+one with its manifest, and the presets and pages of the "Whole test set" view (no Streamlit here; joining back the
+sources and references a table ships without: :mod:`app.compute.table_inputs`).
 
-A table is a parquet file with one row per input line (the columns ``COLUMNS`` are a contract) and beside it
-``X.manifest.json`` (model, settings, input, versions, columns, rows). A shipped table
-(``checkpoints/<name>/tables/<split>.parquet``) holds line ids, translations and signals only: the project never
-commits Multi30k's lines, so :func:`join_inputs` reads them back by ``id`` from a copy of the data set
-(``$ATTN_DATA_DIR``, else ``data/multi30k``) when one is there.
+A table is a parquet file with one row per input line (the columns of ``transformer.interpret.table.COLUMNS`` are
+a contract) and beside it ``X.manifest.json`` (model, settings, input, versions, columns, rows). A checkpoint's
+folder may come from a stranger, so a table file is read as one that may be hostile: its footer first (rows,
+columns, types, decompressed sizes), each bounded before any data is read, then the contract's columns only.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from transformer.checkpoint.files import MAX_METADATA_BYTES, read_json
 
-from . import catalog
+from . import safe_read
+from .table_inputs import data_roots, join_inputs, same_input  # noqa: F401 (the view's one import)
 
-DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
 TABLES = "tables"  # a checkpoint's folder of shipped tables
 TEXTS = ("source", "translation", "reference")
 COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min", "eos_attention",
-           "repetition", "length_ratio", "hit_max_len", "unk", "flag")
-MAX_TABLE_BYTES = 256 * 2**20  # a table file larger than this is not read (a test set's is well under 1 MB)
-MAX_ROWS = 1_000_000
+           "repetition", "length_ratio", "hit_max_len", "unk", "flag")  # the view's first; the contract's others after
+REQUIRED = ("id", "translation")
+TEXT_COLUMNS = (*TEXTS, "note")  # the contract's columns of text; of true / false; the others numbers
+BOOL_COLUMNS = ("flag", "hit_max_len", "truncated")
+# Bounds on a table file, each checked before any of its data is read (a Multi30k test set's table: 1,000 rows,
+# 20 columns, one row group, about 110 kB, 0.3 MB decompressed; WMT's and FLORES' test sets: 1,000-3,000 lines)
+MAX_TABLE_BYTES = 64 * 2**20
+MAX_ROWS = 20_000  # beyond this the view's charts alone would send more than about 1 MB
+MAX_DECODED_BYTES = 64 * 2**20  # the columns read, decompressed (the footer's uncompressed sizes)
+MAX_COLUMNS, MAX_ROW_GROUPS = 256, 1_000
+MAX_ID = 2**31 - 1
+MAX_CELL_CHARS = 1_000  # a text longer than this is cut (a Multi30k caption: at most about 300 characters)
+PAGE_BYTES = 1_000_000  # what one page of the table sends at most, about (every chart's bound)
+PAGE_ROWS = 1_000  # and its rows at most
 
 # The signals a histogram can show: column -> how the page names it (plain words, the column's name after it)
 SIGNALS: dict[str, str] = {
@@ -70,12 +85,13 @@ class TableError(Exception):
 
 @dataclass(frozen=True)
 class Table:
-    """One table as the view shows it: its rows, its manifest ({} without one) and a note on its inputs
-    (why the sources are missing, or None)."""
+    """One table as the view shows it: its rows, its manifest ({} without one), a note on its inputs (why the
+    sources are missing, or None) and notes on what reading it left out or cut."""
 
     frame: pd.DataFrame
     manifest: dict
     inputs_note: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 def shipped_tables(checkpoint_dir: str | Path | None) -> dict[str, Path]:
@@ -95,35 +111,153 @@ def manifest_path(table: Path) -> Path:
 
 
 def read_manifest(table: Path) -> dict:
-    """The table's manifest, or {} when it is absent or unusable (size and nesting bounded as metadata.json's)."""
+    """The table's manifest, or {} when it is absent or unusable (a regular file only; size and nesting bounded
+    as metadata.json's)."""
+    path = manifest_path(table)
     try:
-        data = read_json(manifest_path(table), MAX_METADATA_BYTES)
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the page
+            return {}
+        data = read_json(path, MAX_METADATA_BYTES)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
+def contract() -> list[str]:
+    """The columns of ``python -m transformer.corpus``'s tables, in its order (the keys of
+    ``transformer.interpret.table.COLUMNS``): the only ones read."""
+    from transformer.interpret.table import COLUMNS as WRITTEN  # pyarrow and sacrebleu: only once a table is read
+
+    return list(WRITTEN)
+
+
 def read_table(path: str | Path) -> Table:
     """A table file and its manifest, with every contract column present (a missing signal: empty; a missing
-    ``id`` or ``translation``: :class:`TableError`)."""
+    ``id`` or ``translation``: :class:`TableError`). Only a regular file of at most ``MAX_TABLE_BYTES``; its rows,
+    columns and types are read from the parquet footer before any data and the table refused over ``MAX_ROWS`` or
+    ``MAX_DECODED_BYTES``; only the contract's columns are read, one of the wrong type left out and a text cut to
+    ``MAX_CELL_CHARS``, each with a note."""
     path = Path(path)
+    what = f"the table {path.name}"
     try:
-        size = path.stat().st_size
-    except OSError as err:
-        raise TableError(f"the table {path.name} cannot be read: {err.strerror or err}") from None
-    if size > MAX_TABLE_BYTES:
-        raise TableError(f"the table {path.name} is {size / 2**20:,.0f} MB, over the {MAX_TABLE_BYTES / 2**20:.0f} "
-                         "MB this page reads")
+        with safe_read.open_regular(path, MAX_TABLE_BYTES, what) as f:
+            frame, notes = _read_parquet(f, path.name)
+    except FileNotFoundError:
+        raise TableError(f"{what} cannot be read: there is no such file") from None
+    except safe_read.FileRefused as err:
+        raise TableError(str(err)) from None
+    return Table(normalise(frame, path.name), read_manifest(path), notes=tuple(notes))
+
+
+def _kind(kind: pa.DataType) -> str:
+    """How a column's type reads: ``text``, ``bool``, ``number``, ``empty`` (all null), or ``other``."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_null(kind):
+        return "empty"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "text"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    return "number" if pa.types.is_integer(kind) or pa.types.is_floating(kind) else "other"
+
+
+def expected_kind(column: str) -> str:
+    return "text" if column in TEXT_COLUMNS else "bool" if column in BOOL_COLUMNS else "number"
+
+
+KIND_WORDS = {"text": "text", "bool": "true / false", "number": "numbers", "other": "something else"}
+
+
+def plan_columns(schema: pa.Schema, name: str) -> tuple[list[str], list[str]]:
+    """The contract's columns of a table file to read (present once, of their kind, or all empty), and a note for
+    each one left out; :class:`TableError` when ``id`` or ``translation`` cannot be read."""
+    wanted, notes = [], []
+    for column in contract():
+        found = schema.get_all_field_indices(column)
+        if not found:
+            continue
+        kind, expected = _kind(schema.field(found[0]).type), expected_kind(column)
+        why = (f"appears {len(found)} times" if len(found) > 1 else
+               None if kind in (expected, "empty") else f"holds {KIND_WORDS[kind]}, not {KIND_WORDS[expected]}")
+        if why is None:
+            wanted.append(column)
+        elif column in REQUIRED:
+            raise TableError(f"{name} cannot be shown: its {column} column {why}")
+        else:
+            notes.append(f"its {column} column {why}: left out")
+    return wanted, notes
+
+
+def decoded_bytes(metadata: pq.FileMetaData, columns: Sequence[str]) -> int:
+    """What ``columns`` take once decompressed, from the footer: each row group's column chunks'
+    ``total_uncompressed_size`` (dictionary pages included; the text a dictionary repeats is bounded apart)."""
+    index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+    chosen = [index[c] for c in columns if c in index]
+    return sum(metadata.row_group(g).column(j).total_uncompressed_size
+               for g in range(metadata.num_row_groups) for j in chosen)
+
+
+def _read_parquet(f: BinaryIO, name: str) -> tuple[pd.DataFrame, list[str]]:
+    """The contract's columns of an open parquet file, planned from its footer (:func:`read_table`)."""
     try:
-        frame = pd.read_parquet(path)
-    except Exception as err:  # pyarrow's errors are many kinds: one message
-        raise TableError(f"{path.name} is not a readable parquet table ({type(err).__name__})") from None
-    return Table(normalise(frame, path.name), read_manifest(path))
+        footer = pq.ParquetFile(f)  # the footer only: no data read yet
+        metadata = footer.metadata
+        if metadata.num_columns > MAX_COLUMNS or metadata.num_row_groups > MAX_ROW_GROUPS:
+            raise TableError(f"{name} has {metadata.num_columns:,} columns in {metadata.num_row_groups:,} row "
+                             f"groups, more than a table of transformer.corpus (at most {MAX_COLUMNS} and "
+                             f"{MAX_ROW_GROUPS:,})")
+        rows = max(metadata.num_rows, sum(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)))
+        if rows > MAX_ROWS:
+            raise TableError(f"{name} has {rows:,} rows, over the {MAX_ROWS:,} this page shows")
+        schema = footer.schema_arrow
+        wanted, notes = plan_columns(schema, name)
+        size = decoded_bytes(metadata, wanted)
+        if size > MAX_DECODED_BYTES:
+            raise TableError(f"{name} holds {safe_read.megabytes(size)} of data once decompressed, over the "
+                             f"{safe_read.megabytes(MAX_DECODED_BYTES)} this page reads")
+        texts = [c for c in wanted if _kind(schema.field(c).type) == "text"]
+        # texts stay dictionaries (each distinct text once) until cut: a repeated long text costs its length once
+        data = pq.ParquetFile(f, metadata=metadata, read_dictionary=texts).read(columns=wanted, use_threads=False)
+        if data.num_rows > MAX_ROWS:
+            raise TableError(f"{name} has {data.num_rows:,} rows, over the {MAX_ROWS:,} this page shows")
+        cut = 0
+        for column in texts:
+            shortened, n = cut_texts(data.column(column))
+            data, cut = data.set_column(data.schema.get_field_index(column), column, shortened), cut + n
+        frame = data.to_pandas()
+    except TableError:
+        raise
+    except Exception as err:  # pyarrow's errors are many kinds (and a planted file finds them all): one message
+        raise TableError(f"{name} is not a readable parquet table ({type(err).__name__})") from None
+    if cut:
+        notes.append(f"{cut:,} texts longer than {MAX_CELL_CHARS:,} characters are cut to that")
+    return frame, notes
+
+
+def cut_texts(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
+    """A column of texts (dictionary chunks) with every text cut to ``MAX_CELL_CHARS`` characters and "…", and how
+    many of its rows were cut."""
+    chunks, cut = [], 0
+    for chunk in column.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.cast(pa.string()).dictionary_encode()
+        values = chunk.dictionary
+        long = pc.greater(pc.utf8_length(values), MAX_CELL_CHARS)
+        if pc.any(long).as_py():
+            cut += int(pc.sum(pc.take(long, chunk.indices)).as_py() or 0)
+            short = pc.binary_join_element_wise(pc.utf8_slice_codeunits(values, 0, MAX_CELL_CHARS), "…", "")
+            values = pc.if_else(long, short, values)
+        chunks.append(pa.DictionaryArray.from_arrays(chunk.indices, values.cast(pa.string())))
+    if not chunks:
+        return column, 0
+    return pa.chunked_array(chunks, chunks[0].type), cut
 
 
 def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
-    """The contract's columns first (a missing signal column added empty), then any others; ids as integers."""
-    missing = [c for c in ("id", "translation") if c not in frame.columns]
+    """The contract's columns, in the view's order (``COLUMNS`` first; a missing one added empty), nothing else;
+    ids whole numbers from 0 (else :class:`TableError`), ``flag`` true / false, texts str or None."""
+    missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise TableError(f"{name} is not a table of transformer.corpus: it has no {' or '.join(missing)} column")
     if len(frame) > MAX_ROWS:
@@ -132,93 +266,21 @@ def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = None if column in TEXTS else (False if column == "flag" else np.nan)
-    ids = pd.to_numeric(frame["id"], errors="coerce")
-    if ids.isna().any():
-        raise TableError(f"{name} has line ids that are not numbers")
+    ids = pd.to_numeric(frame["id"], errors="coerce").astype("float64").to_numpy()
+    bad = ~(np.isfinite(ids) & (ids >= 0) & (ids <= MAX_ID))
+    bad[~bad] = ids[~bad] != np.floor(ids[~bad])
+    if bad.any():
+        raise TableError(f"{name} has line ids that are not whole numbers from 0 ({int(bad.sum()):,} of "
+                         f"{len(ids):,} rows, the first at row {int(np.argmax(bad)):,})")
     frame["id"] = ids.astype("int64")
-    frame["flag"] = frame["flag"].fillna(False).astype(bool)
-    for column in TEXTS:
-        frame[column] = frame[column].astype("object").where(frame[column].notna(), None)
-    return frame[list(COLUMNS) + [c for c in frame.columns if c not in COLUMNS]].reset_index(drop=True)
-
-
-def data_roots() -> list[Path]:
-    """Where a copy of the data set may be, in order: ``$ATTN_DATA_DIR``, ``data/multi30k`` in the working directory,
-    and in the repository."""
-    roots = [os.environ.get("ATTN_DATA_DIR", "").strip(), DATA_DIR, str(catalog.REPO_ROOT / DATA_DIR)]
-    return [Path(r) for r in dict.fromkeys(roots) if r]
-
-
-def _lines(path: Path) -> list[str] | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    lines = text.split("\n")  # as transformer.data reads a corpus: not splitlines() (U+2028 is no line break)
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
-def join_inputs(table: Table, roots: Sequence[Path] | None = None) -> Table:
-    """The table with the sources and references it lacks read back by ``id`` from ``{split}.{src_lang}`` and
-    ``{split}.{tgt_lang}`` in the first of ``roots`` (default :func:`data_roots`) that has them with the manifest's
-    number of lines; a note says in plain words why they stay missing."""
-    frame, manifest = table.frame, table.manifest
-    if frame.empty or frame["source"].notna().all():
-        return table
-    given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
-    split, src, tgt = (str(given.get(k) or "") for k in ("split", "src_lang", "tgt_lang"))
-    if not split or not src:
-        return Table(frame, manifest, "This table ships without its source sentences, and its manifest does not say "
-                                      "which data set they come from, so only line ids, translations and signals "
-                                      "are shown.")
-    lines = given.get("file_lines", given.get("lines"))
-    exact = isinstance(given.get("file_lines"), int)  # the whole file's lines (``lines``: after --limit)
-    roots = data_roots() if roots is None else list(roots)
-    for root in roots:
-        sources = _lines(root / f"{split}.{src}")
-        if sources is None:
-            continue
-        too_few = max(int(lines) if isinstance(lines, int) else 0, int(frame["id"].max()) + 1)
-        if len(sources) < too_few or (exact and len(sources) != lines):  # another file than the table's
-            return Table(frame, manifest, f"The sources are missing: {split}.{src} in the data folder has "
-                                          f"{len(sources):,} lines, not the {too_few:,} the table was made from, "
-                                          "so its lines cannot be matched. Only ids, translations and signals "
-                                          "are shown.")
-        references = _lines(root / f"{split}.{tgt}") if tgt else None
-        if references is not None and len(references) != len(sources):
-            references = None
-        if not same_input(given, sources, references):
-            return Table(frame, manifest, f"The sources are missing: {split}.{src} in the data folder is not the "
-                                          "file the table was made from (its lines differ), so its lines cannot be "
-                                          "matched. Only ids, translations and signals are shown.")
-        ids = frame["id"].to_numpy()
-        inside = ids >= 0
-        frame = frame.copy()
-        frame["source"] = [sources[i] if ok else s for i, ok, s in zip(ids, inside, frame["source"])]
-        if references is not None:
-            frame["reference"] = [references[i] if ok else r for i, ok, r in zip(ids, inside, frame["reference"])]
-        return Table(frame, manifest, None)
-    return Table(frame, manifest, f"The source sentences are not on this server. The project does not redistribute "
-                                  f"Multi30k, so this table holds only line ids, translations and signals, and no copy "
-                                  f"of {split}.{src} was found in the data folder (ATTN_DATA_DIR, else data/multi30k). "
-                                  "Get it with: python -m transformer.data --download data/multi30k")
-
-
-def same_input(given: dict, sources: list[str], references: list[str] | None) -> bool:
-    """Whether the data folder's lines are those the table was made from: the manifest's ``sha256`` of its input
-    (``transformer.interpret.corpus.content_hash`` over the first ``lines`` sources, then the references when it
-    had them), when the manifest has one."""
-    from transformer.interpret.corpus import content_hash  # torch.distributed and tqdm: only for a shipped table
-
-    digest, lines = given.get("sha256"), given.get("lines")
-    if not isinstance(digest, str) or not isinstance(lines, int):
-        return True
-    used = references[:lines] if given.get("references") and references is not None else None
-    if given.get("references") and used is None:
-        return True  # no reference file here: the sources alone cannot be checked against the digest
-    return content_hash(sources[:lines], used) == digest
+    flags = frame["flag"]
+    frame["flag"] = flags.to_numpy(dtype=bool) if flags.dtype == bool else np.array(
+        [isinstance(v, (bool, np.bool_)) and bool(v) for v in flags], dtype=bool)
+    for column in (*TEXTS, "note"):
+        if column in frame.columns:
+            frame[column] = frame[column].astype("object").where(frame[column].notna(), None)
+    order = [*COLUMNS, *(c for c in contract() if c not in COLUMNS)]
+    return frame[[c for c in order if c in frame.columns]].reset_index(drop=True)
 
 
 def apply_preset(frame: pd.DataFrame, preset: str, find: str = "") -> pd.DataFrame:
@@ -235,6 +297,26 @@ def apply_preset(frame: pd.DataFrame, preset: str, find: str = "") -> pd.DataFra
         rows = rows[hit]
     order = ["id"] if chosen.sort is None else [chosen.sort, "id"]
     return rows.sort_values(order, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def pages(frame: pd.DataFrame, columns: Sequence[str], most_bytes: int = PAGE_BYTES,
+          most_rows: int = PAGE_ROWS) -> list[int]:
+    """Where each page of ``frame``'s rows starts (the first at 0, one past the last row at the end): as many rows
+    as fit ``most_bytes`` (each row's ``columns`` as sent: texts by their UTF-8 bytes, anything else 8 bytes a cell)
+    and ``most_rows``, at least one."""
+    size = np.full(len(frame), 8.0 * len(columns))
+    for column in columns:
+        if column in frame.columns and not (pd.api.types.is_numeric_dtype(frame[column])
+                                            or pd.api.types.is_bool_dtype(frame[column])):
+            size += np.fromiter((len(v.encode("utf-8", "replace")) if isinstance(v, str) else 0
+                                 for v in frame[column]), dtype=float, count=len(frame))
+    ends = np.cumsum(size)
+    starts = [0]
+    while starts[-1] < len(frame):
+        first = starts[-1]
+        fit = int(np.searchsorted(ends, (ends[first - 1] if first else 0.0) + most_bytes, side="right"))
+        starts.append(max(first + 1, min(fit, first + most_rows, len(frame))))
+    return starts
 
 
 def rule_of(manifest: dict) -> dict:
@@ -264,19 +346,26 @@ def pasted_lines(text: str, most: int) -> tuple[list[str], int]:
     return lines[:most], len(lines)
 
 
+def short(value: object, most: int = 80) -> str:
+    """A manifest's value as one short line of text (a planted manifest may hold a megabyte in a name)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 def describe(manifest: dict, rows: int) -> str:
-    """One line on where a table comes from: its rows, input, model and decoding settings, as the manifest says."""
+    """One line on where a table comes from: its rows, input, model and decoding settings, as the manifest says
+    (each value cut to 80 characters)."""
     given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
     parts = [f"{rows:,} lines"]
     if given.get("split"):
-        pair = "-".join(str(given[k]) for k in ("src_lang", "tgt_lang") if given.get(k))
-        parts.append(f"of {given['split']}" + (f" ({pair})" if pair else ""))
+        pair = "-".join(short(given[k]) for k in ("src_lang", "tgt_lang") if given.get(k))
+        parts.append(f"of {short(given['split'])}" + (f" ({pair})" if pair else ""))
     model = manifest.get("model")
     name = model.get("name") if isinstance(model, dict) else model
     if isinstance(name, str) and name:
-        parts.append(f"model {name}")
+        parts.append(f"model {short(name)}")
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
-    decoding = ", ".join(f"{k} {settings[k]}" for k in ("beam", "beam_size", "alpha") if k in settings)
+    decoding = ", ".join(f"{k} {short(settings[k])}" for k in ("beam", "beam_size", "alpha") if k in settings)
     if decoding:
         parts.append(decoding)
     return " · ".join(parts)

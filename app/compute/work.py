@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from transformer import Translator
 
@@ -32,6 +35,9 @@ ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many paramet
 # 84 ms a unit against integrated gradients' 2.5; now about 2.3 ms a unit there, and less on shorter sentences)
 FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products (measured
 # with the shipped model, one thread, CPU time: 1.8-2.5 ms a unit at 64-256 pieces, as the others; docs/limits.md)
+FLOW_NODE, FLOW_EDGE = 1 / 100, 1 / 400  # units a node and an edge of one step's information-flow graph cost to
+# build and to pick the drawn ones from (the shipped model, one thread, CPU time, 256 x 34 pieces: 1.92 s for 2,644
+# nodes and 423,260 edges at threshold 0, 1.6 ms a unit; 0.05 s for 2,272 nodes and 5,393 edges at 0.005)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0
@@ -248,6 +254,57 @@ def plan_flow(tr: Translator, source: int, target: int) -> tuple[bool, list[str]
     """Whether the information-flow graph of this sentence fits this server's work limit, and the notice when it
     does not."""
     return _fits(flow_work(tr, source, target), "the information-flow graph")
+
+
+def flow_graph_size(data: Any, step: int, threshold: float) -> tuple[int, int]:
+    """At most how many nodes and edges ``data.graph(step, threshold)`` (a ``transformer.interpret.Flow``, its
+    arrays with a batch axis of 1) can reach, from its weights alone: every head's term at or above the threshold
+    (and above 0) of every query the graph may reach (the encoder's, the decoder's up to ``step``), the residual
+    of each attention block and the two terms of each feed-forward block; nodes at most one per edge."""
+    edges = nodes = 0
+    for kind, layers in data.heads.items():
+        for weights in layers:
+            w = np.asarray(weights)[0]  # (H, Q, K)
+            w = w if kind == "encoder" else w[:, :step + 1]
+            edges += int(np.count_nonzero((w > 0) & (w >= threshold))) + w.shape[1]
+            nodes += w.shape[1]
+    for side, layers in data.ffn.items():
+        for weights in layers:
+            positions = np.asarray(weights)[0].shape[0] if side == "encoder" else min(
+                np.asarray(weights)[0].shape[0], step + 1)
+            edges, nodes = edges + 2 * positions, nodes + positions
+    embeds = sum(np.asarray(data.ffn[side][0])[0].shape[0] for side in data.ffn if data.ffn[side])
+    return min(nodes + embeds, edges + 1), edges
+
+
+def flow_graph_work(data: Any, step: int, threshold: float) -> float:
+    """Building one output step's information-flow graph at ``threshold`` and what the view does with its edges
+    (the strongest, each head's strongest edge): its nodes and edges at most (:func:`flow_graph_size`), each
+    ``FLOW_NODE`` and ``FLOW_EDGE`` units."""
+    nodes, edges = flow_graph_size(data, step, threshold)
+    return nodes * FLOW_NODE + edges * FLOW_EDGE
+
+
+def plan_flow_graph(data: Any, step: int, threshold: float, ceiling: float | None = None,
+                    grid: float = 0.01, highest: float = 0.5) -> tuple[float | None, float, list[str]]:
+    """The threshold to build one output step's graph at: ``threshold`` when its work (:func:`flow_graph_work`)
+    fits ``ceiling`` (default what is :func:`left` of this request), else the lowest on the slider's ``grid`` up to
+    ``highest`` that fits (None: none does); its estimate, and the notice when raised."""
+    ceiling = left() if ceiling is None else ceiling
+    asked = flow_graph_work(data, step, threshold)
+    if asked <= ceiling:
+        return threshold, asked, []
+    low, high = math.floor(threshold / grid) + 1, round(highest / grid)  # the graph shrinks as the threshold grows
+    if flow_graph_work(data, step, high * grid) > ceiling:
+        return None, 0.0, [f"the information-flow graph not drawn even at threshold {highest:g} (about "
+                           f"{amount(asked)} units asked at {threshold:g})"]
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if flow_graph_work(data, step, mid * grid) <= ceiling else (mid + 1, high)
+    chosen = round(low * grid, 6)
+    return chosen, flow_graph_work(data, step, chosen), [
+        f"the information-flow graph drawn at threshold {chosen:g} instead of {threshold:g} (about {amount(asked)} "
+        "units asked)"]
 
 
 def snapshot_work(tr: Translator, source: int, target: int) -> float:

@@ -4,12 +4,15 @@ Voita, 2024) through the encoder, the cross-attention and the decoder; a click o
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..compute import work
+from transformer.interpret.flow import FlowGraph
+
+from ..compute import ledger, work
 from ..drawing import figures, flowgraph
 from ..drawing.analysis import KIND_NAMES, escape, first_numbers
 from ..page import controls, heatmaps
@@ -63,22 +66,24 @@ def render(ctx: ViewContext) -> None:
                           help="A term's weight: its share of the block's output at that position (a position's "
                                "terms sum to 1).")
     data = ctx.model.beyond("flow", result, work.work_bytes())
-    full = data.graph(step - 1, float(threshold))
-    graph, left_out = flowgraph.strongest(full)
+    # building the graph is work too (at threshold 0 a long sentence's has hundreds of thousands of edges): planned
+    # within this request's limit, a higher threshold when it does not fit; cached per sentence, step and threshold
+    used, estimate, notices = work.plan_flow_graph(data, step - 1, float(threshold))
+    controls.capped(notices)
+    if used is None:
+        return
+    ledger.spend(estimate)
+    drawn = ctx.model.flow_graph(result, data, step - 1, used, summarise)
+    graph, left_out = drawn.graph, drawn.left_out
     n_rows = max(len(source), len(decoder_input))
     first, end = heatmaps.span_slider(st, "Positions shown", n_rows, heatmaps.span_param("fw", WINDOW))
     graph, outside = flowgraph.in_window(graph, first, end) if (first, end) != (0, n_rows) else (graph, 0)
     if left_out:
-        st.caption(f"The {flowgraph.MOST_EDGES} strongest of {len(full.edges)} edges drawn; raise the threshold to "
+        st.caption(f"The {flowgraph.MOST_EDGES} strongest of {drawn.edges} edges drawn; raise the threshold to "
                    "see all of a smaller graph.")
     if outside:
         st.caption(f"{outside} edges reach outside the positions shown.")
-    strongest_edge: dict[tuple[str, int, int, int], float] = {}  # each head at each query: its strongest edge
-    for e in full.edges:
-        if e.head is not None:
-            at = (e.kind, e.layer, e.head, e.target.position)
-            strongest_edge[at] = max(e.weight, strongest_edge.get(at, 0.0))
-    heads = sorted(strongest_edge.items(), key=lambda kv: -kv[1])
+    heads = drawn.heads
     options = list(dict.fromkeys(head_text(*h) for h, _ in heads))
     controls.keep_if(HEAD, st.session_state.get(HEAD) in options + [None])
     selected = head_of(st.session_state.get(HEAD))
@@ -97,8 +102,8 @@ def render(ctx: ViewContext) -> None:
                                 title=f"How output piece {step} ({escape(outputs[step - 1])}) is built")
     st.plotly_chart(fig, config=figures.plotly_config(f"flow-{step}"), key="flow_chart", on_select=open_clicked,
                     selection_mode="points")
-    st.caption(f"{len(full.nodes)} nodes, {len(full.edges)} edges, {len(options)} head edges at threshold "
-               f"{threshold:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then the decoder's; "
+    st.caption(f"{drawn.nodes} nodes, {drawn.edges} edges, {len(options)} head edges at threshold "
+               f"{used:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then the decoder's; "
                "within a layer its blocks (encoder: self-attention, feed-forward; decoder: self-attention, "
                "cross-attention, feed-forward). Rows: positions (source pieces from 1 on the left, the decoder "
                "input from 0, <s>, on the right). Squares: the feed-forward block's weight.")
@@ -109,6 +114,31 @@ def render(ctx: ViewContext) -> None:
                  format_func=lambda t: labels.get(t, t))
     if selected is not None:
         show_head(ctx, *selected)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the view keeps of one step's graph (cached, so small): the graph of its strongest edges
+    (``flowgraph.strongest``), how many it left out, the whole graph's node and edge counts, and each head at each
+    query ``(kind, layer, head, query)`` with its strongest edge's weight, strongest first."""
+
+    graph: FlowGraph
+    left_out: int
+    nodes: int
+    edges: int
+    heads: tuple[tuple[tuple[str, int, int, int], float], ...]
+
+
+def summarise(full: FlowGraph) -> Drawn:
+    """:class:`Drawn` of a whole graph."""
+    graph, left_out = flowgraph.strongest(full)
+    strongest_edge: dict[tuple[str, int, int, int], float] = {}  # each head at each query: its strongest edge
+    for e in full.edges:
+        if e.head is not None:
+            at = (e.kind, e.layer, e.head, e.target.position)
+            strongest_edge[at] = max(e.weight, strongest_edge.get(at, 0.0))
+    return Drawn(graph, left_out, len(full.nodes), len(full.edges),
+                 tuple(sorted(strongest_edge.items(), key=lambda kv: -kv[1])))
 
 
 def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) -> None:

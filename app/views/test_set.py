@@ -36,6 +36,8 @@ SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selecti
 OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
 PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
 PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
+PAGE = "testset_page"  # the page of the table shown (0-based), of the table, preset and filter in PAGED
+PAGED = "_testset_paged"
 MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
 MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
 # of a request's work (ATTN_MAX_WORK), kept for the pasted list (the registry's): 800 units in public mode, about 28
@@ -177,22 +179,29 @@ def load(ctx: ViewContext, choice: str) -> tables.Table | None:
     else:
         source = tables.shipped_tables(ctx.tr.path)[choice]
     try:
-        return tables.join_inputs(tables.read_table(source))
+        table = tables.join_inputs(tables.read_table(source))
     except tables.TableError as err:
         st.error(f"This table cannot be shown: {controls.md_escape(catalog.visitor_message(str(err)))}",
                  icon=":material/error:")
         return None
+    if table.notes:  # what reading a table file left out or cut: its words are the file's, shown as text
+        st.info(controls.md_escape(f"In this table, {'; '.join(table.notes)}."), icon=":material/rule:")
+    return table
 
 
 def pasted_table(ctx: ViewContext) -> tables.Table | None:
     """The pasted list's form; once asked, its table, computed here with a progress bar for as many lines, from the
     first, as this request's work limit allows (a notice says when that is fewer than pasted)."""
     ss = st.session_state
+    cap_pasted(ss)
     st.text_area(f"Sentences to translate, one a line (at most {MAX_LIST})", key=PASTED, height=120,
-                 persist_state="session",  # kept while a shipped table shows
+                 persist_state="session", max_chars=MAX_LINK_LIST,  # kept while a shipped table shows
                  placeholder="A dog runs on the beach.\nSKU 4471-AX 9930\nzzz zzz zzz zzz")
     st.text_area("Their references, one a line in the same order (optional: for chrF and BLEU)", key=REFS,
-                 height=68, persist_state="session")
+                 height=68, persist_state="session", max_chars=MAX_LINK_LIST)
+    if any(len(ss.get(key) or "") >= MAX_LINK_LIST for key in (PASTED, REFS)):  # full: what was cut is left out
+        st.info(f"A box holds at most {MAX_LINK_LIST:,} characters (the page's address holds the list, and a link "
+                "carries no more): the rest of what was pasted is left out.", icon=":material/content_cut:")
     asked = st.button("Compute the table", key="testset_compute", type="primary", icon=":material/table:")
     sources, total = tables.pasted_lines(state.clean_text(ss.get(PASTED, "")), MAX_LIST)
     references, _ = tables.pasted_lines(state.clean_text(ss.get(REFS, "")), MAX_LIST)
@@ -248,6 +257,17 @@ def pasted_table(ctx: ViewContext) -> tables.Table | None:
     return tables.Table(tables.normalise(pd.DataFrame(rows), "the pasted list"), manifest)
 
 
+def cap_pasted(ss: MutableMapping[str, Any]) -> None:
+    """The pasted list and its references cut to ``MAX_LINK_LIST`` characters, as a link's are: they go into the
+    page's address (the boxes' ``max_chars`` holds a browser's typing to it; this, whatever else set them)."""
+    for key in (PASTED, REFS):
+        text = ss.get(key)
+        if text is not None and not isinstance(text, str):
+            ss[key] = ""
+        elif text is not None and len(text) > MAX_LINK_LIST:
+            ss[key] = text[:MAX_LINK_LIST]
+
+
 def render(ctx: ViewContext) -> None:
     """The table picker, presets and filter; the table; the histogram and the scatter."""
     options, names = choices(ctx)
@@ -275,26 +295,64 @@ def render(ctx: ViewContext) -> None:
                f"({flagged / max(len(frame), 1):.1%}). Select a row (the box at its left) to open that sentence in "
                "every view.")
     shown = tables.apply_preset(frame, preset, find or "")
-    key = rows_key(choice, preset, find or "")
     if shown.empty:
         st.info("No line matches: try another preset or clear the filter.", icon=":material/filter_alt_off:")
+    order = shown_columns(frame)
+    page, shown = paged(shown, order, (choice, preset, find or ""))
+    key = rows_key(choice, preset, find or "", *([page] if page else []))
     event = st.dataframe(shown, hide_index=True, width="stretch", height=360, on_select="rerun",
-                         selection_mode="single-row", key=key, column_order=shown_columns(frame),
+                         selection_mode="single-row", key=key, column_order=order,
                          column_config=column_config(shown))
     follow(event, key, shown, choice, table.manifest)
     opened_line(choice)
     charts(ctx, frame, tables.rule_of(table.manifest))
 
 
+def paged(shown: pd.DataFrame, columns: list[str], which: tuple) -> tuple[int, pd.DataFrame]:
+    """The page of ``shown`` to send (``tables.pages``: about 1 MB at most), with a page picker and a caption when
+    there is more than one; ``which`` (table, preset, filter): another one starts at the first page."""
+    starts = tables.pages(shown, columns)
+    if len(starts) <= 2:
+        return 0, shown
+    ss = st.session_state
+    count = len(starts) - 1
+    if ss.get(PAGED) != which or ss.get(PAGE) not in range(count):
+        ss[PAGED] = which
+        ss[PAGE] = 0
+    page = st.selectbox("Page", list(range(count)), key=PAGE,
+                        format_func=lambda i: f"rows {starts[i] + 1:,}-{starts[i + 1]:,}",
+                        help="The table is sent a page at a time (about 1 MB at most, as every chart).")
+    page = page if isinstance(page, int) and 0 <= page < count else 0
+    st.caption(f"Rows {starts[page] + 1:,}-{starts[page + 1]:,} of {len(shown):,}: a page holds at most about "
+               f"{tables.PAGE_BYTES / 1e6:.0f} MB of the table and {tables.PAGE_ROWS:,} rows; pick another page "
+               "above.")
+    return page, shown.iloc[starts[page]:starts[page + 1]].reset_index(drop=True)
+
+
+def selected_row(event: object) -> int | None:
+    """The row a dataframe's selection names: None when none is selected, -1 when what the browser sent is not a
+    list of whole numbers (a client may send anything)."""
+    rows = getattr(getattr(event, "selection", None), "rows", None)
+    if rows is None or (isinstance(rows, (list, tuple)) and not rows):
+        return None
+    row = rows[0] if isinstance(rows, (list, tuple)) else rows
+    whole = isinstance(row, (int, np.integer)) and not isinstance(row, (bool, np.bool_))
+    return int(row) if whole and row >= 0 else -1
+
+
 def follow(event: object, key: str, shown: pd.DataFrame, choice: str, manifest: dict) -> None:
     """A newly selected row opens its sentence: the source goes into the text box (and so into the address's
     ``text=``), and the page runs again to translate it."""
-    rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    row_at = selected_row(event)
     ss = st.session_state
-    if not rows or ss.get(SEEN) == (key, rows) or not 0 <= rows[0] < len(shown):
+    rows = [row_at]
+    if row_at is not None and not 0 <= row_at < len(shown):
+        st.caption("The row selection the browser sent names no row of this page: nothing was opened.")
+        return
+    if row_at is None or ss.get(SEEN) == (key, rows):
         return
     ss[SEEN] = (key, rows)
-    row = shown.iloc[rows[0]]
+    row = shown.iloc[row_at]
     line = int(row["id"])
     if row["source"] is None or not str(row["source"]).strip():
         ss[OPENED] = (choice, line, None)
@@ -377,7 +435,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
         else:
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
-    said = rule.get("rule") if isinstance(rule.get("rule"), str) else None
+    said = tables.short(rule["rule"], 300) if isinstance(rule.get("rule"), str) else None
     notes = [f"Flagged (may be a hallucination) when: {controls.md_escape(said)}." if said else
              "This table's manifest does not say how its lines were flagged."]
     if limits:

@@ -98,25 +98,34 @@ class Flow:
         layer, block = order[order.index((node.layer, node.block)) - 1]
         return Node(node.side, layer, block, node.position)
 
-    def incoming(self, node: Node, batch: int = 0) -> list[Edge]:
-        """Every term of ``node``'s block at its position (none for an embedding)."""
+    def incoming(self, node: Node, batch: int = 0, threshold: float | None = None) -> list[Edge]:
+        """The terms of ``node``'s block at its position (none for an embedding): every one, or with a
+        ``threshold`` those of weight at or above it and above 0 (picked from the weights before any edge is made:
+        a head's keys are most of a graph's terms)."""
         if node.block == "embed":
             return []
         before, q, layer = self.previous(node), node.position, node.layer
+        kept = (lambda w: True) if threshold is None else (lambda w: w > 0 and w >= threshold)  # noqa: E731
         if node.block == "ffn":
             w = float(self.ffn[node.side][layer][batch, q])
-            return [Edge(before, node, "ffn", layer, None, w), Edge(before, node, "residual", layer, None, 1.0 - w)]
+            edges = [Edge(before, node, "ffn", layer, None, w), Edge(before, node, "residual", layer, None, 1.0 - w)]
+            return [e for e in edges if kept(e.weight)]
         kind = node.block
-        rows = self.heads[kind][layer][batch, :, q].tolist()  # (H, K)
+        rows = torch.as_tensor(self.heads[kind][layer][batch, :, q]).double()  # (H, K), float64 as .tolist() gives
         if kind == "cross":
             n_enc = self.n_layers("encoder")
             source = Node("encoder", n_enc - 1, "ffn", 0) if n_enc else Node("encoder", -1, "embed", 0)
         else:
             source = before
+        if threshold is None:
+            heads, keys = (i.reshape(-1) for i in torch.meshgrid(torch.arange(rows.shape[0]),
+                                                                  torch.arange(rows.shape[1]), indexing="ij"))
+        else:
+            heads, keys = torch.nonzero((rows > 0) & (rows >= threshold), as_tuple=True)
         edges = [Edge(source._replace(position=j), node, kind, layer, h, w)
-                 for h, row in enumerate(rows) for j, w in enumerate(row)]
-        edges.append(Edge(before, node, "residual", layer, None, float(self.residual[kind][layer][batch, q])))
-        return edges
+                 for h, j, w in zip(heads.tolist(), keys.tolist(), rows[heads, keys].tolist())]
+        residual = Edge(before, node, "residual", layer, None, float(self.residual[kind][layer][batch, q]))
+        return edges + [residual] * kept(residual.weight)
 
     def graph(self, step: int, threshold: float, batch: int = 0) -> FlowGraph:
         """The subgraph reached backwards from the last decoder stream at output ``step`` (the one that predicts
@@ -127,12 +136,11 @@ class Flow:
         seen, todo, edges = {root}, [root], []
         while todo:
             node = todo.pop()
-            for edge in self.incoming(node, batch):
-                if edge.weight > 0 and edge.weight >= threshold:
-                    edges.append(edge)
-                    if edge.source not in seen:
-                        seen.add(edge.source)
-                        todo.append(edge.source)
+            for edge in self.incoming(node, batch, threshold):
+                edges.append(edge)
+                if edge.source not in seen:
+                    seen.add(edge.source)
+                    todo.append(edge.source)
         return FlowGraph(step, threshold, sorted(seen), edges)
 
 
