@@ -252,8 +252,8 @@ def test_a_rule_and_its_reasons_read_in_words():
     rule = FlagRule((Condition("repetition", ">=", 6), Condition("seq_logprob", "<", -4.1107),
                      Condition("source_share", "<", 0.5731), Condition("eos_attention", ">", 0.4),
                      Condition("hit_max_len", ">=", 1), Condition("chrf", "<", 20)))
-    assert rule_text(rule) == ("the most times one stretch of the output repeats back to back is at least 6 or the mean "
-                               "log-probability per output piece is below -4.11 or the mean share taken from the "
+    assert rule_text(rule) == ("the most times one stretch of the output repeats back to back is at least 6 or the "
+                               "mean log-probability per output piece is below -4.11 or the mean share taken from the "
                                "source is below 57.3% or the attention on the source's </s> is above 40.0% or the "
                                "output was cut at the maximum length or chrf < 20")
     row = {"repetition": 9, "seq_logprob": -1.0, "source_share": 0.5, "eos_attention": 0.1, "hit_max_len": True,
