@@ -249,3 +249,50 @@ def test_omission_finds_dropped_clauses_and_the_lowest_piece_a_swapped_noun(mult
 
     assert len(drop) > 200 and auc(drop, "omission", 1.0) >= 0.85
     assert auc(swap, "min_piece_logprob", -1.0) > auc(swap, "seq_logprob", -1.0) + 0.03
+
+
+def shipped_reports() -> dict[str, dict]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return {name: json.loads((root / "checkpoints" / name / FLAG_FILE).read_text())["calibration"] for name in SHIPPED}
+
+
+def test_the_docs_and_the_readme_show_the_measured_tables_and_the_rule_kept_its_budget():
+    """Issue 55's "the README's claims match the measured table": every number of the per-kind tables in
+    docs/alti.md and the README is the one in the shipped flag.json files; the rule was chosen on val and kept the
+    5% false-positive budget on the held-back test set."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs, readme = (root / "docs" / "alti.md").read_text(), (root / "README.md").read_text()
+    reports = shipped_reports()
+    for name, calibration in reports.items():
+        held = calibration["held_back"]
+        assert calibration["split"] == "val" and held["split"] == "test_2016_flickr"
+        assert held["flagged"]["translation"] <= 0.05 and held["flagged"]["reference"] <= 0.05
+        assert detect.markdown(held) in docs, name  # the full table, as the command prints it
+    post, pre = (reports[n]["held_back"] for n in SHIPPED)
+    for kind in (*detect.POSITIVES, *detect.NEGATIVES):  # docs: each kind a row, the two models side by side
+        assert f"| {post['flagged'][kind]:.1%} / {pre['flagged'][kind]:.1%} |" in docs, kind
+    assert f"**{post['auc']['flag']['all']:.3f} / {pre['auc']['flag']['all']:.3f}**" in docs
+    for label, held in (("post-norm (default)", post), ("pre-norm", pre)):  # the README: each model a row
+        f = held["flagged"]
+        assert (f"| {label} | {f['detached']:.1%} | {f['unrelated']:.1%} | {f['loop']:.1%} | {f['noun_own']:.1%} / "
+                f"{f['noun_ref']:.1%} | {f['dropped_own']:.1%} / {f['dropped_ref']:.1%} | {f['fluent_nonsense']:.1%} | "
+                f"{f['translation']:.1%} / {f['reference']:.1%} | **{held['auc']['flag']['all']:.3f}** |") in readme
+
+
+def test_omission_goal_holds_in_the_shipped_reports():
+    for name, calibration in shipped_reports().items():
+        for split in (calibration["report"], calibration["held_back"]):
+            assert split["auc"]["omission"]["dropped_own"] >= 0.85 and split["auc"]["omission"]["dropped_ref"] >= 0.85
+            assert split["loops_flagged"].split("/")[0] == split["loops_flagged"].split("/")[1] or split is \
+                calibration["report"], name  # every held-back loop flagged (val: 106 of 108 post-norm, see docs)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 55's pooled goal is not reached: the flag's AUC over every positive kind "
+                                       "is 0.718 (post-norm) and 0.770 (pre-norm) on test_2016_flickr (docs/alti.md)")
+def test_the_pooled_flag_reaches_the_goal():
+    for calibration in shipped_reports().values():
+        assert calibration["held_back"]["auc"]["flag"]["all"] >= 0.85
