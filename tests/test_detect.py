@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from transformer.interpret import detect
-from transformer.interpret.signals import FLAG_FILE, LOOP_CONDITION, Condition, FlagRule, flag, flag_rule, looping
+from transformer.interpret import constructed, detect
+from transformer.interpret.signals import FLAG_FILE, Condition, FlagRule, flag, flag_rule, repetition
 
 
 def test_roc_auc_is_the_share_of_positive_negative_pairs_ranked_right():
@@ -42,50 +42,103 @@ def test_the_swap_moves_every_reference_and_the_nonsense_is_drawn_per_seed():
     assert len(detect.GERMAN) == 80 and len(set(detect.GERMAN)) == 80
 
 
+def test_a_dropped_clause_is_a_span_from_a_boundary_and_the_sentence_keeps_its_end():
+    rng = random.Random(0)
+    text = "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt Fenster."
+    seen = set()
+    for _ in range(60):
+        out = constructed.drop_clause(text, rng)
+        seen.add(out)
+        words, kept = text[:-1].split(), out[:-1].split()
+        assert out.endswith(".") and len(kept) >= 3 and len(words) - len(kept) >= 2
+        a = next(i for i, (x, y) in enumerate(zip(words, kept + [None])) if x != y)  # where the span starts
+        gone = len(words) - len(kept)
+        assert words[:a] + words[a + gone:] == kept and a >= 2 and words[a] in ("in", "auf", "und")
+    assert len(seen) == 3  # in einem blauen Hemd / auf einer Leiter / und putzt Fenster
+    assert constructed.drop_clause("Ein Hund.", rng) is None
+    assert constructed.drop_clause("Ein Mann, der lacht, sitzt.", random.Random(1)) in ("Ein Mann, sitzt.",
+                                                                                   "Ein Mann, der lacht.")
+
+
+def test_a_swapped_noun_changes_one_capitalised_word_for_another_noun():
+    rng = random.Random(0)
+    nouns = constructed.nouns_of(["Ein Hund läuft.", "Eine Katze schläft auf dem Sofa.", "Zwei Kinder im Park"])
+    assert nouns == ["Hund", "Katze", "Kinder", "Park", "Sofa"]
+    for _ in range(30):
+        text = "Ein Mann wirft dem Hund einen Ball."
+        out = constructed.swap_noun(text, nouns, rng)
+        diff = [(x, y) for x, y in zip(text.split(), out.split()) if x != y]
+        assert len(out.split()) == len(text.split()) and len(diff) == 1
+        (old, new), = diff
+        assert old.strip(".") in ("Mann", "Hund", "Ball") and new.strip(".") in nouns
+    assert constructed.swap_noun("ein hund läuft.", nouns, rng) is None
+
+
+def test_loops_and_fluent_output_have_definitions_of_their_own():
+    assert constructed.loops("Ein Hund, ein Hund, ein Hund rennt.") and constructed.loops("la la la")
+    assert constructed.loops("ein rotes Auto ein rotes Auto ein rotes Auto")
+    assert not constructed.loops("ein rotes Auto ein rotes Auto")
+    assert not constructed.loops("Zwei Hunde spielen im Schnee.")
+    assert not constructed.loops("zzzzzzzz") and repetition("zzzzzzzz") == 8  # not the signal's definition
+    assert constructed.loops("Ein Mann", hit_max_len=True)  # cut at the length limit
+    assert constructed.fluent("SKU 4471-AX 9930", "Ein Mann mit einem Hut.")
+    assert not constructed.fluent("SKU 4471-AX 9930", "SKU 4471-AX 9930") and not constructed.fluent("1 2 3", "1 2 3 .")
+
+
 def synthetic_rows(seed: int) -> list[dict]:
-    """Rows of every kind with made-up signals: positives lower in log-probability and source share."""
+    """Rows of some kinds with made-up signals: positives lower in log-probability or higher in omission."""
     rng = random.Random(seed)
     rows = []
-    for kind, n, shift in (("translation", 60, 0.0), ("reference", 60, 0.3), ("swapped", 30, 1.5),
-                           ("out_of_domain", 10, 1.0), ("looping", 8, 0.5), ("nonsense", 4, 0.5)):
+    for kind, n, shift in (("translation", 60, 0.0), ("reference", 60, 0.3), ("detached", 30, 1.5),
+                           ("dropped_own", 20, 1.0), ("loop", 8, 0.5), ("copy", 4, 0.5)):
         for _ in range(n):
-            text = "la " * 8 if kind == "looping" else "ein hund"
-            rows.append({"kind": kind, "translation": text, "repetition": 8 if kind == "looping" else 1,
-                         "seq_logprob": rng.gauss(-0.5 - shift, 0.6), "source_share": rng.gauss(0.7 - shift / 10, 0.05),
-                         "source_share_min": rng.gauss(0.5, 0.1), "eos_attention": rng.gauss(0.1, 0.03)})
+            rows.append({"kind": kind, "translation": "la " * 3 if kind == "loop" else "ein hund",
+                         "repetition": rng.choice([3, 8]) if kind == "loop" else rng.choice([1, 2, 2, 3]),
+                         "hit_max_len": kind == "loop" and rng.random() < 0.3,
+                         "seq_logprob": rng.gauss(-0.5 - shift * (kind == "detached"), 0.6),
+                         "omission": rng.gauss(1.0 + 2 * shift * (kind == "dropped_own"), 0.7),
+                         "source_share": rng.gauss(0.7, 0.05)})
     return rows
 
 
 def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch):
     monkeypatch.setattr(detect, "PERCENTILES", (1.0, 5.0))
+    monkeypatch.setattr(detect, "REPEATS", (3, 6))
+    monkeypatch.setattr(detect, "MOST_THRESHOLDS", 2)
+    monkeypatch.setattr(detect, "CANDIDATES", {"seq_logprob": "<", "omission": ">", "source_share": "<"})
     rows = synthetic_rows(0)
     budget = 0.05
     rule, info = detect.choose_rule(rows, budget)
     kinds = [r["kind"] for r in rows]
+    present = [k for k in detect.POSITIVES if k in kinds]
 
     def rates(r: FlagRule) -> dict[str, float]:
         return {k: np.mean([flag(row, r) for row, kind in zip(rows, kinds) if kind == k]) for k in set(kinds)}
 
     def recall(r: FlagRule) -> float:
         got = rates(r)
-        return float(np.mean([got[k] for k in detect.POSITIVES]))
+        return float(np.mean([got[k] for k in present]))
 
     got = rates(rule)
-    assert rule.conditions[0] == LOOP_CONDITION and got["looping"] == 1.0
     assert got["translation"] <= budget and got["reference"] <= budget
     assert info["mean_recall"] == pytest.approx(recall(rule))
     negatives = [r for r, k in zip(rows, kinds) if k in detect.NEGATIVES]
-    options = []
+    signals = []
     for name, op in detect.CANDIDATES.items():  # every threshold the grid holds, written out
         values = [r[name] for r in negatives]
-        options.append([None] + [Condition(name, op, round(float(np.percentile(values, p if op == "<" else 100 - p)),
-                                                                4)) for p in (1.0, 5.0)])
+        signals += [Condition(name, op, round(float(np.percentile(values, p if op == "<" else 100 - p)), 4))
+                    for p in (1.0, 5.0)]
+    loop_parts = [None, Condition("repetition", ">=", 3), Condition("repetition", ">=", 6)]
     best = 0.0
-    for combo in itertools.product(*options):
-        candidate = FlagRule((LOOP_CONDITION, *(c for c in combo if c is not None)))
-        r = rates(candidate)
-        if r["translation"] <= budget and r["reference"] <= budget:
-            best = max(best, recall(candidate))
+    for k in range(3):
+        for chosen in itertools.combinations(signals, k):
+            if len({c.column for c in chosen}) < k:
+                continue
+            for rep, cut in itertools.product(loop_parts, (None, Condition("hit_max_len", ">=", 1))):
+                candidate = FlagRule(tuple(c for c in (rep, cut, *chosen) if c is not None))
+                r = rates(candidate)
+                if r["translation"] <= budget and r["reference"] <= budget:
+                    best = max(best, recall(candidate))
     assert recall(rule) == pytest.approx(best) and best > 0.5
 
 
@@ -98,23 +151,30 @@ def test_the_command_writes_a_rule_the_checkpoint_then_reads(tiny_checkpoint, ti
                         str(tmp_path / "rows.jsonl")])
     assert code == 0
     rule = flag_rule(path)
-    assert rule.origin == str(path / FLAG_FILE) and rule.conditions[0] == LOOP_CONDITION
+    assert rule.origin == str(path / FLAG_FILE)
     held = rule.calibration["held_back"]
-    assert held["split"] == "test" and held["counts"]["translation"] == 12 and held["counts"]["swapped"] == 12
-    assert held["counts"]["out_of_domain"] == 40 and held["counts"]["looping"] + held["counts"]["nonsense"] == 6
-    assert set(held["auc"]) == {"seq_logprob", "source_share", "source_share_min", "eos_attention", "repetition",
-                                "flag"}
+    counts = held["counts"]
+    assert held["split"] == "test" and counts["translation"] + counts["loop"] >= 12 and counts["detached"] == 12
+    assert counts["unrelated"] == 40 and counts["reference"] == 12
+    assert set(held["auc"]) == {*COLUMNS_MEASURED, "flag"} and set(held["flagged"]) == set(detect.PAIR_KINDS)
+    assert set(held["auc"]["omission"]) == {"all", *detect.POSITIVES}
     out = capsys.readouterr().out
-    assert "rule (chosen on val)" in out and "| `seq_logprob` |" in out
+    assert "rule (chosen on val)" in out and "| unrelated German | 40 |" in out
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * (12 * 3 + 40 + 6)
     for r in rows:
         assert r["flag"] == flag(r, rule)
-        assert (r["kind"] == "looping") == (r["kind"] in ("looping", "nonsense") and looping(r["translation"]))
-    swapped = [r for r in rows if r["kind"] == "swapped" and r["split"] == "test"]
-    refs = {r["source"]: r["translation"] for r in rows if r["kind"] == "reference" and r["split"] == "test"}
-    assert all(refs[r["source"]] != r["translation"] or list(refs.values()).count(r["translation"]) > 1
-               for r in swapped)
+        odd = r["kind"] in ("loop", "fluent_nonsense", "copy")
+        assert (r["kind"] == "loop") == ((odd or r["kind"] in ("loop", "translation"))
+                                          and constructed.loops(r["translation"], r["hit_max_len"]))
+        assert all(k in r for k in ("omission", "min_piece_logprob"))
+    for split in ("val", "test"):
+        refs = {r["source"]: r["translation"] for r in rows if r["kind"] == "reference" and r["split"] == split}
+        for r in rows:
+            if r["split"] == split and r["kind"] in ("dropped_ref", "noun_ref", "detached"):
+                assert r["translation"] != refs[r["source"]] or list(refs.values()).count(r["translation"]) > 1
+
+
+COLUMNS_MEASURED = detect.MEASURED
 
 
 def test_the_command_says_what_is_wrong(tmp_path, capsys):
@@ -122,28 +182,117 @@ def test_the_command_says_what_is_wrong(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-@pytest.mark.data
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-de-prenorm"])
-def test_the_shipped_rules_flag_every_loop_and_few_normal_translations(multi30k_dir, name):
+SHIPPED = ["multi30k-en-de", "multi30k-en-de-prenorm"]
+
+
+def shipped(name: str):
     from pathlib import Path
 
     import transformer
-    from transformer.interpret.signals import pair_signals, repetition
-    from transformer.training.data import read_parallel
 
     path = Path(__file__).resolve().parents[1] / "checkpoints" / name
+    return path, transformer.load(path, device="cpu")
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_shipped_rules_flag_every_loop_and_few_normal_translations(multi30k_dir, name):
+    from transformer.interpret.signals import pair_signals
+    from transformer.training.data import read_parallel
+
+    path, tr = shipped(name)
     rule = flag_rule(path)
-    assert rule.origin == str(path / FLAG_FILE) and LOOP_CONDITION in rule.conditions
+    assert rule.origin == str(path / FLAG_FILE)
     assert rule.calibration["split"] == "val" and rule.calibration["held_back"]["split"] == "test_2016_flickr"
-    tr = transformer.load(path, device="cpu")
-    sources, _ = read_parallel(multi30k_dir, "test_2016_flickr", "en", "de")
-    odd = detect.nonsense_inputs(5, seed=99)  # drawn with a seed neither set used
+    sources, references = read_parallel(multi30k_dir, "test_2016_flickr", "en", "de")
+    odd = constructed.nonsense_inputs(8, seed=99)  # drawn with a seed neither set used
     results = tr.translate_batch(sources[:80]) + tr.translate_batch(odd)  # a loop runs to the length limit
-    signals = pair_signals(tr, [r.source_ids for r in results], [r.target_ids for r in results])
-    rows = [{**s, "repetition": repetition(r.text), "hit_max_len": r.hit_max_len, "translation": r.text}
-            for r, s in zip(results, signals)]
-    normal = [flag(row, rule) for row in rows[:80]]
-    assert sum(normal) <= 0.05 * len(normal)
-    loops = [row for row in rows[80:] if looping(row["translation"])]
+    signals = pair_signals(tr, [r.source_ids for r in results] + sources[:80],
+                           [r.target_ids for r in results] + references[:80])
+    texts = [r.text for r in results] + references[:80]
+    cut = [r.hit_max_len for r in results] + [False] * 80
+    rows = [{**s, "repetition": repetition(t), "hit_max_len": c, "translation": t}
+            for t, c, s in zip(texts, cut, signals)]
+    own, refs = rows[:80], rows[-80:]
+    assert sum(flag(row, rule) for row in own) <= 0.05 * 80 and sum(flag(row, rule) for row in refs) <= 0.05 * 80
+    loops = [row for row in rows[80:-80] if constructed.loops(row["translation"], row["hit_max_len"])]
     assert len(loops) >= 5 and all(flag(row, rule) for row in loops)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_omission_finds_dropped_clauses_and_the_lowest_piece_a_swapped_noun(multi30k_dir, name):
+    """Issue 55's goals 2 and 3 on 150 held-back sentences: ``omission``'s AUC on a clause dropped (from the
+    reference and from the model's translation) is at least 0.85; on one noun swapped, ``min_piece_logprob``
+    separates better than the mean ``seq_logprob``."""
+    from transformer.interpret.signals import pair_signals
+    from transformer.training.data import read_parallel
+
+    _, tr = shipped(name)
+    sources, references = read_parallel(multi30k_dir, "test_2016_flickr", "en", "de")
+    sources, references = sources[200:350], references[200:350]
+    own = [r.text for r in tr.translate_batch(sources)]
+    rng = random.Random(5)
+    nouns = constructed.nouns_of(references)
+    negatives = [*zip(sources, references), *zip(sources, own)]
+    dropped = [(s, d) for s, t in negatives if (d := constructed.drop_clause(t, rng))]
+    swapped = [(s, d) for s, t in negatives if (d := constructed.swap_noun(t, nouns, rng))]
+    pairs = negatives + dropped + swapped
+    got = pair_signals(tr, [s for s, _ in pairs], [t for _, t in pairs])
+    neg, drop, swap = got[:len(negatives)], got[len(negatives):-len(swapped)], got[-len(swapped):]
+
+    def auc(positives: list[dict], name: str, sign: float) -> float:
+        scores = [sign * r[name] for r in neg + positives]
+        return detect.roc_auc(scores, [0] * len(neg) + [1] * len(positives))
+
+    assert len(drop) > 200 and auc(drop, "omission", 1.0) >= 0.85
+    assert auc(swap, "min_piece_logprob", -1.0) > auc(swap, "seq_logprob", -1.0) + 0.03
+
+
+def shipped_reports() -> dict[str, dict]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return {name: json.loads((root / "checkpoints" / name / FLAG_FILE).read_text())["calibration"] for name in SHIPPED}
+
+
+def test_the_docs_and_the_readme_show_the_measured_tables_and_the_rule_kept_its_budget():
+    """Issue 55's "the README's claims match the measured table": every number of the per-kind tables in
+    docs/alti.md and the README is the one in the shipped flag.json files; the rule was chosen on val and kept the
+    5% false-positive budget on the held-back test set."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs, readme = (root / "docs" / "alti.md").read_text(), (root / "README.md").read_text()
+    reports = shipped_reports()
+    for name, calibration in reports.items():
+        held = calibration["held_back"]
+        assert calibration["split"] == "val" and held["split"] == "test_2016_flickr"
+        assert held["flagged"]["translation"] <= 0.05 and held["flagged"]["reference"] <= 0.05
+        assert detect.markdown(held) in docs, name  # the full table, as the command prints it
+    post, pre = (reports[n]["held_back"] for n in SHIPPED)
+    for kind in (*detect.POSITIVES, *detect.NEGATIVES):  # docs: each kind a row, the two models side by side
+        assert f"| {post['flagged'][kind]:.1%} / {pre['flagged'][kind]:.1%} |" in docs, kind
+    assert f"**{post['auc']['flag']['all']:.3f} / {pre['auc']['flag']['all']:.3f}**" in docs
+    for label, held in (("post-norm (default)", post), ("pre-norm", pre)):  # the README: each model a row
+        f = held["flagged"]
+        assert (f"| {label} | {f['detached']:.1%} | {f['unrelated']:.1%} | {f['loop']:.1%} | {f['noun_own']:.1%} / "
+                f"{f['noun_ref']:.1%} | {f['dropped_own']:.1%} / {f['dropped_ref']:.1%} | {f['fluent_nonsense']:.1%} | "
+                f"{f['translation']:.1%} / {f['reference']:.1%} | **{held['auc']['flag']['all']:.3f}** |") in readme
+
+
+def test_omission_goal_holds_in_the_shipped_reports():
+    for name, calibration in shipped_reports().items():
+        for split in (calibration["report"], calibration["held_back"]):
+            assert split["auc"]["omission"]["dropped_own"] >= 0.85 and split["auc"]["omission"]["dropped_ref"] >= 0.85
+            assert split["loops_flagged"].split("/")[0] == split["loops_flagged"].split("/")[1] or split is \
+                calibration["report"], name  # every held-back loop flagged (val: 106 of 108 post-norm, see docs)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 55's pooled goal is not reached: the flag's AUC over every positive kind "
+                                       "is 0.718 (post-norm) and 0.770 (pre-norm) on test_2016_flickr (docs/alti.md)")
+def test_the_pooled_flag_reaches_the_goal():
+    for calibration in shipped_reports().values():
+        assert calibration["held_back"]["auc"]["flag"]["all"] >= 0.85

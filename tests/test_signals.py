@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -44,14 +45,23 @@ def random_pairs(tr: Translator, n: int, seed: int = 0) -> tuple[list[list[int]]
 
 @torch.no_grad()
 def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) -> dict[str, float]:
-    """The four signals of one pair, written out: each step's log-probability from its own forward pass over the
-    prefix (no teacher-forced batch), ALTI+ of the one pair, and the cross-attention on </s> in plain loops."""
+    """The signals of one pair, written out: each step's log-probability from its own forward pass over the
+    prefix (no teacher-forced batch), ALTI+ of the one pair, the cross-attention on </s> in plain loops, and the
+    ending's surprise from the decoded text of each closing piece."""
     model, cfg = tr.model, tr.config
     src = torch.tensor([source])
-    logps = []
+    logps, last_eos = [], math.nan
     for t in range(skip, len(target)):
         logits = model(src, torch.tensor([[cfg.bos_id, *target[:t]]])).logits[0, -1].double()
         logps.append(float(logits.log_softmax(-1)[target[t]]))
+        last_eos = float(logits.log_softmax(-1)[cfg.eos_id])
+    if target[-1] == cfg.eos_id:  # the closing pieces: </s> and the pieces before it whose text is punctuation
+        n = 1
+        while n < len(logps) and re.fullmatch(r"[\W_]*", tr.tokenizer.decode([target[-n - 1]])):
+            n += 1
+        omission = -sum(logps[-n:])
+    else:  # cut: how unlikely </s> was at the last step
+        omission = -last_eos
     tgt = torch.tensor([[cfg.bos_id, *target[:-1]]])
     shares = contributions(model, src, tgt).source_share[0].tolist()[skip:]
     cross = model(src, tgt, return_attention=True).cross_attentions
@@ -61,8 +71,9 @@ def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) 
             for t in range(skip, len(target)):
                 on_eos += sum(float(layer[0, h, t, j]) for j in range(len(source)) if source[j] == cfg.eos_id)
                 count += 1
-    return {"seq_logprob": sum(logps) / len(logps), "source_share": sum(shares) / len(shares),
-            "source_share_min": min(shares), "eos_attention": on_eos / count}
+    return {"seq_logprob": sum(logps) / len(logps), "min_piece_logprob": min(logps),
+            "source_share": sum(shares) / len(shares), "source_share_min": min(shares),
+            "eos_attention": on_eos / count, "omission": omission}
 
 
 def close(a: dict[str, float], b: dict[str, float], tol: float = 2e-5) -> bool:
@@ -143,33 +154,42 @@ def test_bad_input_says_what_is_wrong(tr):
 # ------------------------------------------------------------------------------------------------ looping
 
 
-def brute_repetition(text: str) -> int:
-    """Every unit of 1-6 characters at every start position of the text without whitespace, repeated as long as
-    it goes on."""
-    s = "".join(text.split())
+def brute_runs(items: list) -> int:
+    """Every unit of every length at every start, repeated as long as it goes on."""
     best = 0
-    for start in range(len(s)):
-        for size in range(1, 7):
-            unit = s[start:start + size]
-            if len(unit) < size:
-                continue
+    for start in range(len(items)):
+        for size in range(1, len(items) - start + 1):
+            unit = items[start:start + size]
             k = 0
-            while s[start + k * size:start + (k + 1) * size] == unit:
+            while items[start + k * size:start + (k + 1) * size] == unit:
                 k += 1
             best = max(best, k)
     return best
 
 
-def test_repetition_equals_brute_force():
+def brute_repetition(text: str) -> int:
+    """The characters without whitespace, and the words without their edge punctuation, lower case."""
+    words = [w.strip(".,;:!?-\"'()").lower() for w in text.split()]
+    return max(brute_runs(list("".join(text.split()))), brute_runs([w for w in words if w]))
+
+
+def test_repetition_counts_a_unit_of_any_length_in_characters_and_words():
     rng = random.Random(0)
     texts = ["1 1 1 1 1 1", "zzzzzzzz", "Einzzzzzzzzzz...-Bzz-Bzz-Bzz-", "2 1 1 1 1 1", "", " ", "abcabcab",
-             "Ein Mann fährt auf einem roten Fahrrad.", "Vier1 77 1 1 1999 7 1 199999111111 7 7 11111"]
+             "Ein Mann fährt auf einem roten Fahrrad.", "Vier1 77 1 1 1999 7 1 199999111111 7 7 11111",
+             "Menschen Menschen Menschen Menschen Menschen Menschen.", "Ein Hund, ein Hund, ein Hund rennt."]
     texts += ["".join(rng.choice("ab c") for _ in range(rng.randint(0, 40))) for _ in range(300)]
     texts += ["".join(rng.choice("xyz-") for _ in range(rng.randint(0, 12))) * rng.randint(1, 9) for _ in range(100)]
+    words = ["Hund", "hund,", "ein", "läuft", "im", "Schnee."]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(200)]
+    texts += [" ".join([rng.choice(words) for _ in range(rng.randint(1, 4))] * rng.randint(1, 7)) for _ in range(100)]
     for text in texts:
         assert repetition(text) == brute_repetition(text), text
     assert (repetition("1 1 1 1 1 1"), repetition("zzzzzzzz"), repetition("abcabcab")) == (6, 8, 2)
-    assert looping("1 1 1 1 1 1") and looping("Bzz-Bzz-Bzz-Bzz-Bzz-Bzz-") and not looping("1 1 1 1 1")
+    assert repetition("Menschen Menschen Menschen Menschen Menschen Menschen.") == 6  # a unit of 8 characters
+    assert repetition("Ein Hund, ein Hund, ein Hund rennt.") == 3  # in words: punctuation and case set aside
+    assert looping("1 1 1 1 1 1") and looping("Bzz-Bzz-Bzz-Bzz-Bzz-Bzz-") and not looping("1 1 1")
+    assert looping("Eine Frau mit einem Hut, einem Hut, einem Hut, einem Hut.")
     assert not looping("Zwei Hunde spielen im Schnee.")
 
 
@@ -213,13 +233,17 @@ def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
     tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
     with torch.no_grad():
         logp = tr.model(src, tgt).logits[0].log_softmax(-1)[range(len(result.target_ids)), result.target_ids]
+        last_eos = float(tr.model(src, tgt).logits[0, -1].log_softmax(-1)[tr.config.eos_id])
     share = contributions(tr.model, src, tgt).source_share[0]
     cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
     row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
-                          cross.numpy(), hit_max_len=True)
+                          cross.numpy(), hit_max_len=True, cut_eos_logprob=last_eos)
     [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
     assert close({k: row[k] for k in want}, want, 1e-5)
     assert row["repetition"] == 6 and row["hit_max_len"] is True
+    bare = translation_row(tr, result.source_ids, result.target_ids, "x", logp, share.numpy(), cross.numpy())
+    ended = result.target_ids[-1] == tr.config.eos_id
+    assert bare["omission"] == pytest.approx(want["omission"]) if ended else math.isnan(bare["omission"])
 
 
 def test_a_rule_and_its_reasons_read_in_words():
@@ -228,17 +252,19 @@ def test_a_rule_and_its_reasons_read_in_words():
     rule = FlagRule((Condition("repetition", ">=", 6), Condition("seq_logprob", "<", -4.1107),
                      Condition("source_share", "<", 0.5731), Condition("eos_attention", ">", 0.4),
                      Condition("hit_max_len", ">=", 1), Condition("chrf", "<", 20)))
-    assert rule_text(rule) == ("one short unit repeats 6 or more times in a row or the mean log-probability per piece "
-                               "is below -4.11 or the mean source share is below 57.3% or the attention on `</s>` is "
-                               "above 40.0% or the output was cut at the maximum length or chrf < 20")
+    assert rule_text(rule) == ("the most times one stretch of the output repeats back to back is at least 6 or the "
+                               "mean log-probability per output piece is below -4.11 or the mean share taken from the "
+                               "source is below 57.3% or the attention on the source's </s> is above 40.0% or the "
+                               "output was cut at the maximum length or chrf < 20")
     row = {"repetition": 9, "seq_logprob": -1.0, "source_share": 0.5, "eos_attention": 0.1, "hit_max_len": True,
            "chrf": 55.0}
     why = reasons(row, rule)
     assert [c.column for c in why] == ["repetition", "source_share", "hit_max_len"]
     assert [reason_text(c, row) for c in why] == [
-        "one short unit repeats 9 times in a row (a looping output)",
-        "on average only 50.0% of each output piece comes from the source (threshold 57.3%)",
-        "the output was cut at the maximum length"]
+        "the output loops: the most times one stretch of the output repeats back to back is 9 (at least 6)",
+        "the output may come from the decoder's own prefix: the mean share taken from the source is 50.0% (below "
+        "57.3%)",
+        "the output may loop or run on: the output was cut at the maximum length"]
 
 
 def test_a_rule_names_columns_only_so_its_words_never_carry_markup(tmp_path):

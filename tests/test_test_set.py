@@ -18,6 +18,7 @@ from conftest import assert_clean, charts, new_app  # noqa: E402
 from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
 from app.views import test_set  # noqa: E402
+from transformer.interpret.columns import COLUMNS as DESCRIBED
 
 VIEW = "Whole test set"
 
@@ -32,7 +33,8 @@ def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> p
         "reference": [None] * n, "score": rng.normal(-0.5, 0.2, n), "seq_logprob": rng.normal(-0.4, 0.2, n),
         "chrf": np.where(np.arange(n) == 3, np.nan, rng.uniform(10, 90, n)), "bleu": rng.uniform(0, 80, n),
         "source_share": share, "source_share_min": share - 0.2, "eos_attention": rng.uniform(0, 0.5, n),
-        "repetition": rng.uniform(0, 1, n), "length_ratio": rng.uniform(0.5, 2, n), "hit_max_len": [False] * n,
+        "repetition": rng.integers(1, 4, n), "min_piece_logprob": rng.normal(-3, 1, n),
+        "omission": rng.uniform(0, 6, n), "length_ratio": rng.uniform(0.5, 2, n), "hit_max_len": [False] * n,
         "unk": [0] * n, "flag": share < 0.5})
 
 
@@ -149,6 +151,43 @@ def test_presets_sort_filter_and_find():
     assert tables.apply_preset(frame, "all", "<B>X").shape[0] == 12
 
 
+def test_the_presets_of_the_new_signals_put_the_suspicious_end_first():
+    frame = tables.normalise(make_table(12))
+    omissions = tables.apply_preset(frame, "omissions")["omission"].to_numpy()
+    assert (np.diff(omissions) <= 0).all() and omissions[0] == frame["omission"].max()  # the largest first
+    wrong = tables.apply_preset(frame, "wrong-word")["min_piece_logprob"].to_numpy()
+    assert (np.diff(wrong) >= 0).all()
+    for key, preset in tables.PRESETS.items():  # each preset's column is described, its end the suspicious one
+        assert preset.label and preset.help
+        column = DESCRIBED.get(preset.sort)
+        if column is not None and column.signal:
+            assert preset.descending == (column.direction == "high"), key
+
+
+def test_find_can_take_whole_words_only():
+    frame = tables.normalise(make_table(3)).assign(translation=["Ein Hotdog.", "Ein Hund, kein dog!", "DOG"])
+    assert list(tables.apply_preset(frame, "all", "dog")["id"]) == [0, 1, 2]
+    assert list(tables.apply_preset(frame, "all", "dog", whole_words=True)["id"]) == [1, 2]
+    assert tables.matches("a.b dog", "a.b", True) and not tables.matches("axb", "a.b", True)  # plain text
+
+
+def test_every_column_has_one_description_with_a_label_and_help():
+    import pyarrow as pa
+
+    from transformer.interpret.table import COLUMNS, Column
+
+    assert COLUMNS is DESCRIBED and {"omission", "min_piece_logprob"} <= set(COLUMNS)
+    for name, column in COLUMNS.items():
+        assert isinstance(column, Column) and column.label and column.help.endswith("."), name
+        assert pa.type_for_alias(column.type) is not None and column.direction in ("low", "high")
+        if column.signal:
+            assert column.phrase and column.suggests, name
+    config = test_set.column_config(tables.normalise(make_table(4)))
+    for name, shown in config.items():
+        assert shown["label"] == COLUMNS[name].label and shown["help"] == COLUMNS[name].help, name
+    assert set(tables.SIGNALS) <= set(COLUMNS) and all(tables.SIGNALS[s] == COLUMNS[s].help for s in tables.SIGNALS)
+
+
 def test_thresholds_come_from_the_tables_flag_rule():
     rule = {"any": [{"column": "repetition", "op": ">=", "value": 6}, {"column": "source_share", "op": "<",
                                                                         "value": 0.55}], "rule": "..."}
@@ -239,6 +278,33 @@ def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_s
     at.run()
     assert_clean(at)
     assert at.query_params["view"] == "Source or prefix" and at.query_params["text"] == sources[line]
+
+
+def test_the_view_labels_each_column_from_its_description_marks_flags_and_says_the_rule_in_words(with_table):
+    ckpt, frame, _ = with_table
+    manifest = ckpt / "tables" / "test.manifest.json"
+    data = json.loads(manifest.read_text())
+    data["model"]["flag_rule"] = {"any": [{"column": "repetition", "op": ">=", "value": 3},
+                                          {"column": "source_share", "op": "<", "value": 0.5}]}
+    manifest.write_text(json.dumps(data))
+    at = new_app({"view": VIEW, "signal": "repetition", "find": "übersetzung 1", "words": "1"})
+    assert_clean(at)
+    columns = json.loads(at.dataframe[0].proto.columns)
+    for name in at.dataframe[0].proto.column_order:
+        assert columns[name]["label"] == DESCRIBED[name].label and columns[name]["help"] == DESCRIBED[name].help
+    assert columns["flag"]["type_config"]["type"] == "text"  # a mark, not a checkbox
+    shown = at.dataframe[0].value
+    assert set(shown["flag"]) <= {test_set.FLAG_MARK, ""}
+    assert list(shown["id"]) == [1] and any("1 line matches" in c.value for c in at.caption)  # not 10-19
+    assert at.query_params["words"] == "1"
+    said = " ".join(c.value for c in at.caption).replace("\\", "")  # Markdown's escapes set aside
+    assert "is at least 3 or the mean share taken from the source is below 50.0%" in said
+    histogram = next(c for c in charts(at) if c["layout"]["xaxis"]["title"]["text"] == "repetition")
+    assert histogram["layout"]["annotations"][0]["text"] == "flag threshold 3"  # a whole number
+    assert histogram["layout"]["yaxis"]["tickformat"] == ",d"
+    beyond = int((frame["flag"] & ~(frame["repetition"] >= 3)).sum())
+    if beyond:
+        assert f"{beyond} flagged line" in said and "side of the repetition line" in said
 
 
 def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_table, monkeypatch, tmp_path):

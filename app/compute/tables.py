@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,14 +26,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transformer.checkpoint.files import MAX_METADATA_BYTES, read_json
+from transformer.interpret.columns import COLUMNS as DESCRIBED
 
 from . import safe_read
 from .table_inputs import data_roots, join_inputs, same_input  # noqa: F401 (the view's one import)
 
 TABLES = "tables"  # a checkpoint's folder of shipped tables
 TEXTS = ("source", "translation", "reference")
+# the view's columns first; the contract's others (transformer.interpret.table.COLUMNS) after
 COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min", "eos_attention",
-           "repetition", "length_ratio", "hit_max_len", "unk", "flag")  # the view's first; the contract's others after
+           "repetition", "min_piece_logprob", "omission", "length_ratio", "hit_max_len", "unk", "flag")
 REQUIRED = ("id", "translation")
 TEXT_COLUMNS = (*TEXTS, "note")  # the contract's columns of text; of true / false; the others numbers
 BOOL_COLUMNS = ("flag", "hit_max_len", "truncated")
@@ -47,18 +50,10 @@ MAX_CELL_CHARS = 1_000  # a text longer than this is cut (a Multi30k caption: at
 PAGE_BYTES = 1_000_000  # what one page of the table sends at most, about (every chart's bound)
 PAGE_ROWS = 1_000  # and its rows at most
 
-# The signals a histogram can show: column -> how the page names it (plain words, the column's name after it)
-SIGNALS: dict[str, str] = {
-    "chrf": "chrF against the reference (0-100)",
-    "bleu": "sentence BLEU against the reference (0-100)",
-    "source_share": "share of the output from the source (ALTI+, mean over the output)",
-    "source_share_min": "share from the source at the output's weakest step (ALTI+)",
-    "seq_logprob": "mean log-probability per output piece",
-    "score": "the search's own score",
-    "eos_attention": "cross-attention's mean share on </s>",
-    "repetition": "the longest run of one repeated unit in the output",
-    "length_ratio": "output length / source length",
-}
+# The columns a histogram can show: column -> its one plain sentence (transformer.interpret.columns.COLUMNS)
+SIGNALS: dict[str, str] = {name: DESCRIBED[name].help for name in (
+    "chrf", "bleu", "source_share", "source_share_min", "seq_logprob", "min_piece_logprob", "omission", "score",
+    "eos_attention", "repetition", "length_ratio")}
 SHARES = ("source_share", "source_share_min", "eos_attention")  # shares in [0, 1], drawn as bars
 
 
@@ -67,15 +62,25 @@ class Preset:
     """A way to look at the table: its label, the rows it keeps and their order."""
 
     label: str
-    sort: str | None  # column, ascending; None: by id
+    sort: str | None  # column; None: by id
     only_flagged: bool = False
+    descending: bool = False  # the largest first (a signal whose high end is suspicious)
+    help: str = ""  # what the preset finds, in plain words
 
 
 PRESETS: dict[str, Preset] = {
-    "all": Preset("All lines", None),
-    "worst-chrf": Preset("Worst chrF", "chrf"),
-    "lowest-share": Preset("Lowest source share", "source_share"),
-    "flagged": Preset("Flagged", "source_share", only_flagged=True),
+    "all": Preset("All lines", None, help="every line, in the input's order"),
+    "worst-chrf": Preset("Worst chrF", "chrf", help="the lines furthest from their reference first"),
+    "lowest-share": Preset("Lowest source share", "source_share",
+                           help="the lines that take least from the source first (detached output)"),
+    "omissions": Preset("Possible omissions", "omission", descending=True,
+                        help="the lines whose ending surprises the model most first (part of the source may be "
+                             "left untranslated)"),
+    "wrong-word": Preset("One unlikely word", "min_piece_logprob",
+                         help="the lines with the least likely single output piece first (one word may be wrong)"),
+    "repeats": Preset("Repeats", "repetition", descending=True, help="the lines that repeat themselves most first"),
+    "flagged": Preset("Flagged", "source_share", only_flagged=True,
+                      help="only the lines that may be hallucinations"),
 }
 
 
@@ -283,20 +288,31 @@ def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
     return frame[[c for c in order if c in frame.columns]].reset_index(drop=True)
 
 
-def apply_preset(frame: pd.DataFrame, preset: str, find: str = "") -> pd.DataFrame:
+def matches(text: object, needle: str, whole_words: bool = False) -> bool:
+    """Whether ``text`` contains ``needle`` (case-insensitive, plain text); with ``whole_words``, only where it is not
+    part of a longer word ("dog" is not found in "hotdog")."""
+    if text is None:
+        return False
+    hay, needle = str(text).casefold(), needle.casefold()
+    if not whole_words:
+        return needle in hay
+    return re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", hay) is not None
+
+
+def apply_preset(frame: pd.DataFrame, preset: str, find: str = "", whole_words: bool = False) -> pd.DataFrame:
     """The rows a preset keeps, in its order (missing values last, ties by id), those whose texts contain ``find``
-    (case-insensitive, plain text) when given."""
+    (:func:`matches`) when given."""
     chosen = PRESETS.get(preset, PRESETS["all"])
     rows = frame[frame["flag"]] if chosen.only_flagged else frame
     if find.strip():
-        needle = find.strip().casefold()
         hit = np.zeros(len(rows), dtype=bool)
         for column in TEXTS:
-            hit |= np.array([needle in str(v).casefold() if v is not None else False for v in rows[column]],
-                            dtype=bool)
+            hit |= np.array([matches(v, find.strip(), whole_words) for v in rows[column]], dtype=bool)
         rows = rows[hit]
-    order = ["id"] if chosen.sort is None else [chosen.sort, "id"]
-    return rows.sort_values(order, na_position="last", kind="stable").reset_index(drop=True)
+    if chosen.sort is None:
+        return rows.sort_values(["id"], kind="stable").reset_index(drop=True)
+    return rows.sort_values([chosen.sort, "id"], ascending=[not chosen.descending, True], na_position="last",
+                            kind="stable").reset_index(drop=True)
 
 
 def pages(frame: pd.DataFrame, columns: Sequence[str], most_bytes: int = PAGE_BYTES,

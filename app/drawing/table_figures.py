@@ -19,6 +19,11 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
+def threshold_text(value: float) -> str:
+    """A threshold as a label writes it: a whole number as one ("6", a repetition), else two decimals."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
 def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                      flagged: Sequence[bool] | np.ndarray | None = None,
                      threshold: float | None = None, bins: int = 30, threshold_name: str = "threshold") -> go.Figure:
@@ -41,13 +46,14 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                                            hovertemplate=f"{label}: %{{y}} lines in %{{x}}<extra></extra>"))
     if threshold is not None:
         fig.add_vline(x=threshold, line_dash="dot", line_width=2, line_color=FLAGGED,
-                      annotation_text=f"{html.escape(threshold_name)} {threshold:.2f}", annotation_position="top left",
+                      annotation_text=f"{html.escape(threshold_name)} {threshold_text(threshold)}",
+                      annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
     title = f"{int(ok.sum()):,} lines" + (f" ({missing:,} without a value)" if missing else "")
     fig.update_layout(barmode="stack", height=HEIGHT, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
                       title=dict(text=title, x=0.0, font=dict(size=13)),
                       xaxis=dict(title=dict(text=html.escape(name)), automargin=True),  # "on </s>" as typed
-                      yaxis=dict(title=dict(text="lines"), automargin=True),
+                      yaxis=dict(title=dict(text="lines"), automargin=True, tickformat=",d", rangemode="tozero"),
                       legend=dict(orientation="h", y=1.02, x=1.0, xanchor="right", yanchor="bottom"),
                       bargap=0.05)
     return fig
@@ -72,7 +78,8 @@ def share_chrf_scatter(share: Sequence[float] | np.ndarray, chrf: Sequence[float
                                                    "chrF %{y:.1f}<extra></extra>"))
     if threshold is not None:
         fig.add_vline(x=threshold, line_dash="dot", line_width=2, line_color=FLAGGED,
-                      annotation_text=f"{html.escape(threshold_name)} {threshold:.2f}", annotation_position="top left",
+                      annotation_text=f"{html.escape(threshold_name)} {threshold_text(threshold)}",
+                      annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
     left = int(len(share) - ok.sum())
     title = f"{int(ok.sum()):,} lines" + (f" ({left:,} without chrF or source share)" if left else "")

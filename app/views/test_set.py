@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.interpret.signals import flag_rule
+from transformer.interpret.columns import COLUMNS as DESCRIBED
+from transformer.interpret.signals import FlagRule, condition_text, flag_rule, rule_text
 
 from .. import registry
 from ..compute import catalog, ledger, tables, work
@@ -31,6 +32,7 @@ from ..page.params import Param, one_of
 from ..page.state import ViewContext
 
 TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
+WHOLE = "testset_whole_words"  # the find box matches whole words only
 PATH = "testset_path"  # a table file on this machine (not in public mode; never in the address)
 SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selection opens its line once
 OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
@@ -86,35 +88,22 @@ PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
           Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
           Param("find", FIND, _find, default=""),
+          Param("words", WHOLE, lambda v: {"1": True, "0": False}.get(v), dump=lambda v: "1" if v else "0",
+                default=False),
           Param("lines", PASTED, _pasted, default=""),
           Param("refs", REFS, _pasted, default=""),
           Param("file", PATH, _path, default="", adopt=_open_path))
 
-LABELS = {"id": "line", "flag": "flag", "source": "source", "translation": "translation", "reference": "reference",
-          "chrf": "chrF", "bleu": "BLEU", "source_share": "source share", "source_share_min": "min share",
-          "eos_attention": "on </s>", "seq_logprob": "log-prob", "score": "score", "repetition": "repetition",
-          "length_ratio": "length ratio", "hit_max_len": "hit max len", "unk": "unk", "source_pieces": "source pieces",
-          "output_pieces": "output pieces", "truncated": "source cut", "note": "note"}
-HELP = {"id": "The input's line number, counted from 0.",
-        "flag": "May be a hallucination (the signals' rule, chosen on the validation set).",
-        "chrf": "chrF of this line against its reference (0-100; empty without a reference).",
-        "bleu": "Sentence BLEU against the reference (0-100; empty without a reference).",
-        "source_share": "Share of the output that comes from the source (ALTI+), mean over the output pieces.",
-        "source_share_min": "The lowest source share of any output piece (ALTI+).",
-        "eos_attention": "Cross-attention's mean weight on the source's </s> (idle heads park there).",
-        "seq_logprob": "Mean log-probability of the output pieces.",
-        "score": "The search's own score (log-probability / length penalty).",
-        "repetition": "The longest run of one unit (1-6 characters) repeated back to back in the output.",
-        "length_ratio": "Output length over source length.",
-        "hit_max_len": "The output was cut at the maximum length.",
-        "unk": "Source pieces the vocabulary does not know (<unk>).",
-        "truncated": "The source was cut to the model's length before translating.",
-        "note": "What was unusual about the line (empty, cut)."}
+# Headers and tooltips: each column's one description (transformer.interpret.columns.COLUMNS)
+LABELS = {name: column.label for name, column in DESCRIBED.items()}
+HELP = {name: column.help for name, column in DESCRIBED.items()}
+FLAG_MARK = "⚠ flagged"  # the flag column's mark: a label, not a checkbox beside the row's selection box
 ORDER = ("id", "flag", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
-         "eos_attention", "seq_logprob", "bleu", "score", "repetition", "length_ratio", "hit_max_len", "unk")
+         "eos_attention", "seq_logprob", "min_piece_logprob", "omission", "bleu", "score", "repetition", "length_ratio",
+         "hit_max_len", "unk")
 
 
-NARROW = {"id": 52, "flag": 48}  # px: the two first columns leave a phone's screen to the sentences
+NARROW = {"id": 52, "flag": 84}  # px: the two first columns leave a phone's screen to the sentences
 
 
 def column_config(frame: pd.DataFrame) -> dict:
@@ -125,7 +114,9 @@ def column_config(frame: pd.DataFrame) -> dict:
         if column in tables.SHARES:
             config[column] = st.column_config.ProgressColumn(label, min_value=0.0, max_value=1.0, format="%.2f",
                                                              help=tip, width=112)
-        elif column in ("flag", "hit_max_len", "truncated"):
+        elif column == "flag":  # shown as a mark (marked), so never mistaken for the row's selection box
+            config[column] = st.column_config.TextColumn(label, help=tip, width=NARROW.get(column))
+        elif column in ("hit_max_len", "truncated"):
             config[column] = st.column_config.CheckboxColumn(label, help=tip, width=NARROW.get(column))
         elif column in (*tables.TEXTS, "note"):
             config[column] = st.column_config.TextColumn(label, help=tip, width="medium")
@@ -136,6 +127,11 @@ def column_config(frame: pd.DataFrame) -> dict:
         elif pd.api.types.is_numeric_dtype(frame[column]):
             config[column] = st.column_config.NumberColumn(label, format="%.3f", help=tip, width=None)
     return config
+
+
+def marked(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows as the table shows them: the flag as a mark (``FLAG_MARK``, or empty), not true/false."""
+    return frame.assign(flag=np.where(frame["flag"].to_numpy(dtype=bool), FLAG_MARK, ""))
 
 
 def shown_columns(frame: pd.DataFrame) -> list[str]:
@@ -251,7 +247,7 @@ def pasted_table(ctx: ViewContext) -> tables.Table | None:
                  f"{controls.md_escape(catalog.visitor_message(err))}", icon=":material/error:")
         return None
     bar.empty()
-    manifest = {"model": {"name": catalog.short_name(ctx.model.checkpoint),
+    manifest = {"model": {"name": Path(catalog.short_name(ctx.model.checkpoint)).name,
                           "flag_rule": flag_rule(tr.path).to_json()},
                 "settings": {"beam": settings.beam_size, "alpha": settings.alpha}, "input": {"lines": fit}}
     return tables.Table(tables.normalise(pd.DataFrame(rows), "the pasted list"), manifest)
@@ -280,27 +276,33 @@ def render(ctx: ViewContext) -> None:
     with top[1]:
         preset = controls.choose(st.segmented_control, "Show", list(tables.PRESETS), PRESET, "all",
                                  format_func=lambda p: tables.PRESETS[p].label, required=True, wrap=True,
-                                 help="Worst chrF and lowest source share sort those lines first; Flagged keeps "
-                                      "the lines that may be hallucinations. Click a column header to sort by it.")
+                                 help=" ".join(f"{p.label}: {p.help}." for p in tables.PRESETS.values())
+                                 + " Click a column header to sort by it.")
     table = load(ctx, choice)
     if table is None:
         return
     frame = table.frame
-    find = st.text_input("Find", key=FIND, placeholder="Lines whose source, translation or reference contains…",
-                         label_visibility="collapsed", persist_state="session")
+    find_row = st.columns([4, 1], vertical_alignment="center")
+    find = find_row[0].text_input("Find", key=FIND, placeholder="Lines whose source, translation or reference "
+                                  "contains…", label_visibility="collapsed", persist_state="session")
+    whole = find_row[1].toggle("Whole words", key=WHOLE, persist_state="session",
+                               help='Only where the text is a word of its own: "dog" then does not find "hotdog".')
     if table.inputs_note:  # it names the manifest's split and languages: as text, never Markdown
         st.info(controls.md_escape(table.inputs_note), icon=":material/description:")
     flagged = int(frame["flag"].sum())
     st.caption(f"{controls.md_escape(tables.describe(table.manifest, len(frame)))} · {flagged:,} flagged "
                f"({flagged / max(len(frame), 1):.1%}). Select a row (the box at its left) to open that sentence in "
                "every view.")
-    shown = tables.apply_preset(frame, preset, find or "")
+    shown = tables.apply_preset(frame, preset, find or "", bool(whole))
+    if (find or "").strip():
+        st.caption(f"{len(shown):,} {'line matches' if len(shown) == 1 else 'lines match'} "
+                   f"“{controls.md_escape(find.strip())}”{' as a whole word' if whole else ''}.")
     if shown.empty:
         st.info("No line matches: try another preset or clear the filter.", icon=":material/filter_alt_off:")
     order = shown_columns(frame)
-    page, shown = paged(shown, order, (choice, preset, find or ""))
-    key = rows_key(choice, preset, find or "", *([page] if page else []))
-    event = st.dataframe(shown, hide_index=True, width="stretch", height=360, on_select="rerun",
+    page, shown = paged(shown, order, (choice, preset, find or "", bool(whole)))
+    key = rows_key(choice, preset, find or "", *(("whole words",) if whole else ()), *([page] if page else []))
+    event = st.dataframe(marked(shown), hide_index=True, width="stretch", height=360, on_select="rerun",
                          selection_mode="single-row", key=key, column_order=order,
                          column_config=column_config(shown))
     follow(event, key, shown, choice, table.manifest)
@@ -394,6 +396,38 @@ def opened_line(choice: str) -> None:
         row.button(view, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
 
 
+def rule_words(rule: dict) -> str | None:
+    """The table's rule (its manifest's ``flag_rule``) in plain words, or None when it has none that reads."""
+    try:
+        return rule_text(FlagRule.from_json(rule)) if rule else None
+    except ValueError:
+        return None
+
+
+def beyond_the_line(frame: pd.DataFrame, rule: dict, columns: list[str]) -> list[str]:
+    """For each of ``columns`` with a threshold drawn: how many flagged lines lie on the unsuspicious side of its line,
+    and the other parts of the rule that flagged them."""
+    try:
+        parsed = FlagRule.from_json(rule)
+    except ValueError:
+        return []
+    said = []
+    for column in dict.fromkeys(columns):
+        mine = [c for c in parsed.conditions if c.column == column]
+        others = [c for c in parsed.conditions if c.column != column]
+        if not mine or not others or column not in frame:
+            continue
+        rows = frame[frame["flag"]].to_dict("records")
+        beyond = [r for r in rows if not any(c.holds(r) for c in mine)]
+        if beyond:
+            fired = [c for c in others if any(c.holds(r) for r in beyond)]
+            said.append(f"{len(beyond):,} flagged {'line lies' if len(beyond) == 1 else 'lines lie'} on the other "
+                        f"side of the {LABELS.get(column, column)} line: "
+                        + (" or ".join(controls.md_escape(condition_text(c)) for c in fired) or "another condition")
+                        + ".")
+    return said
+
+
 def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
     """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
     the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so."""
@@ -435,11 +469,13 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
         else:
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
-    said = tables.short(rule["rule"], 300) if isinstance(rule.get("rule"), str) else None
-    notes = [f"Flagged (may be a hallucination) when: {controls.md_escape(said)}." if said else
+    words = rule_words(rule)
+    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(tables.short(words, 300))}." if words else
              "This table's manifest does not say how its lines were flagged."]
     if limits:
-        notes.append("A dotted “flag threshold” is one of that rule's limits.")
+        notes.append("A dotted “flag threshold” is one of that rule's limits; a flagged line on the unsuspicious side "
+                     "of it was flagged by another part of the rule.")
+        notes += beyond_the_line(frame, rule, [c for c in (signal, "source_share") if c in limits])
     if val_share is not None:
         notes.append(f"The dotted “validation threshold” ({val_share:.2f}) is this model's source-share threshold "
                      "chosen on the validation set with its head statistics; it is not part of the flag.")

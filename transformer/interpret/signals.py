@@ -1,16 +1,19 @@
 """Per-sentence hallucination signals and the rule that flags a translation as one that may be a hallucination.
 
-- :func:`pair_signals`: teacher-forced signals of (source, output) pairs, batched: ``seq_logprob``, ``source_share``,
-  ``source_share_min`` (ALTI+, :func:`transformer.interpret.contributions`) and ``eos_attention`` (Guerreiro et al.,
-  2023; Dale et al., 2023). The same numbers as one sentence at a time; no hook, the model untouched.
-- :func:`repetition` / :func:`looping`: the longest run of one unit of 1-6 characters repeated back to back.
+- :func:`pair_signals`: teacher-forced signals of (source, output) pairs, batched: ``seq_logprob`` and
+  ``min_piece_logprob`` (the mean and the lowest log-probability of the output pieces), ``source_share``,
+  ``source_share_min`` (ALTI+, :func:`transformer.interpret.contributions`), ``eos_attention`` (Guerreiro et al.,
+  2023; Dale et al., 2023) and ``omission`` (:func:`ending_surprise`: the model's surprise at the output ending where
+  it does). The same numbers as one sentence at a time; no hook, the model untouched.
+- :func:`repetition` / :func:`looping`: the most times one stretch of the output (any length, in characters or in
+  words) repeats back to back.
 - :class:`FlagRule`, :func:`flag`, :func:`flag_rule`: "may be a hallucination", a rule stored beside a checkpoint
   (``flag.json``, chosen on val by ``python -m transformer.detect``), or, for a checkpoint without one, looping
   outputs only. :func:`translation_row` builds the row of one translation whose teacher-forced pass is at hand
   (the app's notice); :func:`reasons` says which conditions hold.
 
-The column names (``seq_logprob``, ``source_share``, ``source_share_min``, ``eos_attention``, ``repetition``, ...)
-are those of ``python -m transformer.corpus``'s table: a row of that table is what :func:`flag` reads.
+The column names and their descriptions are :data:`transformer.interpret.columns.COLUMNS` (the table of ``python -m
+transformer.corpus``): a row of that table is what :func:`flag` reads, and the rule's words are its columns'.
 """
 
 from __future__ import annotations
@@ -31,14 +34,16 @@ from ..checkpoint.files import MAX_METADATA_BYTES, read_json
 from ..network.masks import pad_sequences
 from ..translator import Translator
 from .alti import contributions
+from .columns import COLUMNS
 from .methods import require_eval
 
-SIGNALS = ("seq_logprob", "source_share", "source_share_min", "eos_attention")  # what pair_signals returns
-LOOP_REPEATS = 6  # a unit repeated this many times in a row is a looping output (issue 47's goal)
-MAX_UNIT = 6  # the longest unit, in characters
+# what pair_signals returns
+SIGNALS = ("seq_logprob", "min_piece_logprob", "source_share", "source_share_min", "eos_attention", "omission")
+LOOP_REPEATS = 4  # a stretch repeated this many times in a row is a looping output (the rule without flag.json)
 DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (a CPU: ~2x faster than 4096)
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 _SPACE = re.compile(r"\s+")
+_WORD_EDGE = re.compile(r"^\W+|\W+$")  # a word's leading and trailing punctuation
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,39}")
 Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 
@@ -46,23 +51,35 @@ Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 # ----------------------------------------------------------------------------------------------- looping outputs
 
 
-def repetition(text: str) -> int:
-    """The longest run of one unit of 1 to ``MAX_UNIT`` characters repeated back to back in ``text``, whitespace
-    ignored (removed first: "1 1 1 1 1 1" is "111111", 6; "zzzzzzzz" is 8; "Bzz-Bzz-Bzz-" is 3; ordinary text
-    1 to 3). Only whole repetitions count ("abcabcab": 2). Empty text: 0."""
-    s = _SPACE.sub("", text)
-    best = 1 if s else 0
-    for unit in range(1, MAX_UNIT + 1):
-        streak = 0  # how many positions in a row repeat the character ``unit`` places before them
-        for i in range(unit, len(s)):
-            streak = streak + 1 if s[i] == s[i - unit] else 0
-            if streak:
-                best = max(best, (streak + unit) // unit)  # a stretch of streak + unit characters of period ``unit``
+def longest_repeat(items: Sequence[Any] | np.ndarray) -> int:
+    """The most times one unit (a stretch of ``items`` of any length) repeats back to back, whole repetitions only
+    ("abcabcab": 2): 1 for items with no repeat, 0 for none."""
+    a = np.asarray(items)
+    n, best = len(a), min(len(a), 1)
+    for unit in range(1, n // 2 + 1):
+        if n // unit <= best:  # no run of this unit could beat the best
+            break
+        same = np.concatenate([[False], a[unit:] == a[:-unit], [False]])  # (n - unit + 2,): repeats its unit-back
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))  # starts and ends of the runs of True
+        if len(edges):
+            streak = int((edges[1::2] - edges[::2]).max())  # positions in a row equal to the one ``unit`` back
+            best = max(best, (streak + unit) // unit)  # a stretch of streak + unit items of period ``unit``
     return best
 
 
+def repetition(text: str) -> int:
+    """The most times one stretch of ``text`` repeats back to back, whatever its length: in characters, whitespace
+    removed first ("1 1 1 1 1 1": 6; "zzzzzzzz": 8; "Bzz-Bzz-Bzz-": 3), or in words, punctuation and case set aside
+    ("Menschen, Menschen, Menschen.": 3; "ein Hund ein Hund ein Hund": 3); the larger. Ordinary text: 1 to 3 (a
+    double letter is 2). Empty text: 0."""
+    chars = np.frombuffer(_SPACE.sub("", text).encode("utf-32-le"), dtype=np.uint32)  # one code point each
+    words = [w for w in (_WORD_EDGE.sub("", w).casefold() for w in text.split()) if w]
+    ids = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    return max(longest_repeat(chars), longest_repeat([ids[w] for w in words]))
+
+
 def looping(text: str) -> bool:
-    """Whether ``text`` loops: a unit of 1-6 characters repeated ``LOOP_REPEATS`` (6) or more times in a row."""
+    """Whether ``text`` loops: one stretch repeated ``LOOP_REPEATS`` or more times in a row (:func:`repetition`)."""
     return repetition(text) >= LOOP_REPEATS
 
 
@@ -77,10 +94,37 @@ def eos_share(cross: Tensor | np.ndarray, source_ids: Sequence[int], eos_id: int
     return a[..., on_eos].sum(-1).mean(dim=(0, 1)).numpy()  # (L, H, T, |eos|) -> (T,)
 
 
-def step_signals(logprobs: Values, source_share: Values, eos: Values) -> dict[str, float]:
-    """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob``
-    the mean log-probability, ``source_share`` / ``source_share_min`` the mean / minimum ALTI+ source share,
-    ``eos_attention`` the mean of :func:`eos_share`. No step: every value NaN."""
+def closing_pieces(pieces: Sequence[str], ended: bool) -> int:
+    """How many of an output's last pieces close it: ``</s>`` and the punctuation pieces right before it (".",
+    "!", a closing quote); 0 for an output cut without ``</s>`` (``ended`` false)."""
+    if not ended or not pieces:
+        return 0
+    n = 1
+    while n < len(pieces) and not any(ch.isalnum() for ch in pieces[-n - 1]):
+        n += 1
+    return n
+
+
+def ending_surprise(logprobs: np.ndarray, closing: int, cut_eos_logprob: float | None = None) -> float:
+    """The ``omission`` signal: how unlikely the model finds it that the output ends where it does, in nats. For an
+    output ending in ``</s>``, minus the summed log-probability of its ``closing`` last pieces (:func:`closing_pieces`:
+    the final punctuation and ``</s>``; a clause left out ends the sentence where the model would go on); for an
+    output cut at the length limit (``closing`` 0), minus the log-probability of ``</s>`` at its last step
+    (``cut_eos_logprob``; NaN when not given). No step: NaN."""
+    if not len(logprobs):
+        return math.nan
+    if closing > 0:
+        return float(-logprobs[-min(closing, len(logprobs)):].sum())
+    return math.nan if cut_eos_logprob is None else float(-cut_eos_logprob)
+
+
+def step_signals(logprobs: Values, source_share: Values, eos: Values, closing: int = 1,
+                 cut_eos_logprob: float | None = None) -> dict[str, float]:
+    """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob`` /
+    ``min_piece_logprob`` the mean / lowest log-probability, ``source_share`` / ``source_share_min`` the mean /
+    minimum ALTI+ source share, ``eos_attention`` the mean of :func:`eos_share`, ``omission``
+    (:func:`ending_surprise` of the last ``closing`` steps, or of a cut output's ``cut_eos_logprob``). No step:
+    every value NaN."""
     lp, ss, eo = (np.asarray(torch.as_tensor(x).double().cpu(), dtype=np.float64) for x in (logprobs, source_share,
                                                                                              eos))
     if not (len(lp) == len(ss) == len(eo)):
@@ -88,8 +132,9 @@ def step_signals(logprobs: Values, source_share: Values, eos: Values) -> dict[st
                          "shares on </s>")
     if not len(lp):
         return dict.fromkeys(SIGNALS, math.nan)
-    return {"seq_logprob": float(lp.mean()), "source_share": float(ss.mean()), "source_share_min": float(ss.min()),
-            "eos_attention": float(eo.mean())}
+    return {"seq_logprob": float(lp.mean()), "min_piece_logprob": float(lp.min()), "source_share": float(ss.mean()),
+            "source_share_min": float(ss.min()), "eos_attention": float(eo.mean()),
+            "omission": ending_surprise(lp, closing, cut_eos_logprob)}
 
 
 def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: str | None = None) -> int:
@@ -101,14 +146,18 @@ def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: st
 
 def translation_row(translator: Translator, source_ids: Sequence[int], target_ids: Sequence[int], text: str,
                     logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, *, hit_max_len: bool = False,
-                    tgt_lang: str | None = None) -> dict[str, Any]:
+                    tgt_lang: str | None = None, cut_eos_logprob: float | None = None) -> dict[str, Any]:
     """The row :func:`flag` reads, for one translation whose teacher-forced pass is at hand (decoder input
     ``[BOS] + target_ids[:-1]``): ``logprobs (T,)`` of each ``target_ids[t]``, ALTI+'s ``source_share (T,)``,
     ``cross (L, H, T, S)``. The signals are :func:`pair_signals`' of the same pair (the forced language code not
-    scored), plus ``repetition`` of ``text`` and ``hit_max_len``."""
+    scored), plus ``repetition`` of ``text`` and ``hit_max_len``. A cut output's ``omission`` needs the
+    log-probability of ``</s>`` at its last step (``cut_eos_logprob``); without it, NaN."""
     skip = forced_steps(translator, target_ids, tgt_lang)
+    ended = bool(target_ids) and int(target_ids[-1]) == translator.config.eos_id
     row: dict[str, Any] = step_signals(np.asarray(logprobs)[skip:], np.asarray(source_share)[skip:],
-                                       eos_share(cross, source_ids, translator.config.eos_id)[skip:])
+                                       eos_share(cross, source_ids, translator.config.eos_id)[skip:],
+                                       closing_pieces(translator.tokenizer.pieces(list(target_ids)[skip:]), ended),
+                                       cut_eos_logprob)
     row.update(repetition=repetition(text), hit_max_len=bool(hit_max_len))
     return row
 
@@ -165,11 +214,14 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
     the pass that gives a translation its attentions. The steps scored are every output piece but a multilingual
     model's forced language code (imposed, not predicted):
 
-    - ``seq_logprob``: mean over the scored steps of ``log p(target[t])`` (log-softmax of the model's logits);
+    - ``seq_logprob``, ``min_piece_logprob``: mean and minimum over the scored steps of ``log p(target[t])``
+      (log-softmax of the model's logits);
     - ``source_share``, ``source_share_min``: mean and minimum over the scored steps of ALTI+'s source share (the
       share of the step's prediction that comes from the source; :func:`transformer.interpret.contributions`);
     - ``eos_attention``: mean over the decoder layers, the heads and the scored steps of the cross-attention weight
-      on the source's ``</s>`` (the positions holding the EOS id: the last source piece for ours and Marian's).
+      on the source's ``</s>`` (the positions holding the EOS id: the last source piece for ours and Marian's);
+    - ``omission``: :func:`ending_surprise`, minus the log-probability of the closing pieces (the final punctuation
+      and ``</s>``), or of ``</s>`` at the last step of an output cut without it.
 
     A pair with no scored step gets NaN. Pairs are batched by length, at most ``max_batch_tokens`` padded pieces
     (source + output) per batch (the logits hold that many rows of the vocabulary); padding is masked, so the
@@ -192,13 +244,18 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
         tgt = pad_sequences([[cfg.bos_id, *tgts[i][:-1]] for i in rows], cfg.pad_id).to(translator.device)  # (B, T)
         labels = pad_sequences([tgts[i] for i in rows], cfg.pad_id).to(translator.device)  # (B, T)
         out = model(src, tgt, return_attention=True)
-        logp = out.logits.float().log_softmax(-1).gather(-1, labels[..., None])[..., 0]  # (B, T)
+        log_softmax = out.logits.float().log_softmax(-1)  # (B, T, V)
+        logp = log_softmax.gather(-1, labels[..., None])[..., 0]  # (B, T)
+        eos_logp = log_softmax[..., cfg.eos_id]  # (B, T): log p(</s>) at each step
+        del log_softmax
         share = contributions(model, src, tgt, max_bytes=max_bytes).source_share  # (B, T)
         for b, i in enumerate(rows):
             s, t = len(srcs[i]), len(tgts[i])
             cross = torch.stack([a[b, :, :t, :s] for a in out.cross_attentions])  # (L, H, T, S) of this pair
-            results[i] = step_signals(logp[b, skip:t], share[b, skip:t],
-                                      eos_share(cross, srcs[i], cfg.eos_id)[skip:])
+            ended = tgts[i][-1] == cfg.eos_id
+            closing = closing_pieces(translator.tokenizer.pieces(tgts[i][skip:]), ended)
+            results[i] = step_signals(logp[b, skip:t], share[b, skip:t], eos_share(cross, srcs[i], cfg.eos_id)[skip:],
+                                      closing, float(eos_logp[b, t - 1]))
     return results
 
 
@@ -295,19 +352,20 @@ def reasons(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> list[Condi
     return [c for c in rule.conditions if c.holds(row)]
 
 
+def _side(op: str) -> str:
+    return {"<": "below", "<=": "at most", ">": "above", ">=": "at least"}[op]
+
+
 def condition_text(condition: Condition) -> str:
-    """One condition in plain words: ``mean log-probability below -4.11``."""
-    v, below = condition.value, "<" in condition.op
-    side = "below" if below else "above"
-    words = {
-        "repetition": f"one short unit repeats {v:g} or more times in a row" if condition.op == ">=" else None,
-        "seq_logprob": f"the mean log-probability per piece is {side} {v:.2f}",
-        "source_share": f"the mean source share is {side} {v:.1%}",
-        "source_share_min": f"a piece's source share is {side} {v:.1%}",
-        "eos_attention": f"the attention on `</s>` is {side} {v:.1%}",
-        "hit_max_len": "the output was cut at the maximum length" if condition.op in (">=", ">") and v > 0 else None,
-    }
-    return words.get(condition.column) or str(condition)
+    """One condition in plain words, from its column's description (:data:`~transformer.interpret.columns.COLUMNS`):
+    ``the mean log-probability per output piece is below -4.11``; a true/false column: what holds when true."""
+    column = COLUMNS.get(condition.column)
+    if column is None or not column.phrase:
+        return str(condition)
+    if column.format == "bool":
+        holds_when_true = condition.op in (">=", ">") and 0 < condition.value <= 1
+        return column.phrase if holds_when_true else str(condition)
+    return f"{column.phrase} is {_side(condition.op)} {column.value_text(condition.value)}"
 
 
 def rule_text(rule: FlagRule) -> str:
@@ -316,19 +374,15 @@ def rule_text(rule: FlagRule) -> str:
 
 
 def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
-    """One condition that holds, in words, with the row's value."""
+    """One condition that holds, in plain words, with the row's value and what it points to: ``part of the source
+    may be left untranslated: the model's surprise at the translation ending there is 5.31 (at least 3.20)``."""
+    column = COLUMNS.get(condition.column)
     x = _value(row, condition.column)
-    v = condition.value
-    words = {
-        "repetition": f"one short unit repeats {x:.0f} times in a row (a looping output)",
-        "seq_logprob": f"the model finds its own output unlikely (mean log-probability {x:.2f} per piece, "
-                       f"{'below' if '<' in condition.op else 'above'} {v:.2f})",
-        "source_share": f"on average only {x:.1%} of each output piece comes from the source (threshold {v:.1%})",
-        "source_share_min": f"one output piece takes only {x:.1%} from the source (threshold {v:.1%})",
-        "eos_attention": f"the cross-attention rests on the source's `</s>` ({x:.1%} of it, threshold {v:.1%})",
-        "hit_max_len": "the output was cut at the maximum length",
-    }
-    return words.get(condition.column, f"{condition.column} = {x:g} ({condition})")
+    if column is None or not column.phrase or x is None:
+        return f"{condition.column} = {x if x is None else format(x, 'g')} ({condition})"
+    said = condition_text(condition) if column.format == "bool" else (
+        f"{column.phrase} is {column.value_text(x)} ({_side(condition.op)} {column.value_text(condition.value)})")
+    return f"{column.suggests}: {said}" if column.suggests else said
 
 
 def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:

@@ -3,9 +3,11 @@ for a short pasted list (:func:`table_rows`).
 
 A row holds the sentence's translation (``Translator.translate_batch``, the same settings), the search's own
 ``score``, sacreBLEU's sentence-level ``chrf`` and ``bleu`` against a reference, the teacher-forced signals of
-``transformer.interpret.signals`` (``seq_logprob``, ALTI+ ``source_share`` / ``source_share_min``,
-``eos_attention``; ``repetition``; ``flag``) and a few plain counts. :data:`COLUMNS` names them with their types;
-the names are a contract (the app, users' notebooks and scripts read them).
+``transformer.interpret.signals`` (``seq_logprob``, ``min_piece_logprob``, ALTI+ ``source_share`` /
+``source_share_min``, ``eos_attention``, ``omission``; ``repetition``; ``flag``) and a few plain counts.
+:data:`COLUMNS` (``transformer.interpret.columns``) maps each name to its :class:`Column`: type, header, one plain
+sentence, whether it is a signal and which end is suspicious; the names are a contract (the app, users' notebooks
+and scripts read them).
 
 Sentences go through the model in length-sorted batches that depend only on the input, the batch size and the
 tokenizer (:func:`batches`), so a batch is computed the same way whether one process runs them all, several share
@@ -28,35 +30,14 @@ import sacrebleu
 
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator
+from .columns import COLUMNS, Column
 from .signals import flag, flag_rule, pair_signals, repetition
+
+__all__ = ["COLUMNS", "Column", "DEFAULT_BATCH_SIZE", "INPUT_COLUMNS", "arrow_schema", "batch_rows", "batches",
+           "read_table", "source_lengths", "table_rows", "without_inputs", "write_table"]
 
 DEFAULT_BATCH_SIZE = 64  # sentences per batch: decoding and the teacher-forced pass
 
-# name -> (pyarrow type name, what it holds). The order is the table's column order.
-COLUMNS: dict[str, tuple[str, str]] = {
-    "id": ("int64", "0-based line of the input"),
-    "source": ("string", "the input line (null when written with --no-inputs)"),
-    "translation": ("string", "the model's translation (translate_batch, the table's settings)"),
-    "reference": ("string", "the reference translation (null without one, or written with --no-inputs)"),
-    "score": ("float64", "the search's own score: log-probability over the length penalty (beam), or the sum "
-                         "of log-probabilities (greedy)"),
-    "seq_logprob": ("float64", "mean log-probability per output piece (EOS included when produced), teacher-forced"),
-    "chrf": ("float64", "sacreBLEU sentence chrF against the reference (null without one)"),
-    "bleu": ("float64", "sacreBLEU sentence BLEU (effective order) against the reference (null without one)"),
-    "source_share": ("float64", "ALTI+ share of each prediction that comes from the source, mean over the steps"),
-    "source_share_min": ("float64", "ALTI+ source share, minimum over the output steps"),
-    "eos_attention": ("float64", "the cross-attention's mean share on the source's </s>"),
-    "repetition": ("int64", "the longest run of one unit of 1-6 characters repeated back to back in the output "
-                            "(transformer.interpret.signals.repetition)"),
-    "length_ratio": ("float64", "output pieces over source pieces (special tokens left out)"),
-    "hit_max_len": ("bool", "the output stopped at the length limit without </s> (cut)"),
-    "unk": ("int64", "source pieces the vocabulary does not know (<unk>)"),
-    "flag": ("bool", "may be a hallucination (transformer.interpret.signals.flag, the checkpoint's rule)"),
-    "source_pieces": ("int64", "source pieces the model read (special tokens left out)"),
-    "output_pieces": ("int64", "output pieces (special tokens left out)"),
-    "truncated": ("bool", "the source was cut to the model's length before translating"),
-    "note": ("string", "what was unusual about the line (empty, cut), else null"),
-}
 INPUT_COLUMNS = ("source", "reference")  # left null by --no-inputs
 
 Progress = Callable[[int, int], None]  # (sentences done, sentences in all)
@@ -107,7 +88,8 @@ def batch_rows(translator: Translator, ids: Sequence[int], sources: Sequence[str
         output_pieces = len(r.target_ids) - prefix - (0 if r.hit_max_len else 1)
         row = {
             "id": int(i), "source": text, "translation": r.text, "reference": reference, "score": float(r.score),
-            "seq_logprob": number(sig["seq_logprob"]),
+            "seq_logprob": number(sig["seq_logprob"]), "min_piece_logprob": number(sig["min_piece_logprob"]),
+            "omission": number(sig["omission"]),
             "chrf": None if reference is None else float(chrf.sentence_score(r.text, [reference]).score),
             "bleu": None if reference is None else float(bleu.sentence_score(r.text, [reference]).score),
             "source_share": number(sig["source_share"]), "source_share_min": number(sig["source_share_min"]),
@@ -155,7 +137,7 @@ def table_rows(translator: Translator, sources: Sequence[str], references: Seque
 
 def arrow_schema() -> pa.Schema:
     """The table's pyarrow schema (:data:`COLUMNS`)."""
-    return pa.schema([(name, pa.type_for_alias(kind)) for name, (kind, _) in COLUMNS.items()])
+    return pa.schema([(name, pa.type_for_alias(column.type)) for name, column in COLUMNS.items()])
 
 
 def without_inputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
