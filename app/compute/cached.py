@@ -66,7 +66,7 @@ class LoadFailures:
     checkpoint's files as they were, the visitor's message, when), the last ``most``. Every visitor is told at once
     instead of repeating the failure, until ``retry_seconds`` have passed (then the next visitor's load tries it
     again) or the checkpoint's files change. A failed load can cost seconds and hundreds of MB, so no visitor's
-    click or link starts one sooner (issue #49)."""
+    click or link starts one sooner."""
 
     def __init__(self, most: int = 64, retry_seconds: float = RETRY_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -285,7 +285,7 @@ class Model:
         outside a script run too (Streamlit calls a download's data on a thread of its own): an analysis that left
         the cache is made again, and the file built, in a heavy slot, without any page element (a long input's
         JSON takes seconds of a core and tens of MB: built beside the light work, three at once made an ordinary
-        visitor's click 3-4 s; issue #49)."""
+        visitor's click wait seconds)."""
         def build() -> bytes:
             tr = self.tr
             analysis = RESULTS.get(self.key("analysis", text, settings, tuple(ablated)),
@@ -305,8 +305,8 @@ class Model:
         return lambda: self.export(text, settings, tuple(ablated), fmt)
 
     def report(self, text: str, settings: DecodeSettings, build: PageBuilder) -> bytes:
-        """The offline page of an analysis (``build(translator, analysis, checkpoint)``: ``app.report``'s, about
-        5 MB), built when a visitor asks for it in a heavy slot (it runs the model again for its masks and
+        """The offline page of an analysis (``build(translator, analysis, checkpoint)``: ``app.report``'s, a few
+        MB), built when a visitor asks for it in a heavy slot (it runs the model again for its masks and
         candidates) and kept within the byte budget like the exports (one page per sentence and settings)."""
         def make() -> bytes:
             tr = self.tr
@@ -348,7 +348,7 @@ class Model:
 
 
 def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:
-    """The estimate of one of ``get_beyond``'s jobs (attributions: ``args`` = method, steps, span, ...)."""
+    """The estimate of one of :meth:`Model.beyond`'s jobs (attributions: ``args`` = method, steps, span, ...)."""
     source, target = len(analysis.source_ids), len(analysis.target_ids)
     if kind == "attributions":
         method, steps, span = args[:3]

@@ -193,7 +193,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
 
     The weights are encoded a head at a time and joined (the same text as one ``json.dumps`` of the whole): one
     call over a long input's millions of numbers would hold the interpreter lock for seconds, stalling every other
-    visitor's run in the server, and build a nested list of that many Python floats first (issue #49)."""
+    visitor's run in the server, and build a nested list of that many Python floats first."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
         "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,

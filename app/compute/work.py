@@ -3,9 +3,9 @@ request's ceiling (no Streamlit here; ``app.compute.cached`` and the views show 
 and the heavy-job slots are :mod:`app.compute.ledger`).
 
 One estimate per job, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
-1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``
-positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole sequences; a backward
-pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs: a second model,
+1M-parameter model run over 250 positions, its cost on a CPU in docs/limits.md; a decoding step counts
+``DECODE_STEP`` positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole
+sequences; a backward pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs: a second model,
 ablation, attribution, snapshots) is planned against what is ``ledger.left()`` of the request's ceiling
 (``$ATTN_MAX_WORK``); over it the page does less: beam capped, long texts translated a group of sentences at a time,
 integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
@@ -25,13 +25,11 @@ from .ledger import amount, left
 
 UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
-STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
+STEP_OVERHEAD = 40  # and once per step, beams or not (calibrated: docs/limits.md)
 BACKWARD = 3  # a forward and a backward pass count three forwards
-ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products (measured,
-# python -m bench.work_units: 0.73 s of CPU for a 256 x 255 sentence on the shipped model, 8.7 units before, i.e.
-# 84 ms a unit against integrated gradients' 2.5; now about 2.3 ms a unit there, and less on shorter sentences)
-FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products (measured
-# with the shipped model, one thread, CPU time: 1.8-2.5 ms a unit at 64-256 pieces, as the others; docs/limits.md)
+ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products
+FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products
+# (both calibrated with python -m bench.work_units so that a unit costs about what the others do: docs/limits.md)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0

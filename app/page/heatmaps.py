@@ -74,7 +74,7 @@ def _band_css(image: str, rows: str, key: str, need: int) -> str:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
-MOST_CELLS = 5_000  # and rows x columns at the most: a 120 x 120 window made a 2.3 MB picture (issue #49)
+MOST_CELLS = 5_000  # and rows x columns at the most: a larger window makes a picture of megabytes
 _SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 

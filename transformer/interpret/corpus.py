@@ -41,7 +41,6 @@ from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
 from .signals import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
-from .table import table_rows as table_rows  # re-exported: transformer.corpus.table_rows, for the app
 
 SUFFIXES = (".parquet", ".jsonl")
 DEFAULT_DATA_DIR = "data/multi30k"  # as every command (python -m transformer.data --download data/multi30k)
