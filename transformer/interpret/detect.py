@@ -1,5 +1,5 @@
 """``python -m transformer.detect``: a checkpoint's hallucination ``flag`` chosen on val, measured on a held-back
-constructed set (issue 47 §3).
+constructed set.
 
 The constructed set of a split (built here from its lines; nothing of Multi30k is stored):
 

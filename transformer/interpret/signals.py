@@ -34,7 +34,7 @@ from .alti import contributions
 from .methods import require_eval
 
 SIGNALS = ("seq_logprob", "source_share", "source_share_min", "eos_attention")  # what pair_signals returns
-LOOP_REPEATS = 6  # a unit repeated this many times in a row is a looping output (issue 47's goal)
+LOOP_REPEATS = 6  # a unit repeated this many times in a row is a looping output
 MAX_UNIT = 6  # the longest unit, in characters
 DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (a CPU: ~2x faster than 4096)
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
