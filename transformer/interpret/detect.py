@@ -57,7 +57,7 @@ from .signals import (
 
 POSITIVES = ("swapped", "out_of_domain", "looping")
 NEGATIVES = ("translation", "reference")
-KINDS = (*NEGATIVES, *POSITIVES, "nonsense")
+PAIR_KINDS = (*NEGATIVES, *POSITIVES, "nonsense")  # the constructed pairs (not network.kinds.KINDS)
 # higher = more likely a hallucination; fixed before looking at any data (Guerreiro et al., 2023; Dale et al., 2023)
 DIRECTION = {"seq_logprob": -1.0, "source_share": -1.0, "source_share_min": -1.0, "eos_attention": 1.0,
              "repetition": 1.0, "hit_max_len": 1.0}
@@ -291,8 +291,8 @@ def evaluate(rows: Sequence[dict[str, Any]], rule: FlagRule) -> dict[str, Any]:
         score = flags if name == "flag" else score_of(rows, name)
         groups = {"all": np.isin(kinds, POSITIVES), **{k: kinds == k for k in POSITIVES}}
         auc[name] = {g: _rounded(roc_auc(score[pos | negative], pos[pos | negative])) for g, pos in groups.items()}
-    counts = {k: int((kinds == k).sum()) for k in KINDS}
-    flagged = {k: round(float(flags[kinds == k].mean()), 4) if counts[k] else None for k in KINDS}
+    counts = {k: int((kinds == k).sum()) for k in PAIR_KINDS}
+    flagged = {k: round(float(flags[kinds == k].mean()), 4) if counts[k] else None for k in PAIR_KINDS}
     loops = kinds == "looping"
     return {"auc": auc, "flagged": flagged, "counts": counts,
             "looping_flagged": f"{int(flags[loops].sum())}/{int(loops.sum())}"}
