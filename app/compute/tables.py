@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from transformer import cli
 from transformer.checkpoint.files import MAX_METADATA_BYTES, read_json
 
 from . import catalog
 
-DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
+DATA_DIR = cli.DEFAULT_DATA_DIR
 TABLES = "tables"  # a checkpoint's folder of shipped tables
 TEXTS = ("source", "translation", "reference")
 COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min", "eos_attention",

@@ -5,8 +5,8 @@ and the heavy-job slots are :mod:`app.compute.ledger`).
 One estimate per job, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
 1M-parameter model run over 250 positions, its cost on a CPU in docs/limits.md; a decoding step counts
 ``DECODE_STEP`` positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole
-sequences; a backward pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs: a second model,
-ablation, attribution, snapshots) is planned against what is ``ledger.left()`` of the request's ceiling
+sequences; a backward pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs:
+a second model, ablation, attribution, snapshots) is planned against what is ``ledger.left()`` of the request's ceiling
 (``$ATTN_MAX_WORK``); over it the page does less: beam capped, long texts translated a group of sentences at a time,
 integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
 snapshots subsampled.

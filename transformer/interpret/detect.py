@@ -39,9 +39,9 @@ import torch
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError
+from ..cli import add_decoding_arguments, non_negative
 from ..decoding.settings import DecodeSettings
 from ..training.data import DataError, read_parallel
-from ..training.evaluate import add_decoding_arguments, non_negative
 from ..translator import Translator, load
 from .signals import (
     LOOP_CONDITION,
@@ -351,7 +351,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.detect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_decoding_arguments(p)
-    p.set_defaults(beam=DecodeSettings().beam_size)  # the translator's (and the app's) own default
     p.add_argument("--calibration-split", default="val", help="the split the rule is chosen on (default: val)")
     p.add_argument("--budget", type=float, default=BUDGET,
                    help="the most of the calibration split's normal translations (and references) the rule may flag")
