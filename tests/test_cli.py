@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from transformer import cli
-from transformer.decoding import DEFAULTS, TRANSFORMERS_ALPHA, DecodeSettings, beam_search, beam_search_transformers
-from transformer.decoding import greedy_decode, search
+from transformer.decoding import (
+    DEFAULTS,
+    TRANSFORMERS_ALPHA,
+    DecodeSettings,
+    beam_search,
+    beam_search_transformers,
+    greedy_decode,
+    search,
+)
 from transformer.interpret import corpus, detect, heads
 from transformer.training import evaluate, train
 
