@@ -96,9 +96,9 @@ def test_the_beam_is_capped_only_over_the_ceiling(tr, monkeypatch):
     source = work.source_length(tr, LONG)
     full = work.translation_work(tr, source, settings)
     monkeypatch.setenv("ATTN_MAX_WORK", str(full * 2))
-    assert work.cap_translation(tr, LONG, settings) == (settings, [])
+    assert work.cap_translation(tr, source, settings) == (settings, [])
     monkeypatch.setenv("ATTN_MAX_WORK", str(full / 3))
-    capped, notices = work.cap_translation(tr, LONG, settings)
+    capped, notices = work.cap_translation(tr, source, settings)
     assert 1 <= capped.beam_size < 16 and work.translation_work(tr, source, capped) <= full / 3
     assert work.translation_work(tr, source, DecodeSettings(capped.beam_size + 1, 0.6, 4.0, 50)) > full / 3
     assert len(notices) == 1 and f"capped at {capped.beam_size} (of 16)" in notices[0]
@@ -126,12 +126,14 @@ def test_sentence_groups_stay_within_the_ceiling_and_cover_every_sentence(tr, mo
     settings = DecodeSettings(beam_size=4)
     each = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
                       + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
+    costs = [work.plain_work(tr, work.source_length(tr, s), settings) for s in sentences]
+    assert costs == [each] * 30
     monkeypatch.setenv("ATTN_MAX_WORK", str(each * 7.5))
-    groups = work.sentence_groups(tr, sentences, settings)
+    groups = work.sentence_groups(costs)
     assert [i for g in groups for i in g] == list(range(30))
     assert len(groups[0]) == 7 and all(len(g) <= 7 for g in groups)
     monkeypatch.setenv("ATTN_MAX_WORK", "0")
-    assert work.sentence_groups(tr, sentences, settings) == [list(range(30))]
+    assert work.sentence_groups(costs) == [list(range(30))]
 
 
 def test_snapshots_are_subsampled_keeping_the_first_and_the_last(tr, monkeypatch):
@@ -334,8 +336,8 @@ def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr
     one = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
     monkeypatch.setenv("ATTN_MAX_WORK", str(one * 30))  # the analysis of one fits; the plain translations: 5 a group
-    monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, *_: [list(range(i, min(i + 5, len(s))))
-                                                                      for i in range(0, len(s), 5)])
+    monkeypatch.setattr(work, "sentence_groups", lambda costs, *_: [list(range(i, min(i + 5, len(costs))))
+                                                                     for i in range(0, len(costs), 5)])
     at = new_app()
     at = translate(at, " ".join(sentences))
     assert_clean(at)
@@ -446,7 +448,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
                 "A man in a blue shirt is standing on a ladder cleaning windows.",
                 "Several men in hard hats are operating a giant pulley system."]
     longest = max(captions, key=lambda c: work.source_length(big, c))
-    total = (sum(work.plain_work(big, c, settings) for c in captions)
+    total = (sum(work.plain_work(big, work.source_length(big, c), settings) for c in captions)
              + work.translation_work(big, work.source_length(big, longest), settings))
     assert total <= ledger.LIGHT_WORK
 

@@ -51,9 +51,15 @@ def parameters(tr: Translator) -> int:
     return sum(p.numel() for p in tr.model.parameters())
 
 
+def positions(tr: Translator, pieces: int) -> int:
+    """Source positions the model will read for a text of ``pieces`` pieces: at most the model's limit, and
+    ``</s>``."""
+    return min(pieces, tr.max_source_tokens) + 1
+
+
 def source_length(tr: Translator, text: str) -> int:
-    """Source positions the model will read: the pieces (at most the model's limit) and ``</s>``."""
-    return min(len(tr.tokenizer.encode(text)), tr.max_source_tokens) + 1
+    """Source positions the model will read for ``text`` (:func:`positions`; the page passes the pieces it has)."""
+    return positions(tr, len(tr.tokenizer.encode(text)))
 
 
 def output_limit(tr: Translator, source: int, settings: DecodeSettings) -> int:
@@ -84,12 +90,11 @@ def forced_work(tr: Translator, source: int, target: int, passes: int = 1) -> fl
     return units(parameters(tr), (source + target) * passes)
 
 
-def cap_translation(tr: Translator, text: str, settings: DecodeSettings,
+def cap_translation(tr: Translator, source: int, settings: DecodeSettings,
                     ceiling: float | None = None) -> tuple[DecodeSettings, list[str]]:
-    """The decoding settings to use for ``text`` (the beam capped when the estimate is over ``ceiling``, default
-    what is :func:`left` of this request), and a notice for each cut."""
+    """The decoding settings to use for a sentence of ``source`` positions (the beam capped when the estimate is
+    over ``ceiling``, default what is :func:`left` of this request), and a notice for each cut."""
     ceiling = left() if ceiling is None else ceiling
-    source = source_length(tr, text)
     asked = translation_work(tr, source, settings)
     if asked <= ceiling or settings.beam_size <= 1:
         return settings, []
@@ -102,28 +107,50 @@ def cap_translation(tr: Translator, text: str, settings: DecodeSettings,
 
 
 
-def plain_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float:
-    """A plain translation of one sentence (no attention pass)."""
-    source = source_length(tr, sentence)
+def plain_work(tr: Translator, source: int, settings: DecodeSettings) -> float:
+    """A plain translation of one sentence of ``source`` positions (no attention pass)."""
     return units(parameters(tr), source + output_limit(tr, source, settings) * decode_step(settings.beam_size))
 
 
-def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettings,
-                    ceiling: float | None = None) -> list[list[int]]:
-    """The sentences' indices in groups, each group's plain translation within ``ceiling`` (default what is
-    :func:`left` of this request; one sentence at least); the page translates the first group and the rest on
-    request."""
+def sentence_groups(costs: list[float], ceiling: float | None = None) -> list[list[int]]:
+    """The indices of sentences whose plain translations cost ``costs``, in groups, each group within ``ceiling``
+    (default what is :func:`left` of this request; one sentence at least); the page translates the first group and
+    the rest on request."""
     ceiling = left() if ceiling is None else ceiling
     groups: list[list[int]] = [[]]
     total = 0.0
-    for i, sentence in enumerate(sentences):
-        cost = plain_work(tr, sentence, settings)
+    for i, cost in enumerate(costs):
         if groups[-1] and total + cost > ceiling:
             groups.append([])
             total = 0.0
         groups[-1].append(i)
         total += cost
     return groups
+
+
+@dataclass(frozen=True)
+class TextPlan:
+    """How one request spends its work on a longer text: the picked sentence's analysis first (at most half of
+    the ceiling), the sentences' plain translations in ``groups`` (each within the rest; the page translates one
+    group a request), with ``settings`` (the beam capped so that no sentence alone is over the rest: ``notices``);
+    ``costs``: each sentence's plain translation under them."""
+
+    settings: DecodeSettings
+    groups: list[list[int]]
+    costs: list[float]
+    notices: list[str]
+
+
+def plan_text(tr: Translator, pieces: list[int], picked: int, settings: DecodeSettings,
+              ceiling: float | None = None) -> TextPlan:
+    """The :class:`TextPlan` of a text whose sentences have ``pieces`` pieces each, sentence ``picked`` (0-based)
+    to be analysed, within ``ceiling`` (default what is :func:`left` of this request)."""
+    ceiling = left() if ceiling is None else ceiling
+    sources = [positions(tr, n) for n in pieces]
+    ceiling -= min(translation_work(tr, sources[picked], settings), ceiling / 2)
+    settings, notices = cap_translation(tr, max(sources), settings, ceiling)  # no sentence alone over the rest
+    costs = [plain_work(tr, source, settings) for source in sources]
+    return TextPlan(settings, sentence_groups(costs, ceiling), costs, notices)
 
 
 @dataclass(frozen=True)
@@ -211,7 +238,7 @@ def table_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float
     """One line of a test-set table (``transformer.corpus``): its plain translation, then the teacher-forced pass and
     ALTI+ over the longest output the length rule allows."""
     source = source_length(tr, sentence)
-    return plain_work(tr, sentence, settings) + alti_work(tr, source, output_limit(tr, source, settings))
+    return plain_work(tr, source, settings) + alti_work(tr, source, output_limit(tr, source, settings))
 
 
 def table_lines(tr: Translator, sentences: list[str], settings: DecodeSettings,

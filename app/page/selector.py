@@ -25,10 +25,9 @@ def resolve(views: dict, groups: dict[str, list[str]]) -> str:
 
 def view_selector(views: dict, groups: dict[str, list[str]], row=None) -> str:
     """The views in groups: a group, then a view of it (each with one line of help); returns the view's name.
-    A link or Back/Forward sets the view, and its group follows. ``row``: a horizontal container to draw in (the
-    caller may add to it), else a new one."""
+    A link or Back/Forward sets the view, and its group follows (:func:`resolve`, which the page calls first, once
+    a run). ``row``: a horizontal container to draw in (the caller may add to it), else a new one."""
     ss = st.session_state
-    resolve(views, groups)
     if row is None:
         row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # one row where it fits
     group = row.segmented_control("Views, in groups", list(groups), key=state.VIEW_GROUP, required=True,
