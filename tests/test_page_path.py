@@ -68,9 +68,9 @@ def test_the_view_is_settled_once_a_run(app_env, monkeypatch):
     calls = []
     resolve = selector.resolve
     monkeypatch.setattr(selector, "resolve", lambda *a: calls.append(1) or resolve(*a))
-    at = new_app({"text": "A dog runs.", "view": "Masks"})
+    at = new_app({"text": "A dog runs.", "view": "masks"})
     assert_clean(at)
-    assert len(calls) == 1 and at.segmented_control(key="view").value == "Masks"
+    assert len(calls) == 1 and at.segmented_control(key="view").value == "masks"
 
 
 def test_the_analysis_reads_the_pieces_it_is_given(tr):

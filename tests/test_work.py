@@ -319,7 +319,7 @@ def test_attribution_over_the_ceiling_does_less_and_says_so(public, monkeypatch,
     s, t = len(result.source_ids), len(result.target_ids)
     cost = work.attribution_work(work.parameters(tr), s, t, 5, "integrated_gradients", 8)
     monkeypatch.setenv("ATTN_MAX_WORK", str(max(cost * 1.01, 1e-9)))
-    at = set_view(at, "What drives each word")
+    at = set_view(at, "what_drives_each_word")
     assert_clean(at)
     notes = capped_notices(at)
     assert notes, [plain(i.value) for i in at.info]
@@ -369,7 +369,7 @@ def with_snapshots(app_env, tmp_path, tr):
 def test_training_evolution_of_a_long_input_draws_a_window(app_env, tmp_path, tr, monkeypatch):
     ckpt = with_snapshots(app_env, tmp_path, tr)
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
-    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "Training evolution",
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "training_evolution",
                   "att": "encoder"})
     assert_clean(at)
     spec = __import__("json").loads(at.get("plotly_chart")[0].proto.spec)
@@ -460,7 +460,7 @@ def test_one_requests_jobs_together_stay_within_the_ceiling_with_one_notice(publ
     settings = DecodeSettings(beam_size=16, alpha=0.6, max_len_a=4.0, max_len_b=50)
     ceiling = work.translation_work(tr, work.source_length(tr, LONG), settings) / 2
     monkeypatch.setenv("ATTN_MAX_WORK", str(ceiling))
-    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "What drives each word"})
+    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "what_drives_each_word"})
     assert_clean(at)
     keys = list(cached.RESULTS._items)
     analysis_key = next(k for k in keys if k[0] == "analysis")
@@ -483,7 +483,7 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
 
     from app.compute import inference
 
-    at = new_app({"text": "a man rides a bike.", "view": "Export"})
+    at = new_app({"text": "a man rides a bike.", "view": "export"})
     assert_clean(at)
     assert len(at.get("download_button")) == 3  # JSON, NPZ, the offline page
     assert not [k for k in cached.RESULTS._items if k[0] in ("export", "report")]
