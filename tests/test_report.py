@@ -63,7 +63,7 @@ def test_every_view_with_a_description_is_offline_in_the_registry():
     assert list(PAGES) == list(VIEWS)  # each one drawn on the page
     offline = [v for v in VIEWS.values() if v.offline]
     assert [v.described.KEY for v in offline] == list(report.VIEWS)  # the offline page's, in the registry's order
-    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.name for v in offline]
+    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.title for v in offline]
     assert VIEWS["source_or_prefix"].offline and not VIEWS["ablation"].offline
     assert "source_prefix" in report.DEFAULT_VIEWS
 
