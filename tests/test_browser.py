@@ -266,6 +266,7 @@ def test_views_beyond_weights_in_a_real_browser(server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
+            # links naming the views by their titles (as links were written before the keys): they still open
             for view, title in (("Inside+a+head&head=2", "Softmax weights"),
                                 ("What+drives+each+word", "Attribution to the source"),
                                 ("Layer+by+layer", "Probability of the piece"), ("Beam+tree", "Beam search tree")):
