@@ -36,10 +36,12 @@ def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analy
     """The analysis of the shown sentence (the picked one of a longer text), or None with a message."""
     if sub is None:
         return None
-    text = frame.pick_sentence(model, sub)
+    picked = frame.pick_sentence(model, sub)  # a longer text's picked sentence, with its pieces
     try:  # the beam capped to what is left of the request's work (the cut goes in the request's one notice)
         with st.spinner("Translating…"):
-            return model.analysis(text, sub.settings, ())
+            if picked is None:
+                return model.analysis(sub.text, sub.settings, ())
+            return model.analysis(picked.text, sub.settings, (), pieces=picked.pieces)
     except Exception as err:  # never a stack trace
         st.error(f"The translation failed: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
                  icon=":material/error:")
@@ -75,12 +77,12 @@ def page(req: ledger.Request) -> None:
     languages.settle(tr)  # a multilingual model: source and target language
     above = st.container()  # the input area, drawn in its place once the picture has been sent
     notice = st.empty()  # what the work limit cut, filled once the request's jobs are planned
-    view = VIEWS[selector.resolve(VIEWS, GROUPS)]
-    req.keep(view.work_share)  # for the view's own jobs
+    name = selector.resolve(VIEWS, GROUPS)  # the view, settled once, before its selector is drawn
+    req.keep(VIEWS[name].work_share)  # for the view's own jobs
     sub = state.submitted()
     result = analyse(model, sub)
     req.keep(0.0)
-    render_view(model, sub, result)
+    render_view(name, model, sub, result)
     with above:
         frame.input_area(tr)
     sidebar.sidebar(notices)
@@ -90,12 +92,12 @@ def page(req: ledger.Request) -> None:
     state.link_too_long_notice()  # last: an element that shows nothing unless the link was dropped
 
 
-def render_view(model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None) -> None:
-    """The view selector (with the model card's switch in its row), the translation panel and the chosen view;
-    then the address. The selector's row and the translation are placed first and filled once the view (its
-    picture) has been sent."""
+def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
+                result: inference.Analysis | None) -> None:
+    """The view selector (with the model card's switch in its row), the translation panel and the view ``name``
+    (settled by ``selector.resolve``); then the address. The selector's row and the translation are placed first
+    and filled once the view (its picture) has been sent."""
     tr = model.tr
-    name = selector.resolve(VIEWS, GROUPS)  # the view, settled before its selector is drawn
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
     model_card = st.empty()
     translation = st.container()  # filled after the view: the picture goes first

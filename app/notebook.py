@@ -34,7 +34,7 @@ from transformer import TranslationResult, Translator
 from . import report
 from .compute.inference import Analysis
 from .drawing import svg
-from .drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS
+from .drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, one_head
 
 SVG_VIEWS = ("heatmap", "all_heads")
 
@@ -80,30 +80,15 @@ def _kind(kind: str) -> str:
     return kind
 
 
-def _layer(attn: np.ndarray, layer: int | None) -> int:
-    """0-based layer of a 1-based ``layer`` (None: the last)."""
-    n = attn.shape[0]
-    if layer is None:
-        return n - 1
-    if not isinstance(layer, (int, np.integer)) or not 1 <= layer <= n:
-        raise ValueError(f"layer counts from 1 to {n} here, not {layer!r}")
-    return int(layer) - 1
-
-
 def heatmap_html(a: Analysis, kind: str = "cross", layer: int | None = None, head: int | str | None = None) -> str:
-    """One head (1-based) or the mean over heads (``head=None`` or ``"mean"``) as an SVG heatmap."""
+    """One head (1-based) or the mean over heads (``head=None`` or ``"mean"``) of a layer (1-based; None: the last)
+    as an SVG heatmap."""
     attn = a.attention(_kind(kind))  # (L, H, Q, K)
-    li = _layer(attn, layer)
-    if head in (None, "mean"):
-        weights, name = attn[li].mean(axis=0), "mean over heads"
-    elif isinstance(head, (int, np.integer)) and 1 <= head <= attn.shape[1]:
-        weights, name = attn[li, int(head) - 1], f"head {int(head)}"
-    else:
-        raise ValueError(f"head counts from 1 to {attn.shape[1]} here (or 'mean'), not {head!r}")
+    picked = one_head(attn, kind, attn.shape[0] if layer is None else layer, head)
     queries, keys = a.axes(kind)
     qt, kt = AXIS_TITLES[kind]
-    return svg.heatmap_svg(weights, queries, keys, title=f"{KIND_NAMES[kind]} · layer {li + 1} · {name}",
-                           query_title=qt, key_title=kt, zmin=0.0, zmax=1.0)
+    return svg.heatmap_svg(picked.weights, queries, keys, title=picked.title, query_title=qt, key_title=kt,
+                           zmin=0.0, zmax=1.0)
 
 
 def _png(weights: np.ndarray) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from transformer import CheckpointError, TranslationResult, Translator, load
+from transformer import CheckpointError, TranslationResult, Translator, cli, load
 
 from . import registry
 from .compute.inference import (
@@ -325,23 +325,27 @@ def build_page(result: TranslationResult | Analysis, translator: Translator | No
             f"</div>{body}</body></html>\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def command_line() -> argparse.ArgumentParser:
+    """The command's flags (the shared ones from :mod:`transformer.cli`)."""
     parser = argparse.ArgumentParser(prog="python -m app.report", description="Write one translation as a single "
                                      "self-contained HTML page (opens offline, no server).")
     parser.add_argument("text", help="the sentence to translate")
     parser.add_argument("--out", required=True, help="the HTML file to write")
-    parser.add_argument("--checkpoint", default="checkpoints/multi30k-en-de",
-                        help="a checkpoint directory or a Hugging Face Hub id (default: %(default)s)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy search (default: %(default)s)")
-    parser.add_argument("--alpha", type=float, default=None, help="length penalty (default: the model card's)")
-    parser.add_argument("--src-lang", default=None, help="source language code of a multilingual model")
-    parser.add_argument("--tgt-lang", default=None, help="target language code of a multilingual model")
+    cli.add_checkpoint(parser)
+    cli.add_decoding(parser, languages=True)
     parser.add_argument("--views", default=",".join(DEFAULT_VIEWS),
                         help=f"comma-separated views among {', '.join(VIEWS)} (default: %(default)s)")
     parser.add_argument("--method", default="integrated_gradients", choices=("integrated_gradients",
                         "input_x_gradient"), help="attribution method (with --views ...,attribution)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
+    cli.add_threads(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = command_line()
     args = parser.parse_args(argv)
+    cli.use_threads(args)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     bad = [v for v in views if v not in VIEWS]
     if bad:
@@ -360,14 +364,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tr = load(args.checkpoint, device=args.device)
     except (CheckpointError, OSError, ValueError) as err:
-        parser.exit(2, f"python -m app.report: cannot load {args.checkpoint!r}: {err}\n")
+        parser.exit(2, f"python -m app.report: cannot load {args.checkpoint!r}: {cli.one_line(err)}\n")
     for flag, code in (("--src-lang", args.src_lang), ("--tgt-lang", args.tgt_lang)):
         if code and code not in tr.languages:
             parser.error(f"{flag} {code!r} is not a language of this model"
                          + (f" (it takes e.g. {', '.join(tr.languages[:6])})" if tr.languages else
                             " (it is not multilingual)"))
-    settings = DecodeSettings(beam_size=max(1, args.beam), alpha=tr.default_alpha if args.alpha is None else args.alpha,
-                              src_lang=args.src_lang, tgt_lang=args.tgt_lang)
+    settings = cli.settings(args).filled(tr.metadata)
     result = tr.translate(text, beam_size=settings.beam_size, alpha=settings.alpha, return_attention=False,
                           **language_args(tr, settings))
     page = build_page(result, tr, views, text=text, model=args.checkpoint, settings=settings, method=args.method,

@@ -240,7 +240,7 @@ def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[st
     import psutil
 
     os.environ.update(ATTN_CACHE_MB=f"{cache_mb:g}", ATTN_MAX_WORK=os.environ.get("ATTN_MAX_WORK", "1000"))
-    from app.compute import cached, probes, work
+    from app.compute import cached, inference, probes, work
     from app.compute.inference import DecodeSettings
 
     process = psutil.Process()
@@ -257,9 +257,9 @@ def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[st
         model.beyond("attributions", analysis, plan.method, plan.steps, plan.span, work.work_bytes())
         model.beyond("beam_tree", analysis)
         if i % 10 == 0:
-            sentences = hundred_sentences(i).replace(". ", ".\n").splitlines()
-            for group in work.sentence_groups(tr, sentences, settings)[:1]:  # the first group, as the page does
-                model.translations(tuple(sentences[j] for j in group), settings)
+            sentences = [inference.sentence(tr, s) for s in hundred_sentences(i).replace(". ", ".\n").splitlines()]
+            plan = work.plan_text(tr, [len(s.pieces) for s in sentences], 0, settings)
+            model.sentence_translations(sentences, plan, 1)  # the first group, as the page does
         rss.append(process.memory_info().rss / 1e6)
     models_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) / 1e6
     return {"heavy_soak_inputs": n, "heavy_soak_cache_mb": cache_mb, "heavy_soak_start_rss_mb": round(start),

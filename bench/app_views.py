@@ -25,7 +25,7 @@ from .browser import (
 )
 from .common import percentile
 
-ATTRIBUTION_VIEW = "What drives each word"
+ATTRIBUTION_VIEW = "what_drives_each_word"  # a view key
 METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradient": "Input × gradient"}
 # the issue's goals (seconds, p50): every view 1 s, attribution by input × gradient 1.5 s, integrated gradients 3 s
 GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['input_x_gradient']}": 1.5,
@@ -51,13 +51,13 @@ def _button(page, text: str):
 
 
 def switch(page, view: str, timeout_s: float) -> float:
-    """Seconds from the click that opens ``view`` to the view drawn. The views come in groups: another group's
-    view takes a click on its group first (untimed, unless the group opens on that very view)."""
+    """Seconds from the click that opens ``view`` (its key) to the view drawn. The views come in groups: another
+    group's view takes a click on its group first (untimed, unless the group opens on that very view)."""
     from app.views import VIEWS
 
     _quiet(page, timeout_s)
-    group = VIEWS[view].group
-    if not _button(page, view).is_visible():  # another group is open
+    group, title = VIEWS[view].group, VIEWS[view].title
+    if not _button(page, title).is_visible():  # another group is open
         before = page.evaluate(URL_VIEW_JS)
         t0 = time.perf_counter()
         _button(page, group).click()
@@ -67,7 +67,7 @@ def switch(page, view: str, timeout_s: float) -> float:
             page.wait_for_function(VIEW_DONE_JS, arg=view, polling=100, timeout=timeout_s * 1000)
             return time.perf_counter() - t0
         _quiet(page, timeout_s)  # another view of the group opened: click the view itself
-    button = _button(page, view)
+    button = _button(page, title)
     t0 = time.perf_counter()
     click_until(page, button, VIEW_DONE_JS, view, timeout_s)
     return time.perf_counter() - t0

@@ -13,9 +13,11 @@ from typing import Any
 
 import torch
 
+from transformer import cli
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CHECKPOINT = REPO_ROOT / "checkpoints" / "multi30k-en-de"
-DEFAULT_DATA_DIR = REPO_ROOT / "data" / "multi30k"  # `python -m transformer.data --download data/multi30k`
+DEFAULT_CHECKPOINT = REPO_ROOT / cli.DEFAULT_CHECKPOINT
+DEFAULT_DATA_DIR = REPO_ROOT / cli.DEFAULT_DATA_DIR
 
 WORDS = ["a", "man", "woman", "dog", "child", "boy", "girl", "two", "people", "group", "young", "old", "red", "blue",
          "green", "white", "black", "ball", "street", "park", "beach", "water", "bike", "shirt", "hat", "rides", "runs",

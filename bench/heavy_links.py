@@ -44,11 +44,11 @@ def hundred_sentences(seed: int) -> str:
 def crafted_links(seed: int = 0) -> dict[str, dict[str, str]]:
     heavy = {"beam": "16", "alpha": "5", "a": "4", "b": "200"}
     return {
-        "attribution, 3,200-char list, beam 16": {"text": long_list(seed), **heavy, "view": "What drives each word"},
-        "beam tree, 3,200-char list, beam 16": {"text": long_list(seed + 1), **heavy, "view": "Beam tree"},
+        "attribution, 3,200-char list, beam 16": {"text": long_list(seed), **heavy, "view": "what_drives_each_word"},
+        "beam tree, 3,200-char list, beam 16": {"text": long_list(seed + 1), **heavy, "view": "beam_tree"},
         "100 sentences, beam 16": {"text": hundred_sentences(seed), "beam": "16"},
         **{f"Training evolution, long input {k + 1}": {"text": long_list(seed + 10 + k), "a": "4", "b": "200",
-                                                       "view": "Training evolution"} for k in range(5)},
+                                                       "view": "training_evolution"} for k in range(5)},
     }
 
 
@@ -187,7 +187,7 @@ async def heavy_visitors(url: str, n: int, stop: asyncio.Event, seed: int,
 
 def download_link(seed: int) -> dict[str, str]:
     """The Export view of a ~3,200-character list at beam 16 (a=4, b=200): its JSON is tens of MB."""
-    return {"text": long_list(seed), "beam": "16", "alpha": "5", "a": "4", "b": "200", "view": "Export"}
+    return {"text": long_list(seed), "beam": "16", "alpha": "5", "a": "4", "b": "200", "view": "export"}
 
 
 async def download_visitors(url: str, n: int, stop: asyncio.Event, seed: int,

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .common import DEFAULT_DATA_DIR, read_sentences
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, read_sentences
 
 MARIAN_SIZES = dict(src_vocab_size=58101, tgt_vocab_size=58101, d_model=512, n_heads=8, n_encoder_layers=6,
                     n_decoder_layers=6, d_ff=2048, dropout=0.1, attention_dropout=0.0, max_len=512, pad_id=58100,
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.paired", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", required=True, help="root of the other tree (e.g. a worktree of main)")
-    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de")
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     p.add_argument("--quick", action="store_true", help="fewer pairs, no OPUS-MT-sized model")
     args = p.parse_args(argv)

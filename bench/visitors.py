@@ -61,7 +61,7 @@ async def visitors_round(url: str, checkpoint: str, texts: list[str], ablate: bo
             if ablate and i == 0:  # this visitor switches every cross head of layer 1 off meanwhile
                 n_heads = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))["n_heads"]
                 heads = ",".join(f"cross.1.{h}" for h in range(1, n_heads + 1))
-                query = f"?text={quote(texts[0])}&view=Ablation&off={heads}"
+                query = f"?text={quote(texts[0])}&view=ablation&off={heads}"
             await page.goto(url + query, wait_until="domcontentloaded")
             await page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             pages.append(page)

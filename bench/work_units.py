@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .common import REPO_ROOT
+from .common import DEFAULT_CHECKPOINT
 
 SIZES = ((32, 31), (64, 63), (128, 127), (256, 255))  # (source, decoder input) positions
 
@@ -68,7 +68,7 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.work_units", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default=str(REPO_ROOT / "checkpoints" / "multi30k-en-de"))
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -35,9 +35,9 @@ MAX_BYTES = 250_000
 TEXT = "A man in a blue shirt is riding a bike down the street."
 SHOTS = {  # file name -> the page's address parameters, and where the first chart goes in the window (None: the
     # first screen as it opens)
-    "app.png": ({"text": TEXT, "view": "Heatmap", "att": "cross", "layer": "3", "head": "2"}, None),
-    "all-heads.png": ({"text": TEXT, "view": "All heads", "att": "cross", "pick": "3.2"}, "start"),
-    "compare.png": ({"text": TEXT, "view": "Compare models", "att": "cross", "layer": "3", "head": "2"}, "end"),
+    "app.png": ({"text": TEXT, "view": "heatmap", "att": "cross", "layer": "3", "head": "2"}, None),
+    "all-heads.png": ({"text": TEXT, "view": "all_heads", "att": "cross", "pick": "3.2"}, "start"),
+    "compare.png": ({"text": TEXT, "view": "compare_models", "att": "cross", "layer": "3", "head": "2"}, "end"),
 }
 
 

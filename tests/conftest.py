@@ -283,7 +283,7 @@ def shown_texts(at) -> list[str]:
 
 
 def set_view(at, view: str):
-    """Open ``view``: its group first (when another group shows), then the view."""
+    """Open ``view`` (its key, ``app.registry.View.key``): its group first (when another group shows), then the view."""
     from app.views import group_of
 
     if at.segmented_control(key="view_group").value != group_of(view):

@@ -88,12 +88,12 @@ def test_translate_and_heatmap_match_the_model(app_env, tr, model_runs):
     at.run()
     spec = svg_chart(at, "Decoder self-attention · layer 1 · head 3")
     np.testing.assert_allclose(spec["z"], ref.decoder_attentions[0][2].numpy(), atol=5.1e-4)
-    for view in ["All heads", "Lines", "Step through", "Head table", "Heatmap"]:
+    for view in ["all_heads", "lines", "step_through", "head_table", "heatmap"]:
         set_view(at, view)
         assert_clean(at)
     assert len(model_runs) == runs  # no model run for any of these changes
     # the URL carries the input, the view and the view's choices
-    assert at.query_params["text"] == text and at.query_params["view"] == "Heatmap"
+    assert at.query_params["text"] == text and at.query_params["view"] == "heatmap"
     assert at.query_params["att"] == "decoder" and at.query_params["head"] == "3"
 
 
@@ -103,7 +103,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     ref = tr.translate(text)
     n_layers, n_heads = tr.config.n_decoder_layers, tr.config.n_heads
 
-    at = set_view(at, "All heads")
+    at = set_view(at, "all_heads")
     assert_clean(at)
     spec = chart(at, "every head")
     shape = tuple(spec["layout"]["meta"]["grid"])
@@ -119,11 +119,11 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     np.testing.assert_allclose(arr(chart(at, "layer 1 · head 2")["data"][0]["z"]),
                                ref.cross_attentions[0][1].numpy(), atol=1e-5)
 
-    at = set_view(at, "Lines")
+    at = set_view(at, "lines")
     assert_clean(at)
     assert chart(at, "Cross-attention · layer 2")
 
-    at = set_view(at, "Step through")
+    at = set_view(at, "step_through")
     assert_clean(at)
     at.slider(key="step").set_value(2)
     at.run()
@@ -135,7 +135,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     np.testing.assert_allclose(arr(step_cross["z"])[1:],
                                ref.cross_attentions[-1][:, 1, :].numpy(), atol=1e-5)
 
-    at = set_view(at, "Head table")
+    at = set_view(at, "head_table")
     assert_clean(at)
     table = at.dataframe[0].value
     assert len(table) == (tr.config.n_encoder_layers + 2 * n_layers) * n_heads
@@ -150,7 +150,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     assert_clean(at)
     np.testing.assert_allclose(arr(chart(at, "Cross-attention · layer 2 · head 1")["data"][0]["z"]), w, atol=1e-5)
 
-    at = set_view(at, "Masks")
+    at = set_view(at, "masks")
     assert_clean(at)
     causal = arr(chart(at, "Causal mask")["data"][0]["z"])
     t = len(ref.target_ids) + 2  # default: two padding positions
@@ -159,7 +159,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     assert not padded[:, -2:].any()
     assert any("largest weight on any blocked position is 0" in s.value for s in at.success)
 
-    at = set_view(at, "Positional encoding")
+    at = set_view(at, "positional_encoding")
     assert_clean(at)
     at.slider(key="pe_d").set_value(64)
     at.slider(key="pe_len").set_value(40)
@@ -170,11 +170,11 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
     np.testing.assert_allclose(own, tr.model.pe.numpy(), atol=1e-6)
     assert chart(at, "How large the encodings are")
 
-    at = set_view(at, "Training evolution")
+    at = set_view(at, "training_evolution")
     assert_clean(at)
     assert any("no training snapshots" in i.value for i in at.info)
 
-    at = set_view(at, "Export")
+    at = set_view(at, "export")
     assert_clean(at)
     assert len(at.get("download_button")) == 3  # JSON, NPZ and the offline page, each built on its click
     assert any("text=" in c.value for c in at.code)
@@ -183,7 +183,7 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
 def test_head_ablation_shows_both_translations(app_env, tr):
     text = "A girl walks on the street."
     at = translate(new_app(), text)
-    at = set_view(at, "Ablation")
+    at = set_view(at, "ablation")
     assert_clean(at)
     at.multiselect(key="ablate").set_value(["Cross · L1 · H1", "Encoder · L2 · H3"])
     at.button(key="ablate_run").click()
@@ -203,11 +203,11 @@ def test_head_ablation_shows_both_translations(app_env, tr):
 
 def test_url_opens_the_same_view(app_env, tr):
     text = "A woman runs in the park."
-    at = new_app({"text": text, "beam": "1", "view": "Lines", "att": "encoder", "layer": "1", "b": "7"})
+    at = new_app({"text": text, "beam": "1", "view": "lines", "att": "encoder", "layer": "1", "b": "7"})
     assert_clean(at)
     ref = tr.translate(text, beam_size=1, max_len_b=7)
     assert ref.text in shown_texts(at)
-    assert at.segmented_control(key="view").value == "Lines"
+    assert at.segmented_control(key="view").value == "lines"
     assert at.radio(key="search").value == "Greedy"
     assert chart(at, "Encoder self-attention · layer 1")
     # junk in the URL is ignored, not an error

@@ -25,7 +25,7 @@ def tensors(tr, ref):
 
 
 def test_inside_a_head_shows_the_models_numbers(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "Inside a head")
+    at = set_view(translate(new_app(), TEXT), "inside_a_head")
     assert_clean(at)
     ref = tr.translate(TEXT)
     src, tgt, _ = tensors(tr, ref)
@@ -62,7 +62,7 @@ def test_weighted_norms_toggle(app_env, tr):
     assert any("Kobayashi" in c.value for c in at.caption)
     assert chart(at, "Cross-attention · layer 2")["data"][0]["colorbar"]["title"]["text"] == "norm"
     assert at.segmented_control(key="scale").proto.disabled  # the 0-1 / stretch scale is for weights only
-    at = set_view(at, "All heads")
+    at = set_view(at, "all_heads")
     assert_clean(at)
     assert at.segmented_control(key="scale").proto.disabled
     grid_chart = chart(at, "every head")
@@ -71,7 +71,7 @@ def test_weighted_norms_toggle(app_env, tr):
 
 
 def test_what_drives_each_word_shows_the_attributions(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "What drives each word")
+    at = set_view(translate(new_app(), TEXT), "what_drives_each_word")
     at.segmented_control(key="drivers_method").set_value("input_x_gradient")
     at.run()
     assert_clean(at)
@@ -96,25 +96,25 @@ def test_a_long_sentences_attribution_window_names_its_pieces(app_env, tr):
     """The window sliders of a long sentence say what the attribution maps' rows and columns are (output and source
     pieces), not the attention maps' queries and keys."""
     long = " ".join(["a man rides a red bike in the park"] * 10)
-    at = set_view(translate(new_app(), long), "What drives each word")
+    at = set_view(translate(new_app(), long), "what_drives_each_word")
     at.segmented_control(key="drivers_method").set_value("input_x_gradient")
     at.run()
     assert_clean(at)
     labels = {s.key: s.label for s in at.slider if s.key.startswith("drivers_chart_")}
     assert labels.get("drivers_chart_kwin") == "Source pieces (columns)", labels
     assert labels.get("drivers_chart_qwin", "Output pieces (rows)") == "Output pieces (rows)", labels
-    heatmap = set_view(at, "Heatmap")
+    heatmap = set_view(at, "heatmap")
     assert {s.key: s.label for s in heatmap.slider}.get("heatmap_chart_kwin") == "Key columns"
 
 
 def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, monkeypatch):
     from app.page import controls
 
-    small = set_view(translate(new_app(), TEXT), "What drives each word")
+    small = set_view(translate(new_app(), TEXT), "what_drives_each_word")
     assert small.segmented_control(key="drivers_method").value == "integrated_gradients"
     assert not any("parameters" in c.value for c in small.caption)
     monkeypatch.setattr(controls, "LARGE_MODEL", 1000)  # the tiny model counts as large
-    big = set_view(translate(new_app(), "Two dogs run."), "What drives each word")
+    big = set_view(translate(new_app(), "Two dogs run."), "what_drives_each_word")
     assert_clean(big)
     assert big.segmented_control(key="drivers_method").value == "input_x_gradient"
     assert any("parameters: integrated gradients run 32 passes" in c.value for c in big.caption)
@@ -125,7 +125,7 @@ def test_a_large_model_starts_attribution_with_the_one_pass_method(app_env, tr, 
 
 
 def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "Layer by layer")
+    at = set_view(translate(new_app(), TEXT), "layer_by_layer")
     assert_clean(at)
     ref = tr.translate(TEXT)
     out = tr.attentions(ref.source_ids, ref.target_ids[:-1])
@@ -137,7 +137,7 @@ def test_layer_by_layer_ends_at_the_models_own_probabilities(app_env, tr):
 
 
 def test_beam_tree_view(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "Beam tree")
+    at = set_view(translate(new_app(), TEXT), "beam_tree")
     assert_clean(at)
     ref = tr.translate(TEXT, return_tree=True)
     spec = chart(at, "Beam search tree")
@@ -162,7 +162,7 @@ def test_beam_tree_view(app_env, tr):
 
 
 def test_head_table_gains_the_agreement_column(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "Head table")
+    at = set_view(translate(new_app(), TEXT), "head_table")
     at.toggle(key="table_agreement").set_value(True)
     at.run()
     assert_clean(at)
@@ -211,7 +211,7 @@ def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoin
     conditions = {"always": [{"column": "source_share", "op": "<", "value": 1.01}],
                   "never": [{"column": "seq_logprob", "op": "<", "value": -1000}], None: None}[rule]
     alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, conditions)
-    at = set_view(translate(new_app(), TEXT), "Source or prefix")
+    at = set_view(translate(new_app(), TEXT), "source_or_prefix")
     assert_clean(at)
     ref = tr.translate(TEXT)
     src, tgt, _ = tensors(tr, ref)
@@ -245,12 +245,12 @@ def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoin
 
 
 def test_source_or_prefix_from_a_link_and_over_the_work_limit(app_env, tr, monkeypatch):
-    at = new_app({"text": TEXT, "view": "Source or prefix", "cl": "1"})
+    at = new_app({"text": TEXT, "view": "source_or_prefix", "cl": "1"})
     assert_clean(at)
     assert at.selectbox(key="source_prefix_layer").value == 1
     chart(at, "Cross-attention · layer 1")
     monkeypatch.setenv("ATTN_MAX_WORK", "0.0001")
-    at = new_app({"text": TEXT, "view": "Source or prefix", "cl": "9"})  # a layer this model lacks: dropped
+    at = new_app({"text": TEXT, "view": "source_or_prefix", "cl": "9"})  # a layer this model lacks: dropped
     assert not at.exception
     assert any("not computed for this sentence" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if "Contributions" in c.proto.spec]

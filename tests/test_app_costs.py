@@ -33,8 +33,8 @@ def public_shipped(monkeypatch):
 
 
 @pytest.mark.parametrize(("view", "more"), [(v, {}) for v in VIEWS] + [
-    ("Heatmap", {"i": "1", "att": "encoder"}), ("Heatmap", {"m": "norms"}), ("All heads", {"att": "encoder"}),
-    ("All heads", {"m": "norms", "att": "decoder"})])
+    ("heatmap", {"i": "1", "att": "encoder"}), ("heatmap", {"m": "norms"}), ("all_heads", {"att": "encoder"}),
+    ("all_heads", {"m": "norms", "att": "decoder"})])
 def test_the_worst_link_sends_at_most_a_megabyte_of_charts(public_shipped, view, more):
     at = new_app({**WORST, "view": view, **more})
     assert not at.exception, [e.value for e in at.exception]
@@ -123,7 +123,7 @@ def test_a_failed_load_is_tried_again_at_most_once_a_minute_and_names_no_path(br
 
 def test_compare_models_and_try_again_do_not_reload_a_failed_model(broken_server):
     broken, loads, clock = broken_server
-    link = {"text": "a man rides a bike.", "view": "Compare models", "with": str(broken)}
+    link = {"text": "a man rides a bike.", "view": "compare_models", "with": str(broken)}
     pages = [new_app(link) for _ in range(3)]  # three visitors of the same link
     assert loads.count(str(broken)) == 1, loads
     for at in pages:
@@ -184,12 +184,12 @@ def hostile_checkpoint(tmp_path, monkeypatch):
     return path
 
 
-@pytest.mark.parametrize("view", ["Source or prefix", "Heads across the test set", "Compare models", "Heatmap"])
+@pytest.mark.parametrize("view", ["source_or_prefix", "heads_across_the_test_set", "compare_models", "heatmap"])
 def test_checkpoint_files_never_put_a_live_link_on_the_page(hostile_checkpoint, view):
     at = new_app({"text": "Un homme fait du vélo. A man rides a bike.", "view": view, "row": "cross.1.1"})
     assert not at.exception, [e.value for e in at.exception]
     shown = markdown_shown(at)
-    assert any("evil" in s for s in shown) or view in ("Compare models", "Heatmap")  # shown, as text
+    assert any("evil" in s for s in shown) or view in ("compare_models", "heatmap")  # shown, as text
     for s in shown:
         assert LINK not in s and BARE not in s and "](" not in s.replace("\\]\\(", ""), s
 
@@ -252,7 +252,7 @@ def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_checkpoint):
     # (an address over 524,288 characters never reaches the page: the server refuses a request that long, and the
     # browser shows its error)
     links = {"many": "&".join(["text=A+dog+runs."] + [f"p{i}=1" for i in range(1000)]),  # 1,001 parameters
-             "fine": "text=A+dog+runs.&view=Heatmap"}
+             "fine": "text=A+dog+runs.&view=heatmap"}
     with streamlit_server(tiny_checkpoint) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

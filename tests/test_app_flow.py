@@ -82,7 +82,7 @@ def test_head_bars_promote_and_suppress():
 
 
 def test_the_view_draws_the_models_graph_and_opens_a_head(app_env, tr):
-    at = set_view(translate(new_app(), TEXT), "How each word is built")
+    at = set_view(translate(new_app(), TEXT), "how_each_word_is_built")
     assert_clean(at)
     ref = tr.translate(TEXT)
     src = torch.tensor([ref.source_ids])
@@ -123,7 +123,7 @@ def test_a_link_opens_the_view_on_its_piece_threshold_and_head(app_env, tr):
     at = new_app()
     at = translate(at, TEXT)
     link = {**{k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()},
-            "view": "How each word is built", "fs": "2", "ft": "0.1"}
+            "view": "how_each_word_is_built", "fs": "2", "ft": "0.1"}
     at = new_app(link)
     assert_clean(at)
     assert at.selectbox(key="flow_step").value == 2 and at.slider(key="flow_threshold").value == 0.1
@@ -163,7 +163,7 @@ def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
     fits, notices = work.plan_flow(tr, 20, 12)
     assert not fits and "not computed" in notices[0]
     monkeypatch.setenv("ATTN_MAX_WORK", "0.0001")
-    at = new_app({"text": TEXT, "view": "How each word is built"})
+    at = new_app({"text": TEXT, "view": "how_each_word_is_built"})
     assert not at.exception
     assert any("not computed for this sentence" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if "How output piece" in c.proto.spec]
@@ -172,7 +172,7 @@ def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
 def test_a_long_sentence_shows_a_window_of_its_positions(app_env):
     from app.page import heatmaps
 
-    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "How each word is built"})
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "how_each_word_is_built"})
     assert_clean(at)
     window = at.slider(key="flow_swin")
     assert window.value == (1, heatmaps.WINDOW)
@@ -183,7 +183,7 @@ def test_a_long_sentence_shows_a_window_of_its_positions(app_env):
 
 
 def test_a_link_with_values_out_of_range_opens_the_defaults(app_env):
-    at = new_app({"text": TEXT, "view": "How each word is built", "fs": "999", "ft": "0.9",
+    at = new_app({"text": TEXT, "view": "how_each_word_is_built", "fs": "999", "ft": "0.9",
                   "fh": "cross.9.9@99", "fw": "1-2"})
     assert_clean(at)
     assert at.selectbox(key="flow_step").value == 1

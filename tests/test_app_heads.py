@@ -36,7 +36,7 @@ def with_heads(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
 
 def test_heads_view_draws_heads_json(with_heads):
     ckpt, data, sources = with_heads
-    at = translate(new_app({"view": "Heads across the test set"}), "A dog runs in the park.")
+    at = translate(new_app({"view": "heads_across_the_test_set"}), "A dog runs in the park.")
     assert_clean(at)
     grid = chart(at, "Head importance")
     for i, kind in enumerate(KINDS):
@@ -62,14 +62,14 @@ def test_heads_view_draws_heads_json(with_heads):
 
 def test_heads_view_without_heads_json_says_how_to_make_it(tiny_checkpoint, monkeypatch):
     monkeypatch.setenv("ATTN_CHECKPOINT", str(tiny_checkpoint))
-    at = new_app({"view": "Heads across the test set"})
+    at = new_app({"view": "heads_across_the_test_set"})
     assert_clean(at)
     assert any("python -m transformer.heads" in i.value for i in at.info)
 
 
 def test_ablation_switches_off_the_least_important_heads(with_heads):
     ckpt, data, _ = with_heads
-    at = set_view(translate(new_app(), "A dog runs in the park."), "Ablation")
+    at = set_view(translate(new_app(), "A dog runs in the park."), "ablation")
     at.number_input(key="ablate_n").set_value(3)
     at.button(key="ablate_least").click()
     at.run()

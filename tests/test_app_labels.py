@@ -122,7 +122,7 @@ def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus,
     (ckpt / "heads.json").write_text(json.dumps(data))
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
     monkeypatch.delenv("ATTN_DATA_DIR", raising=False)
-    at = new_app({"text": "A dog runs in the park.", "view": "Heads across the test set", "row": "cross.1.2"})
+    at = new_app({"text": "A dog runs in the park.", "view": "heads_across_the_test_set", "row": "cross.1.2"})
     assert_clean(at)
     listing = "\n".join(t.value for t in at.text)
     for i in data["most_confident"]["cross"][0][1]:

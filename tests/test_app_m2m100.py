@@ -46,7 +46,7 @@ def test_a_multilingual_checkpoint_opens_in_every_view(tmp_path, spm_dir, monkey
     for view in VIEWS:
         at = set_view(at, view)
         assert_clean(at)
-        if view == "What drives each word":  # attribution says what it caps at a large vocabulary
+        if view == "what_drives_each_word":  # attribution says what it caps at a large vocabulary
             assert at.segmented_control(key="drivers_method").value == "input_x_gradient"
             assert any(f"{tr.config.tgt_vocab_size:,}-piece vocabulary" in c.value for c in at.caption)
 

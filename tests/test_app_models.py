@@ -119,7 +119,7 @@ def test_each_model_decodes_with_its_own_length_penalty(repo):
 
 def test_compare_view_shows_each_models_own_numbers(repo):
     text = "A man rides a red bike."
-    at = translate(new_app({"view": "Compare models"}), text)
+    at = translate(new_app({"view": "compare_models"}), text)
     assert_clean(at)
     assert at.selectbox(key="compare_with").value == "checkpoints/pre"  # the other layout by default
     post = transformer.load(repo / "checkpoints" / "post", device="cpu")
@@ -153,7 +153,7 @@ def test_compare_view_shows_each_models_own_numbers(repo):
     assert any("Encoder self-attention · layer 2 · head 2" in m.value for m in reopened.markdown)
     np.testing.assert_allclose(arr(chart(reopened, "pre (pre-norm)")["data"][0]["z"]),
                                ref_pre.encoder_attentions[1][1].numpy(), atol=1e-5)
-    set_view(at, "Heatmap")  # the same type, layer and head as in Compare
+    set_view(at, "heatmap")  # the same type, layer and head as in Compare
     assert_clean(at)
     np.testing.assert_allclose(svg_chart(at, "layer 2 · head 2")["z"], ref_post.encoder_attentions[1][1].numpy(),
                                atol=5.1e-4)
@@ -193,7 +193,7 @@ def hostile_links(n: int, seed: int = 0) -> list[dict[str, str]]:
              "Ein Hund läuft.", "a\u202eb", "%00", "\n\n\n", "%ED%A0%80", "\ufffd"]
     keys = ["beam", "alpha", "a", "b", "layer", "head", "step", "lf", "lt", "s", "pick", "off", "lh", "scale", "att",
             "view", "model", "zzz", "text", "with", "wa"]
-    values = {"view": ["Heatmap", "<x>", "Export", "../../etc", "All heads", "Compare models"],
+    values = {"view": ["heatmap", "<x>", "export", "../../etc", "all_heads", "compare_models"],
               "with": ["checkpoints/pre", "/etc/passwd", "someone/huge", "x" * 1000, "\x00", "checkpoints/truncated"],
               "wa": ["own", "same", "sidebar", "<b>", ""], "att": ["cross", "encoder", "x", ""],
               "model": ["/etc/passwd", "someone/huge", "checkpoints/pre", "../../..", "checkpoints/truncated"],
@@ -234,7 +234,7 @@ def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta_path.write_text(json.dumps({**meta, "decoding": {"beam": 5, "alpha": 1.7, "chosen_on": "val"}}))
     text = "A man rides a red bike."
-    at = translate(new_app({"view": "Compare models", "beam": "3", "alpha": "0.4"}), text)
+    at = translate(new_app({"view": "compare_models", "beam": "3", "alpha": "0.4"}), text)
     assert_clean(at)
     pre = transformer.load(repo / "checkpoints" / "pre", device="cpu")
     captions = " ".join(plain(c.value) for c in at.caption)
@@ -266,7 +266,7 @@ def test_compare_waits_for_a_heavy_slot_once_and_shares_one_ceiling(repo, monkey
     one = work.translation_work(tr, work.source_length(tr, text), settings)
     monkeypatch.setenv("ATTN_MAX_WORK", str(2 * one))  # one at full beam fits, three do not
     monkeypatch.setattr(ledger, "LIGHT_WORK", 0.0)  # every job heavy, as long inputs are
-    at = new_app({"view": "Compare models", "beam": "6", "alpha": "0.4", "a": "2", "b": "20", "wa": "own"})
+    at = new_app({"view": "compare_models", "beam": "6", "alpha": "0.4", "a": "2", "b": "20", "wa": "own"})
     cached.RESULTS.clear()
     first = counted_slot.taken
     at = translate(at, text)
@@ -286,7 +286,7 @@ def test_compare_keeps_each_its_own_alpha_when_the_partner_changes(repo):
     """``wa=own`` stays chosen (and in the address) while the visitor picks another partner and back: the radio's
     options do not change with the partner (a widget whose options change is a new widget to the browser, which
     then shows none selected and resets it on the next change)."""
-    at = translate(new_app({"view": "Compare models", "wa": "own"}), "A man rides a red bike.")
+    at = translate(new_app({"view": "compare_models", "wa": "own"}), "A man rides a red bike.")
     assert_clean(at)
     assert at.radio(key="compare_alpha").value == "own"
     options = list(at.radio(key="compare_alpha").options)

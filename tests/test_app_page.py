@@ -33,7 +33,7 @@ def test_a_new_visitors_first_run_lets_the_browser_paint_its_picture_once(app_en
     at.selectbox(key=controls.LAYER).set_value(1).run()  # a control: the same session's next run
     assert_clean(at)
     assert pictures(at) and waits == [state.FIRST_PAINT_S]
-    assert_clean(new_app({"view": "All heads"}))  # a new visitor on a view drawn with plotly
+    assert_clean(new_app({"view": "all_heads"}))  # a new visitor on a view drawn with plotly
     assert waits == [state.FIRST_PAINT_S]
 
 
@@ -101,10 +101,10 @@ def test_bidirectional_controls_are_removed_and_the_visitor_told(app_env, tr):
 
 
 def test_link_values_that_cannot_be_used_are_named(app_env):
-    cases = [({"view": "All heads", "pick": "9.9"}, "pick="), ({"view": "Lines", "lf": "999"}, "lf="),
-             ({"view": "Compare models", "with": "checkpoints/nowhere"}, "with="),
-             ({"view": "Heatmap", "off": "cross.1.1"}, "off (not used by the Heatmap view)"),
-             ({"view": "Heatmap", "layer": "x"}, "layer")]
+    cases = [({"view": "all_heads", "pick": "9.9"}, "pick="), ({"view": "lines", "lf": "999"}, "lf="),
+             ({"view": "compare_models", "with": "checkpoints/nowhere"}, "with="),
+             ({"view": "heatmap", "off": "cross.1.1"}, "off (not used by the Heatmap view)"),
+             ({"view": "heatmap", "layer": "x"}, "layer")]
     for link, named in cases:
         at = new_app({"text": "A dog runs.", **link})
         assert_clean(at)
@@ -112,14 +112,14 @@ def test_link_values_that_cannot_be_used_are_named(app_env):
 
 
 def test_leaving_a_view_drops_its_parameters(app_env):
-    at = new_app({"text": "A dog runs.", "view": "Ablation", "off": "cross.1.2"})
+    at = new_app({"text": "A dog runs.", "view": "ablation", "off": "cross.1.2"})
     assert at.query_params["off"] == "cross.1.2"
-    at = set_view(at, "Heatmap")
+    at = set_view(at, "heatmap")
     assert "off" not in at.query_params
 
 
 def test_a_clicked_head_opens_beside_the_grid(app_env):
-    at = new_app({"text": "A dog runs in the park.", "view": "All heads"})
+    at = new_app({"text": "A dog runs in the park.", "view": "all_heads"})
     at.pills(key="grid_pick").set_value("L1 · H2")
     at.run()
     assert_clean(at)
@@ -202,21 +202,21 @@ def test_sidebar_scores_read_as_written(tiny_checkpoint, tmp_path, monkeypatch, 
 def test_positions_count_from_1_and_probabilities_show_three_decimals(app_env, tr):
     text = "A dog runs in the park."
     ref = tr.translate(text)
-    lens = new_app({"text": text, "view": "Layer by layer"})
+    lens = new_app({"text": text, "view": "layer_by_layer"})
     assert_clean(lens)
     frame = lens.dataframe[0].value
     assert list(frame.index[:2]) == [f"1: {ref.target_tokens[0]}", f"2: {ref.target_tokens[1]}"]
     assert all(len(cell.rsplit("(", 1)[1].rstrip(")").split(".")[1]) == 3 for cell in frame.iloc[:, 1])
-    inside = new_app({"text": text, "view": "Inside a head"})
+    inside = new_app({"text": text, "view": "inside_a_head"})
     assert inside.dataframe[0].value["key"].iloc[0] == f"1: {ref.source_tokens[0]}"
-    lines = new_app({"text": text, "view": "Lines", "lf": "1"})
+    lines = new_app({"text": text, "view": "lines", "lf": "1"})
     assert lines.selectbox(key="lines_focus").value == 1
     assert f"1: {ref.target_tokens[0]}" in lines.selectbox(key="lines_focus").options
     assert "query (output (query))" not in lines.selectbox(key="lines_focus").label
 
 
 def test_a_head_table_row_is_in_the_address(app_env):
-    at = new_app({"text": "A dog runs in the park.", "view": "Head table"})
+    at = new_app({"text": "A dog runs in the park.", "view": "head_table"})
     table = at.dataframe[0].value
     index = int(table[(table["type"] == "Cross") & (table["layer"] == 2) & (table["head"] == 1)].index[0])
     at.session_state["diag_table"] = {"selection": {"rows": [index], "columns": [], "cells": []}}
@@ -231,7 +231,7 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     text = " ".join(["a man rides a red bike in the park"] * 20)
     n = len(tr.encode_source(text)[0])
     assert heatmaps.WINDOW < n < 2 * heatmaps.WINDOW
-    at = new_app({"text": text, "view": "Heatmap", "att": "encoder", "qw": f"{n - 9}-{n + 50}", "kw": f"3-{n}"})
+    at = new_app({"text": text, "view": "heatmap", "att": "encoder", "qw": f"{n - 9}-{n + 50}", "kw": f"3-{n}"})
     assert_clean(at)
     assert "qw= value was ignored" in infos(at)  # past the sentence's end
     assert at.slider(key="heatmap_chart_qwin").value == (1, heatmaps.WINDOW)  # the default instead
@@ -240,5 +240,5 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     svg = pictures(at)[0]
     assert svg.count('class="xtick"') == 40 and svg.count('class="ytick"') == 40  # rows: (1, 60) capped too
     assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params
-    short = new_app({"text": "A man rides a red bike.", "view": "Heatmap", "qw": "5-40"})  # no window to choose
+    short = new_app({"text": "A man rides a red bike.", "view": "heatmap", "qw": "5-40"})  # no window to choose
     assert "qw= value was ignored" in infos(short) and "qw" not in short.query_params

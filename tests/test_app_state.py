@@ -41,13 +41,13 @@ def test_back_returns_to_the_previous_sentence_and_forward_again(app_env, tr):
     assert tr.translate(second).text in shown_texts(at)
     assert at.query_params["text"] == second
     # Back across a view change returns to the view too
-    at = set_view(at, "Lines")
+    at = set_view(at, "lines")
     at = navigate(at, url_second)
-    assert at.segmented_control(key="view").value == "Heatmap"
+    assert at.segmented_control(key="view").value == "heatmap"
 
 
 def test_a_link_opened_is_not_rewritten_until_the_visitor_changes_something(app_env):
-    link = {"text": "A dog runs in the park.", "view": "Masks"}  # no decoding settings: the page fills them in
+    link = {"text": "A dog runs in the park.", "view": "masks"}  # no decoding settings: the page fills them in
     at = new_app(link)
     assert_clean(at)
     # rewriting the address would add an entry to the browser's history: Back would land on the link again
@@ -57,7 +57,7 @@ def test_a_link_opened_is_not_rewritten_until_the_visitor_changes_something(app_
     assert changed["ps"] == "5" and changed["beam"] == str(at.session_state["beam_size"])  # now it says it all
     at = navigate(at, link)  # Back: the link again, as it was
     assert at.slider(key="pad_src").value == 2 and dict(at.query_params) == link
-    hostile = new_app({"text": "A dog runs.", "view": "Masks", "ps": "99"})  # a value the page did not take
+    hostile = new_app({"text": "A dog runs.", "view": "masks", "ps": "99"})  # a value the page did not take
     assert dict(hostile.query_params).get("ps") is None and "beam" in dict(hostile.query_params)
 
 
@@ -65,19 +65,19 @@ def test_a_shared_link_carries_the_views_choices_and_only_its_own(app_env, tr):
     text = "A woman with a red ball walks on the beach."
     at = translate(new_app(), text)
     at.segmented_control(key="scale").set_value("stretched")
-    at = set_view(at, "All heads")
+    at = set_view(at, "all_heads")
     at.pills(key="grid_pick").set_value("L2 · H3")
     at.run()
     heads_link = dict(at.query_params)
-    at = set_view(at, "Step through")
+    at = set_view(at, "step_through")
     at.slider(key="step").set_value(3)
     at.run()
     step_link = dict(at.query_params)
-    at = set_view(at, "Ablation")
+    at = set_view(at, "ablation")
     at.multiselect(key="ablate").set_value(["Cross · L1 · H2", "Encoder · L2 · H1"])
     at.run()
     ablation_link = dict(at.query_params)
-    at = set_view(at, "Lines")
+    at = set_view(at, "lines")
     at.multiselect(key="lines_heads").set_value([1, 3])
     at.selectbox(key="lines_focus").set_value(2)
     at.slider(key="lines_threshold").set_value(0.1)
@@ -105,11 +105,11 @@ def test_a_shared_link_carries_the_views_choices_and_only_its_own(app_env, tr):
 
 def test_export_link_opens_the_view_the_user_came_from(app_env):
     at = translate(new_app(), "A girl climbs a tree.")
-    at = set_view(at, "Masks")
-    at = set_view(at, "Export")
+    at = set_view(at, "masks")
+    at = set_view(at, "export")
     assert_clean(at)
     link = [c.value for c in at.code if "text=" in c.value]
-    assert link and "view=Masks" in link[0] and "view=Export" not in link[0]
+    assert link and "view=masks" in link[0] and "view=export" not in link[0]
 
 
 def test_hostile_links_fall_back_to_defaults_and_say_what_was_ignored(app_env, tr):
@@ -119,7 +119,7 @@ def test_hostile_links_fall_back_to_defaults_and_say_what_was_ignored(app_env, t
     notice = " ".join([i.value for i in at.info] + shown_texts(at))
     for name in ("beam", "layer", "alpha", "view", "head", "step", "pick", "off", "lt", "zzz"):
         assert name in plain(notice)
-    assert at.segmented_control(key="view").value == "Heatmap"
+    assert at.segmented_control(key="view").value == "heatmap"
     assert tr.translate("A dog.").text in shown_texts(at)
     huge = new_app({"text": "a " * 60_000, "s": "-1"})
     assert_clean(huge)
@@ -185,7 +185,7 @@ def test_link_numbers_are_ascii_digits_only():
 def test_control_characters_removed_from_a_link_are_named(app_env, tr):
     """Issue #37, 5: control characters in the link's text are removed with a notice (they were dropped silently),
     and a Unicode digit in a number is ignored with the rest of what was not understood."""
-    at = new_app({"text": "A dog\x00 runs\x1b[31m.", "view": "Inside a head", "layer": "٣"})
+    at = new_app({"text": "A dog\x00 runs\x1b[31m.", "view": "inside_a_head", "layer": "٣"})
     assert_clean(at)
     assert at.text_area(key="source_text").value == "A dog runs[31m."
     assert any("Removed 2 control character(s)" in i.value for i in at.info), [i.value for i in at.info]
@@ -280,7 +280,7 @@ def test_pieces_box_starts_collapsed_and_the_view_selector_comes_before_the_tran
 
 def test_lines_focus_follows_the_attention_type(app_env, tr):
     text = "A man rides a red bike."
-    at = translate(new_app({"view": "Lines"}), text)
+    at = translate(new_app({"view": "lines"}), text)
     ref = tr.translate(text)
     at.selectbox(key="lines_focus").set_value(1)
     at.run()

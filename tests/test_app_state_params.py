@@ -39,7 +39,7 @@ def test_the_frame_declares_its_parameters_in_the_address_order():
 @pytest.mark.parametrize("beam", ["1", "5"])
 def test_every_frame_parameter_round_trips_url_state_url(session, beam):
     query = {"text": "Two dogs play in the snow.", "beam": beam, "alpha": "0.8", "a": "1.5", "b": "20", "src": "en",
-             "tgt": "de", "model": OTHER_MODEL, "s": "2", "view": "Lines", "lh": "1,3", "lt": "0.1"}
+             "tgt": "de", "model": OTHER_MODEL, "s": "2", "view": "lines", "lh": "1,3", "lt": "0.1"}
     out, ignored = round_trip(query)
     assert ignored == []
     assert list(out.items()) == list(query.items())  # the same values, in the same order: the frame's, then the view's
@@ -52,20 +52,20 @@ def test_every_frame_parameter_round_trips_url_state_url(session, beam):
 def test_an_address_leaves_out_what_has_nothing_to_say(session):
     """Without a text, no decoding settings; the default model and the first sentence are left out; the view is
     always there, and the Export view's link names the view it was asked for."""
-    out, ignored = round_trip({"view": "Masks", "model": "checkpoints/the-default", "s": "1", "beam": "3"})
-    assert ignored == [] and out == {"view": "Masks"}
+    out, ignored = round_trip({"view": "masks", "model": "checkpoints/the-default", "s": "1", "beam": "3"})
+    assert ignored == [] and out == {"view": "masks"}
     session[state.SOURCE_TEXT] = "A dog."
-    assert list(state.url_params("Heatmap")) == ["text", "beam", "alpha", "a", "b", "view"]
-    assert state.url_params("Heatmap")["beam"] == "3"
+    assert list(state.url_params("heatmap")) == ["text", "beam", "alpha", "a", "b", "view"]
+    assert state.url_params("heatmap")["beam"] == "3"
 
 
 def test_a_new_link_resets_what_it_leaves_out_but_the_text_and_the_model(session):
-    round_trip({"text": "A dog.", "beam": "1", "alpha": "1.2", "s": "3", "src": "fr", "view": "Lines", "lh": "2",
+    round_trip({"text": "A dog.", "beam": "1", "alpha": "1.2", "s": "3", "src": "fr", "view": "lines", "lh": "2",
                 "model": OTHER_MODEL})
-    out, _ = round_trip({"view": "Heatmap"})
+    out, _ = round_trip({"view": "heatmap"})
     defaults = state.DecodeSettings()
     assert out == {"text": "A dog.", "beam": str(defaults.beam_size), "alpha": "0.6", "a": f"{defaults.max_len_a:g}",
-                   "b": str(defaults.max_len_b), "model": OTHER_MODEL, "view": "Heatmap"}
+                   "b": str(defaults.max_len_b), "model": OTHER_MODEL, "view": "heatmap"}
     assert "lines_heads" not in session and state.VIEW_GROUP not in session
 
 
@@ -88,7 +88,7 @@ def test_registering_a_frame_parameter_is_enough_for_it_to_round_trip(session, m
     the others (before the view's own), cleared by a link without it, and ignored when it is not understood."""
     extra = params.Param("zz", "_zz", params.int_in(0, 9), default=0)
     monkeypatch.setattr(params, "_FRAME", [*params.frame(), extra])
-    out, ignored = round_trip({"text": "A dog.", "view": "Lines", "lh": "2", "zz": "7"})
+    out, ignored = round_trip({"text": "A dog.", "view": "lines", "lh": "2", "zz": "7"})
     assert ignored == [] and session["_zz"] == 7
     assert list(out)[-3:] == ["view", "zz", "lh"] and out["zz"] == "7"
     assert round_trip({"zz": "x"})[1] == [("zz", "")] and "_zz" not in session

@@ -81,12 +81,12 @@ def test_every_control_is_in_the_address_and_the_address_alone_restores_it(app_e
     walk_controls(view, TEXT)
 
 
-@pytest.mark.parametrize("view", ["Heatmap", "All heads", "Head table", "What drives each word", "Beam tree"])
+@pytest.mark.parametrize("view", ["heatmap", "all_heads", "head_table", "what_drives_each_word", "beam_tree"])
 def test_a_long_sentences_window_is_in_the_address_too(app_env, view):
     """A long sentence adds window sliders to each large chart (rows and columns; the beam tree's output steps);
     they are walked like every other control."""
     keys = walk_controls(view, " ".join(["a man rides a red bike in the park"] * 10))
-    if view == "Beam tree":
+    if view == "beam_tree":
         assert any(k.endswith("_swin") for k in keys), keys
     else:
         assert any(k.endswith("_qwin") for k in keys) and any(k.endswith("_kwin") for k in keys), keys

@@ -36,7 +36,7 @@ def test_server_times_pick_the_run_whose_page_the_visitor_saw(tmp_path):
     runs = [  # (start, end, text): an earlier run of the same text, a run stopped by the click's rerun, the run
         (90.0, 91.0, "a"), (100.1, 100.2, "a"), (100.3, 101.5, "a"), (100.2, 100.9, "b"), (130.0, 131.0, "a")]
     log = tmp_path / "runs.jsonl"
-    log.write_text("".join(json.dumps({"start": s, "end": e, "cpu": 0.1, "view": "Heatmap", "text": t}) + "\n"
+    log.write_text("".join(json.dumps({"start": s, "end": e, "cpu": 0.1, "view": "heatmap", "text": t}) + "\n"
                            for s, e, t in runs), encoding="utf-8")
     got = server_times(log, ["a", "b", "c"], [100.0, 100.0, 100.0], [2.0, 1.5, 3.0])
     assert got[0] == pytest.approx(1.5) and got[1] == pytest.approx(0.9) and got[2] == math.inf

@@ -111,7 +111,7 @@ def test_the_app_labels_each_shipped_models_length_penalty(monkeypatch):
 
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
-    at = translate(new_app({"view": "Compare models"}), "A man rides a bike.")
+    at = translate(new_app({"view": "compare_models"}), "A man rides a bike.")
     assert_clean(at)
     assert "α 1.4, chosen on the validation set" in at.sidebar.slider(key="alpha").help
     assert at.selectbox(key="compare_with").value == "checkpoints/multi30k-en-de-prenorm"

@@ -63,9 +63,9 @@ def test_a_described_views_pickers_are_address_parameters_counted_from_one():
     from app.page import described, params
     from app.views import PAGES, VIEWS
 
-    page = PAGES["Layer by layer"]
-    assert isinstance(page, described.Page) and VIEWS["Layer by layer"].page is None  # its description alone
-    assert params.of_view("Layer by layer") == page.PARAMS
+    page = PAGES["layer_by_layer"]
+    assert isinstance(page, described.Page) and VIEWS["layer_by_layer"].page is None  # its description alone
+    assert params.of_view("layer_by_layer") == page.PARAMS
     first = page.PARAMS[0]
     assert (first.name, first.key) == ("c1", "lens_choice1")
     state: dict = {}
@@ -79,7 +79,7 @@ def test_a_described_view_on_the_page_is_the_description_the_offline_page_draws(
     from app import report
     from app.parts import Chart, Source, Table, layers
 
-    at = set_view(translate(new_app(), TEXT), "Layer by layer")
+    at = set_view(translate(new_app(), TEXT), "layer_by_layer")
     assert_clean(at)
     offline = layers.describe(Source(report.analysis_for(tr.translate(TEXT, return_attention=True), tr), tr))
     chart = next(p for p in offline if isinstance(p, Chart))

@@ -55,7 +55,7 @@ def test_short_sentence_axis_titles_stay_clear_of_the_chart_titles(server):
             title, axis, name = page.evaluate(LAID_OUT_JS)
             assert "query" in name
             assert not _overlap(title, axis), (title, axis)
-            page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross&view=All+heads&pick=2.2",
+            page.goto(server + "/?text=A+dog.&a=0&b=2&att=cross&view=all_heads&pick=2.2",
                       wait_until="domcontentloaded")
             chart = page.locator(".js-plotly-plot", has_text="layer 2 · head 2").first
             chart.locator(".g-ytitle").wait_for(timeout=90_000)

@@ -121,7 +121,7 @@ def test_every_view_is_usable_on_a_phone(shipped_server):
             sidebar = page.locator("[data-testid=stSidebar]").bounding_box()
             assert sidebar is None or sidebar["x"] + sidebar["width"] <= 1, sidebar  # closed on arrival
             for view in VIEWS:
-                page.goto(f"{shipped_server}/?view={view.replace(' ', '+')}", wait_until="domcontentloaded")
+                page.goto(f"{shipped_server}/?view={view}", wait_until="domcontentloaded")
                 _settled(page)
                 assert page.locator("[data-testid=stException]").count() == 0, view
                 found = page.evaluate(CHECK_JS, MIN_LABEL_PX)
@@ -140,8 +140,8 @@ def test_attention_type_buttons_are_whole_on_a_laptop(shipped_server):
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
-            for view in ("Inside a head", "Compare models", "Heatmap", "All heads"):
-                page.goto(f"{shipped_server}/?view={view.replace(' ', '+')}", wait_until="domcontentloaded")
+            for view in ("inside_a_head", "compare_models", "heatmap", "all_heads"):
+                page.goto(f"{shipped_server}/?view={view}", wait_until="domcontentloaded")
                 _settled(page)
                 found = page.evaluate(CHECK_JS, MIN_LABEL_PX)
                 assert not found["clipped"] and not found["overflow"], (view, found)

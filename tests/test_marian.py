@@ -221,7 +221,7 @@ def test_a_marian_checkpoint_opens_in_the_app(tmp_path, marian_files, monkeypatc
     for view in VIEWS:
         at = set_view(at, view)
         assert_clean(at)
-        if view == "Beam tree":  # recorded with GNMT's penalty: the view says the model's own rules differ
+        if view == "beam_tree":  # recorded with GNMT's penalty: the view says the model's own rules differ
             assert any("transformers' beam-search rules" in c.value for c in at.caption)
 
 

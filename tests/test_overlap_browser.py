@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 CAPTION = "A young girl in a red dress is running through the green grass with her dog in the park."  # 16 words
 SHORT = "Two dogs are playing in the snow."  # a short output: its axis titles and labels (issue 48 §2)
-SHORT_PAGES = ("Heatmap", "All heads&pick=2.2")  # the first screen's picture and an opened head, decoder self-attention
+SHORT_PAGES = ("heatmap", "all_heads&pick=2.2")  # the first screen's picture and an opened head, decoder self-attention
 SLACK_PX = 1.0  # two boxes that only touch (rounding, a shared edge) do not overlap
 
 # Every piece of chart text in the main area as a screen polygon (its four corners), its font size on screen and
@@ -189,14 +189,14 @@ def test_no_chart_text_overlaps_in_any_view(shipped_server, screen):  # noqa: F8
     found: dict[str, dict] = {}
     out = ROOT / "test-artifacts"
     out.mkdir(exist_ok=True)
-    pages = [f"text={CAPTION.replace(' ', '+')}&view={view.replace(' ', '+')}" for view in VIEWS]
-    pages += [f"text={SHORT.replace(' ', '+')}&att=decoder&view={view.replace(' ', '+')}" for view in SHORT_PAGES]
+    pages = [f"text={CAPTION.replace(' ', '+')}&view={view}" for view in VIEWS]
+    pages += [f"text={SHORT.replace(' ', '+')}&att=decoder&view={view}" for view in SHORT_PAGES]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = new_context(browser, screen).new_page()
             for query in pages:
-                view = query.split("view=")[1].replace("+", " ") + (" (short)" if SHORT[:3] in query else "")
+                view = query.split("view=")[1] + (" (short)" if SHORT[:3] in query else "")
                 page.goto(f"{shipped_server}/?{query}", wait_until="domcontentloaded")
                 _settled(page)
                 assert page.locator("[data-testid=stException]").count() == 0, view

@@ -140,11 +140,11 @@ def test_compare_offers_and_loads_only_allow_listed_models(repo, monkeypatch):
         return real(checkpoint, device)
 
     monkeypatch.setattr(cached, "get_translator", spy)
-    at = set_view(new_app({"text": "a man rides a bike."}), "Compare models")
+    at = set_view(new_app({"text": "a man rides a bike."}), "compare_models")
     assert_clean(at)
     assert at.selectbox(key="compare_with").options == ["checkpoints/good"] or all(
         "other" not in o for o in at.selectbox(key="compare_with").options)
-    link = new_app({"text": "a man rides a bike.", "view": "Compare models", "with": "checkpoints/other"})
+    link = new_app({"text": "a man rides a bike.", "view": "compare_models", "with": "checkpoints/other"})
     assert_clean(link)
     assert "checkpoints/other" not in loaded
 

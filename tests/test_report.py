@@ -63,8 +63,8 @@ def test_every_view_with_a_description_is_offline_in_the_registry():
     assert list(PAGES) == list(VIEWS)  # each one drawn on the page
     offline = [v for v in VIEWS.values() if v.offline]
     assert [v.described.KEY for v in offline] == list(report.VIEWS)  # the offline page's, in the registry's order
-    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.name for v in offline]
-    assert VIEWS["Source or prefix"].offline and not VIEWS["Ablation"].offline
+    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.title for v in offline]
+    assert VIEWS["source_or_prefix"].offline and not VIEWS["ablation"].offline
     assert "source_prefix" in report.DEFAULT_VIEWS
 
 
@@ -423,7 +423,7 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
     real = report.build_page
     monkeypatch.setattr(report, "build_page", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     text = "A girl <b>walks</b> on the street."
-    at = set_view(translate(new_app(), text), "Export")
+    at = set_view(translate(new_app(), text), "export")
     assert_clean(at)
     buttons = at.get("download_button")
     assert len(buttons) == 3 and not built  # JSON, NPZ and the page: none of them built before its click

@@ -16,7 +16,7 @@ from tests.test_overlap_browser import CAPTION
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {"Heatmap": "heatmap_chart", "Masks": "mask_causal_chart"}  # a view, and the key of a chart of it that scrolls
+PAGES = {"heatmap": "heatmap_chart", "masks": "mask_causal_chart"}  # a view, and the key of a chart of it that scrolls
 
 # The chart's scrolling box, its frozen column and their labels, read after the box is scrolled to ``to`` (a
 # fraction of its scroll range). A plotly chart's column is a figure (its visible tick labels); a picture's, an SVG
@@ -117,7 +117,7 @@ def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):  # no
                         assert label["top"], (view, label["text"], "covered")
                     # a plotly chart's own labels, under the band, are hidden while it shows (never drawn twice)
                     assert not any(o.get("visible") for o in own), view
-                if view != "Heatmap":  # nothing moves the rows under the frozen labels: no zoom or pan along them
+                if view != "heatmap":  # nothing moves the rows under the frozen labels: no zoom or pan along them
                     fixed = page.evaluate(f"""() => {{ const l = document.querySelector(
                         '.st-key-{key} .js-plotly-plot')._fullLayout; return [l.xaxis.fixedrange, l.yaxis.fixedrange];
                         }}""")
@@ -147,6 +147,6 @@ def test_no_frozen_column_where_nothing_scrolls(shipped_server, screen):  # noqa
                     shown = page.evaluate(f"""() => [...document.querySelectorAll(
                         '.st-key-{key} .subplot.xy .ytick text')].filter(t => getComputedStyle(t).visibility
                         === 'visible').length""")
-                    assert view == "Heatmap" or shown >= 5, view  # the chart's own labels show
+                    assert view == "heatmap" or shown >= 5, view  # the chart's own labels show
         finally:
             browser.close()

@@ -20,7 +20,7 @@ from app.drawing import table_figures
 from app.views import test_set  # noqa: E402
 from transformer.interpret.columns import COLUMNS as DESCRIBED
 
-VIEW = "Whole test set"
+VIEW = "whole_test_set"
 
 
 def make_table(n: int = 12, seed: int = 0, inputs: list[str] | None = None) -> pd.DataFrame:
@@ -271,13 +271,13 @@ def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_s
     assert at.query_params["text"] == sources[line]  # in the address: every other view opens it
     assert at.query_params["view"] == VIEW and at.query_params["preset"] == "lowest-share"
     assert any(f"Line {line} is open" in c.value for c in at.caption)
-    other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "Heatmap"})
+    other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "heatmap"})
     assert_clean(other)
     assert other.session_state["source_text"] == sources[line]
-    at.button(key="testset_go_Source or prefix").click()  # the row's sentence in another view, one click
+    at.button(key="testset_go_source_or_prefix").click()  # the row's sentence in another view, one click
     at.run()
     assert_clean(at)
-    assert at.query_params["view"] == "Source or prefix" and at.query_params["text"] == sources[line]
+    assert at.query_params["view"] == "source_or_prefix" and at.query_params["text"] == sources[line]
 
 
 def test_the_view_labels_each_column_from_its_description_marks_flags_and_says_the_rule_in_words(with_table):
@@ -399,7 +399,7 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.goto(f"{url}/?view=Whole+test+set&preset=lowest-share", wait_until="domcontentloaded")
+            page.goto(f"{url}/?view=whole_test_set&preset=lowest-share", wait_until="domcontentloaded")
             grid = page.locator("[data-testid=stDataFrame]").first
             grid.wait_for(timeout=90_000)
             grid.scroll_into_view_if_needed()
@@ -409,12 +409,12 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             line = int(frame.sort_values("source_share")["id"].iloc[row])
             page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
                                    arg=sources[line], timeout=60_000)  # the row's source, in the address
-            assert parse_qs(urlparse(page.url).query)["view"] == ["Whole test set"]
+            assert parse_qs(urlparse(page.url).query)["view"] == [VIEW]
             page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
             assert page.locator("[data-testid=stException]").count() == 0
             phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True).new_page()
-            phone.goto(f"{url}/?view=Whole+test+set", wait_until="domcontentloaded")
+            phone.goto(f"{url}/?view=whole_test_set", wait_until="domcontentloaded")
             phone.locator("[data-testid=stDataFrame]").first.wait_for(timeout=90_000)
             for label in ("All lines", "Worst chrF", "Lowest source share", "Flagged"):
                 button = phone.locator("[data-testid=stButtonGroup] button", has_text=label).first

@@ -190,8 +190,8 @@ JARGON = ("captum", "heads.json", "nats", "Spearman", "padding_mask", "tr.model.
           "percentile 1", " val,", " val)", " val.")
 
 
-@pytest.mark.parametrize("view", ["What drives each word", "Masks", "Positional encoding", "Head table",
-                                  "Source or prefix"])
+@pytest.mark.parametrize("view", ["what_drives_each_word", "masks", "positional_encoding", "head_table",
+                                  "source_or_prefix"])
 def test_the_views_say_it_in_plain_words(app_env, view):
     from conftest import assert_clean, new_app, plain, set_view, translate
 

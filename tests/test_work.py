@@ -96,9 +96,9 @@ def test_the_beam_is_capped_only_over_the_ceiling(tr, monkeypatch):
     source = work.source_length(tr, LONG)
     full = work.translation_work(tr, source, settings)
     monkeypatch.setenv("ATTN_MAX_WORK", str(full * 2))
-    assert work.cap_translation(tr, LONG, settings) == (settings, [])
+    assert work.cap_translation(tr, source, settings) == (settings, [])
     monkeypatch.setenv("ATTN_MAX_WORK", str(full / 3))
-    capped, notices = work.cap_translation(tr, LONG, settings)
+    capped, notices = work.cap_translation(tr, source, settings)
     assert 1 <= capped.beam_size < 16 and work.translation_work(tr, source, capped) <= full / 3
     assert work.translation_work(tr, source, DecodeSettings(capped.beam_size + 1, 0.6, 4.0, 50)) > full / 3
     assert len(notices) == 1 and f"capped at {capped.beam_size} (of 16)" in notices[0]
@@ -126,12 +126,14 @@ def test_sentence_groups_stay_within_the_ceiling_and_cover_every_sentence(tr, mo
     settings = DecodeSettings(beam_size=4)
     each = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
                       + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
+    costs = [work.plain_work(tr, work.source_length(tr, s), settings) for s in sentences]
+    assert costs == [each] * 30
     monkeypatch.setenv("ATTN_MAX_WORK", str(each * 7.5))
-    groups = work.sentence_groups(tr, sentences, settings)
+    groups = work.sentence_groups(costs)
     assert [i for g in groups for i in g] == list(range(30))
     assert len(groups[0]) == 7 and all(len(g) <= 7 for g in groups)
     monkeypatch.setenv("ATTN_MAX_WORK", "0")
-    assert work.sentence_groups(tr, sentences, settings) == [list(range(30))]
+    assert work.sentence_groups(costs) == [list(range(30))]
 
 
 def test_snapshots_are_subsampled_keeping_the_first_and_the_last(tr, monkeypatch):
@@ -317,7 +319,7 @@ def test_attribution_over_the_ceiling_does_less_and_says_so(public, monkeypatch,
     s, t = len(result.source_ids), len(result.target_ids)
     cost = work.attribution_work(work.parameters(tr), s, t, 5, "integrated_gradients", 8)
     monkeypatch.setenv("ATTN_MAX_WORK", str(max(cost * 1.01, 1e-9)))
-    at = set_view(at, "What drives each word")
+    at = set_view(at, "what_drives_each_word")
     assert_clean(at)
     notes = capped_notices(at)
     assert notes, [plain(i.value) for i in at.info]
@@ -334,8 +336,8 @@ def test_many_sentences_are_translated_a_group_at_a_time(public, monkeypatch, tr
     one = work.units(work.parameters(tr), work.source_length(tr, sentences[0])
                      + work.output_limit(tr, work.source_length(tr, sentences[0]), settings) * work.decode_step(4))
     monkeypatch.setenv("ATTN_MAX_WORK", str(one * 30))  # the analysis of one fits; the plain translations: 5 a group
-    monkeypatch.setattr(work, "sentence_groups", lambda tr_, s, *_: [list(range(i, min(i + 5, len(s))))
-                                                                      for i in range(0, len(s), 5)])
+    monkeypatch.setattr(work, "sentence_groups", lambda costs, *_: [list(range(i, min(i + 5, len(costs))))
+                                                                     for i in range(0, len(costs), 5)])
     at = new_app()
     at = translate(at, " ".join(sentences))
     assert_clean(at)
@@ -367,7 +369,7 @@ def with_snapshots(app_env, tmp_path, tr):
 def test_training_evolution_of_a_long_input_draws_a_window(app_env, tmp_path, tr, monkeypatch):
     ckpt = with_snapshots(app_env, tmp_path, tr)
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
-    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "Training evolution",
+    at = new_app({"text": " ".join(["a man rides a red bike in the park"] * 10), "view": "training_evolution",
                   "att": "encoder"})
     assert_clean(at)
     spec = __import__("json").loads(at.get("plotly_chart")[0].proto.spec)
@@ -446,7 +448,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
                 "A man in a blue shirt is standing on a ladder cleaning windows.",
                 "Several men in hard hats are operating a giant pulley system."]
     longest = max(captions, key=lambda c: work.source_length(big, c))
-    total = (sum(work.plain_work(big, c, settings) for c in captions)
+    total = (sum(work.plain_work(big, work.source_length(big, c), settings) for c in captions)
              + work.translation_work(big, work.source_length(big, longest), settings))
     assert total <= ledger.LIGHT_WORK
 
@@ -458,7 +460,7 @@ def test_one_requests_jobs_together_stay_within_the_ceiling_with_one_notice(publ
     settings = DecodeSettings(beam_size=16, alpha=0.6, max_len_a=4.0, max_len_b=50)
     ceiling = work.translation_work(tr, work.source_length(tr, LONG), settings) / 2
     monkeypatch.setenv("ATTN_MAX_WORK", str(ceiling))
-    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "What drives each word"})
+    at = new_app({"text": LONG, "beam": "16", "a": "4", "b": "50", "view": "what_drives_each_word"})
     assert_clean(at)
     keys = list(cached.RESULTS._items)
     analysis_key = next(k for k in keys if k[0] == "analysis")
@@ -481,7 +483,7 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
 
     from app.compute import inference
 
-    at = new_app({"text": "a man rides a bike.", "view": "Export"})
+    at = new_app({"text": "a man rides a bike.", "view": "export"})
     assert_clean(at)
     assert len(at.get("download_button")) == 3  # JSON, NPZ, the offline page
     assert not [k for k in cached.RESULTS._items if k[0] in ("export", "report")]

@@ -49,6 +49,7 @@ class TranslationResult:
     tree: BeamTree | None = None  # with ``return_tree=True`` and beam search: every hypothesis it expanded
     hit_max_len: bool = False  # the output stopped at the maximum length, without EOS (cut, not whole)
     settings: DecodeSettings | None = None  # how it was decoded (the checkpoint's own alpha filled in)
+    source_pieces: int = 0  # the source's pieces before the cut to the model's length (``truncated``)
 
     def for_bertviz(self) -> dict[str, Any]:
         """The keyword arguments of BertViz's ``model_view`` / ``head_view`` for this translation:
@@ -117,11 +118,13 @@ class Translator:
         before, after = self.tokenizer.source_frame()
         return self.config.max_len - len(before) - len(after)
 
-    def encode_source(self, text: str, src_lang: str | None = None) -> tuple[list[int], bool]:
+    def encode_source(self, text: str, src_lang: str | None = None,
+                      pieces: Sequence[int] | None = None) -> tuple[list[int], bool]:
         """Source ids with the family's special tokens (EOS; NLLB / M2M100: the source language's code first); cut
-        to the model's length (``truncated`` says so)."""
+        to the model's length (``truncated`` says so). ``pieces``: the text's ``tokenizer.encode``, when the caller
+        has it already (the text is then not tokenized again)."""
         before, after = self.tokenizer.source_frame(src_lang)
-        ids = self.tokenizer.encode(text)
+        ids = list(self.tokenizer.encode(text) if pieces is None else pieces)
         room = self.config.max_len - len(before) - len(after)
         return [*before, *ids[:room], *after], len(ids) > room
 
@@ -183,25 +186,32 @@ class Translator:
 
     def translate(self, text: str, settings: DecodeSettings | None = None, *, return_attention: bool = True,
                   head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
-                  **changes: Any) -> TranslationResult:
+                  pieces: Sequence[int] | None = None, **changes: Any) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
         tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). How to decode: ``settings``
         (:class:`DecodeSettings`; None: the defaults), or any of its fields as keywords, which override it
         (``translate(text, beam_size=5, alpha=1.0)``; also ``max_len_a``, ``max_len_b``, ``scoring``, ``src_lang``,
         ``tgt_lang``). ``alpha=None``: the checkpoint's length penalty (:attr:`default_alpha`). ``src_lang`` /
         ``tgt_lang``: language codes of a multilingual model (:attr:`languages`; None: the tokenizer's defaults); the
-        target code is the translation's first token, forced."""
+        target code is the translation's first token, forced. ``pieces``: the text's ``tokenizer.encode``, when the
+        caller has it already (the text is then not tokenized again)."""
         return self.translate_batch([text], settings, return_attention=return_attention, head_mask=head_mask,
-                                    return_tree=return_tree, **changes)[0]
+                                    return_tree=return_tree, pieces=None if pieces is None else [pieces],
+                                    **changes)[0]
 
     def translate_batch(self, texts: Sequence[str], settings: DecodeSettings | None = None, *,
                         return_attention: bool = False, head_mask: dict[str, Tensor] | None = None,
-                        return_tree: bool = False, **changes: Any) -> list[TranslationResult]:
-        """Translate many sentences in one batch (settings, their keywords and languages as in :meth:`translate`)."""
+                        return_tree: bool = False, pieces: Sequence[Sequence[int]] | None = None,
+                        **changes: Any) -> list[TranslationResult]:
+        """Translate many sentences in one batch (settings, their keywords and languages as in :meth:`translate`;
+        ``pieces``: each text's ``tokenizer.encode``, when the caller has them already)."""
         chosen = self.settings(settings, **changes)  # checked even for no text
         if not texts:
             return []
-        encoded = [self.encode_source(t, chosen.src_lang) for t in texts]
+        if pieces is not None and len(pieces) != len(texts):
+            raise ValueError(f"{len(pieces)} pieces lists for {len(texts)} texts")
+        pieces = [self.tokenizer.encode(t) for t in texts] if pieces is None else [list(p) for p in pieces]
+        encoded = [self.encode_source(t, chosen.src_lang, p) for t, p in zip(texts, pieces)]
         sources = [ids for ids, _ in encoded]
         outputs, ended, scores, trees = self._decode(sources, chosen, head_mask, record_tree=return_tree)
         results = []
@@ -212,7 +222,7 @@ class Translator:
                 source_tokens=self.tokenizer.pieces(src_ids), target_tokens=self.tokenizer.pieces(target_ids),
                 source_ids=list(src_ids), target_ids=target_ids, truncated=truncated,
                 decoder_input_tokens=self.tokenizer.pieces(decoder_input(self.config.bos_id, target_ids)),
-                tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen,
+                tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen, source_pieces=len(pieces[i]),
             )
             if return_attention:
                 out = self.attentions(src_ids, target_ids[:-1], head_mask)

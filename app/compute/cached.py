@@ -29,7 +29,7 @@ from transformer import Transformer, Translator
 
 from . import catalog, inference, ledger, probes, work
 from .budget import ByteLRU, analysis_working_bytes
-from .inference import Analysis, DecodeSettings, HeadKey
+from .inference import Analysis, DecodeSettings, HeadKey, Sentence
 
 PageBuilder = Callable[[Translator, Analysis, str], str]  # (translator, analysis, checkpoint) -> HTML
 
@@ -66,7 +66,7 @@ class LoadFailures:
     checkpoint's files as they were, the visitor's message, when), the last ``most``. Every visitor is told at once
     instead of repeating the failure, until ``retry_seconds`` have passed (then the next visitor's load tries it
     again) or the checkpoint's files change. A failed load can cost seconds and hundreds of MB, so no visitor's
-    click or link starts one sooner (issue #49)."""
+    click or link starts one sooner."""
 
     def __init__(self, most: int = 64, retry_seconds: float = RETRY_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -210,37 +210,59 @@ class Model:
         return (kind, self.checkpoint, self.device, *rest)
 
     def analysis(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...] = (),
-                 ceiling: float | None = None) -> Analysis:
+                 ceiling: float | None = None, pieces: tuple[int, ...] | None = None) -> Analysis:
         """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped
         to what is left of this request's work, or ``ceiling`` when lower (``app.compute.work.cap_translation``: the
-        cut is recorded for the page's notice, ``result.settings`` says what ran)."""
+        cut is recorded for the page's notice, ``result.settings`` says what ran). The text is tokenized once here
+        (or not at all: ``pieces``, its pieces under this model's tokenizer, ``inference.Sentence``); the estimate,
+        the translation and the analysis read those pieces."""
         tr = self.tr
+        pieces = inference.sentence(tr, text).pieces if pieces is None else tuple(pieces)
+        source = work.positions(tr, len(pieces))
         limit = ledger.left() if ceiling is None else min(ceiling, ledger.left())
-        settings, notices = work.cap_translation(tr, text, settings, limit)
+        settings, notices = work.cap_translation(tr, source, settings, limit)
         ledger.cut(notices)
-        estimate = work.translation_work(tr, work.source_length(tr, text), settings)
+        estimate = work.translation_work(tr, source, settings)
         ledger.spend(estimate)
         light = ledger.is_light(estimate)
 
         def make() -> Analysis:
-            run = lambda: inference.analyse(tr, text, settings, ablated)
+            run = lambda: inference.analyse(tr, text, settings, ablated, pieces=pieces)
             return run() if light else heavy(run, "Translating a long input…")
 
         return RESULTS.get(self.key("analysis", text, settings, tuple(ablated)), make)
 
-    def has_translations(self, sentences: tuple[str, ...], settings: DecodeSettings) -> bool:
+    def has_translations(self, sentences: tuple[Sentence, ...], settings: DecodeSettings) -> bool:
         """Whether these sentences' translations are in the cache already (showing them again starts no work)."""
-        return self.key("translations", sentences, settings) in RESULTS
+        return self.key("translations", tuple(s.text for s in sentences), settings) in RESULTS
 
-    def translations(self, sentences: tuple[str, ...], settings: DecodeSettings) -> list[str]:
+    def translations(self, sentences: tuple[Sentence, ...], settings: DecodeSettings, estimate: float) -> list[str]:
         """Plain translations of some sentences of a longer text (kept within the byte budget): light while the
         request's work is (a caption of a few short sentences), else a heavy job. The caller plans and counts the
-        work (``app.page.frame.pick_sentence``)."""
+        work (``estimate``: :meth:`sentence_translations`)."""
         tr = self.tr
         run = lambda: inference.translate_sentences(tr, list(sentences), settings)
-        light = ledger.is_light(sum(work.plain_work(tr, s, settings) for s in sentences))
-        return RESULTS.get(self.key("translations", sentences, settings),
+        light = ledger.is_light(estimate)
+        return RESULTS.get(self.key("translations", tuple(s.text for s in sentences), settings),
                            lambda: run() if light else heavy(run, f"Translating {len(sentences)} sentences…"))
+
+    def sentence_translations(self, sentences: list[Sentence], plan: work.TextPlan,
+                              asked: int) -> tuple[list[str], int]:
+        """The translations of a longer text's sentences in the first ``asked`` groups of ``plan``
+        (``work.plan_text``), as far as this request goes, and how many groups that is. The newest group is this
+        request's work (cached or not, so that reruns plan alike); an earlier group that left the cache is made
+        again and the list stops there, so one request never translates two groups."""
+        shown = min(asked, len(plan.groups))
+        translations: list[str] = []
+        for k, group in enumerate(plan.groups[:shown]):
+            part = tuple(sentences[i] for i in group)
+            estimate = sum(plan.costs[i] for i in group)
+            if k < shown - 1 and self.has_translations(part, plan.settings):
+                translations += self.translations(part, plan.settings, estimate)  # shown before: no work
+                continue
+            ledger.spend(estimate)
+            return translations + self.translations(part, plan.settings, estimate), k + 1
+        return translations, shown
 
     def table(self, sources: tuple[str, ...], references: tuple[str, ...] | None, settings: DecodeSettings,
               progress: Callable[[int, int], None] | None = None) -> list[dict]:
@@ -285,7 +307,7 @@ class Model:
         outside a script run too (Streamlit calls a download's data on a thread of its own): an analysis that left
         the cache is made again, and the file built, in a heavy slot, without any page element (a long input's
         JSON takes seconds of a core and tens of MB: built beside the light work, three at once made an ordinary
-        visitor's click 3-4 s; issue #49)."""
+        visitor's click wait seconds)."""
         def build() -> bytes:
             tr = self.tr
             analysis = RESULTS.get(self.key("analysis", text, settings, tuple(ablated)),
@@ -305,8 +327,8 @@ class Model:
         return lambda: self.export(text, settings, tuple(ablated), fmt)
 
     def report(self, text: str, settings: DecodeSettings, build: PageBuilder) -> bytes:
-        """The offline page of an analysis (``build(translator, analysis, checkpoint)``: ``app.report``'s, about
-        5 MB), built when a visitor asks for it in a heavy slot (it runs the model again for its masks and
+        """The offline page of an analysis (``build(translator, analysis, checkpoint)``: ``app.report``'s, a few
+        MB), built when a visitor asks for it in a heavy slot (it runs the model again for its masks and
         candidates) and kept within the byte budget like the exports (one page per sentence and settings)."""
         def make() -> bytes:
             tr = self.tr
@@ -360,7 +382,7 @@ class Model:
 
 
 def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:
-    """The estimate of one of ``get_beyond``'s jobs (attributions: ``args`` = method, steps, span, ...)."""
+    """The estimate of one of :meth:`Model.beyond`'s jobs (attributions: ``args`` = method, steps, span, ...)."""
     source, target = len(analysis.source_ids), len(analysis.target_ids)
     if kind == "attributions":
         method, steps, span = args[:3]

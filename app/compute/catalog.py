@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import transformer
-from transformer import Translator
+from transformer import Translator, cli
 from transformer.checkpoint import families
 from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.decoding import DEFAULT_ALPHA
@@ -29,7 +29,7 @@ def _repo_root() -> Path:
 REPO_ROOT = _repo_root()
 
 
-DEFAULT_CHECKPOINT = "checkpoints/multi30k-en-de"
+DEFAULT_CHECKPOINT = cli.DEFAULT_CHECKPOINT
 
 
 def resolve_checkpoint(checkpoint: str) -> str:

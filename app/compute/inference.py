@@ -118,6 +118,20 @@ class Analysis:
 # ----------------------------------------------------------------------------------------------- translating
 
 
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence and its pieces (the tokenizer's ``encode``), tokenized once on its way to the page: the work
+    estimates, the translation and the analysis all read these pieces."""
+
+    text: str
+    pieces: tuple[int, ...]
+
+
+def sentence(tr: Translator, text: str) -> Sentence:
+    """``text`` with its pieces under ``tr``'s tokenizer."""
+    return Sentence(text, tuple(tr.tokenizer.encode(text)))
+
+
 def all_heads(tr: Translator) -> list[HeadKey]:
     """Every head of the model as ``(kind, layer, head)``."""
     return _all_heads(tr.config)
@@ -135,13 +149,14 @@ def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
 
 @torch.no_grad()
 def analyse(tr: Translator, text: str, settings: DecodeSettings | None = None,
-            ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K) -> Analysis:
+            ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, pieces: tuple[int, ...] | None = None) -> Analysis:
     """Translate ``text`` and collect every attention weight and the per-step candidates (``settings`` None: the
-    defaults)."""
+    defaults; ``pieces``: the text's pieces when the caller has them, :class:`Sentence`)."""
     settings = settings or DecodeSettings()
     start = time.perf_counter()
     head_mask = build_head_mask(tr, ablated)
-    result = tr.translate(text, model_settings(tr, settings), return_attention=False, head_mask=head_mask)
+    result = tr.translate(text, model_settings(tr, settings), return_attention=False, head_mask=head_mask,
+                          pieces=pieces)
     return analysis_of(tr, result, text, settings, ablated, top_k, start)
 
 
@@ -164,7 +179,7 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
         text=text, translation=result.text, score=float(result.score), source_tokens=list(result.source_tokens),
         target_tokens=list(result.target_tokens), decoder_input_tokens=list(result.decoder_input_tokens),
         source_ids=list(result.source_ids), target_ids=list(result.target_ids), truncated=bool(result.truncated),
-        source_pieces=len(tr.tokenizer.encode(text)) if text else len(result.source_ids), unknown_pieces=unknown,
+        source_pieces=result.source_pieces or len(result.source_ids), unknown_pieces=unknown,
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
@@ -193,7 +208,7 @@ def export_json(analysis: Analysis, checkpoint: str = "") -> str:
 
     The weights are encoded a head at a time and joined (the same text as one ``json.dumps`` of the whole): one
     call over a long input's millions of numbers would hold the interpreter lock for seconds, stalling every other
-    visitor's run in the server, and build a nested list of that many Python floats first (issue #49)."""
+    visitor's run in the server, and build a nested list of that many Python floats first."""
     payload = {
         "checkpoint": checkpoint, "source": analysis.text, "translation": analysis.translation,
         "score": analysis.score, "hit_max_len": analysis.hit_max_len, "settings": analysis.settings.__dict__,
@@ -271,9 +286,10 @@ def unknown_characters(tokenizer: object, text: str, limit: int = 2000) -> list[
     return [c for c in distinct if unk in tokenizer.encode(c)]
 
 
-def translate_sentences(tr: Translator, sentences: list[str], settings: DecodeSettings) -> list[str]:
+def translate_sentences(tr: Translator, sentences: list[Sentence], settings: DecodeSettings) -> list[str]:
     """Plain translations of several sentences (one batch)."""
-    results = tr.translate_batch(sentences, model_settings(tr, settings))
+    results = tr.translate_batch([s.text for s in sentences], model_settings(tr, settings),
+                                 pieces=[s.pieces for s in sentences])
     return [r.text for r in results]
 
 

@@ -26,8 +26,8 @@ from .budget import release_freed_memory
 from .catalog import public_mode
 
 PUBLIC_MAX_WORK = 1000.0
-LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: three
-# Multi30k caption sentences at the page's beam 4 and the analysis of one: 40-155 units, 0.2-0.7 s of one core
+LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: above three
+# Multi30k caption sentences at the page's beam 4 and the analysis of one (docs/limits.md)
 
 
 def max_work() -> float:
@@ -199,7 +199,7 @@ class HeavyJobs:
         """Hold one slot for the block, or inside a :func:`request` until the request ends (calling
         ``waiting(seconds waited)`` while none is free); memory is released when the slot is freed (unless not
         ``release``: a job whose result stays in the cache, whose garbage collection would only hold the
-        interpreter lock, 0.3-2.4 s on a loaded server, stalling every other visitor's run)."""
+        interpreter lock for a long while on a loaded server, stalling every other visitor's run)."""
         if getattr(self._local, "held", False):
             yield
             return

@@ -27,9 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformer import cli
+
 from . import catalog, safe_read
 
-DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
+DATA_DIR = cli.DEFAULT_DATA_DIR  # where the README's `python -m transformer.data --download data/multi30k` puts it
 MAX_INPUT_BYTES = 16 * 2**20  # a data file larger than this is not read (Multi30k's largest, train.de: 2.2 MB)
 MAX_INPUT_LINES = 1_000_000
 NAME_PART = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a split or a language, as a file name holds it

@@ -3,10 +3,10 @@ request's ceiling (no Streamlit here; ``app.compute.cached`` and the views show 
 and the heavy-job slots are :mod:`app.compute.ledger`).
 
 One estimate per job, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
-1M-parameter model run over 250 positions, about 3-5 ms of one CPU core; a decoding step counts ``DECODE_STEP``
-positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole sequences; a backward
-pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs: a second model,
-ablation, attribution, snapshots) is planned against what is ``ledger.left()`` of the request's ceiling
+1M-parameter model run over 250 positions, its cost on a CPU in docs/limits.md; a decoding step counts
+``DECODE_STEP`` positions per beam plus ``STEP_OVERHEAD``, as one-token steps use a CPU far worse than whole
+sequences; a backward pass counts two). Every job of a request (its sentences, its analysis, the view's own jobs:
+a second model, ablation, attribution, snapshots) is planned against what is ``ledger.left()`` of the request's ceiling
 (``$ATTN_MAX_WORK``); over it the page does less: beam capped, long texts translated a group of sentences at a time,
 integrated gradients with fewer steps, then over the first output pieces only, then input x gradient, training
 snapshots subsampled.
@@ -28,16 +28,13 @@ from .ledger import amount, left
 
 UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
-STEP_OVERHEAD = 40  # and once per step, beams or not (measured: greedy 1.7 ms a step, beam 16 7.7 ms, 2.6M params)
+STEP_OVERHEAD = 40  # and once per step, beams or not (calibrated: docs/limits.md)
 BACKWARD = 3  # a forward and a backward pass count three forwards
-ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products (measured,
-# python -m bench.work_units: 0.73 s of CPU for a 256 x 255 sentence on the shipped model, 8.7 units before, i.e.
-# 84 ms a unit against integrated gradients' 2.5; now about 2.3 ms a unit there, and less on shorter sentences)
-FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products (measured
-# with the shipped model, one thread, CPU time: 1.8-2.5 ms a unit at 64-256 pieces, as the others; docs/limits.md)
+ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products
+FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products
+# (both calibrated with python -m bench.work_units so that a unit costs about what the others do: docs/limits.md)
 FLOW_NODE, FLOW_EDGE = 1 / 100, 1 / 400  # units a node and an edge of one step's information-flow graph cost to
-# build and to pick the drawn ones from (the shipped model, one thread, CPU time, 256 x 34 pieces: 1.92 s for 2,644
-# nodes and 423,260 edges at threshold 0, 1.6 ms a unit; 0.05 s for 2,272 nodes and 5,393 edges at 0.005)
+# build and to pick the drawn ones from (calibrated the same way, with the shipped model: docs/limits.md)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0
@@ -59,9 +56,15 @@ def parameters(tr: Translator) -> int:
     return sum(p.numel() for p in tr.model.parameters())
 
 
+def positions(tr: Translator, pieces: int) -> int:
+    """Source positions the model will read for a text of ``pieces`` pieces: at most the model's limit, and
+    ``</s>``."""
+    return min(pieces, tr.max_source_tokens) + 1
+
+
 def source_length(tr: Translator, text: str) -> int:
-    """Source positions the model will read: the pieces (at most the model's limit) and ``</s>``."""
-    return min(len(tr.tokenizer.encode(text)), tr.max_source_tokens) + 1
+    """Source positions the model will read for ``text`` (:func:`positions`; the page passes the pieces it has)."""
+    return positions(tr, len(tr.tokenizer.encode(text)))
 
 
 def output_limit(tr: Translator, source: int, settings: DecodeSettings) -> int:
@@ -92,12 +95,11 @@ def forced_work(tr: Translator, source: int, target: int, passes: int = 1) -> fl
     return units(parameters(tr), (source + target) * passes)
 
 
-def cap_translation(tr: Translator, text: str, settings: DecodeSettings,
+def cap_translation(tr: Translator, source: int, settings: DecodeSettings,
                     ceiling: float | None = None) -> tuple[DecodeSettings, list[str]]:
-    """The decoding settings to use for ``text`` (the beam capped when the estimate is over ``ceiling``, default
-    what is :func:`left` of this request), and a notice for each cut."""
+    """The decoding settings to use for a sentence of ``source`` positions (the beam capped when the estimate is
+    over ``ceiling``, default what is :func:`left` of this request), and a notice for each cut."""
     ceiling = left() if ceiling is None else ceiling
-    source = source_length(tr, text)
     asked = translation_work(tr, source, settings)
     if asked <= ceiling or settings.beam_size <= 1:
         return settings, []
@@ -110,28 +112,50 @@ def cap_translation(tr: Translator, text: str, settings: DecodeSettings,
 
 
 
-def plain_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float:
-    """A plain translation of one sentence (no attention pass)."""
-    source = source_length(tr, sentence)
+def plain_work(tr: Translator, source: int, settings: DecodeSettings) -> float:
+    """A plain translation of one sentence of ``source`` positions (no attention pass)."""
     return units(parameters(tr), source + output_limit(tr, source, settings) * decode_step(settings.beam_size))
 
 
-def sentence_groups(tr: Translator, sentences: list[str], settings: DecodeSettings,
-                    ceiling: float | None = None) -> list[list[int]]:
-    """The sentences' indices in groups, each group's plain translation within ``ceiling`` (default what is
-    :func:`left` of this request; one sentence at least); the page translates the first group and the rest on
-    request."""
+def sentence_groups(costs: list[float], ceiling: float | None = None) -> list[list[int]]:
+    """The indices of sentences whose plain translations cost ``costs``, in groups, each group within ``ceiling``
+    (default what is :func:`left` of this request; one sentence at least); the page translates the first group and
+    the rest on request."""
     ceiling = left() if ceiling is None else ceiling
     groups: list[list[int]] = [[]]
     total = 0.0
-    for i, sentence in enumerate(sentences):
-        cost = plain_work(tr, sentence, settings)
+    for i, cost in enumerate(costs):
         if groups[-1] and total + cost > ceiling:
             groups.append([])
             total = 0.0
         groups[-1].append(i)
         total += cost
     return groups
+
+
+@dataclass(frozen=True)
+class TextPlan:
+    """How one request spends its work on a longer text: the picked sentence's analysis first (at most half of
+    the ceiling), the sentences' plain translations in ``groups`` (each within the rest; the page translates one
+    group a request), with ``settings`` (the beam capped so that no sentence alone is over the rest: ``notices``);
+    ``costs``: each sentence's plain translation under them."""
+
+    settings: DecodeSettings
+    groups: list[list[int]]
+    costs: list[float]
+    notices: list[str]
+
+
+def plan_text(tr: Translator, pieces: list[int], picked: int, settings: DecodeSettings,
+              ceiling: float | None = None) -> TextPlan:
+    """The :class:`TextPlan` of a text whose sentences have ``pieces`` pieces each, sentence ``picked`` (0-based)
+    to be analysed, within ``ceiling`` (default what is :func:`left` of this request)."""
+    ceiling = left() if ceiling is None else ceiling
+    sources = [positions(tr, n) for n in pieces]
+    ceiling -= min(translation_work(tr, sources[picked], settings), ceiling / 2)
+    settings, notices = cap_translation(tr, max(sources), settings, ceiling)  # no sentence alone over the rest
+    costs = [plain_work(tr, source, settings) for source in sources]
+    return TextPlan(settings, sentence_groups(costs, ceiling), costs, notices)
 
 
 @dataclass(frozen=True)
@@ -219,7 +243,7 @@ def table_work(tr: Translator, sentence: str, settings: DecodeSettings) -> float
     """One line of a test-set table (``transformer.corpus``): its plain translation, then the teacher-forced pass and
     ALTI+ over the longest output the length rule allows."""
     source = source_length(tr, sentence)
-    return plain_work(tr, sentence, settings) + alti_work(tr, source, output_limit(tr, source, settings))
+    return plain_work(tr, source, settings) + alti_work(tr, source, output_limit(tr, source, settings))
 
 
 def table_lines(tr: Translator, sentences: list[str], settings: DecodeSettings,

@@ -4,8 +4,10 @@ positional-encoding similarity."""
 from __future__ import annotations
 
 import html
+import numbers
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,6 +19,40 @@ from transformer.network.kinds import KINDS as KINDS
 AXIS_TITLES = {"encoder": ("source token (query)", "source token (key)"),
                "decoder": ("output token (query = the step producing it)", "decoder input (key)"),
                "cross": ("output token (query = the step producing it)", "source token (key)")}
+
+
+@dataclass(frozen=True)
+class Head:
+    """One head of a layer, or the mean over the layer's heads, as every view picks it (:func:`one_head`): its
+    ``(Q, K)`` weights, the chart's title ("Cross-attention · layer 2 · head 3") and file name ("cross-L2-H3")."""
+
+    weights: np.ndarray
+    title: str
+    name: str
+
+
+def head_title(head: int | str | None) -> str:
+    """How a head is named on the page: ``head 3`` (from 1), or ``mean over heads`` (None or ``"mean"``)."""
+    return "mean over heads" if head in (None, "mean") else f"head {head}"
+
+
+def one_head(attn: np.ndarray, kind: str, layer: int, head: int | str | None) -> Head:
+    """One head or the mean over a layer's heads of ``attn (L, H, Q, K)``, an attention of type ``kind``: ``layer``
+    counts from 1; ``head`` from 1 (an int or its digits, as the address writes it), or None / ``"mean"`` for the
+    mean over heads. A layer or a head this attention lacks is a ``ValueError`` that says what there is."""
+    n_layers, n_heads = attn.shape[:2]
+    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 1 <= layer <= n_layers:
+        raise ValueError(f"layer counts from 1 to {n_layers} here, not {layer!r}")
+    mean = head in (None, "mean")
+    number = None if mean else int(head) if isinstance(head, str) and head.isascii() and head.isdigit() else head
+    if not mean and (isinstance(number, bool) or not isinstance(number, numbers.Integral)
+                     or not 1 <= number <= n_heads):
+        raise ValueError(f"head counts from 1 to {n_heads} here (or 'mean'), not {head!r}")
+    per_layer = attn[int(layer) - 1]  # (H, Q, K)
+    weights = per_layer.mean(axis=0) if mean else per_layer[int(number) - 1]  # (Q, K)
+    label = head_title(None if mean else int(number))
+    return Head(weights, f"{KIND_NAMES[kind]} · layer {int(layer)} · {label}",
+                f"{kind}-L{int(layer)}-{'mean' if mean else f'H{int(number)}'}")
 
 
 def escape(text: str) -> str:

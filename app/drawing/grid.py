@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from .analysis import KIND_NAMES, escape
 from .figures import ATTENTION_SCALE, FONT, colour_bar
 
-# what the browser must draw stays bounded (issue #49): tokens on every cell cost ~34 bytes a cell, a marker a cell
+# what the browser must draw stays bounded: tokens on every cell cost ~34 bytes a cell, a marker a cell
 # ~54 (a 4 x 4-head grid of a 39-piece sentence was 1.3 MB of chart data with its markers, of 60 pieces 2 MB)
 GRID_HOVER_CELLS = 12_000  # above this many cells the grid's hover names no tokens (the weight only)
 GRID_CLICK_CELLS = 10_000  # up to this many weights a click on the grid picks a head (one SVG marker each)

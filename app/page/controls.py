@@ -18,7 +18,7 @@ from transformer.network.kinds import layer_counts
 from ..compute import ledger, work
 from ..compute.inference import HeadKey
 from ..drawing import figures, row_labels
-from ..drawing.analysis import KIND_NAMES, KINDS
+from ..drawing.analysis import KIND_NAMES, KINDS, head_title
 from ..parts import heatmap as described_heatmap  # how to read a heatmap, described once
 from . import state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
@@ -261,17 +261,8 @@ def layer_head_controls(tr: Translator, kind: str, with_head: bool = True,
     head = FIRST_HEAD
     if with_head:
         head = choose(c2.selectbox, "Head", head_choices(tr), HEAD, FIRST_HEAD,
-                      format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
+                      format_func=head_title)
     return layer, head
-
-
-def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
-    """``(Q, K)`` of a 1-based layer and a head or the mean over heads."""
-    per_layer = attn[layer - 1]
-    return per_layer.mean(axis=0) if head == "mean" else per_layer[int(head) - 1]
-
-
-heatmap_title = described_heatmap.title  # "Cross-attention · layer 2 · head 3"
 
 
 SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wider than this space, so that "

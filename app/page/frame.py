@@ -12,7 +12,7 @@ import transformer
 from transformer import Translator
 
 from ..compute import cached, catalog, inference, ledger, work
-from ..compute.inference import Analysis
+from ..compute.inference import Analysis, Sentence
 from . import state
 from .controls import choose, md_escape
 from .sidebar import fallback_model
@@ -202,52 +202,38 @@ def language_notice(tr: Translator, sentences: list[str]) -> None:
                 "poor translations there.", icon=":material/translate:")
 
 
-def pick_sentence(model: cached.Model, sub: state.Submitted) -> str:
-    """Split the input into sentences; with more than one, show every translation and let one be explored.
-    Sentences that look like another language than the model's get a notice."""
+def pick_sentence(model: cached.Model, sub: state.Submitted) -> Sentence | None:
+    """Split the input into sentences; with more than one, show every translation and let one be explored (the
+    picked one returned with its pieces: each sentence is tokenized once); one sentence: None, the input is the
+    sentence. Sentences that look like another language than the model's get a notice."""
     tr = model.tr
-    sentences = inference.split_sentences(sub.text, language_pair(tr)[0] if language_pair(tr) else "en")
-    language_notice(tr, sentences)
-    if len(sentences) <= 1:
+    texts = inference.split_sentences(sub.text, language_pair(tr)[0] if language_pair(tr) else "en")
+    language_notice(tr, texts)
+    if len(texts) <= 1:
         st.session_state.pop(state.SENTENCE, None)
-        return sub.text
-    # the request's work: the picked sentence's analysis first (at most half), the sentences' translations the rest
+        return None
+    sentences = [inference.sentence(tr, text) for text in texts]
     picked = st.session_state.get(state.SENTENCE)
-    picked = sentences[picked - 1] if isinstance(picked, int) and 1 <= picked <= len(sentences) else sentences[0]
-    ceiling = ledger.left()
-    ceiling -= min(work.translation_work(tr, work.source_length(tr, picked), sub.settings), ceiling / 2)
-    settings, notices = work.cap_translation(tr, max(sentences, key=lambda x: work.source_length(tr, x)),
-                                             sub.settings, ceiling)  # no sentence alone over the ceiling
-    groups = work.sentence_groups(tr, sentences, settings, ceiling)
+    picked = picked - 1 if isinstance(picked, int) and 1 <= picked <= len(sentences) else 0
+    plan = work.plan_text(tr, [len(s.pieces) for s in sentences], picked, sub.settings)
     asked = st.session_state.get(GROUPS_SHOWN)  # (checkpoint, submitted, groups): a new text starts at one group
-    shown = min(asked[2] if asked and asked[:2] == (model.checkpoint, sub) else 1, len(groups))
-    translations: list[str] = []
-    for k, group in enumerate(groups[:shown]):
-        part = tuple(sentences[i] for i in group)
-        if k < shown - 1 and model.has_translations(part, settings):
-            translations += model.translations(part, settings)  # shown before: no work
-            continue
-        # the newest group is this request's work (cached or not, so reruns plan alike); an earlier group that left
-        # the cache is made again and the list stops there, so one request never translates two groups
-        ledger.spend(sum(work.plain_work(tr, x, settings) for x in part))
-        translations += model.translations(part, settings)
-        shown = k + 1
-        break
+    translations, shown = model.sentence_translations(
+        sentences, plan, asked[2] if asked and asked[:2] == (model.checkpoint, sub) else 1)
     st.caption(f"The text holds {len(sentences)} sentences; each was translated on its own. Pick one to explore.")
     with st.container(border=True, height=280 if len(sentences) > 4 else "content"):  # bounded, scrolls
         st.text("\n".join(f"{i}. {src}\n   → {translations[i - 1]}" if i <= len(translations) else f"{i}. {src}"
-                          for i, src in enumerate(sentences, 1)))
-    ledger.cut(notices)
-    if shown < len(groups):
+                          for i, src in enumerate(texts, 1)))
+    ledger.cut(plan.notices)
+    if shown < len(plan.groups):
         rest = len(sentences) - len(translations)
         ledger.cut([f"{len(translations)} of the {len(sentences)} sentences translated so far (the next ones with the "
                   "button below the list; each sentence can still be explored)"])
-        if st.button(f"Translate the next {len(groups[shown])} sentences ({rest} left)", key="more_sentences"):
+        if st.button(f"Translate the next {len(plan.groups[shown])} sentences ({rest} left)", key="more_sentences"):
             st.session_state[GROUPS_SHOWN] = (model.checkpoint, sub, shown + 1)
             st.rerun()
     numbers = list(range(1, len(sentences) + 1))
     number = choose(st.selectbox, "Sentence to explore", numbers, state.SENTENCE, 1,
-                    format_func=lambda n: f"{n}. {sentences[n - 1][:80]}")
+                    format_func=lambda n: f"{n}. {texts[n - 1][:80]}")
     return sentences[number - 1]
 
 

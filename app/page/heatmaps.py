@@ -12,17 +12,15 @@ import streamlit as st
 
 from ..compute.inference import Analysis
 from ..drawing import figures, svg
-from ..drawing.analysis import AXIS_TITLES, first_numbers
+from ..drawing.analysis import AXIS_TITLES, first_numbers, one_head
 from . import state
 from .controls import (
     REPEATS,
     SWIPE_HINT,
     colour_range,
     has_repeats,
-    heatmap_title,
     keep_if,
     md_escape,
-    pick_weights,
     range_caption,
 )
 from .params import FROM_LINK, Param
@@ -74,7 +72,7 @@ def _band_css(image: str, rows: str, key: str, need: int) -> str:
 
 WINDOW = 60  # rows and columns a chart of a long sentence shows at first
 MOST = 120  # and at the most (what the browser must draw stays bounded)
-MOST_CELLS = 5_000  # and rows x columns at the most: a 120 x 120 window made a 2.3 MB picture (issue #49)
+MOST_CELLS = 5_000  # and rows x columns at the most: a larger window makes a picture of megabytes
 _SPAN = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
@@ -147,17 +145,17 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     same shape to draw instead of the weights, e.g. the weighted norms). ``as_svg``: drawn as an SVG built here
     (no plotly.js for the browser to load), with a row reader under it. ``bounds``: a window the view chose already
     (:func:`window`), else its sliders are drawn here."""
-    attn = result.attention(kind) if attn is None else attn
-    weights = pick_weights(attn, layer, head)
+    picked = one_head(result.attention(kind) if attn is None else attn, kind, layer, head)
+    weights = picked.weights
     queries, keys = result.axes(kind)
     q0, q1, k0, k1 = window(len(queries), len(keys), key) if bounds is None else bounds
     qt, kt = AXIS_TITLES[kind]
     zmin, zmax = colour_range(weights[q0:q1, k0:k1]) if value_name == "weight" else \
         (0.0, max(float(weights.max()), 1e-9))
     qf, kf = first_numbers(kind)
-    args = dict(title=heatmap_title(kind, layer, head), query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
+    args = dict(title=picked.title, query_title=qt, key_title=kt, query_offset=q0, key_offset=k0,
                 zmin=zmin, zmax=zmax, value_name=value_name, query_first=qf, key_first=kf)
-    name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + head}"
+    name = picked.name
     if as_svg:
         svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
     else:

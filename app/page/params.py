@@ -67,6 +67,7 @@ class Param:
 
 _FRAME: list[Param] = []
 _VIEWS: dict[str, tuple[Param, ...]] = {}
+_TITLES: dict[str, str] = {}  # each view's title, for the notices
 
 
 def _check(params: tuple[Param, ...], others: list[Param], owner: str) -> None:
@@ -84,10 +85,12 @@ def register_frame(params: tuple[Param, ...]) -> None:
     _FRAME[:] = params
 
 
-def register(view: str, params: tuple[Param, ...]) -> None:
-    """Declare the address parameters of ``view`` (its module's ``PARAMS``)."""
+def register(view: str, params: tuple[Param, ...], title: str | None = None) -> None:
+    """Declare the address parameters of ``view`` (its key; its module's ``PARAMS``; ``title``: what the notices
+    call it)."""
     _check(tuple(params), _FRAME, view)
     _VIEWS[view] = tuple(params)
+    _TITLES[view] = title or view
 
 
 def frame() -> tuple[Param, ...]:
@@ -96,7 +99,7 @@ def frame() -> tuple[Param, ...]:
 
 
 def is_view(view: str) -> bool:
-    """Whether ``view`` is a registered view's name."""
+    """Whether ``view`` is a registered view's key."""
     return view in _VIEWS
 
 
@@ -139,7 +142,7 @@ def adopt(query: Mapping[str, str], state: MutableMapping[str, Any], view: Calla
         if name in own:
             take(own[name])
         elif name not in frame_names:
-            ignored.append((name, f"not used by the {shown} view" if name in elsewhere else ""))
+            ignored.append((name, f"not used by the {_TITLES.get(shown, shown)} view" if name in elsewhere else ""))
     state[FROM_LINK] = from_link
     return ignored
 

@@ -26,6 +26,7 @@ from transformer.decoding import DEFAULT_ALPHA
 from ..compute.cached import Model
 from ..compute.catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
 from ..compute.inference import Analysis, DecodeSettings, clean_text, take_input
+from ..registry import view_key
 from . import params as P
 
 # ------------------------------------------------------------------------------------------------ keys
@@ -66,7 +67,7 @@ EXAMPLES = [
 ]
 OTHER_MODEL = "Another directory or Hub id (type it below)"
 SEARCHES = ["Beam search", "Greedy"]
-DEFAULT_VIEW = "Heatmap"
+DEFAULT_VIEW = "heatmap"  # a view's key (app.registry)
 _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
 DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
                                MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
@@ -211,7 +212,8 @@ P.register_frame((
     P.Param("model", CHECKPOINT, _model_name, adopt=_open_model, clears=(),
             write=lambda ss: m if (m := ss.get(CHECKPOINT)) and m != default_checkpoint() else None),
     P.Param("s", SENTENCE, P.int_in(1, 200), default=1),
-    P.Param("view", VIEW, lambda name: name if P.is_view(name) else None, clears=(VIEW, VIEW_GROUP)),
+    P.Param("view", VIEW, lambda text: key if (key := view_key(text)) and P.is_view(key) else None,
+            clears=(VIEW, VIEW_GROUP)),  # a view's key, or its title (older links)
 ))
 
 
@@ -340,7 +342,7 @@ def end_run(view: str) -> None:
     be on its way to the browser (a run that ended just as Back was pressed), and the last word must be this
     run's."""
     ss = st.session_state
-    if view != "Export":
+    if view != "export":
         ss[PREVIOUS_VIEW] = view
     out = kept_address(url_params(view))
     st.query_params.from_dict(out)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,10 +104,3 @@ def variant(chart: Chart, z: np.ndarray, title: str, name: str) -> Chart:
     layout = spec["layout"]
     return Chart({**spec, "data": [{**spec["data"][0], "z": np.asarray(z, dtype=np.float64)}, *spec["data"][1:]],
                   "layout": {**layout, "title": {**layout["title"], "text": title}}}, chart.caption, name)
-
-
-def layers_choice(label: str, n: int, parts_of: Callable[[int], list[Part]], default: int | None = None) -> Choice:
-    """A picker over ``n`` layers (0-based to ``parts_of``; shown from 1), the last by default."""
-    return Choice(label, [(f"layer {i + 1}", parts_of(i)) for i in range(n)], n - 1 if default is None else default)
-
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..compute.inference import Analysis
 from ..drawing import figures
-from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers
+from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_title, one_head
 from . import Chart, Choice, Note, Part, Source, as_json, variant
 
 KEY = "heatmap"
@@ -20,22 +20,15 @@ READING = {
 OFFLINE_CELLS = 300_000  # weights the offline page holds for this view; above, the mean of each layer only
 
 
-def title(kind: str, layer: int, head: str) -> str:
-    """Chart title naming the type, layer (from 1) and head (``"mean"`` or a number from 1)."""
-    return f"{KIND_NAMES[kind]} · layer {layer} · {'mean over heads' if head == 'mean' else f'head {head}'}"
-
-
 def chart(a: Analysis, kind: str, layer: int, head: str, zrange: tuple[float, float] = (0.0, 1.0)) -> Chart:
-    """The heatmap of one head (``head`` from 1) or the mean over heads, of a layer counted from 1."""
-    attn = a.attention(kind)[layer - 1]  # (H, Q, K)
-    weights = attn.mean(axis=0) if head == "mean" else attn[int(head) - 1]
+    """The heatmap of one head (``head`` from 1) or the mean over heads (``"mean"``), of a layer counted from 1."""
+    picked = one_head(a.attention(kind), kind, layer, head)
     queries, keys = a.axes(kind)
     qt, kt = AXIS_TITLES[kind]
     qf, kf = first_numbers(kind)
-    fig = figures.attention_heatmap(weights, queries, keys, title=title(kind, layer, head), query_title=qt,
+    fig = figures.attention_heatmap(picked.weights, queries, keys, title=picked.title, query_title=qt,
                                     key_title=kt, zmin=zrange[0], zmax=zrange[1], query_first=qf, key_first=kf)
-    name = f"{kind}-L{layer}-{'mean' if head == 'mean' else 'H' + str(head)}"
-    return Chart(fig, READING[kind], name)
+    return Chart(fig, READING[kind], picked.name)
 
 
 def describe(src: Source) -> list[Part]:
@@ -44,11 +37,11 @@ def describe(src: Source) -> list[Part]:
     every_head = cells <= OFFLINE_CELLS
 
     def heads(kind: str, layer: int, base: Chart) -> list[Part]:
-        attn = a.attention(kind)[layer - 1]  # (H, Q, K)
-        each = [(h, attn[h - 1]) for h in range(1, attn.shape[0] + 1)] if every_head else []
-        options = [(name, [variant(base, z, title(kind, layer, head), f"{kind}-L{layer}-{suffix}")])
-                   for name, head, suffix, z in [("mean over heads", "mean", "mean", attn.mean(axis=0)),
-                                                 *((f"head {h}", str(h), f"H{h}", w) for h, w in each)]]
+        attn = a.attention(kind)  # (L, H, Q, K)
+        options = []
+        for head in (None, *(range(1, attn.shape[1] + 1) if every_head else ())):  # the mean, then each head
+            picked = one_head(attn, kind, layer, head)
+            options.append((head_title(head), [variant(base, picked.weights, picked.title, picked.name)]))
         return [Choice("Head", options)]
 
     def layers(kind: str) -> list[Part]:

@@ -22,11 +22,11 @@ def _page(view: View) -> ModuleType | described.Page:
     return described.Page(view.described)
 
 
-PAGES: dict[str, ModuleType | described.Page] = {name: _page(view) for name, view in VIEWS.items()}
-for _name, _drawn in PAGES.items():
-    params.register(_name, _drawn.PARAMS)
+PAGES: dict[str, ModuleType | described.Page] = {key: _page(view) for key, view in VIEWS.items()}  # by view key
+for _key, _drawn in PAGES.items():
+    params.register(_key, _drawn.PARAMS, VIEWS[_key].title)
 
 
-def render(name: str, ctx: ViewContext) -> None:
-    """Draw the view ``name`` of the registry."""
-    PAGES[name].render(ctx)
+def render(key: str, ctx: ViewContext) -> None:
+    """Draw the view of the registry whose key is ``key``."""
+    PAGES[key].render(ctx)

@@ -14,7 +14,7 @@ import transformer
 from ..compute import cached, catalog, ledger
 from ..compute.inference import Analysis
 from ..drawing import figures
-from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics
+from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics, head_title, one_head
 from ..page import controls, heatmaps, params
 from ..page.state import ViewContext
 
@@ -108,14 +108,15 @@ def render(ctx: ViewContext) -> None:
     heads = min(res.attention(kind).shape[1] for _, res in pair)
     layer = controls.choose(c3.selectbox, "Layer", list(range(1, depth + 1)), controls.LAYER, depth)
     head = controls.choose(c4.selectbox, "Head", ["mean"] + [str(h) for h in range(1, heads + 1)], controls.HEAD,
-                           "mean", format_func=lambda h: "mean over heads" if h == "mean" else f"head {h}")
+                           "mean", format_func=head_title)
     # a long sentence: the same window of both (each model's own pieces; what the browser draws stays bounded)
     q0, q1, k0, k1 = heatmaps.window(max(len(res.axes(kind)[0]) for _, res in pair),
                                      max(len(res.axes(kind)[1]) for _, res in pair), "compare_chart")
-    weights = [controls.pick_weights(res.attention(kind), layer, head)[q0:q1, k0:k1] for _, res in pair]
+    picked = [one_head(res.attention(kind), kind, layer, head) for _, res in pair]
+    weights = [p.weights[q0:q1, k0:k1] for p in picked]
     zmin, zmax = controls.colour_range(*(w for w in weights if w.size))  # one colour scale for both
     qt, kt = AXIS_TITLES[kind]
-    st.markdown(f"**{controls.heatmap_title(kind, layer, head)}**, one colour scale for both")
+    st.markdown(f"**{picked[0].title}**, one colour scale for both")
     columns = st.columns(2)
     for col, (name, res), w, side in zip(columns, pair, weights, ("a", "b")):
         queries, keys = res.axes(kind)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from ..compute import card, probes, work
 from ..drawing import figures
-from ..drawing.analysis import first_numbers
+from ..drawing.analysis import first_numbers, one_head
 from ..page import controls, heatmaps
 from ..page.state import ViewContext
 
@@ -42,17 +42,18 @@ def render(ctx: ViewContext) -> None:
             st.warning(f"Skipped {controls.md_escape(path.name)}: {controls.md_escape(err)}")
             continue
         step = probes.snapshot_step(path)
-        panels.append((f"step {step}", controls.pick_weights(attn[kind], layer, head)))
+        panels.append((f"step {step}", one_head(attn[kind], kind, layer, head).weights))
         rows.append({"checkpoint": f"step {step}", "its own greedy translation": text or "(empty)"})
     final_name = card.final_label(tr.metadata)  # as the sidebar's training details say
-    panels.append((final_name, controls.pick_weights(result.attention(kind), layer, head)))
+    final = one_head(result.attention(kind), kind, layer, head)
+    panels.append((final_name, final.weights))
     rows.append({"checkpoint": final_name, "its own greedy translation": result.translation})
     queries, keys = result.axes(kind)
     q0, q1, k0, k1 = heatmaps.window(len(queries), len(keys), "evolution")  # a long sentence: a window of it
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
     qf, kf = first_numbers(kind)
-    controls.chart(figures.evolution_figure(panels, queries, keys, controls.heatmap_title(kind, layer, head),
+    controls.chart(figures.evolution_figure(panels, queries, keys, final.title,
                                             zrange=controls.colour_range(*[w for _, w in panels]),
                                             query_first=q0 + qf, key_first=k0 + kf),
                    f"evolution-{kind}-L{layer}", "evolution_chart")

@@ -31,7 +31,7 @@ def render(ctx: ViewContext) -> None:
                            file_name="attention.npz", mime="application/octet-stream", key="download_npz",
                            icon=":material/download:", on_click="ignore")
     with c2.container(border=True):
-        previous = st.session_state.get(state.PREVIOUS_VIEW, "Heatmap")
+        previous = st.session_state.get(state.PREVIOUS_VIEW, state.DEFAULT_VIEW)
         st.markdown("**Figures and links**")
         st.caption("Every chart has a camera icon in its toolbar (top right, on hover) that saves it as a PNG. "
                    f"This link opens the {previous} view exactly as you left it (sentence, decoding settings and "

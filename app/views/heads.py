@@ -11,6 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from transformer import cli
+
 from ..compute import card, catalog
 from ..compute.catalog import load_heads
 from ..drawing import figures
@@ -19,7 +21,7 @@ from ..page import controls, heatmaps
 from ..page.controls import KIND_LABELS
 from ..page.state import ViewContext
 
-DATA_DIR = "data/multi30k"  # where the README's `python -m transformer.data --download data/multi30k` puts it
+DATA_DIR = cli.DEFAULT_DATA_DIR
 PICK = "heads_pick"
 PARAMS = (controls.head_ref_param("row", PICK), *heatmaps.window_params("heads_chart"))
 

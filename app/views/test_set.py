@@ -44,7 +44,7 @@ MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
 MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
 # of a request's work (ATTN_MAX_WORK), kept for the pasted list (the registry's): 800 units in public mode, about 28
 # Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
-WORK_SHARE = registry.VIEWS["Whole test set"].work_share
+WORK_SHARE = registry.VIEWS["whole_test_set"].work_share
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -369,7 +369,7 @@ def follow(event: object, key: str, shown: pd.DataFrame, choice: str, manifest: 
     st.rerun()
 
 
-JUMPS = ("Heatmap", "Source or prefix", "Step through")
+JUMPS = ("heatmap", "source_or_prefix", "step_through")  # views' keys
 
 
 def _go(view: str) -> None:
@@ -393,7 +393,7 @@ def opened_line(choice: str) -> None:
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     row.caption(f"Line {line} is open in every view (it is in the text box and the page's address). See it in:")
     for view in JUMPS:
-        row.button(view, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
+        row.button(registry.VIEWS[view].title, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
 
 
 def rule_words(rule: dict) -> str | None:

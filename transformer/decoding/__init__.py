@@ -15,7 +15,9 @@ from .beam_transformers import beam_search_transformers
 from .search import Hypotheses, beam_search, greedy_decode, search
 from .settings import (
     DEFAULT_ALPHA,
+    DEFAULTS,
     SCORINGS,
+    TRANSFORMERS_ALPHA,
     DecodeSettings,
     chosen_alpha,
     chosen_scoring,
@@ -26,7 +28,7 @@ from .settings import (
 from .tree import BeamNode, BeamTree
 
 __all__ = [
-    "DEFAULT_ALPHA", "SCORINGS", "BeamNode", "BeamTree", "DecodeSettings", "Hypotheses", "beam_search",
-    "beam_search_transformers", "chosen_alpha", "chosen_scoring", "greedy_decode", "length_penalty",
-    "max_output_length", "output_limits", "search",
+    "DEFAULT_ALPHA", "DEFAULTS", "SCORINGS", "TRANSFORMERS_ALPHA", "BeamNode", "BeamTree", "DecodeSettings",
+    "Hypotheses", "beam_search", "beam_search_transformers", "chosen_alpha", "chosen_scoring", "greedy_decode",
+    "length_penalty", "max_output_length", "output_limits", "search",
 ]

@@ -9,12 +9,14 @@ from torch import Tensor
 
 from ..network.model import Transformer
 from .search import Hypotheses, beam_search
+from .settings import DEFAULTS, TRANSFORMERS_ALPHA
 
 
-def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 1.0,
-                             max_len_a: float = 1.5, max_len_b: int = 10,
-                             head_mask: dict[str, Tensor] | None = None, forced: Tensor | None = None) -> Hypotheses:
-    """``beam_search(..., scoring="transformers")`` (transformers' own default alpha, 1.0): scores are the
-    log-probability divided by ``|Y| ** alpha``."""
+def beam_search_transformers(model: Transformer, src: Tensor, beam_size: int = DEFAULTS.beam_size,
+                             alpha: float = TRANSFORMERS_ALPHA, max_len_a: float = DEFAULTS.max_len_a,
+                             max_len_b: int = DEFAULTS.max_len_b, head_mask: dict[str, Tensor] | None = None,
+                             forced: Tensor | None = None) -> Hypotheses:
+    """``beam_search(..., scoring="transformers")`` (transformers' own default alpha, ``TRANSFORMERS_ALPHA``):
+    scores are the log-probability divided by ``|Y| ** alpha``."""
     return beam_search(model, src, beam_size, alpha, max_len_a, max_len_b, head_mask=head_mask, forced=forced,
                        scoring="transformers")

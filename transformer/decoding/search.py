@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
-from .settings import DEFAULT_ALPHA, SCORINGS, DecodeSettings, length_penalty, output_limits
+from .settings import DEFAULT_ALPHA, DEFAULTS, SCORINGS, DecodeSettings, length_penalty, output_limits
 from .tree import BeamTree, NoTree, TreeRecorder
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -113,7 +113,8 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, 
 
 
 @_inference
-def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.max_len_a,
+                  max_len_b: int = DEFAULTS.max_len_b,
                   use_cache: bool = True, head_mask: dict[str, Tensor] | None = None,
                   forced: Tensor | None = None) -> Hypotheses:
     """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``. ``forced (B, P)``: the first P
@@ -154,8 +155,8 @@ def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask:
 
 
 @_inference
-def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = DEFAULT_ALPHA,
-                max_len_a: float = 1.5, max_len_b: int = 10, use_cache: bool = True,
+def beam_search(model: Transformer, src: Tensor, beam_size: int = DEFAULTS.beam_size, alpha: float = DEFAULT_ALPHA,
+                max_len_a: float = DEFAULTS.max_len_a, max_len_b: int = DEFAULTS.max_len_b, use_cache: bool = True,
                 head_mask: dict[str, Tensor] | None = None, record_tree: bool = False,
                 forced: Tensor | None = None, scoring: str = "gnmt") -> Hypotheses:
     """Batched beam search. ``src (B, S)`` -> best ``Hypotheses`` (scores: log-probability divided by

@@ -2,7 +2,8 @@
 the one object the translator, the app and the benches pass around, validated when made; what ``alpha=None`` and
 ``scoring=None`` mean (:func:`chosen_alpha`, :func:`chosen_scoring`); the length penalty (:func:`length_penalty`,
 the paper's section 6.1) and the output-length rule (:func:`max_output_length`), each written once here for every
-search (:mod:`transformer.decoding.search`)."""
+search (:mod:`transformer.decoding.search`). Every default of decoding is here: :data:`DEFAULTS` (the searches' and
+the commands' defaults are its fields), :data:`DEFAULT_ALPHA`, :data:`TRANSFORMERS_ALPHA`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..network.model import Transformer
 
 SCORINGS = ("gnmt", "transformers")
 DEFAULT_ALPHA = 0.6  # GNMT's length penalty (the paper's alpha), for checkpoints that name none
+TRANSFORMERS_ALPHA = 1.0  # Hugging Face generate()'s own length penalty, the default under its scoring rules
 
 
 def chosen_alpha(metadata: object) -> float:
@@ -96,6 +98,9 @@ class DecodeSettings:
     def max_output_length(self, model: Transformer, src_len: int | Tensor) -> int | Tensor:
         """:func:`max_output_length` under these settings."""
         return max_output_length(model, src_len, self.max_len_a, self.max_len_b)
+
+
+DEFAULTS = DecodeSettings()  # the decoding defaults, the one home of every default a search or a command uses
 
 
 def length_penalty(length: Tensor | int, alpha: float, scoring: str = "gnmt") -> Tensor:

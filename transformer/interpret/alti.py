@@ -119,7 +119,7 @@ def alti_rows(terms: Tensor, y: Tensor, own: Tensor) -> Tensor:
     """``c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, normalised per row: ``(B, Q, K')`` from ``terms
     (B, Q, K', D)`` and ``y (B, Q, D)``. A row with no positive proximity (possible, rarely) gives all of itself to
     its residual term, the column ``own (Q,)`` of each query. The distances ``||y_i - T_i(x_j)||_1`` come from
-    ``torch.cdist`` (p=1), which never holds the differences ``(B, Q, K', D)``: about 10x faster on a CPU; ``||y_i||_1``
+    ``torch.cdist`` (p=1), which never holds the differences ``(B, Q, K', D)`` (docs/corpus.md); ``||y_i||_1``
     too, as the distance to a zero term, so that a zero term (a key the query cannot see) gets exactly 0."""
     b, q, k, d = terms.shape
     y = y.float().reshape(b * q, 1, d)  # (B*Q, 1, D)

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError, resolve_device
+from ..cli import DEFAULT_DATA_DIR, add_checkpoint, add_decoding, add_threads, error, use_threads
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
 from .corpus_files import (
@@ -59,10 +60,8 @@ from .corpus_files import (
 from .corpus_files import manifest_path as manifest_path  # re-exported: where the manifest of a table goes
 from .signals import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
-from .table import table_rows as table_rows  # re-exported: transformer.corpus.table_rows, for the app
 
 SUFFIXES = (".parquet", ".jsonl")
-DEFAULT_DATA_DIR = "data/multi30k"  # as every command (python -m transformer.data --download data/multi30k)
 MAX_LINE_CHARS = 1_000_000  # a longer line is not a sentence: refused before the model sees it
 PROCESS_GROUP_TIMEOUT = timedelta(hours=12)  # ranks wait for the slowest at the merge
 VERSIONED = ("torch", "sacrebleu", "pyarrow", "sentencepiece", "numpy")
@@ -221,7 +220,7 @@ def barrier(world: int) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
+    add_checkpoint(p)
     p.add_argument("--source", help="source file, one sentence a line")
     p.add_argument("--reference", help="reference file, one translation a line (optional, with --source)")
     p.add_argument("--data-dir", help="directory with {split}.{lang} files (default, without --source: "
@@ -230,11 +229,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--src", help="with --data-dir: the source files' language suffix (default: the checkpoint's "
                                  "language pair, else en)")
     p.add_argument("--tgt", help="with --data-dir: the reference files' suffix (default: the pair's, else de)")
-    p.add_argument("--src-lang", help="a multilingual model's source language code (e.g. eng_Latn)")
-    p.add_argument("--tgt-lang", help="a multilingual model's target language code (e.g. deu_Latn)")
+    add_decoding(p, languages=True)
     p.add_argument("--limit", type=int, help="only the first N lines")
-    p.add_argument("--beam", type=int, help="beam size (1: greedy; default: the translator's)")
-    p.add_argument("--alpha", type=float, help="length penalty (default: the checkpoint's, else 0.6)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch (default 64)")
     p.add_argument("--out", required=True, help="the table: FILE.parquet or FILE.jsonl")
     p.add_argument("--no-inputs", action="store_true",
@@ -242,7 +238,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "corpus' lines; they join back by id)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing table of another run")
     p.add_argument("--device", default="auto", help="auto (cuda:LOCAL_RANK when there is a GPU), cpu or cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads per process (0: leave as is)")
+    add_threads(p)
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.source and args.data_dir:
@@ -270,14 +266,12 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     try:
         check_args(args)
         return run(args)
     except (CorpusError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return error(err)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

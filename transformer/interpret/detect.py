@@ -1,5 +1,5 @@
 """``python -m transformer.detect``: a checkpoint's hallucination ``flag`` chosen on val, measured on a held-back
-constructed set of every kind of error (issue 55).
+constructed set of every kind of error.
 
 The constructed set of each split (:mod:`transformer.interpret.constructed`, built independently of the signals):
 the model's own translations and the references (negatives); detached references, unrelated German, one noun
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from ..checkpoint.files import CheckpointError
+from ..cli import add_decoding_arguments, non_negative
 from ..decoding.settings import DecodeSettings
 from ..training.data import DataError, read_parallel
-from ..training.evaluate import add_decoding_arguments, non_negative
 from ..translator import load
 from .columns import COLUMNS, SIGNAL_COLUMNS
 from .constructed import (  # noqa: F401  (the set's names, as the command's)
@@ -198,7 +198,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.detect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_decoding_arguments(p)
-    p.set_defaults(beam=DecodeSettings().beam_size)  # the translator's (and the app's) own default
     p.add_argument("--calibration-split", default="val", help="the split the rule is chosen on (default: val)")
     p.add_argument("--budget", type=float, default=BUDGET,
                    help="the most of the calibration split's normal translations (and references) the rule may flag")

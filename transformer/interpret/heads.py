@@ -36,12 +36,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError
+from ..cli import add_decoding_arguments, error, non_negative, use_threads
 from ..network.kinds import KINDS as KINDS  # re-exported: heads.KINDS, heads.offset_weight
 from ..network.kinds import decoder_input, head_mask, query_stats, special_key
 from ..network.kinds import layer_counts as _layer_counts
 from ..network.kinds import offset_weight as offset_weight
 from ..training.data import DataError, read_parallel
-from ..training.evaluate import add_decoding_arguments, non_negative, score, translate_all
+from ..training.evaluate import score, translate_all
 from ..translator import Translator, load
 from .alti import contributions
 from .methods import require_eval
@@ -374,18 +375,15 @@ def print_alti(section: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     previous = None
     if args.only_alti:
         try:
             previous = json.loads(Path(args.out).read_text(encoding="utf-8")) if args.out else None
         except (OSError, ValueError) as err:
-            print(f"error: --only-alti needs --out to be an existing heads.json: {err}", file=sys.stderr)
-            return 1
+            return error(f"--only-alti needs --out to be an existing heads.json: {err}")
         if not isinstance(previous, dict):
-            print("error: --only-alti needs --out to be an existing heads.json (a JSON object)", file=sys.stderr)
-            return 1
+            return error("--only-alti needs --out to be an existing heads.json (a JSON object)")
     try:
         sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
         if args.limit:
@@ -398,11 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DataError(f"{args.data_dir}/{args.calibration_split}.{args.src} has no sentences")
         tr = load(args.checkpoint, device=args.device)
     except (DataError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return error(err)
     if args.out and not Path(args.out).parent.is_dir():
-        print(f"error: cannot write {args.out}: no such directory {Path(args.out).parent}", file=sys.stderr)
-        return 1
+        return error(f"cannot write {args.out}: no such directory {Path(args.out).parent}")
     command = "python -m transformer.heads " + " ".join(sys.argv[1:] if argv is None else argv)
     alpha = tr.default_alpha if args.alpha is None else args.alpha
     start = time.perf_counter()

@@ -8,9 +8,9 @@ from torch import Tensor, nn
 
 class Dropout(nn.Dropout):
     """``nn.Dropout`` that, in training on a CPU, draws its mask from 16-bit random numbers (four from each random
-    64-bit word) instead of ``bernoulli_``: about 3x faster there, where dropout was 40% of a small model's
-    training step. A unit is dropped with probability ``round(p * 65536) / 65536`` (within 1e-5 of ``p``) and the
-    kept ones are scaled by ``1 / (1 - p)``; elsewhere (evaluation, CUDA) it is ``nn.Dropout``."""
+    64-bit word) instead of ``bernoulli_``, which was a large share of a small model's training step
+    (measured in docs/training.md). A unit is dropped with probability ``round(p * 65536) / 65536`` (within 1e-5
+    of ``p``) and the kept ones are scaled by ``1 / (1 - p)``; elsewhere (evaluation, CUDA) it is ``nn.Dropout``."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0 or x.device.type != "cpu" or self.p >= 1:

@@ -9,9 +9,9 @@ from torch import Tensor, nn
 class OutputProjection(nn.Linear):
     """The last linear layer, ``d_model`` -> vocabulary (tied to the embeddings by default).
 
-    :meth:`pack` keeps a copy of the weight prepacked by oneDNN for decoding on a CPU (float32): over a 58k
-    vocabulary 2.6x faster for 4 rows and 1.3x for 256 than MKL's GEMM on an AVX2 machine (no faster for one
-    row, which keeps the plain path). The copy is used only without gradients, on CPU, and while the weight is
+    :meth:`pack` keeps a copy of the weight prepacked by oneDNN for decoding on a CPU (float32): faster than MKL's GEMM
+    for a few rows and more over a large vocabulary (no faster for one row, which keeps the plain path; measured in
+    docs/benchmarks.md). The copy is used only without gradients, on CPU, and while the weight is
     still the one packed (same storage, no in-place change since: an optimizer step or ``load_state_dict`` makes
     it stale); otherwise the plain ``nn.Linear`` path runs.
     """

@@ -13,8 +13,8 @@ from .model import Transformer
 def column_major_weights(model: nn.Module) -> nn.Module:
     """Store every linear layer's weight (the output projection tied to the embeddings too) column-major, in place:
     the same values and shape ``(out, in)``, held as the transpose of a contiguous ``(in, out)`` tensor. ``x @ W.T``
-    then streams W in the order MKL's GEMM reads best: on an AVX2 CPU the one-step decoder's output projection
-    over a 58k vocabulary runs 1.9x faster for one row (1.4x for four, 1.1x for 128). An inference layout:
+    then streams W in the order MKL's GEMM reads best, most of all for the one-step decoder's few rows over a large
+    vocabulary (measured in docs/benchmarks.md). An inference layout:
     parameters, ties and values are unchanged (results agree up to float rounding); checkpoints are saved
     contiguous (``safetensors.torch.save_model``)."""
     seen: set[int] = set()

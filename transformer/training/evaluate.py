@@ -18,6 +18,7 @@ import sacrebleu
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError
+from ..cli import add_decoding_arguments, error, use_threads
 from ..translator import Translator, load
 from .data import DataError, read_parallel
 
@@ -60,42 +61,9 @@ def translate_all(translator: Translator, sources: Sequence[str], beam: int, bat
     return outputs
 
 
-def positive(text: str) -> int:
-    """argparse type: an int of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    """argparse type: an int of 0 or more."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
-
-
-def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags every command that decodes a split shares: model, data, beam and length penalty, device, output."""
-    p.add_argument("--checkpoint", default="checkpoints/multi30k-en-de", help="checkpoint directory or Hub repo id")
-    p.add_argument("--data-dir", default="data/multi30k",
-                   help="directory with {split}.{lang} files (python -m transformer.data --download data/multi30k)")
-    p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--src", default="en")
-    p.add_argument("--tgt", default="de")
-    p.add_argument("--beam", type=positive, default=5, help="beam size (1: greedy)")
-    p.add_argument("--alpha", type=float, default=None,
-                   help="length penalty (default: the checkpoint's, metadata.json decoding.alpha, else 0.6)")
-    p.add_argument("--batch-size", type=positive, default=64, help="sentences per decoding batch")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=non_negative, default=0, help="torch.set_num_threads (0: leave as is)")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--no-progress", action="store_true")
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m transformer.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     add_decoding_arguments(p)
     p.add_argument("--output", help="write the translations to this file")
     return p.parse_args(argv)
@@ -103,16 +71,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     try:
         sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
         translator = load(args.checkpoint, device=args.device)
     except (DataError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return error(err)
     if args.alpha is None:
         args.alpha = translator.default_alpha
     start = time.perf_counter()

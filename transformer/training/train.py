@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ..checkpoint.save import save_checkpoint
 from ..checkpoint.tokenizer import Tokenizer
+from ..cli import DATA_DIR_HELP, DEFAULT_DATA_DIR
 from ..network.model import Transformer
 from .average import average_states, last_step_files, load_averaged, save_step_file, unique_state
 from .data import DataError, token_batches
@@ -38,8 +39,7 @@ __all__ = ["TrainingError", "lr_at", "main", "parse_args", "train", "training_lo
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--data-dir", default="data/multi30k",
-                   help="directory with {split}.{lang} files (python -m transformer.data --download data/multi30k)")
+    g.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
     g.add_argument("--src", default="en")
     g.add_argument("--tgt", default="de")
     g.add_argument("--train-split", default="train")

@@ -17,12 +17,7 @@ from torch import Tensor
 from ...network.model import Transformer, TransformerConfig
 from ..files import CheckpointError, loadable
 from ..tokenizer import SplitTokenizer
-from .shared import HubModel, HuggingFaceFamily, read_config_json, read_weights
-
-
-def is_marian_dir(path: str | Path) -> bool:
-    """Whether ``path`` holds a Hugging Face Marian checkpoint (its ``config.json`` says ``model_type: marian``)."""
-    return (read_config_json(path) or {}).get("model_type") == "marian"
+from .shared import HubModel, HuggingFaceFamily, read_weights
 
 
 def config_from_marian(hf: dict) -> TransformerConfig:
