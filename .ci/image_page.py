@@ -54,6 +54,7 @@ PICTURES_JS = """sel => {
 }"""
 PROBLEMS_JS = "() => [document.body.innerText, document.querySelectorAll('[data-testid=stException]').length]"
 NOTICE_SELECTOR = "[data-testid^=stAlert]"  # st.info, st.warning, st.error
+BUSY = "[data-stale=true], [data-testid=stStatusWidgetRunningIcon]"  # a run not finished yet
 SPECIAL = re.compile(r"<[^<>]*>")  # </s>, <unk>: a picture may leave them out
 
 
@@ -107,6 +108,16 @@ def problems(page: Any, errors: list[str] | None = None) -> list[str]:
     return out
 
 
+def settled(page: Any, errors: list[str] | None = None, timeout_s: float = 30) -> None:
+    """Once what was waited for shows: let the page's run finish (``timeout_s`` at the most), then fail if anything
+    on it shows a stack trace (a part drawn after the one waited for, too)."""
+    deadline = time.monotonic() + timeout_s
+    while page.locator(BUSY).count() and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+    if trouble := problems(page, errors):
+        raise CheckFailed("; ".join(trouble))
+
+
 def _described(found: list[dict[str, str]]) -> str:
     if not found:
         return "no picture is on the page"
@@ -124,6 +135,7 @@ def wait_for_translation(page: Any, expected: Expected, timeout_s: float, errors
         found = pictures(page)
         picture = next((p for p in found if names_sentence(p, expected)), None)
         if shown and picture:
+            settled(page, errors)
             return shown, picture
         if trouble := problems(page, errors):
             raise CheckFailed("; ".join(trouble))
@@ -186,7 +198,6 @@ def open_model(page: Any, url: str, model: str, expected: Expected, timeout_s: f
 WHOLE_TEST_SET = "Whole test set"
 MISSING_TEXT = re.compile(r"source.*(not|missing)|missing.*source", re.IGNORECASE | re.DOTALL)  # saying why
 TABLE = "[data-testid=stDataFrame]"
-BUSY = "[data-stale=true], [data-testid=stStatusWidgetRunningIcon]"  # a run not finished
 
 
 def whole_test_set(page: Any, url: str, has_data: bool, timeout_s: float, line: str | None = None) -> str:
@@ -202,8 +213,10 @@ def whole_test_set(page: Any, url: str, has_data: bool, timeout_s: float, line: 
         if not has_data and said:
             if line and line in shown:
                 raise CheckFailed(f"{WHOLE_TEST_SET} says {said!r} but shows the source line {line!r}")
+            settled(page)
             return said
         if has_data and shown and not said and (line is None or line in shown) and not page.locator(BUSY).count():
+            settled(page)
             return ""
         if trouble := problems(page):
             raise CheckFailed(f"{WHOLE_TEST_SET}: " + "; ".join(trouble))
