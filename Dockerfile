@@ -2,7 +2,7 @@
 #   docker build -t attention-explorer .
 #   docker run -p 8501:8501 attention-explorer                                  # checkpoints/ baked in
 #   docker run -p 8501:8501 -e ATTN_CHECKPOINT=user/multi30k-en-de -e ATTN_MODELS=user/multi30k-en-de attention-explorer
-# Closest check without a Docker engine: python3 .ci/image_check (reads this file: a fresh venv from what it copies).
+# Closest check without a Docker engine: .venv/bin/python .ci/image_check (reads this file; .ci/run runs it).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
