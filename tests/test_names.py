@@ -42,7 +42,7 @@ def assigned(path: Path) -> set[str]:
 def test_kinds_is_the_attention_kinds_only():
     defining = [p.relative_to(ROOT).as_posix() for p in sources(*PACKAGES) if "KINDS" in assigned(p)]
     assert defining == ["transformer/network/kinds.py"], defining
-    assert "PAIR_KINDS" in assigned(ROOT / "transformer" / "interpret" / "detect.py")
+    assert "PAIR_KINDS" in assigned(ROOT / "transformer" / "interpret" / "constructed.py")  # detection's pair kinds
 
 
 def test_every_public_function_and_class_is_used_or_named_elsewhere():
