@@ -275,24 +275,26 @@ def test_the_rule_lives_beside_the_checkpoint(tmp_path):
 
 
 def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
+    from transformer.decoding.settings import DecodeSettings
     from transformer.interpret.signals import translation_row
 
-    result = tr.translate("two people are walking on the beach .", beam_size=3)
-    src = torch.tensor([result.source_ids])
-    tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
-    with torch.no_grad():
-        logp = tr.model(src, tgt).logits[0].log_softmax(-1)[range(len(result.target_ids)), result.target_ids]
-        last_eos = float(tr.model(src, tgt).logits[0, -1].log_softmax(-1)[tr.config.eos_id])
-    share = contributions(tr.model, src, tgt).source_share[0]
-    cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
-    row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
-                          cross.numpy(), hit_max_len=True, cut_eos_logprob=last_eos)
-    [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
-    assert close({k: row[k] for k in want}, want, 1e-5)
-    assert row["repetition"] == 6 and row["hit_max_len"] is True
-    bare = translation_row(tr, result.source_ids, result.target_ids, "x", logp, share.numpy(), cross.numpy())
-    ended = result.target_ids[-1] == tr.config.eos_id
-    assert bare["omission"] == pytest.approx(want["omission"]) if ended else math.isnan(bare["omission"])
+    for settings in (DecodeSettings(beam_size=3), DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=3)):
+        result = tr.translate("two people are walking on the beach .", settings)
+        src = torch.tensor([result.source_ids])
+        tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
+        with torch.no_grad():
+            log_softmax = tr.model(src, tgt).logits[0].log_softmax(-1)  # (T, V)
+        logp = log_softmax[range(len(result.target_ids)), result.target_ids]
+        share = contributions(tr.model, src, tgt).source_share[0]
+        cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
+        row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
+                              cross.numpy(), log_softmax[:, tr.config.eos_id], hit_max_len=result.hit_max_len)
+        [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
+        assert close({k: row[k] for k in want}, want, 1e-5)
+        assert row["repetition"] == 6 and row["hit_max_len"] is result.hit_max_len
+        if result.hit_max_len:  # cut: the surprise at </s> not coming at the last step
+            assert row["omission"] == pytest.approx(-float(log_softmax[-1, tr.config.eos_id]), abs=1e-5)
+    assert result.hit_max_len and len(result.target_ids) == 3
 
 
 def test_a_rule_and_its_reasons_read_in_words():

@@ -132,36 +132,38 @@ def closing_pieces(pieces: Sequence[str], ended: bool) -> int:
     return n
 
 
-def ending_surprise(logprobs: np.ndarray, closing: int, cut_eos_logprob: float | None = None) -> float:
-    """The ``omission`` signal: how unlikely the model finds it that the output ends where it does, in nats. For an
+def ending_surprise(logprobs: np.ndarray, eos_logprobs: np.ndarray, closing: int) -> float:
+    """The ``omission`` signal: how unlikely the model finds it that the output ends where it does, in nats, from
+    its steps' ``logprobs (T,)`` (of each output piece) and ``eos_logprobs (T,)`` (of ``</s>`` at each step). For an
     output ending in ``</s>``, minus the summed log-probability of its ``closing`` last pieces (:func:`closing_pieces`:
     the final punctuation and ``</s>``; a clause left out ends the sentence where the model would go on); for an
-    output cut at the length limit (``closing`` 0), minus the log-probability of ``</s>`` at its last step
-    (``cut_eos_logprob``; NaN when not given). No step: NaN."""
+    output cut at the length limit (``closing`` 0), minus the log-probability of ``</s>`` at its last step (the
+    model wanted to go on). No step: NaN."""
     if not len(logprobs):
         return math.nan
     if closing > 0:
         return float(-logprobs[-min(closing, len(logprobs)):].sum())
-    return math.nan if cut_eos_logprob is None else float(-cut_eos_logprob)
+    return float(-eos_logprobs[-1])
 
 
-def step_signals(logprobs: Values, source_share: Values, eos: Values, closing: int = 1,
-                 cut_eos_logprob: float | None = None) -> dict[str, float]:
+def step_signals(logprobs: Values, source_share: Values, eos: Values, eos_logprobs: Values,
+                 closing: int = 1) -> dict[str, float]:
     """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob`` /
-    ``min_piece_logprob`` the mean / lowest log-probability, ``source_share`` / ``source_share_min`` the mean /
-    minimum ALTI+ source share, ``eos_attention`` the mean of :func:`eos_share`, ``omission``
-    (:func:`ending_surprise` of the last ``closing`` steps, or of a cut output's ``cut_eos_logprob``). No step:
-    every value NaN."""
-    lp, ss, eo = (np.asarray(torch.as_tensor(x).double().cpu(), dtype=np.float64) for x in (logprobs, source_share,
-                                                                                             eos))
-    if not (len(lp) == len(ss) == len(eo)):
+    ``min_piece_logprob`` the mean / lowest of the output pieces' ``logprobs``, ``source_share`` /
+    ``source_share_min`` the mean / minimum ALTI+ source share, ``eos_attention`` the mean of :func:`eos_share`
+    (``eos``), ``omission`` (:func:`ending_surprise` of the last ``closing`` steps, or of ``</s>`` at the last step
+    of a cut output, from ``eos_logprobs``). The one place both :func:`pair_signals` (the corpus table,
+    ``transformer.detect``) and :func:`translation_row` (the app's notice) compute them. No step: every value NaN."""
+    lp, ss, eo, el = (np.asarray(torch.as_tensor(x).double().cpu(), dtype=np.float64)
+                      for x in (logprobs, source_share, eos, eos_logprobs))
+    if not (len(lp) == len(ss) == len(eo) == len(el)):
         raise ValueError(f"one value per step: {len(lp)} log-probabilities, {len(ss)} source shares, {len(eo)} "
-                         "shares on </s>")
+                         f"shares on </s>, {len(el)} log-probabilities of </s>")
     if not len(lp):
         return dict.fromkeys(SIGNALS, math.nan)
     return {"seq_logprob": float(lp.mean()), "min_piece_logprob": float(lp.min()), "source_share": float(ss.mean()),
             "source_share_min": float(ss.min()), "eos_attention": float(eo.mean()),
-            "omission": ending_surprise(lp, closing, cut_eos_logprob)}
+            "omission": ending_surprise(lp, el, closing)}
 
 
 def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: str | None = None) -> int:
@@ -172,19 +174,19 @@ def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: st
 
 
 def translation_row(translator: Translator, source_ids: Sequence[int], target_ids: Sequence[int], text: str,
-                    logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, *, hit_max_len: bool = False,
-                    tgt_lang: str | None = None, cut_eos_logprob: float | None = None) -> dict[str, Any]:
+                    logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, eos_logprobs: Values, *,
+                    hit_max_len: bool = False, tgt_lang: str | None = None) -> dict[str, Any]:
     """The row :func:`flag` reads, for one translation whose teacher-forced pass is at hand (decoder input
     ``[BOS] + target_ids[:-1]``): ``logprobs (T,)`` of each ``target_ids[t]``, ALTI+'s ``source_share (T,)``,
-    ``cross (L, H, T, S)``. The signals are :func:`pair_signals`' of the same pair (the forced language code not
-    scored), plus ``repetition`` of ``text`` and ``hit_max_len``. A cut output's ``omission`` needs the
-    log-probability of ``</s>`` at its last step (``cut_eos_logprob``); without it, NaN."""
+    ``cross (L, H, T, S)`` and ``eos_logprobs (T,)``, the log-probability of ``</s>`` at each step (a cut output's
+    ``omission`` reads its last). The signals are :func:`pair_signals`' of the same pair (:func:`step_signals`; the
+    forced language code not scored), plus ``repetition`` of ``text`` and ``hit_max_len``."""
     skip = forced_steps(translator, target_ids, tgt_lang)
     ended = bool(target_ids) and int(target_ids[-1]) == translator.config.eos_id
     row: dict[str, Any] = step_signals(np.asarray(logprobs)[skip:], np.asarray(source_share)[skip:],
                                        eos_share(cross, source_ids, translator.config.eos_id)[skip:],
-                                       closing_pieces(translator.tokenizer.pieces(list(target_ids)[skip:]), ended),
-                                       cut_eos_logprob)
+                                       np.asarray(eos_logprobs)[skip:],
+                                       closing_pieces(translator.tokenizer.pieces(list(target_ids)[skip:]), ended))
     row.update(repetition=repetition(text), hit_max_len=bool(hit_max_len))
     return row
 
@@ -282,7 +284,7 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
             ended = tgts[i][-1] == cfg.eos_id
             closing = closing_pieces(translator.tokenizer.pieces(tgts[i][skip:]), ended)
             results[i] = step_signals(logp[b, skip:t], share[b, skip:t], eos_share(cross, srcs[i], cfg.eos_id)[skip:],
-                                      closing, float(eos_logp[b, t - 1]))
+                                      eos_logp[b, skip:t], closing)
     return results
 
 
