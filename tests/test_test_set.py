@@ -427,6 +427,20 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             assert parse_qs(urlparse(page.url).query)["view"] == ["Whole test set"]
             page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
             assert page.locator("[data-testid=stException]").count() == 0
+            assert parse_qs(urlparse(page.url).query)["line"] == [str(line)]
+            # a click on a point of the scatter (the chart whose y axis is chrF) opens its line, ringed there
+            scatter = page.locator(".js-plotly-plot", has=page.locator(".ytitle", has_text="chrF")).first
+            scatter.scroll_into_view_if_needed()
+            point = scatter.locator(".scatterlayer .trace").first.locator("path.point").nth(1)
+            target = point.bounding_box()
+            page.mouse.click(target["x"] + target["width"] / 2, target["y"] + target["height"] / 2)
+            page.wait_for_function("line => { const l = new URLSearchParams(location.search).get('line');"
+                                   " return l !== null && l !== line; }", arg=str(line), timeout=60_000)
+            clicked = int(parse_qs(urlparse(page.url).query)["line"][0])
+            page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
+                                   arg=sources[clicked], timeout=60_000)
+            page.get_by_text(f"Line {clicked} is open in every view").wait_for(timeout=30_000)
+            scatter.locator(".legendtext", has_text=f"line {clicked}").wait_for(timeout=30_000)
             phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True).new_page()
             phone.goto(f"{url}/?view=Whole+test+set", wait_until="domcontentloaded")
