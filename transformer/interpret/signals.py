@@ -95,8 +95,8 @@ def repetition(text: str) -> int:
 
     Why: with the white space removed (before), word ends ran into word starts ("Tiefschnee einen": "eee"; "Mann
     nimmt": "nnn"), and with German's triple letters ("Fitnessstudio") and "...", 0.6% of Multi30k's train
-    references and 0.4% of val's reached 3, so a rule chosen on val needed ``repetition >= 4`` and missed a word
-    said 3 times. Counted this way, 2 of the 29,000 train references reach 3 ("blau-pinkfarbenenen",
+    references and 0.4% of val's reached 3 or more, so a rule chosen on val needed ``repetition >= 4`` and missed a
+    word said 3 times. Counted this way, 2 of the 29,000 train references reach 3 or more ("blau-pinkfarbenenen",
     "Roooaaaarrrr") and none of val's or test_2016_flickr's. Ordinary text: 1 or 2. Empty text: 0."""
     chars = np.frombuffer(" ".join(text.split()).encode("utf-32-le"), dtype=np.uint32)  # one code point each
     words = [w for w in (_WORD_EDGE.sub("", w).casefold() for w in text.split()) if w]
