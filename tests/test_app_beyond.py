@@ -254,3 +254,29 @@ def test_source_or_prefix_from_a_link_and_over_the_work_limit(app_env, tr, monke
     assert not at.exception
     assert any("not computed for this sentence" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if "Contributions" in c.proto.spec]
+
+
+def test_the_notice_and_the_table_agree_on_a_cut_outputs_omission(tiny_checkpoint, tmp_path, monkeypatch, tr):
+    """An output cut at the length limit: the app's notice reads ``omission`` (the surprise at ``</s>`` not coming
+    at the last step) as the corpus table computes it, not NaN."""
+    from app.compute.inference import analyse
+    from app.parts.source_prefix import row_of
+    from transformer.decoding.settings import DecodeSettings
+    from transformer.interpret import contributions, table
+    from transformer.interpret.columns import COLUMNS
+    from transformer.interpret.signals import DEFAULT_RULE
+
+    settings = tr.settings(DecodeSettings(max_len_a=0.0, max_len_b=3))  # at most 3 output pieces
+    [want] = table.batch_rows(tr, [0], [TEXT], None, settings, DEFAULT_RULE)
+    a = analyse(tr, TEXT, settings)
+    assert a.hit_max_len and want["hit_max_len"] and np.isfinite(want["omission"])
+    src, tgt, _ = tensors(tr, a)
+    got = row_of(tr, a, contributions(tr.model, src, tgt).source_share[0].numpy())
+    for name in ("omission", "seq_logprob", "min_piece_logprob", "source_share", "eos_attention", "repetition"):
+        assert got[name] == pytest.approx(want[name], abs=1e-5), name
+    # the page: a rule on omission alone fires and names the table's value
+    alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, [{"column": "omission", "op": ">", "value": -1000}])
+    at = new_app({"text": TEXT, "view": "Source or prefix", "a": "0", "b": "3"})
+    assert_clean(at)
+    [warned] = [w.value for w in at.warning if "may be a hallucination" in w.value]
+    assert f"ending there is {COLUMNS['omission'].value_text(want['omission'])}" in warned

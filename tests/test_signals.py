@@ -4,6 +4,7 @@ read from beside a checkpoint."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -154,11 +155,11 @@ def test_bad_input_says_what_is_wrong(tr):
 # ------------------------------------------------------------------------------------------------ looping
 
 
-def brute_runs(items: list) -> int:
-    """Every unit of every length at every start, repeated as long as it goes on."""
-    best = 0
+def brute_runs(items: list, shortest: int = 1) -> int:
+    """Every unit of every length (``shortest`` or more) at every start, repeated as long as it goes on."""
+    best = min(len(items), 1)
     for start in range(len(items)):
-        for size in range(1, len(items) - start + 1):
+        for size in range(shortest, len(items) - start + 1):
             unit = items[start:start + size]
             k = 0
             while items[start + k * size:start + (k + 1) * size] == unit:
@@ -168,18 +169,23 @@ def brute_runs(items: list) -> int:
 
 
 def brute_repetition(text: str) -> int:
-    """The characters without whitespace, and the words without their edge punctuation, lower case."""
+    """The words without their edge punctuation, lower case; the characters with each stretch of white space as
+    one space: a unit of 2 or more characters as it is, a run of one character 2 when it is 2 or 3 long."""
     words = [w.strip(".,;:!?-\"'()").lower() for w in text.split()]
-    return max(brute_runs(list("".join(text.split()))), brute_runs([w for w in words if w]))
+    chars = list(" ".join(text.split()))
+    run = max((len(list(group)) for _, group in itertools.groupby(chars)), default=0)
+    return max(run if run > 3 else min(run, 2), brute_runs(chars, 2), brute_runs([w for w in words if w]))
 
 
 def test_repetition_counts_a_unit_of_any_length_in_characters_and_words():
     rng = random.Random(0)
     texts = ["1 1 1 1 1 1", "zzzzzzzz", "Einzzzzzzzzzz...-Bzz-Bzz-Bzz-", "2 1 1 1 1 1", "", " ", "abcabcab",
              "Ein Mann fährt auf einem roten Fahrrad.", "Vier1 77 1 1 1999 7 1 199999111111 7 7 11111",
-             "Menschen Menschen Menschen Menschen Menschen Menschen.", "Ein Hund, ein Hund, ein Hund rennt."]
+             "Menschen Menschen Menschen Menschen Menschen Menschen.", "Ein Hund, ein Hund, ein Hund rennt.",
+             "a  b\tb \n b", "Schifffahrt", "sss", "ssss"]
     texts += ["".join(rng.choice("ab c") for _ in range(rng.randint(0, 40))) for _ in range(300)]
     texts += ["".join(rng.choice("xyz-") for _ in range(rng.randint(0, 12))) * rng.randint(1, 9) for _ in range(100)]
+    texts += ["".join(rng.choice("aab ") for _ in range(rng.randint(0, 8))) * rng.randint(1, 5) for _ in range(100)]
     words = ["Hund", "hund,", "ein", "läuft", "im", "Schnee."]
     texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(200)]
     texts += [" ".join([rng.choice(words) for _ in range(rng.randint(1, 4))] * rng.randint(1, 7)) for _ in range(100)]
@@ -191,6 +197,49 @@ def test_repetition_counts_a_unit_of_any_length_in_characters_and_words():
     assert looping("1 1 1 1 1 1") and looping("Bzz-Bzz-Bzz-Bzz-Bzz-Bzz-") and not looping("1 1 1")
     assert looping("Eine Frau mit einem Hut, einem Hut, einem Hut, einem Hut.")
     assert not looping("Zwei Hunde spielen im Schnee.")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Eine Frau geht durch den Tiefschnee einen steilen Abhang hinunter.", 2),  # "eee" across a word boundary
+    ("Ein Mann nimmt ein Foto auf.", 2),  # "nnn" across a word boundary
+    ("Seeleute stehen an einem Schiff führt.", 2),  # "fff" across a word boundary
+    ("Ein Bassspieler trinkt Kaffee im Fitnessstudio an einem Imbissstand.", 2),  # German's triple letters
+    ("Kinder machen Schneeengel auf der Schifffahrt.", 2),
+    ("Ein Schild: „Come on now ... what's gayer than tea.“", 2),  # an ellipsis
+    ("Es ist sonnige sonnige sonnige Wetter.", 3),  # the two val loops the rule of repetition >= 4 missed
+    ("Ein glücklich glücklich glücklich Hund.", 3),
+    ("Ein Mann in einem Trikot BronBronBroniss.", 3),  # a stretch of 4 letters 3 times inside a word
+    ("Ein Mann auf einem Gewässsssi.", 5),  # one letter more than German spells it: a loop
+    ("Ein Hund sitzt.", 1),
+])
+def test_repetition_sets_aside_word_boundaries_and_german_spelling_but_not_a_word_said_three_times(text, expected):
+    assert repetition(text) == expected
+
+
+def test_every_word_ngram_said_three_times_back_to_back_counts_three():
+    """The loop of ``python -m transformer.detect`` (:func:`transformer.interpret.constructed.loops`, its own
+    definition) always has ``repetition >= 3``, whatever the n-gram and its punctuation or case."""
+    from transformer.interpret import constructed
+
+    rng = random.Random(1)
+    vocab = ["Ein", "ein", "Hund,", "Mann", "läuft.", "im", "Schnee", "sonnige", "glücklich", "„Bron“", "-"]
+    found = 0
+    for _ in range(400):
+        gram = [rng.choice(vocab) for _ in range(rng.randint(1, 4))]
+        before, after = [rng.choice(vocab) for _ in range(rng.randint(0, 3))], [rng.choice(vocab) for _ in range(3)]
+        text = " ".join(before + gram * rng.randint(2, 4) + after)
+        if constructed.loops(text):
+            found += 1
+            assert repetition(text) >= 3, text
+    assert found > 200
+
+
+@pytest.mark.data
+def test_no_reference_of_val_or_test_reaches_three(multi30k_dir):
+    """A rule ``repetition >= 3`` costs nothing on the references the flag is chosen and reported on."""
+    for split in ("val", "test_2016_flickr"):
+        lines = (multi30k_dir / f"{split}.de").read_text(encoding="utf-8").splitlines()
+        assert max(repetition(line) for line in lines) <= 2, split
 
 
 # ------------------------------------------------------------------------------------------------ the flag
@@ -226,24 +275,26 @@ def test_the_rule_lives_beside_the_checkpoint(tmp_path):
 
 
 def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
+    from transformer.decoding.settings import DecodeSettings
     from transformer.interpret.signals import translation_row
 
-    result = tr.translate("two people are walking on the beach .", beam_size=3)
-    src = torch.tensor([result.source_ids])
-    tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
-    with torch.no_grad():
-        logp = tr.model(src, tgt).logits[0].log_softmax(-1)[range(len(result.target_ids)), result.target_ids]
-        last_eos = float(tr.model(src, tgt).logits[0, -1].log_softmax(-1)[tr.config.eos_id])
-    share = contributions(tr.model, src, tgt).source_share[0]
-    cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
-    row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
-                          cross.numpy(), hit_max_len=True, cut_eos_logprob=last_eos)
-    [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
-    assert close({k: row[k] for k in want}, want, 1e-5)
-    assert row["repetition"] == 6 and row["hit_max_len"] is True
-    bare = translation_row(tr, result.source_ids, result.target_ids, "x", logp, share.numpy(), cross.numpy())
-    ended = result.target_ids[-1] == tr.config.eos_id
-    assert bare["omission"] == pytest.approx(want["omission"]) if ended else math.isnan(bare["omission"])
+    for settings in (DecodeSettings(beam_size=3), DecodeSettings(beam_size=1, max_len_a=0.0, max_len_b=3)):
+        result = tr.translate("two people are walking on the beach .", settings)
+        src = torch.tensor([result.source_ids])
+        tgt = torch.tensor([[tr.config.bos_id, *result.target_ids[:-1]]])
+        with torch.no_grad():
+            log_softmax = tr.model(src, tgt).logits[0].log_softmax(-1)  # (T, V)
+        logp = log_softmax[range(len(result.target_ids)), result.target_ids]
+        share = contributions(tr.model, src, tgt).source_share[0]
+        cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
+        row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
+                              cross.numpy(), log_softmax[:, tr.config.eos_id], hit_max_len=result.hit_max_len)
+        [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
+        assert close({k: row[k] for k in want}, want, 1e-5)
+        assert row["repetition"] == 6 and row["hit_max_len"] is result.hit_max_len
+        if result.hit_max_len:  # cut: the surprise at </s> not coming at the last step
+            assert row["omission"] == pytest.approx(-float(log_softmax[-1, tr.config.eos_id]), abs=1e-5)
+    assert result.hit_max_len and len(result.target_ids) == 3
 
 
 def test_a_rule_and_its_reasons_read_in_words():

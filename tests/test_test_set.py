@@ -18,6 +18,7 @@ from conftest import assert_clean, charts, new_app  # noqa: E402
 from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
 from app.views import test_set  # noqa: E402
+from app.views import test_set_lines as lines  # noqa: E402
 from transformer.interpret.columns import COLUMNS as DESCRIBED
 
 VIEW = "whole_test_set"
@@ -234,6 +235,20 @@ def test_scatter_places_each_line_at_its_share_and_chrf():
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "chrF"
 
 
+def test_both_charts_mark_the_open_line():
+    values = np.array([0.1, 0.4, np.nan, 0.7])
+    fig = table_figures.signal_histogram(values, "source share", threshold=0.3, opened=(7, 0.4))
+    marks = [(s.x0, a.text) for s, a in zip(fig.layout.shapes, fig.layout.annotations)]
+    assert marks == [(0.3, "threshold 0.30"), (0.4, "line 7")]
+    assert fig.layout.shapes[1].line.dash is None  # solid, unlike the dotted threshold
+    assert len(table_figures.signal_histogram(values, "x", opened=(2, np.nan)).layout.shapes) == 0  # no value
+    share, chrf, ids = np.array([0.2, 0.5, 0.8]), np.array([10.0, 40.0, np.nan]), np.array([4, 7, 9])
+    fig = table_figures.share_chrf_scatter(share, chrf, ids, [True, False, False], opened=7)
+    ring = [t for t in fig.data if t.name == "line 7"]
+    assert len(ring) == 1 and (list(ring[0].x), list(ring[0].y), list(ring[0].customdata)) == ([0.5], [40.0], [7])
+    assert [t.name for t in table_figures.share_chrf_scatter(share, chrf, ids, opened=9).data] == ["not flagged"]
+
+
 # ------------------------------------------------------------------------------------------------ the page
 
 
@@ -412,6 +427,20 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             assert parse_qs(urlparse(page.url).query)["view"] == [VIEW]
             page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
             assert page.locator("[data-testid=stException]").count() == 0
+            assert parse_qs(urlparse(page.url).query)["line"] == [str(line)]
+            # a click on a point of the scatter (the chart whose y axis is chrF) opens its line, ringed there
+            scatter = page.locator(".js-plotly-plot", has=page.locator(".ytitle", has_text="chrF")).first
+            scatter.scroll_into_view_if_needed()
+            point = scatter.locator(".scatterlayer .trace").first.locator("path.point").nth(1)
+            target = point.bounding_box()
+            page.mouse.click(target["x"] + target["width"] / 2, target["y"] + target["height"] / 2)
+            page.wait_for_function("line => { const l = new URLSearchParams(location.search).get('line');"
+                                   " return l !== null && l !== line; }", arg=str(line), timeout=60_000)
+            clicked = int(parse_qs(urlparse(page.url).query)["line"][0])
+            page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
+                                   arg=sources[clicked], timeout=60_000)
+            page.get_by_text(f"Line {clicked} is open in every view").wait_for(timeout=30_000)
+            scatter.locator(".legendtext", has_text=f"line {clicked}").wait_for(timeout=30_000)
             phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True).new_page()
             phone.goto(f"{url}/?view=whole_test_set", wait_until="domcontentloaded")
@@ -424,3 +453,70 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             assert table["x"] >= 0 and table["x"] + table["width"] <= 390
         finally:
             browser.close()
+
+
+def marks(at) -> tuple[list[str], list[str]]:
+    """The histogram's annotations and the scatter's trace names."""
+    found = charts(at)
+    histogram = next(c for c in found if c["layout"]["yaxis"]["title"]["text"] == "lines")
+    scatter = next(c for c in found if c["layout"]["yaxis"]["title"]["text"] == "chrF")
+    return [a["text"] for a in histogram["layout"].get("annotations", [])], [t["name"] for t in scatter["data"]]
+
+
+def test_the_open_line_is_in_the_address_and_a_link_opens_it_again(with_table):
+    ckpt, frame, sources = with_table
+    at = new_app({"view": VIEW, "preset": "lowest-share"})
+    shown = at.dataframe[0].value
+    line = int(shown["id"].iloc[3])
+    at.session_state[test_set.rows_key("test", "lowest-share", "")] = {"selection": {"rows": [3], "columns": [],
+                                                                                     "cells": []}}
+    at.run()
+    assert_clean(at)
+    assert at.query_params["line"] == str(line) and at.query_params["preset"] == "lowest-share"  # the sort too
+    annotations, traces = marks(at)
+    assert f"line {line}" in annotations and f"line {line}" in traces  # marked on both charts
+    link = {k: v for k, v in at.query_params.items() if k != "text"}  # the line alone names the sentence
+    again = new_app(link)
+    assert_clean(again)
+    assert again.session_state["source_text"] == sources[line] and again.query_params["line"] == str(line)
+    key = test_set.rows_key("test", "lowest-share", "", ("test", line))
+    assert list(again.session_state[key]["selection"]["rows"]) == [3]  # the table shows it selected
+    assert any(f"Line {line} is open" in c.value for c in again.caption)
+    assert f"line {line}" in marks(again)[0]
+    again.text_area(key="source_text").set_value("A different sentence.")  # typed over: no line is open
+    again.button(key="translate").click()
+    again.run()
+    assert_clean(again)
+    assert "line" not in again.query_params and not any("is open" in c.value for c in again.caption)
+    assert not any(a.startswith("line ") for a in marks(again)[0])
+
+
+@pytest.mark.parametrize("asked", ["999", "x1"])
+def test_a_link_to_a_line_the_table_lacks_opens_nothing(with_table, asked):
+    at = new_app({"view": VIEW, "line": asked, "text": "A dog."})
+    assert_clean(at)
+    assert at.session_state["source_text"] == "A dog." and "line" not in at.query_params
+    said = " ".join([*(c.value for c in at.caption), *(i.value for i in at.info), *(t.value for t in at.text)])
+    assert "names line 999, which this table does not have" in said if asked == "999" else "not understood" in said
+
+
+def test_a_click_on_a_point_of_the_scatter_opens_its_line(with_table):
+    ckpt, frame, sources = with_table
+    at = new_app({"view": VIEW})
+    line = int(frame.dropna(subset=["chrf"])["id"].iloc[5])
+    point = {"curve_number": 0, "point_number": 1, "point_index": 1, "customdata": line}
+    at.session_state[lines.SCATTER] = {"selection": {"points": [point], "point_indices": [1], "box": [],
+                                                     "lasso": []}}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["source_text"] == sources[line] and at.query_params["line"] == str(line)
+    annotations, traces = marks(at)
+    assert f"line {line}" in annotations and f"line {line}" in traces
+    key = test_set.rows_key("test", "all", "", ("test", line))
+    assert list(at.session_state[key]["selection"]["rows"]) == [list(at.dataframe[0].value["id"]).index(line)]
+    for sent in ([{"customdata": "x"}], [{"customdata": 10**12}], "x"):  # a browser may send anything
+        at.session_state[lines.SCATTER] = {"selection": {"points": sent, "point_indices": [], "box": [],
+                                                         "lasso": []}}
+        at.run()
+        assert_clean(at)
+        assert at.session_state["source_text"] == sources[line]

@@ -91,6 +91,7 @@ class Analysis:
     topk_ids: np.ndarray
     topk_probs: np.ndarray
     chosen_probs: np.ndarray
+    eos_logprobs: np.ndarray  # (T,) log p(</s>) at each output step: a cut output's omission reads the last
     settings: DecodeSettings = field(default_factory=DecodeSettings)
     ablated: tuple[HeadKey, ...] = ()
     seconds: float = 0.0
@@ -170,7 +171,9 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
     head_mask = build_head_mask(tr, ablated)
     out_ids = result.target_ids[:-1]  # the decoder input after BOS (target_ids ends in EOS unless cut)
     out = tr.attentions(result.source_ids, out_ids, head_mask)
-    probs = out.logits[0].float().softmax(dim=-1)  # (T, V)
+    logits = out.logits[0].float()  # (T, V)
+    probs = logits.softmax(dim=-1)  # (T, V)
+    eos_logprobs = logits[:, tr.config.eos_id] - logits.logsumexp(dim=-1)  # (T,)
     top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
     chosen = probs.gather(1, torch.tensor(result.target_ids, device=probs.device)[:, None])[:, 0]
     top_i_list = top_i.cpu().tolist()
@@ -183,7 +186,8 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
-        chosen_probs=chosen.cpu().numpy().astype(np.float32), settings=settings, ablated=tuple(ablated),
+        chosen_probs=chosen.cpu().numpy().astype(np.float32), eos_logprobs=eos_logprobs.cpu().numpy(),
+        settings=settings, ablated=tuple(ablated),
         seconds=time.perf_counter() - start, device=str(tr.device), hit_max_len=bool(result.hit_max_len),
         unknown_chars=unknown_characters(tr.tokenizer, text) if unknown else [],
     )

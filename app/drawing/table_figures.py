@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from .figures import FONT
 
 FLAGGED, KEPT = "#c62828", "#3182bd"  # flagged lines red, the others the explorer's blue
+OPEN = "#212121"  # the open line's mark: near black, apart from both
 HEIGHT = 340  # fits a phone's screen (390 x 844) with the view's controls above
 
 
@@ -26,10 +27,12 @@ def threshold_text(value: float) -> str:
 
 def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                      flagged: Sequence[bool] | np.ndarray | None = None,
-                     threshold: float | None = None, bins: int = 30, threshold_name: str = "threshold") -> go.Figure:
+                     threshold: float | None = None, bins: int = 30, threshold_name: str = "threshold",
+                     opened: tuple[int, float] | None = None) -> go.Figure:
     """How the lines spread over one signal: a histogram of ``values`` (missing ones left out and counted in the
-    title), flagged lines stacked in red on the others, and a dotted line at ``threshold`` when given, labelled
-    ``threshold_name`` and its value."""
+    title), flagged lines stacked in red on the others, a dotted line at ``threshold`` when given, labelled
+    ``threshold_name`` and its value, and the open line (``opened``: its id and value) as a solid line labelled
+    "line <id>" (none when its value is missing)."""
     values = _finite(values)
     flagged = np.zeros(len(values), dtype=bool) if flagged is None else np.asarray(flagged, dtype=bool)
     ok = np.isfinite(values)
@@ -49,6 +52,9 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                       annotation_text=f"{html.escape(threshold_name)} {threshold_text(threshold)}",
                       annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
+    if opened is not None and np.isfinite(opened[1]):
+        fig.add_vline(x=float(opened[1]), line_width=2, line_color=OPEN, annotation_text=f"line {int(opened[0])}",
+                      annotation_position="top right", annotation_font=dict(size=12, color=OPEN))
     title = f"{int(ok.sum()):,} lines" + (f" ({missing:,} without a value)" if missing else "")
     fig.update_layout(barmode="stack", height=HEIGHT, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
                       title=dict(text=title, x=0.0, font=dict(size=13)),
@@ -61,10 +67,12 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
 
 def share_chrf_scatter(share: Sequence[float] | np.ndarray, chrf: Sequence[float] | np.ndarray,
                        ids: Sequence[int] | np.ndarray, flagged: Sequence[bool] | np.ndarray | None = None,
-                       threshold: float | None = None, threshold_name: str = "threshold") -> go.Figure:
+                       threshold: float | None = None, threshold_name: str = "threshold",
+                       opened: int | None = None) -> go.Figure:
     """Each line as a point: its source share (ALTI+) across, its chrF up; flagged lines red, a dotted line at the
     source-share ``threshold`` (labelled ``threshold_name`` and its value). Lines without either value are left
-    out (the title counts them); a point's hover names its line id (``customdata``)."""
+    out (the title counts them); a point's hover names its line id (``customdata``, what a click reads). The open
+    line (``opened``, an id) is ringed, a trace of its own named "line <id>"."""
     share, chrf, ids = _finite(share), _finite(chrf), np.asarray(ids)
     flagged = np.zeros(len(share), dtype=bool) if flagged is None else np.asarray(flagged, dtype=bool)
     ok = np.isfinite(share) & np.isfinite(chrf)
@@ -76,6 +84,13 @@ def share_chrf_scatter(share: Sequence[float] | np.ndarray, chrf: Sequence[float
                                      marker=dict(color=colour, size=7, opacity=0.7, line=dict(width=0)),
                                      hovertemplate=f"line %{{customdata}} ({label}): source share %{{x:.2f}}, "
                                                    "chrF %{y:.1f}<extra></extra>"))
+    here = ok & (ids == opened) if opened is not None else np.zeros(len(share), dtype=bool)
+    if here.any():
+        fig.add_trace(go.Scatter(x=share[here][:1], y=chrf[here][:1], mode="markers", name=f"line {int(opened)}",
+                                 customdata=ids[here][:1].astype(int),
+                                 marker=dict(color="rgba(0,0,0,0)", size=16, line=dict(width=2.5, color=OPEN)),
+                                 hovertemplate="line %{customdata} (open): source share %{x:.2f}, chrF %{y:.1f}"
+                                               "<extra></extra>"))
     if threshold is not None:
         fig.add_vline(x=threshold, line_dash="dot", line_width=2, line_color=FLAGGED,
                       annotation_text=f"{html.escape(threshold_name)} {threshold_text(threshold)}",

@@ -45,13 +45,19 @@ FLAG_HELP = ("The rule is stored with the model (flag.json) and was chosen on th
              "The same rule flags the lines of the Whole test set view.")
 
 
+def row_of(tr: Translator, a: Analysis, share: np.ndarray) -> dict:
+    """The flag's row of this translation (``translation_row``: the signals the corpus table computes, by the same
+    function), from its analysis and ALTI+'s ``share (T,)``."""
+    return translation_row(tr, a.source_ids, a.target_ids, a.translation,
+                           np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
+                           a.eos_logprobs, hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
+
+
 def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float | None]:
     """The checkpoint's ``flag`` (``transformer.interpret.signals``: the rule in its ``flag.json``, chosen on val) on
     this translation, in words (a warning when it holds), and the rule's source-share threshold (None without one)."""
     rule = flag_rule(tr.path)
-    row = translation_row(tr, a.source_ids, a.target_ids, a.translation,
-                          np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
-                          hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
+    row = row_of(tr, a, share)
     why = reasons(row, rule)
     origin = ("this model's rule, chosen on the validation set" if rule.origin != "default"
               else "this model has no rule chosen on the validation set yet, so only looping output is flagged")

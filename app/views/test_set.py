@@ -30,12 +30,12 @@ from ..drawing import figures, table_figures
 from ..page import controls, state
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
+from . import test_set_lines as lines
+from .test_set_lines import LINE, OPENED
 
 TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
 WHOLE = "testset_whole_words"  # the find box matches whole words only
 PATH = "testset_path"  # a table file on this machine (not in public mode; never in the address)
-SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selection opens its line once
-OPENED = "_testset_opened"  # (table name, line id) the last selected row opened
 PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
 PASTED, REFS, ASKED = "testset_paste", "testset_refs", "_testset_asked"  # the pasted list, and what was computed
 PAGE = "testset_page"  # the page of the table shown (0-based), of the table, preset and filter in PAGED
@@ -82,12 +82,19 @@ def _open_path(path: str, ss: MutableMapping[str, Any]) -> str | None:
     return None
 
 
-# The address holds the pasted list too (a link reopens it, to compute with one click; it never computes by itself)
-# and, off a public server, the table file's path.
+def _written_line(ss: MutableMapping[str, Any]) -> str | None:
+    """The address's ``line=``: the line of the shown table that is open (a selected row, a clicked point)."""
+    line = lines.open_id(ss, ss.get(TABLE))
+    return None if line is None else str(line)
+
+
+# The address holds the open line (line=, beside its table and preset), the pasted list (a link reopens it, to
+# compute with one click; it never computes by itself) and, off a public server, the table file's path.
 PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
           Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
           Param("find", FIND, _find, default=""),
+          Param("line", LINE, lines.line_of, write=_written_line, clears=(LINE, OPENED, lines.JUMPED)),
           Param("words", WHOLE, lambda v: {"1": True, "0": False}.get(v), dump=lambda v: "1" if v else "0",
                 default=False),
           Param("lines", PASTED, _pasted, default=""),
@@ -299,15 +306,18 @@ def render(ctx: ViewContext) -> None:
                    f"“{controls.md_escape(find.strip())}”{' as a whole word' if whole else ''}.")
     if shown.empty:
         st.info("No line matches: try another preset or clear the filter.", icon=":material/filter_alt_off:")
+    lines.open_asked(frame, choice, table.manifest)  # a link's line=
     order = shown_columns(frame)
     page, shown = paged(shown, order, (choice, preset, find or "", bool(whole)))
-    key = rows_key(choice, preset, find or "", *(("whole words",) if whole else ()), *([page] if page else []))
+    jumped = st.session_state.get(lines.JUMPED)  # a line opened from a point or a link: the table starts with it
+    key = rows_key(choice, preset, find or "", *(("whole words",) if whole else ()), *([page] if page else []),
+                   *([jumped] if jumped else []))
     event = st.dataframe(marked(shown), hide_index=True, width="stretch", height=360, on_select="rerun",
                          selection_mode="single-row", key=key, column_order=order,
-                         column_config=column_config(shown))
-    follow(event, key, shown, choice, table.manifest)
-    opened_line(choice)
-    charts(ctx, frame, tables.rule_of(table.manifest))
+                         column_config=column_config(shown), selection_default=lines.selection_of(shown, key, choice))
+    lines.follow(event, key, shown, choice, table.manifest)
+    lines.opened_line(choice)
+    charts(ctx, frame, tables.rule_of(table.manifest), choice, table.manifest)
 
 
 def paged(shown: pd.DataFrame, columns: list[str], which: tuple) -> tuple[int, pd.DataFrame]:
@@ -329,71 +339,6 @@ def paged(shown: pd.DataFrame, columns: list[str], which: tuple) -> tuple[int, p
                f"{tables.PAGE_BYTES / 1e6:.0f} MB of the table and {tables.PAGE_ROWS:,} rows; pick another page "
                "above.")
     return page, shown.iloc[starts[page]:starts[page + 1]].reset_index(drop=True)
-
-
-def selected_row(event: object) -> int | None:
-    """The row a dataframe's selection names: None when none is selected, -1 when what the browser sent is not a
-    list of whole numbers (a client may send anything)."""
-    rows = getattr(getattr(event, "selection", None), "rows", None)
-    if rows is None or (isinstance(rows, (list, tuple)) and not rows):
-        return None
-    row = rows[0] if isinstance(rows, (list, tuple)) else rows
-    whole = isinstance(row, (int, np.integer)) and not isinstance(row, (bool, np.bool_))
-    return int(row) if whole and row >= 0 else -1
-
-
-def follow(event: object, key: str, shown: pd.DataFrame, choice: str, manifest: dict) -> None:
-    """A newly selected row opens its sentence: the source goes into the text box (and so into the address's
-    ``text=``), and the page runs again to translate it."""
-    row_at = selected_row(event)
-    ss = st.session_state
-    rows = [row_at]
-    if row_at is not None and not 0 <= row_at < len(shown):
-        st.caption("The row selection the browser sent names no row of this page: nothing was opened.")
-        return
-    if row_at is None or ss.get(SEEN) == (key, rows):
-        return
-    ss[SEEN] = (key, rows)
-    row = shown.iloc[row_at]
-    line = int(row["id"])
-    if row["source"] is None or not str(row["source"]).strip():
-        ss[OPENED] = (choice, line, None)
-        return
-    ss[state.SOURCE_TEXT] = state.take_text(str(row["source"]))
-    ss.pop(state.SENTENCE, None)
-    given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
-    for lang_key, name in ((state.SRC_LANG, "src_lang"), (state.TGT_LANG, "tgt_lang")):
-        if given.get(name) and ss.get(lang_key) is not None:  # a multilingual model: the table's languages
-            ss[lang_key] = str(given[name])
-    ss[OPENED] = (choice, line, ss[state.SOURCE_TEXT])
-    st.rerun()
-
-
-JUMPS = ("heatmap", "source_or_prefix", "step_through")  # views' keys
-
-
-def _go(view: str) -> None:
-    """Callback: show ``view``; its group follows (``app.page.selector.resolve`` sets a view's group)."""
-    st.session_state.pop(state.VIEW_GROUP, None)
-    st.session_state[state.VIEW] = view
-
-
-def opened_line(choice: str) -> None:
-    """What the last selected row opened, and buttons to its heatmap and its ALTI+ per step."""
-    opened = st.session_state.get(OPENED)
-    if not opened or opened[0] != choice:
-        return
-    _, line, text = opened
-    if text is None:
-        st.warning(f"Line {line} cannot be opened in the other views: its source sentence is not on this server.",
-                   icon=":material/link_off:")
-        return
-    if st.session_state.get(state.SOURCE_TEXT) != text:
-        return  # the visitor typed another sentence since
-    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-    row.caption(f"Line {line} is open in every view (it is in the text box and the page's address). See it in:")
-    for view in JUMPS:
-        row.button(registry.VIEWS[view].title, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")
 
 
 def rule_words(rule: dict) -> str | None:
@@ -428,9 +373,12 @@ def beyond_the_line(frame: pd.DataFrame, rule: dict, columns: list[str]) -> list
     return said
 
 
-def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
+def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manifest: dict) -> None:
     """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
-    the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so."""
+    the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so.
+    The open line is marked on both; a click on a point of the scatter opens its line."""
+    opened = lines.open_id(st.session_state, choice)
+    row = None if opened is None else lines.row_of_line(frame, opened)
     limits = tables.thresholds(rule)
     heads = load_heads(ctx.tr.path) or {}
     alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
@@ -452,20 +400,23 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict) -> None:
                                  format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNALS[s]}")
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         at, name = line(signal)
+        mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])
         st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
-                                                       at, threshold_name=name),
+                                                       at, threshold_name=name, opened=mark),
                         config=figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
             at, name = line("source_share")
-            st.plotly_chart(table_figures.share_chrf_scatter(
+            event = st.plotly_chart(table_figures.share_chrf_scatter(
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
-                frame["flag"].to_numpy(), at, threshold_name=name),
-                config=figures.plotly_config("test-set-share-chrf"), key="testset_scatter")
+                frame["flag"].to_numpy(), at, threshold_name=name, opened=opened),
+                config=figures.plotly_config("test-set-share-chrf"), key=lines.SCATTER, on_select="rerun",
+                selection_mode="points")
             st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
                        "little from the source: its words come from the output so far, a sign of a made-up "
-                       "translation.")
+                       "translation. Click a point to open its line.")
+            lines.follow_point(event, frame, choice, manifest)
         else:
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")

@@ -74,7 +74,8 @@ COLUMNS: dict[str, Column] = {
                             phrase="the attention on the source's </s>", format="share",
                             suggests="the attention may have left the source"),
     "repetition": Column("int64", "repetition", "The most times one stretch of the output (a word, a few words or a "
-                                                "few characters) repeats back to back.", signal=True,
+                                                "few characters) repeats back to back; three of one letter, as "
+                                                "German spells Schifffahrt, count as two.", signal=True,
                          direction="high", phrase="the most times one stretch of the output repeats back to back",
                          format="count", suggests="the output loops"),
     "min_piece_logprob": Column("float64", "min log-prob", "The lowest log-probability of any output piece "

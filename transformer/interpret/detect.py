@@ -194,6 +194,24 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+OUTPUT_ONLY = {"--rows": 1, "--no-progress": 0, "--json": 0}  # options that change no number, and their values
+
+
+def recorded_command(argv: Sequence[str]) -> str:
+    """The command that repeats a run, as ``flag.json`` records it: ``argv`` without the options that only say where
+    output goes (``OUTPUT_ONLY``: a ``--rows`` file is a path on one machine, often a temporary one)."""
+    kept, skip = [], 0
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if skip:
+            skip -= 1
+        elif name in OUTPUT_ONLY:
+            skip = OUTPUT_ONLY[name] if "=" not in arg else 0
+        else:
+            kept.append(arg)
+    return " ".join(["python -m transformer.detect", *kept])
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m transformer.detect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sets[split] = constructed_set(tr, sources, refs, GERMAN[part::2], args.seed + part, settings,
                                       args.batch_size, args.nonsense, progress=not args.no_progress)
     rule, chosen = choose_rule(sets[args.calibration_split], args.budget)
-    command = "python -m transformer.detect " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = recorded_command(sys.argv[1:] if argv is None else argv)
     calibration = {"split": args.calibration_split, "budget": args.budget, "percentiles": list(PERCENTILES),
                    **chosen, "report": evaluate(sets[args.calibration_split], rule)}
     held_back = {"split": args.split, **evaluate(sets[args.split], rule)}
