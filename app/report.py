@@ -180,7 +180,8 @@ class _Html:
             body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                            for row in p.rows)
             caption = f'<p class="note">{html.escape(p.caption)}</p>' if p.caption else ""
-            return f'{caption}<div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>'
+            return (f'{caption}<div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>'
+                    '<p class="hint" hidden>Swipe sideways to see the whole table (its first column stays).</p>')
         if isinstance(p, Choice):
             options = "".join(f'<option value="{i}"{" selected" if i == p.default else ""}>{html.escape(name)}'
                               "</option>" for i, (name, _) in enumerate(p.options))
@@ -260,6 +261,7 @@ STYLE = """
 .attn-report .scroll{overflow-x:auto;max-width:100%} .attn-report .hint{color:#555;font-size:12px;margin:0}
 .attn-report table.values{border-collapse:collapse;font-size:12px}
 .attn-report table.values td,.attn-report table.values th{border:1px solid #ddd;padding:2px 6px;unicode-bidi:isolate}
+.attn-report table.values tr>:first-child{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #bbb}
 .attn-report nav a{margin-right:10px;font-size:14px;display:inline-block}
 """
 PAGE_STYLE = "body{margin:0;padding:12px}"

@@ -36,7 +36,7 @@ def traces(fig, name: str) -> list:
 
 def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
     g = small_graph()
-    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1))
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1))
     cross_lines = [t for t in traces(fig, "Cross-attention") if t.mode == "lines" and t.x[0] is not None]
     assert len(cross_lines) == 1
     line = cross_lines[0]
@@ -55,11 +55,13 @@ def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
     assert len(nodes.x) == len(g.nodes)
     (out,) = traces(fig, "output")
     assert out.y[0] == -1 and out.x[0] == flowgraph.column_x(Node("decoder", 0, "ffn", 1), 1)
-    # rows: the source pieces on the left axis, the decoder input on the right, the output's row naming its piece
+    # rows: the source pieces on the left axis, the output steps on the right, each named by the piece it produces
     assert list(fig.layout.yaxis.ticktext) == ["▁a 1", "▁b 2", "&lt;x&gt; 3", "&lt;/s&gt; 4"]
-    assert list(fig.layout.yaxis2.ticktext) == ["0: &lt;s&gt;", "1: ▁c <b>→ ▁d</b>"]
+    assert list(fig.layout.yaxis2.ticktext) == ["1 → ▁c", "<b>2 → ▁d</b>"]
+    # one name per step: the edge's hover names its query as the row does (step 2, the piece it produces)
+    assert "to step 2 → ▁d" in heads.hovertext[0] and "from source 3: &lt;x&gt;" in heads.hovertext[0]
     # the opened head is drawn dark; a window of positions keeps only what lies inside it
-    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1), ("cross", 0, 1, 1))
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1), ("cross", 0, 1, 1))
     assert traces(fig, "the head opened below")[0].line.color == flowgraph.SELECTED
     inside, outside = flowgraph.in_window(g, 0, 2)
     assert outside == 1 and all(n.position < 2 for n in inside.nodes)
