@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from transformer.interpret.flow import Edge, FlowGraph, Node
 
 from .analysis import escape
-from .figures import FONT, MIN_FONT
+from .figures import FONT, MIN_FONT, text_px
 
 COLOURS = {"encoder": "#1f77b4", "decoder": "#2ca02c", "cross": "#ff7f0e", "ffn": "#9467bd", "residual": "#a8a8a8"}
 NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention",
@@ -193,16 +193,19 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], outputs: Sequence[str],
     height = int(min(max(380, 170 + 30 * (end - first)), 2400))
     y_range = [-(end - 1) - 0.6, -first + 0.6]
     x_range = [-0.3, base + n_dec + 0.3]
+    right = max((text_px(t, font) for t in dec_text), default=0) + 30  # the output steps' labels, right of the plot
     # the divider: a band between the encoder's last column and the decoder's first, saying which rows are which
     # (source piece i and output step i share a height, not a meaning)
     divider = dict(type="rect", xref="x", yref="paper", x0=n_enc + 0.2, x1=base - 0.2, y0=0, y1=1, layer="below",
                    fillcolor=DIVIDER, line=dict(width=0))
-    notes.append(dict(x=n_enc + DECODER_GAP / 2, y=0.5, xref="x", yref="paper", textangle=-90, showarrow=False,
-                      text="◂ source pieces │ output steps ▸", font=dict(size=11, color="#555555"), name="divider"))
+    notes += [dict(x=x, y=1.0, xref="x", yref="paper", yanchor="bottom", yshift=22, showarrow=False, text=text,
+                   font=dict(size=12, color="#555555"), name="side")
+              for x, text in ((n_enc / 2, "<b>encoder</b> · rows: source pieces"),
+                              (base + n_dec / 2, "<b>decoder</b> · rows: output steps"))]
     return go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=height, plot_bgcolor="white", dragmode="pan",
         margin=dict(l=10, r=10, t=100 if title else 60, b=10), shapes=[divider], annotations=notes,
-        hoverdistance=HOVER_PX, meta={"min_width": int(3 * TOUCH_PX * (x_range[1] - x_range[0]))},
+        hoverdistance=HOVER_PX, meta={"min_width": int(3 * TOUCH_PX * (x_range[1] - x_range[0]) + right)},
         xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks], side="top",
                    tickfont=dict(size=11), range=x_range, showgrid=True, gridcolor="#eeeeee",
                    zeroline=False),

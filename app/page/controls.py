@@ -274,8 +274,8 @@ def pick_weights(attn: np.ndarray, layer: int, head: str) -> np.ndarray:
 heatmap_title = described_heatmap.title  # "Cross-attention · layer 2 · head 3"
 
 
-SWIPE_HINT = ("↔ Scroll or swipe sideways for the whole chart (wider than this space, so that its labels stay "
-              "readable); from the keyboard, Tab to this line and use the arrow keys.")
+SWIPE_HINT = ("↔ Scroll or swipe sideways for the whole chart (kept wide so that its labels stay readable; "
+              "keyboard: Tab here, then ← →).")
 
 
 def swipe_hint(box: Any, key: str) -> None:
