@@ -11,7 +11,6 @@ the desktop's and the laptop's; ``ATTN_AXE_SCREENS=desktop,laptop,phone`` runs e
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
