@@ -8,12 +8,13 @@ window.attnDraw = window.attnDraw || function (uid) {
   const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
   return new Response(stream).json().then((figs) => {
-    const hint = (div) => {  // "swipe sideways" under a chart or a table wider than its box
-      const box = div.parentElement, note = box.nextElementSibling;
+    const hint = (div, note) => {  // "swipe sideways" under a chart (above a table) wider than its box
+      const box = div.parentElement;
+      note = note || box.nextElementSibling;
       if (note && note.classList.contains("hint")) note.hidden = box.scrollWidth <= box.clientWidth + 2;
     };
     const tables = (scope) => scope.querySelectorAll(".scroll > table.values").forEach((table) => {
-      if (table.offsetParent !== null) hint(table);
+      if (table.offsetParent !== null) hint(table, table.parentElement.previousElementSibling);
     });
     window.addEventListener("resize", () => tables(root));
     const draw = (scope) => Promise.all(Array.from(scope.querySelectorAll(".chart[data-fig]"))

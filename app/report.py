@@ -180,8 +180,8 @@ class _Html:
             body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                            for row in p.rows)
             caption = f'<p class="note">{html.escape(p.caption)}</p>' if p.caption else ""
-            return (f'{caption}<div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>'
-                    '<p class="hint" hidden>Swipe sideways to see the whole table (its first column stays).</p>')
+            return (f'{caption}<p class="hint" hidden>Swipe sideways to see the whole table (its first column '
+                    f'stays).</p><div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>')
         if isinstance(p, Choice):
             options = "".join(f'<option value="{i}"{" selected" if i == p.default else ""}>{html.escape(name)}'
                               "</option>" for i, (name, _) in enumerate(p.options))

@@ -101,8 +101,8 @@ def test_buttons_that_wrap_keep_every_border(shipped_server, browser, screen):  
 
 
 def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
-    """Issue 57 §12: at 390 px Layer by layer's table is wider than the screen: a line says it scrolls, and its first
-    column (the output piece) stays while it does."""
+    """Issue 57 §12: at 390 px Layer by layer's table is wider than the screen: a line above it says it scrolls,
+    and its first column (the output piece) stays while it does."""
     if not (SHIPPED / "model.safetensors").is_file():
         pytest.skip("the shipped checkpoint is not here")
     import transformer
@@ -115,7 +115,7 @@ def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
     page.goto(out.as_uri())
     page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === 1", timeout=60_000)
     state = page.evaluate("""() => { const box = document.querySelector('#lens .scroll:has(> table.values)');
-      const hint = box.nextElementSibling, first = box.querySelector('tr > :first-child');
+      const hint = box.previousElementSibling, first = box.querySelector('tr > :first-child');
       box.scrollLeft = box.scrollWidth; const b = box.getBoundingClientRect(), f = first.getBoundingClientRect();
       return {wide: box.scrollWidth > box.clientWidth, hint: hint.classList.contains('hint') && !hint.hidden
               && hint.getBoundingClientRect().height > 0, scrolled: box.scrollLeft, kept: f.left - b.left}; }""")

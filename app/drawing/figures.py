@@ -214,16 +214,15 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     y_k = -np.linspace(0, n - 1, k) if k > 1 else np.zeros(1)
     offsets = dict(zip(heads, fan(len(heads))))  # in rows of the longer column (1 apart)
     traces = []
-    for head in heads:
-        colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = attn[head]
-        # legend entry at full strength (the line traces below are faint on purpose)
+    colours = {head: HEAD_COLOURS[head % len(HEAD_COLOURS)] for head in heads}
+    for head in heads:  # legend entries at full strength (the line traces below are faint on purpose)
         traces.append(dict(
-            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=colour, width=3), name=f"head {head + 1}",
-            legendgroup=f"h{head}"))
-        for low, high, alpha, width in LINE_BUCKETS:
-            low = max(low, threshold) if low == LINE_BUCKETS[0][0] else low
-            sel = (w >= low) & (w < high)
+            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=colours[head], width=3),
+            name=f"head {head + 1}", legendgroup=f"h{head}"))
+    for low, high, alpha, width in LINE_BUCKETS:  # every head's faint lines first, the strong ones over them
+        low = max(low, threshold)  # below the threshold: no line, whatever the bucket
+        for head in heads:
+            sel = (attn[head] >= low) & (attn[head] < high)
             if focus is not None:
                 rows = np.zeros_like(sel)
                 rows[focus] = True
@@ -234,7 +233,7 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
             xs = np.tile(np.array([0.0, 1.0, np.nan]), qi.size)
             ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel() + offsets[head]
             traces.append(dict(
-                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=tint(colour, alpha), width=width),
+                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=tint(colours[head], alpha), width=width),
                 name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=False, hoverinfo="skip"))
     # token columns, with hover listing each head's strongest key for that query
     qlabels = unique_labels(query_tokens, query_first)

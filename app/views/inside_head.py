@@ -22,7 +22,8 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("head", controls.HEAD,
 def formulas(*parts: str) -> None:
     """Formulas (LaTeX) in one line that wraps between them on a narrow screen (each drawn as a display formula, in
     the text's flow): never a box to scroll sideways, which a keyboard could not reach."""
-    st.markdown("\u2003\u2003".join(f"$\\displaystyle {part}$" for part in parts))
+    # each formula one group (KaTeX breaks a line at a top-level "=", never inside a group); the gap ends a line
+    st.markdown(" ".join(f"${{\\displaystyle {part}}}\\qquad$" for part in parts))
 
 
 def render(ctx: ViewContext) -> None:
