@@ -144,10 +144,14 @@ def figure_json(fig: go.Figure | dict, shared: dict[int, tuple[np.ndarray, list]
 
 
 def min_width(spec: dict[str, Any]) -> int:
-    """The width (px) below which a chart's column labels would run together: the chart scrolls sideways there."""
+    """The width (px) below which a chart's column labels would run together, or the plot's width its builder asked
+    for (``layout.meta["min_width"]``, as the app's ``figures.min_width`` reads it) and 120 px for its row labels: the
+    chart scrolls sideways there."""
     columns = max((len(axis.get("ticktext") or ()) for name, axis in spec["layout"].items()
                    if name.startswith("xaxis") and isinstance(axis, dict)), default=0)
-    return 0 if columns < 10 else 120 + TICK_PX * columns
+    meta = spec["layout"].get("meta")
+    asked = int(meta.get("min_width", 0)) if isinstance(meta, dict) else 0
+    return max(asked + 120 if asked else 0, 0 if columns < 10 else 120 + TICK_PX * columns)
 
 
 class _Html:
