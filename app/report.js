@@ -8,10 +8,15 @@ window.attnDraw = window.attnDraw || function (uid) {
   const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
   return new Response(stream).json().then((figs) => {
-    const hint = (div) => {  // "swipe sideways" under a chart wider than its box
-      const box = div.parentElement, note = box.nextElementSibling;
-      if (note) note.hidden = box.scrollWidth <= box.clientWidth + 2;
+    const hint = (div, note) => {  // "swipe sideways" under a chart (above a table) wider than its box
+      const box = div.parentElement;
+      note = note || box.nextElementSibling;
+      if (note && note.classList.contains("hint")) note.hidden = box.scrollWidth <= box.clientWidth + 2;
     };
+    const tables = (scope) => scope.querySelectorAll(".scroll > table.values").forEach((table) => {
+      if (table.offsetParent !== null) hint(table, table.parentElement.previousElementSibling);
+    });
+    window.addEventListener("resize", () => tables(root));
     const draw = (scope) => Promise.all(Array.from(scope.querySelectorAll(".chart[data-fig]"))
       .filter((div) => !div.dataset.drawn && div.offsetParent !== null).map((div) => {
         div.dataset.drawn = "1";
@@ -22,8 +27,10 @@ window.attnDraw = window.attnDraw || function (uid) {
     root.querySelectorAll("select[data-choice]").forEach((sel) => sel.addEventListener("change", () => {
       const box = sel.closest(".choice");
       for (const option of box.querySelectorAll(":scope > .option")) option.hidden = option.dataset.i !== sel.value;
+      tables(box);
       return draw(box);
     }));
+    tables(root);
     return draw(root).then(() => root.querySelectorAll("section.view")
       .forEach((section) => section.setAttribute("data-drawn", "1")));
   });

@@ -144,10 +144,14 @@ def figure_json(fig: go.Figure | dict, shared: dict[int, tuple[np.ndarray, list]
 
 
 def min_width(spec: dict[str, Any]) -> int:
-    """The width (px) below which a chart's column labels would run together: the chart scrolls sideways there."""
+    """The width (px) below which a chart's column labels would run together, or the plot's width its builder asked
+    for (``layout.meta["min_width"]``, as the app's ``figures.min_width`` reads it) and 120 px for its row labels: the
+    chart scrolls sideways there."""
     columns = max((len(axis.get("ticktext") or ()) for name, axis in spec["layout"].items()
                    if name.startswith("xaxis") and isinstance(axis, dict)), default=0)
-    return 0 if columns < 10 else 120 + TICK_PX * columns
+    meta = spec["layout"].get("meta")
+    asked = int(meta.get("min_width", 0)) if isinstance(meta, dict) else 0
+    return max(asked + 120 if asked else 0, 0 if columns < 10 else 120 + TICK_PX * columns)
 
 
 class _Html:
@@ -180,7 +184,8 @@ class _Html:
             body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                            for row in p.rows)
             caption = f'<p class="note">{html.escape(p.caption)}</p>' if p.caption else ""
-            return f'{caption}<div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>'
+            return (f'{caption}<p class="hint" hidden>Swipe sideways to see the whole table (its first column '
+                    f'stays).</p><div class="scroll"><table class="values"><tr>{head}</tr>{body}</table></div>')
         if isinstance(p, Choice):
             options = "".join(f'<option value="{i}"{" selected" if i == p.default else ""}>{html.escape(name)}'
                               "</option>" for i, (name, _) in enumerate(p.options))
@@ -260,6 +265,7 @@ STYLE = """
 .attn-report .scroll{overflow-x:auto;max-width:100%} .attn-report .hint{color:#555;font-size:12px;margin:0}
 .attn-report table.values{border-collapse:collapse;font-size:12px}
 .attn-report table.values td,.attn-report table.values th{border:1px solid #ddd;padding:2px 6px;unicode-bidi:isolate}
+.attn-report table.values tr>:first-child{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #bbb}
 .attn-report nav a{margin-right:10px;font-size:14px;display:inline-block}
 """
 PAGE_STYLE = "body{margin:0;padding:12px}"

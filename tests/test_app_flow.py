@@ -38,7 +38,7 @@ def traces(fig, name: str) -> list:
 
 def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
     g = small_graph()
-    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1))
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1))
     cross_lines = [t for t in traces(fig, "Cross-attention") if t.mode == "lines" and t.x[0] is not None]
     assert len(cross_lines) == 1
     line = cross_lines[0]
@@ -57,11 +57,13 @@ def test_the_figure_draws_every_edge_in_its_columns_with_its_colour_and_width():
     assert len(nodes.x) == len(g.nodes)
     (out,) = traces(fig, "output")
     assert out.y[0] == -1 and out.x[0] == flowgraph.column_x(Node("decoder", 0, "ffn", 1), 1)
-    # rows: the source pieces on the left axis, the decoder input on the right, the output's row naming its piece
+    # rows: the source pieces on the left axis, the output steps on the right, each named by the piece it produces
     assert list(fig.layout.yaxis.ticktext) == ["▁a 1", "▁b 2", "&lt;x&gt; 3", "&lt;/s&gt; 4"]
-    assert list(fig.layout.yaxis2.ticktext) == ["0: &lt;s&gt;", "1: ▁c <b>→ ▁d</b>"]
+    assert list(fig.layout.yaxis2.ticktext) == ["1 → ▁c", "<b>2 → ▁d</b>"]
+    # one name per step: the edge's hover names its query as the row does (step 2, the piece it produces)
+    assert "to step 2 → ▁d" in heads.hovertext[0] and "from source 3: &lt;x&gt;" in heads.hovertext[0]
     # the opened head is drawn dark; a window of positions keeps only what lies inside it
-    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["<s>", "▁c"], "▁d", (1, 1), ("cross", 0, 1, 1))
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1), ("cross", 0, 1, 1))
     assert traces(fig, "the head opened below")[0].line.color == flowgraph.SELECTED
     inside, outside = flowgraph.in_window(g, 0, 2)
     assert outside == 1 and all(n.position < 2 for n in inside.nodes)
@@ -231,3 +233,70 @@ def test_the_graph_at_threshold_0_is_planned_within_the_work_limit_and_cached(ap
     at.run()  # the same step and threshold again: from the cache
     assert_clean(at)
     assert built == [(0, drawn)]
+
+
+def test_each_side_has_its_rows_and_a_step_is_named_by_its_piece_everywhere():
+    """Issue 57 §2: a divider between the encoder's columns and the decoder's, each side naming its rows; one name per
+    output step (the piece it produces) in the rows, the hovers and the head picker; a note where no source term
+    reaches the piece; columns far enough apart, and targets large enough, for a finger."""
+    from app.drawing.figures import min_width
+    from app.views.flow import query_name
+
+    g = small_graph()
+    fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1))
+    (band,) = fig.layout.shapes
+    last_encoder = flowgraph.column_x(Node("encoder", 0, "ffn", 0), 1)
+    first_decoder = flowgraph.column_x(Node("decoder", -1, "embed", 0), 1)
+    assert last_encoder < band.x0 < band.x1 < first_decoder and (band.y0, band.y1) == (0, 1)
+    sides = [a for a in fig.layout.annotations if a.name == "side"]
+    assert [a.x < band.x0 for a in sides] == [True, False] and "source pieces" in sides[0].text
+    assert "output steps" in sides[1].text
+    (heads,) = traces(fig, "heads")
+    named = query_name("cross", 1, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"])
+    assert f"to {named}" in heads.hovertext[0] and fig.layout.yaxis2.ticktext[1] == "<b>2 → ▁d</b>"
+    assert flowgraph.no_source_note(g) is None and not [a for a in fig.layout.annotations if a.name == "no source"]
+    # a phone: every two block columns (a third of a layer apart) at least TOUCH_PX apart, so the chart scrolls
+    x0, x1 = fig.layout.xaxis.range
+    assert min_width(fig) >= 3 * flowgraph.TOUCH_PX * (x1 - x0)  # the plot alone; its labels besides (browser test)
+    assert min(heads.marker.size) + 2 * fig.layout.hoverdistance >= flowgraph.TOUCH_PX  # a finger's target
+    # no source term: the encoder's half says why it is empty
+    decoder_only = FlowGraph(1, 0.3, [n for n in g.nodes if n.side == "decoder"],
+                             [e for e in g.edges if e.source.side == "decoder"])
+    note = flowgraph.no_source_note(decoder_only)
+    assert note and "0.3" in note
+    fig = flowgraph.flow_figure(decoder_only, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1))
+    (empty,) = [a for a in fig.layout.annotations if a.name == "no source"]
+    assert empty.x < band.x0
+
+
+def test_an_opened_head_stays_open_whatever_the_threshold_and_two_routes_compare(app_env, tr):
+    """Issue 57 §2: a head the threshold hides stays open (the picker, the address and the panel agree), and back at
+    the default it is still open; another piece's route is drawn below with the heads the two share (against
+    ``transformer.interpret.flow``'s own graphs)."""
+    at = set_view(translate(new_app(), TEXT), "How each word is built")
+    picker = at.selectbox(key="flow_head")
+    picker.set_value(picker.options[0])
+    at.run()
+    opened = at.query_params["fh"]
+    at.slider(key="flow_threshold").set_value(0.5)  # no head has an edge of 0.5 and more here
+    at.run()
+    assert_clean(at)
+    assert at.selectbox(key="flow_head").value == opened and at.query_params["fh"] == opened
+    assert any("no edge in the graph" in c.value for c in at.caption)
+    assert chart(at, "attention of")
+    at.slider(key="flow_threshold").set_value(flowgraph.DEFAULT_THRESHOLD)
+    at.run()
+    assert at.selectbox(key="flow_head").value == opened and at.query_params["fh"] == opened
+    # compare with piece 2's route
+    at.selectbox(key="flow_compare").set_value(2)
+    at.run()
+    assert_clean(at)
+    assert at.query_params["fc"] == "2" and chart(at, "How output piece 2")
+    ref = tr.translate(TEXT)
+    src = torch.tensor([ref.source_ids])
+    tgt = torch.tensor([[tr.config.bos_id, *ref.target_ids[:-1]]])
+    f = flow(tr.model, src, tgt)
+    one, two = (f.graph(t, flowgraph.DEFAULT_THRESHOLD).heads() for t in (0, 1))
+    said = next(c.value for c in at.caption if c.value.startswith("Heads on both routes"))
+    assert f"Heads on both routes ({len(one & two)})" in said
+    assert f"Only on piece 1's ({len(one - two)})" in said and f"Only on piece 2's ({len(two - one)})" in said

@@ -58,12 +58,17 @@ def test_the_contribution_matrix_numbers_each_part_as_every_other_chart():
     rng = np.random.default_rng(0)
     fig = contributions.contribution_matrix_figure(rng.random((5, 4)), rng.random((5, 5)), outputs, source, prefix)
     labels = list(fig.layout.xaxis.ticktext)
-    assert labels[:4] == ["▁A", "▁dog", "▁in·3", "&lt;/s&gt;"]  # source pieces from 1
-    # the decoder input from 0 (<s> is 0), as the decoder's own charts number it: "▁in" is decoder input 3
-    assert labels[4:] == ["&lt;s&gt;", "▁Ein", "▁Hund", "▁in·3", "m"]
+    # "▁in" once in each part: written bare in both, as the Heatmap writes it (issue 57 §8: no "▁in·3" here alone)
+    assert labels[:4] == ["▁A", "▁dog", "▁in", "&lt;/s&gt;"]
+    assert labels[4:] == ["&lt;s&gt;", "▁Ein", "▁Hund", "▁in", "m"]
+    cross_chart = figures.attention_heatmap(np.eye(5, 4), outputs, source)
     decoder_chart = figures.attention_heatmap(np.eye(5), outputs, prefix, key_first=analysis.first_numbers(
         "decoder")[1])
-    assert [t.split("·")[0] for t in decoder_chart.layout.xaxis.ticktext] == [t.split("·")[0] for t in labels[4:]]
+    assert labels == [*cross_chart.layout.xaxis.ticktext, *decoder_chart.layout.xaxis.ticktext]
+    # a piece repeated within a part carries its part's number (source from 1, decoder input from 0)
+    again = contributions.contribution_matrix_figure(rng.random((2, 4)), rng.random((2, 3)), ["▁a", "."],
+                                                     ["▁a", ".", "▁a", "."], ["<s>", "▁a", "."])
+    assert list(again.layout.xaxis.ticktext) == ["▁a·1", ".·2", "▁a·3", ".·4", "&lt;s&gt;", "▁a", "."]
     custom = np.asarray(fig.data[0].customdata)
     assert custom[0, 2, 3] == "source piece 3" and custom[0, 7, 3] == "target prefix 3"
     assert "%{customdata[3]}: <b>%{customdata[1]}</b>" in fig.data[0].hovertemplate

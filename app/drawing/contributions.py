@@ -4,7 +4,6 @@ matrix (Source or prefix). The heatmap, axes and lines are :mod:`app.drawing.fig
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -76,7 +75,8 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
     """The full ALTI+ matrix: rows the output pieces, columns the source pieces ``source (T, S)`` then the decoder
     input ``target (T, T)``; a line between the two parts, each row summing to 1. Each part keeps the numbers every
     other chart gives its pieces (source from 1, decoder input from 0: ``app.drawing.analysis.FIRST_NUMBER``), never the
-    place on the joined axis; a piece found more than once on the axis carries its part's number. In a window of
+    place on the joined axis; a piece found more than once in its part carries its number there, as every other
+    chart writes it (a piece found once in each part is written bare in both: the part says which). In a window of
     a long sentence: ``query_offset``, ``source_offset`` and ``prefix_offset``, where the rows, the source pieces
     and the target prefix shown start (0-based)."""
     s = len(source_tokens)
@@ -85,11 +85,10 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
                             query_title="output piece", key_title="source piece | target prefix",
                             value_name="contribution", zmax=max(float(matrix.max()), 1e-9),
                             query_offset=query_offset)
-    counts = Counter([*source_tokens, *prefix_tokens])
     numbers = [*range(source_offset + 1, source_offset + s + 1),
                *range(prefix_offset, prefix_offset + len(prefix_tokens))]
-    fig.layout.xaxis.ticktext = [escape(t) + (f"·{n}" if counts[t] > 1 else "")
-                                 for t, n in zip([*source_tokens, *prefix_tokens], numbers)]
+    fig.layout.xaxis.ticktext = [*unique_labels(source_tokens, source_offset + 1),
+                                 *unique_labels(prefix_tokens, prefix_offset)]
     heat = fig.data[0]
     custom = np.array(heat.customdata, dtype=object)  # (T, S+T, 4): query, key, query number, key number
     custom[:, :, 3] = np.asarray([f"source piece {n}" if j < s else f"target prefix {n}"

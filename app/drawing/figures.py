@@ -182,6 +182,20 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
 
 
 LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.55, 2.4), (0.6, 1.01, 0.85, 3.4))
+HEAD_FAN = 0.3  # rows: the heads' ends of one token spread over this height, so two heads' lines never overlay
+
+
+def tint(colour: str, strength: float) -> str:
+    """``colour`` (``#rrggbb``) mixed with white: ``strength`` 1 the colour itself, 0 white. A faint line is drawn
+    in a tint of its head's colour, opaque, never see-through: lines that cross keep their heads' colours instead of
+    blending into one the legend has not."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(255 - strength * (255 - c)):02x}" for c in rgb)
+
+
+def fan(n_heads: int) -> np.ndarray:
+    """Each head's offset (in rows) at a token's end of its lines: spread evenly over ``HEAD_FAN``, centred."""
+    return (np.arange(n_heads) - (n_heads - 1) / 2) * (HEAD_FAN / max(n_heads - 1, 1))
 
 
 def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str],
@@ -190,23 +204,25 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
                     key_first: int = 1) -> go.Figure:
     """Token-to-token lines for one layer ``(H, Q, K)``: queries on the left, keys on the right (headed by
     ``query_title`` and ``key_title``), one colour per head, line strength by weight (weights below ``threshold``
-    hidden). ``focus`` keeps one query's lines."""
+    hidden). ``focus`` keeps one query's lines. Each head's lines end a little apart from the others' at a token
+    (``fan``) and are drawn in opaque tints of its colour (``tint``), so overlapping heads never blend into a colour
+    the legend has not; repeated pieces carry their numbers, as every chart writes them."""
     n_heads, q, k = attn.shape
     heads = list(range(n_heads)) if heads is None else list(heads)
     n = max(q, k)  # both columns span the same height, so lines between sentences of unequal length stay level
     y_q = -np.linspace(0, n - 1, q) if q > 1 else np.zeros(1)
     y_k = -np.linspace(0, n - 1, k) if k > 1 else np.zeros(1)
+    offsets = dict(zip(heads, fan(len(heads))))  # in rows of the longer column (1 apart)
     traces = []
-    for head in heads:
-        colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = attn[head]
-        # legend entry at full strength (the line traces below are faint on purpose)
+    colours = {head: HEAD_COLOURS[head % len(HEAD_COLOURS)] for head in heads}
+    for head in heads:  # legend entries at full strength (the line traces below are faint on purpose)
         traces.append(dict(
-            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=colour, width=3), name=f"head {head + 1}",
-            legendgroup=f"h{head}"))
-        for low, high, alpha, width in LINE_BUCKETS:
-            low = max(low, threshold) if low == LINE_BUCKETS[0][0] else low
-            sel = (w >= low) & (w < high)
+            type="scatter", x=[None], y=[None], mode="lines", line=dict(color=colours[head], width=3),
+            name=f"head {head + 1}", legendgroup=f"h{head}"))
+    for low, high, alpha, width in LINE_BUCKETS:  # every head's faint lines first, the strong ones over them
+        low = max(low, threshold)  # below the threshold: no line, whatever the bucket
+        for head in heads:
+            sel = (attn[head] >= low) & (attn[head] < high)
             if focus is not None:
                 rows = np.zeros_like(sel)
                 rows[focus] = True
@@ -215,13 +231,13 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
             if qi.size == 0:
                 continue
             xs = np.tile(np.array([0.0, 1.0, np.nan]), qi.size)
-            ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel()
+            ys = np.stack([y_q[qi], y_k[ki], np.full(qi.size, np.nan)], axis=1).ravel() + offsets[head]
             traces.append(dict(
-                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=colour, width=width), opacity=alpha,
+                type="scatter", x=xs, y=ys, mode="lines", line=dict(color=tint(colours[head], alpha), width=width),
                 name=f"head {head + 1}", legendgroup=f"h{head}", showlegend=False, hoverinfo="skip"))
     # token columns, with hover listing each head's strongest key for that query
-    qlabels = [escape(t) for t in query_tokens]
-    klabels = [escape(t) for t in key_tokens]
+    qlabels = unique_labels(query_tokens, query_first)
+    klabels = unique_labels(key_tokens, key_first)
     hover_q = []
     for i in range(q):
         parts = [f"query {i + query_first}: <b>{qlabels[i]}</b>"]

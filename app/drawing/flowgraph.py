@@ -1,7 +1,9 @@
 """The information-flow graph as a plotly figure (``transformer.interpret.flow``): columns are the encoder's layers,
-then the decoder's (each layer's blocks side by side: attention, then feed-forward; the decoder's self-attention,
-cross-attention, feed-forward); rows are the positions; each edge's width is its weight and its colour the kind of
-block that made it. Plain functions of the graph's data (no Streamlit), for the app, the offline page and tests."""
+then, past a divider, the decoder's (each layer's blocks side by side: attention, then feed-forward; the decoder's
+self-attention, cross-attention, feed-forward); rows are the positions (on the encoder's side its source pieces, on
+the decoder's its output steps, each named by the piece it produces); each edge's width is its weight and its colour
+the kind of block that made it. Plain functions of the graph's data (no Streamlit), for the app, the offline page and
+tests."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import plotly.graph_objects as go
 from transformer.interpret.flow import Edge, FlowGraph, Node
 
 from .analysis import escape
-from .figures import FONT, MIN_FONT
+from .figures import FONT, MIN_FONT, text_px
 
 COLOURS = {"encoder": "#1f77b4", "decoder": "#2ca02c", "cross": "#ff7f0e", "ffn": "#9467bd", "residual": "#a8a8a8"}
 NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention",
@@ -23,6 +25,10 @@ DECODER_GAP = 0.8  # x units between the encoder's last column and the decoder's
 DEFAULT_THRESHOLD = 0.08  # chosen on val by ``python -m bench.flow`` for both shipped models (docs/flow.md)
 MOST_EDGES = 3000  # edges drawn at the most (the strongest): what the browser draws stays bounded
 SELECTED = "#111111"
+TOUCH_PX = 24  # px: the least distance between two columns' points, and the least target a tap must hit (WCAG 2.5.8)
+HOVER_PX = 12  # px around a point where a hover or a tap still finds it (plotly's hoverdistance)
+DIVIDER = "#eeeeee"  # the band between the encoder's columns and the decoder's
+HEAD_DOT = 7  # px: the smallest head's dot; with HOVER_PX round it, a target 7 + 2 x 12 = 31 px across (>= TOUCH_PX)
 
 
 def column_x(node: Node, n_encoder: int) -> float:
@@ -58,11 +64,17 @@ def in_window(graph: FlowGraph, first: int, end: int) -> tuple[FlowGraph, int]:
         len(graph.edges) - len(edges)
 
 
-def piece(node: Node, source: Sequence[str], decoder_input: Sequence[str]) -> str:
-    """The piece at a node's position, escaped, with its number (source from 1; decoder input from 0)."""
+def step_name(position: int, outputs: Sequence[str]) -> str:
+    """An output step by the piece it produces (``position`` 0-based, steps counted from 1), escaped: ``step 8 →
+    ▁fährt``. The one name of a decoder position in the graph, its hovers, its head picker and the opened head."""
+    return f"step {position + 1} → {escape(outputs[position])}"
+
+
+def piece(node: Node, source: Sequence[str], outputs: Sequence[str]) -> str:
+    """A node's position, escaped: a source piece with its number (from 1), or an output step (:func:`step_name`)."""
     if node.side == "encoder":
         return f"source {node.position + 1}: {escape(source[node.position])}"
-    return f"decoder input {node.position}: {escape(decoder_input[node.position])}"
+    return step_name(node.position, outputs)
 
 
 def place(node: Node, n_encoder: int) -> str:
@@ -77,15 +89,28 @@ def head_point(edge: Edge) -> list:
     return [edge.kind, edge.layer, edge.head, edge.target.position, edge.source.position]
 
 
-def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence[str], output: str,
-                n_layers: tuple[int, int], selected: tuple[str, int, int, int] | None = None,
-                rows: tuple[int, int] | None = None, title: str = "") -> go.Figure:
-    """The graph of one output piece: ``source`` and ``decoder_input`` the pieces of the rows, ``output`` the
-    piece predicted at ``graph.step``, ``n_layers`` ``(encoder, decoder)``. ``selected`` ``(kind, layer, head,
-    query)`` draws that head's edges dark; ``rows`` ``(first, end)``: the positions shown (default all). A click on
-    a head's edge selects a point whose ``customdata`` is :func:`head_point`."""
+def no_source_note(graph: FlowGraph) -> str | None:
+    """What to say when no term from the source reaches the piece at the graph's threshold (its route stays in the
+    decoder, as the last piece ``</s>``'s often does); None when one does."""
+    if any(n.side == "encoder" for n in graph.nodes):
+        return None
+    return (f"No term from the source reaches this piece at threshold {graph.threshold:g}: every cross-attention "
+            "term on its route is below it, so the route stays in the decoder (lower the threshold to see weaker "
+            "routes).")
+
+
+def flow_figure(graph: FlowGraph, source: Sequence[str], outputs: Sequence[str], n_layers: tuple[int, int],
+                selected: tuple[str, int, int, int] | None = None, rows: tuple[int, int] | None = None,
+                title: str = "") -> go.Figure:
+    """The graph of one output piece: ``source`` the source pieces (the encoder's rows), ``outputs`` the output
+    pieces (the decoder's rows, each step named by the piece it produces; ``outputs[graph.step]`` the chosen one),
+    ``n_layers`` ``(encoder, decoder)``. ``selected`` ``(kind, layer, head, query)`` draws that head's edges dark;
+    ``rows`` ``(first, end)``: the positions shown (default all). A click on a head's edge selects a point whose
+    ``customdata`` is :func:`head_point`; ``meta["min_width"]`` keeps every two columns ``TOUCH_PX`` apart (a
+    narrower screen scrolls)."""
     n_enc, n_dec = n_layers
-    n_rows = max(len(source), len(decoder_input))
+    output = outputs[graph.step]
+    n_rows = max(len(source), len(outputs))
     first, end = rows if rows is not None else (0, n_rows)
     x_of = lambda n: column_x(n, n_enc)  # noqa: E731
     traces = []
@@ -123,36 +148,41 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
         mode="markers",
         marker=dict(symbol="square", color=COLOURS["ffn"], size=[6 + 16 * e.weight for e in ffn] or [0]),
         name=NAMES["ffn"], legendgroup="ffn", hoverinfo="text",
-        hovertext=[f"<b>Feed-forward</b>, {escape(place(e.target, n_enc))}<br>{piece(e.target, source, decoder_input)}"
+        hovertext=[f"<b>Feed-forward</b>, {escape(place(e.target, n_enc))}<br>{piece(e.target, source, outputs)}"
                    f"<br>weight {e.weight:.3f}" for e in ffn]))
     # a point in the middle of every head's edge: hover names the head, a click opens it
     heads = [e for e in graph.edges if e.head is not None]
     traces.append(dict(
         type="scatter", x=[(x_of(e.source) + x_of(e.target)) / 2 for e in heads],
         y=[-(e.source.position + e.target.position) / 2 for e in heads], mode="markers",
-        marker=dict(size=[7 + 8 * e.weight for e in heads], color=[COLOURS[e.kind] for e in heads],
+        marker=dict(size=[HEAD_DOT + 8 * e.weight for e in heads], color=[COLOURS[e.kind] for e in heads],
                     line=dict(color="white", width=1)),
         customdata=[head_point(e) for e in heads], showlegend=False, name="heads", hoverinfo="text",
         hovertext=[f"<b>{NAMES[e.kind]}</b> · layer {e.layer + 1} · head {e.head + 1}<br>from "
-                   f"{piece(e.source, source, decoder_input)}<br>to {piece(e.target, source, decoder_input)}<br>"
+                   f"{piece(e.source, source, outputs)}<br>to {piece(e.target, source, outputs)}<br>"
                    f"weight {e.weight:.3f} (click to open this head)" for e in heads]))
     # the nodes, and the output piece's node ringed
     nodes = graph.nodes
     traces.append(dict(
         type="scatter", x=[x_of(n) for n in nodes], y=[-n.position for n in nodes], mode="markers",
         marker=dict(size=5, color="#555"), showlegend=False, name="nodes", hoverinfo="text",
-        hovertext=[f"{escape(place(n, n_enc))}<br>{piece(n, source, decoder_input)}" for n in nodes]))
+        hovertext=[f"{escape(place(n, n_enc))}<br>{piece(n, source, outputs)}" for n in nodes]))
     root = Node("decoder", n_dec - 1, "ffn", graph.step)
     traces.append(dict(
         type="scatter", x=[x_of(root)], y=[-graph.step], mode="markers",
         marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=2.5)), showlegend=False,
         hoverinfo="text", name="output", hovertext=[f"output piece {graph.step + 1}: {escape(output)}"]))
-    # row labels as axis ticks (the axes make room for them): the source pieces on the left, the decoder input on
-    # the right, beside the last column, the chosen step's row naming the piece it predicts
+    # where no term from the source reaches the piece, its half says so (not an empty encoder without a word)
+    empty = no_source_note(graph)
+    notes = [dict(x=n_enc / 2, y=-(first + end - 1) / 2, xref="x", yref="y", showarrow=False, text="no route from<br>"
+                  f"the source at<br>threshold {graph.threshold:g}", font=dict(size=12, color="#555555"),
+                  name="no source")] if empty else []
+    # row labels as axis ticks (the axes make room for them): the source pieces on the left, the output steps on
+    # the right, beside the last column, each named by the piece it produces (the chosen step's in bold)
     font = 12 if n_rows <= 30 else MIN_FONT
     src_rows = [i for i in range(len(source)) if first <= i < end]
-    dec_rows = [i for i in range(len(decoder_input)) if first <= i < end and i <= graph.step]  # later: unread
-    dec_text = [f"{i}: {escape(decoder_input[i])}" + (f" <b>→ {escape(output)}</b>" if i == graph.step else "")
+    dec_rows = [i for i in range(len(outputs)) if first <= i < end and i <= graph.step]  # later: unread
+    dec_text = [f"<b>{i + 1} → {escape(outputs[i])}</b>" if i == graph.step else f"{i + 1} → {escape(outputs[i])}"
                 for i in dec_rows]
     traces.append(dict(
         type="scatter", x=[column_x(root, n_enc)] * len(dec_rows), y=[-i for i in dec_rows], mode="markers",
@@ -162,11 +192,22 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
     ticks += [(base, "emb")] + [(base + i + 1.0, f"D{i + 1}") for i in range(n_dec)]
     height = int(min(max(380, 170 + 30 * (end - first)), 2400))
     y_range = [-(end - 1) - 0.6, -first + 0.6]
+    x_range = [-0.3, base + n_dec + 0.3]
+    right = max((text_px(t, font) for t in dec_text), default=0) + 30  # the output steps' labels, right of the plot
+    # the divider: a band between the encoder's last column and the decoder's first, saying which rows are which
+    # (source piece i and output step i share a height, not a meaning)
+    divider = dict(type="rect", xref="x", yref="paper", x0=n_enc + 0.2, x1=base - 0.2, y0=0, y1=1, layer="below",
+                   fillcolor=DIVIDER, line=dict(width=0))
+    notes += [dict(x=x, y=1.0, xref="x", yref="paper", yanchor="bottom", yshift=22, showarrow=False, text=text,
+                   font=dict(size=12, color="#555555"), name="side")
+              for x, text in ((n_enc / 2, "<b>encoder</b> · rows: source pieces"),
+                              (base + n_dec / 2, "<b>decoder</b> · rows: output steps"))]
     return go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=height, plot_bgcolor="white", dragmode="pan",
-        margin=dict(l=10, r=10, t=100 if title else 60, b=10),
+        margin=dict(l=10, r=10, t=100 if title else 60, b=10), shapes=[divider], annotations=notes,
+        hoverdistance=HOVER_PX, meta={"min_width": int(3 * TOUCH_PX * (x_range[1] - x_range[0]) + right)},
         xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks], side="top",
-                   tickfont=dict(size=11), range=[-0.3, base + n_dec + 0.3], showgrid=True, gridcolor="#eeeeee",
+                   tickfont=dict(size=11), range=x_range, showgrid=True, gridcolor="#eeeeee",
                    zeroline=False),
         yaxis=dict(range=y_range, tickmode="array", tickvals=[-i for i in src_rows], automargin=True,
                    ticktext=[f"{escape(source[i])} {i + 1}" for i in src_rows], tickfont=dict(size=font),
@@ -178,14 +219,17 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], decoder_input: Sequence
     ))
 
 
-def step_figures(data, source: Sequence[str], decoder_input: Sequence[str], outputs: Sequence[str],
-                 n_layers: tuple[int, int], threshold: float = DEFAULT_THRESHOLD,
-                 most_steps: int = 60) -> list[go.Figure]:
+def step_figures(data, source: Sequence[str], outputs: Sequence[str], n_layers: tuple[int, int],
+                 threshold: float = DEFAULT_THRESHOLD, most_steps: int = 60) -> list[go.Figure]:
     """The figure of each output piece (the first ``most_steps``) at ``threshold``, from a ``Flow`` ``data`` (the
     offline page's view, which has no slider)."""
-    return [flow_figure(strongest(data.graph(t, threshold))[0], source, decoder_input, outputs[t], n_layers,
-                        title=f"How output piece {t + 1} ({escape(outputs[t])}) is built")
+    return [flow_figure(strongest(data.graph(t, threshold))[0], source, outputs, n_layers, title=title(t, outputs))
             for t in range(min(len(outputs), most_steps))]
+
+
+def title(step: int, outputs: Sequence[str]) -> str:
+    """The title of output piece ``step``'s graph (0-based)."""
+    return f"How output piece {step + 1} ({escape(outputs[step])}) is built"
 
 
 def head_bars(promoted: Sequence[tuple[str, float]], suppressed: Sequence[tuple[str, float]],

@@ -265,20 +265,29 @@ def layer_head_controls(tr: Translator, kind: str, with_head: bool = True,
     return layer, head
 
 
-SWIPE_HINT = (":material/swipe: Scroll or swipe sideways for the whole chart (wider than this space, so that "
-              "its labels stay readable).")
+SWIPE_HINT = ("↔ Scroll or swipe sideways for the whole chart (kept wide so that its labels stay readable; "
+              "keyboard: Tab here, then ← →).")
 
 
-def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None) -> None:
+def swipe_hint(box: Any, key: str) -> None:
+    """The hint at the top of a box that scrolls sideways (``SWIPE_HINT``, in the container ``swipe_{key}``): a line
+    the keyboard can reach (Tab), from which the arrow keys scroll the box, so that every part of the chart is
+    reachable without a mouse (and the box holds something focusable, as WCAG 2.1.1 asks of a scrolling region)."""
+    box.container(key=f"swipe_{key}").html(f'<p class="attn-swipe" tabindex="0">{SWIPE_HINT}</p>')
+
+
+def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None, **events: Any) -> None:
     """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
     query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
     scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower; such a
-    chart zooms and pans along its columns only, as a zoom along its rows would move them under the frozen labels)."""
+    chart zooms and pans along its columns only, as a zoom along its rows would move them under the frozen labels).
+    ``events``: ``st.plotly_chart``'s selection arguments (``on_select``, ``selection_mode``)."""
     need = width if width is not None else figures.min_width(fig)
     if need <= figures.PHONE_PLOT:
-        where.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+        where.plotly_chart(fig, config=figures.plotly_config(filename), key=key, **events)
         return
+    plot, key = key, css_name(key)  # the chart's own key; the rest's (and their CSS classes) as Streamlit writes it
     box = where.container(key=f"wide_{key}")
     frozen = row_labels.row_labels(fig)
     box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
@@ -287,14 +296,21 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
              f" .st-key-swipe_{key} {{position: sticky; left: 0; width: 100cqw;}}"  # in a row as wide as the chart
              f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
              + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
-    box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
+    swipe_hint(box, key)
     inner = box.container(key=f"rows_{key}") if frozen else box
     if frozen:  # no zoom or pan along the rows, so the frozen labels stay on them (along the columns as before);
         fig = go.Figure(fig).update_yaxes(fixedrange=True)  # on a copy: the figure may be a cached one, shared
-    inner.plotly_chart(fig, config=figures.plotly_config(filename), key=key)
+    inner.plotly_chart(fig, config=figures.plotly_config(filename), key=plot, **events)
     if frozen:
         inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(
-            frozen.figure, config={"staticPlot": True, "displayModeBar": False}, key=f"{key}_row_labels")
+            frozen.figure, config={"staticPlot": True, "displayModeBar": False}, key=f"{plot}_row_labels")
+
+
+def css_name(key: str) -> str:
+    """A widget key as the CSS class Streamlit gives its element (``st-key-`` and this): every character but ASCII
+    letters, digits, ``_`` and ``-`` becomes ``-``. A page's own CSS names an element by this, never by the raw key
+    (a space in it once left a chart's frozen column under the chart and its swipe hint on a desktop)."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
 
 
 ROW_LABELS = "row_labels_"  # the key (CSS class st-key-row_labels_...) of a chart's frozen column of row labels

@@ -16,12 +16,13 @@ from ..drawing.analysis import AXIS_TITLES, first_numbers, one_head
 from . import state
 from .controls import (
     REPEATS,
-    SWIPE_HINT,
     colour_range,
+    css_name,
     has_repeats,
     keep_if,
     md_escape,
     range_caption,
+    swipe_hint,
 )
 from .params import FROM_LINK, Param
 
@@ -29,12 +30,14 @@ PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of ever
 
 
 def picture(image: str, key: str, title: str, rows: str | None = None) -> None:
-    """A server-built SVG (``app.drawing.svg``) as an image in Markdown (no raw HTML): the browser draws it natively in
-    the page's first frame, nothing in it can run, and its text is only what ``app.drawing.svg`` escaped. It keeps
+    """A server-built SVG (``app.drawing.svg``) as an image in Markdown (no raw HTML; ``title`` its alt text, what a
+    screen reader says of it): the browser draws it natively in the page's first frame, nothing in it can run, and
+    its text is only what ``app.drawing.svg`` escaped. It keeps
     labels ``svg.MIN_FONT`` px tall at the least: on a narrow screen it scrolls sideways instead of shrinking, with
     its left band ``rows`` (``svg.heatmap_svg(rows_only=True)``: the row labels on white) kept at the box's left edge
     over it meanwhile (a frozen column; only while the box is narrower than the picture, a container query). On a
     session's first run the page then lets the browser paint it (``state.let_the_browser_paint``)."""
+    key = css_name(key)  # as Streamlit writes it in the classes the CSS below names
     need = svg.min_width(image)
     # the swipe hint shows only while the box is narrower than the picture (a container query on the box)
     st.html(f"<style>.st-key-{PICTURE}{key} img {{min-width: {need}px;}}"
@@ -44,7 +47,7 @@ def picture(image: str, key: str, title: str, rows: str | None = None) -> None:
             f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
             + (_band_css(image, rows, key, need) if rows else "") + "</style>")
     box = st.container(key=PICTURE + key)
-    box.container(key=f"swipe_{key}").caption(SWIPE_HINT)
+    swipe_hint(box, key)
     inner = box.container(key=f"rows_{key}") if rows else box
     inner.markdown(f"![{md_escape(title)}]({svg.data_uri(image)})")
     if rows:
@@ -157,7 +160,8 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
                 zmin=zmin, zmax=zmax, value_name=value_name, query_first=qf, key_first=kf)
     name = picked.name
     if as_svg:
-        svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name, **args)
+        svg_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], key, name,
+                    alt=picture_alt(result.text, args["title"], qt, kt), **args)
     else:
         fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], **args)
         st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
@@ -167,10 +171,29 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
         st.caption(REPEATS)
 
 
-def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: str, name: str, **args) -> None:
-    """The heatmap as a server-built SVG shown as an image (``picture``), a "Read a row" picker that outlines a
-    query row and lists its largest values (what a click or a hover on a cell of the plotly chart gives), and an
-    SVG download (with a tooltip on every cell)."""
+ALT_CHARS = 120  # characters of the sentence a picture's alt text quotes at the most
+
+
+def picture_alt(text: str, title: str, query_title: str, key_title: str) -> str:
+    """A heatmap picture's text alternative (what a screen reader says of it): its sentence, its head (the chart's
+    title) and what its rows and columns are."""
+    sentence = " ".join(str(text).split())
+    sentence = sentence if len(sentence) <= ALT_CHARS else sentence[:ALT_CHARS - 1].rstrip() + "…"
+    return (f"Heatmap of {title} for the sentence “{sentence}”: rows are the {short(query_title)}, columns the "
+            f"{short(key_title)}; darker cells carry more weight.")
+
+
+def short(axis_title: str) -> str:
+    """An axis title without its explanation in brackets, in the plural: "output token (query = ...)" -> "output
+    tokens"."""
+    return re.sub(r"\s*\(.*\)$", "", axis_title).strip() + "s"
+
+
+def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: str, name: str,
+                alt: str | None = None, **args) -> None:
+    """The heatmap as a server-built SVG shown as an image (``picture``, ``alt`` its text alternative, else the
+    title), a "Read a row" picker that outlines a query row and lists its largest values (what a click or a hover on
+    a cell of the plotly chart gives), and an SVG download (with a tooltip on every cell)."""
     rows = list(range(len(queries)))
     qfirst = args.get("query_offset", 0) + args.get("query_first", 1)  # numbered as the chart's labels
     kfirst = args.get("key_offset", 0) + args.get("key_first", 1)
@@ -179,7 +202,7 @@ def svg_heatmap(weights: np.ndarray, queries: list[str], keys: list[str], key: s
         st.session_state.pop(row_key, None)
     chosen = st.session_state.get(row_key)
     image = svg.heatmap_svg(weights, queries, keys, highlight_row=chosen, **args)
-    picture(image, key, args.get("title", "attention heatmap"),
+    picture(image, key, alt or args.get("title", "attention heatmap"),
             svg.heatmap_svg(weights, queries, keys, rows_only=True, **args))
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     row = c1.selectbox("Read a row", rows, index=None, key=row_key, placeholder="Pick a query row to read its values…",

@@ -22,7 +22,7 @@ def describe(src: Source) -> list[Part]:
     parts: list[Part] = [Note(text) for text in notices]
     if not fits or not a.target_tokens:
         return parts
-    figs = flowgraph.step_figures(probes.flow(tr, a), a.source_tokens, a.decoder_input_tokens, a.target_tokens,
+    figs = flowgraph.step_figures(probes.flow(tr, a), a.source_tokens, a.target_tokens,
                                   (tr.config.n_encoder_layers, tr.config.n_decoder_layers))
     options = [(f"{t + 1}: {a.target_tokens[t]}", [Chart(fig, name=f"flow-step{t + 1}")]) for t, fig in enumerate(figs)]
     shown = "" if len(figs) == len(a.target_tokens) else f" (the first {len(figs)} of {len(a.target_tokens)} pieces)"

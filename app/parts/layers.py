@@ -22,6 +22,18 @@ def top_cell(piece: str, probability: float) -> str:
     return f"{piece} (probability {probability:.3f})"
 
 
+STAYS = "on top from layer"  # the table's column: the layer from which the produced piece stays the top prediction
+
+
+def stays_top_from(ranks: np.ndarray) -> int | None:
+    """The first layer (from 1) from which the produced piece is every layer's top prediction, given its rank at
+    each layer (0: the top); None when the last layer's top prediction is another piece."""
+    above = np.flatnonzero(np.asarray(ranks) != 0)  # the layers where another piece is on top
+    if len(ranks) == 0 or (len(above) and above[-1] == len(ranks) - 1):
+        return None
+    return int(above[-1]) + 2 if len(above) else 1
+
+
 def parts(a: Analysis, data: dict, pieces) -> list[Part]:
     """The heatmap of the produced piece's probability per layer and step, the table of each layer's top guess and
     the summary line, from :func:`app.compute.probes.lens`'s ``data`` (``pieces``: ids -> pieces, the tokenizer's)."""
@@ -32,18 +44,18 @@ def parts(a: Analysis, data: dict, pieces) -> list[Part]:
                                     query_title="decoder layer", key_title="output step (its piece)",
                                     value_name="probability", zmax=1.0)
     fig.update_layout(height=max(int(fig.layout.height or 0), 340))  # a colour bar one can read, even at 4 layers
-    first_top = [next((i + 1 for i in range(chosen.shape[0]) if data["rank"][i, t] == 0), None)
-                 for t in range(len(steps))]
+    stays = [stays_top_from(data["rank"][:, t]) for t in range(len(steps))]
     top = [[top_cell(pieces([int(data['ids'][i, t, 0])])[0], float(data['probs'][i, t, 0])) for i in range(len(names))]
            for t in range(len(steps))]
-    rows = [[f"{t}: {p}", str(f) if f else "never", *top[t - 1]] for t, (p, f) in enumerate(zip(steps, first_top), 1)]
-    settled = [f for f in first_top if f]
+    rows = [[f"{t}: {p}", str(f) if f else "never", *top[t - 1]] for t, (p, f) in enumerate(zip(steps, stays), 1)]
+    settled = [f for f in stays if f]
     return [Chart(fig, name="logit-lens"),
-            Table(["output piece", "top from layer", *names], rows,
-                  "Each layer's top prediction at each output step, with its probability; 'top from layer': the "
-                  "first layer whose top prediction is the piece the model produced."),
+            Table(["output piece", STAYS, *names], rows,
+                  f"Each layer's top prediction at each output step, with its probability; '{STAYS}': the first "
+                  "layer from which every layer's top prediction is the piece the model produced ('never': the last "
+                  "layer's is another piece, as beam search may choose)."),
             Note(f"{len(settled)} of {len(steps)} pieces are the top prediction by the last layer"
-                 + (f"; on average from layer {np.mean(settled):.1f}." if settled else "."))]
+                 + (f"; on average they stay on top from layer {np.mean(settled):.1f}." if settled else "."))]
 
 
 def cost(tr: Translator, a: Analysis) -> float:

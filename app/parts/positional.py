@@ -23,6 +23,16 @@ SIMILARITY = ("Cosine similarity between the codes of two positions: it depends 
 MODEL_TABLE_HELP = "tr.model.pe: a buffer of the module (saved and moved with it, never trained)."
 
 
+FLOAT_PRECISION = 1e-5  # float32 sines and cosines computed two ways agree this closely (a few ulps of 1)
+
+
+def same_as_formula(diff: float) -> str:
+    """How the model's table compares with the formula, given their largest difference."""
+    if diff <= FLOAT_PRECISION:
+        return "it equals the formula above, to float precision."
+    return f"it differs from the formula above by {diff:.1e} at most."
+
+
 def model_table(tr: Translator, positions: int | None = None, steps: tuple[int, int] = (1, 1)) -> Chart:
     """The model's own table (its first ``positions`` rows; None: all; drawn at every ``steps`` position and
     dimension) and how far it is from the formula."""
@@ -32,8 +42,8 @@ def model_table(tr: Translator, positions: int | None = None, steps: tuple[int, 
     return Chart(pe.pe_heatmap(own[::steps[0], ::steps[1]],
                                     title=f"The model's own table ({own.shape[0]} × {own.shape[1]})",
                                     position_step=steps[0], dim_step=steps[1]),
-                 "The table the model itself adds to its embeddings (stored with the model, not learned); it "
-                 f"differs from the formula above by {diff:.1e} at most.",
+                 "The table the model itself adds to its embeddings (stored with the model, not learned); "
+                 + same_as_formula(diff),
                  "model-pe")
 
 

@@ -111,11 +111,11 @@ def render(ctx: ViewContext) -> None:
     c1, c2 = st.columns(2)
     for col, res, weights, title, name in (
             (c1, result, original, f"original: {KIND_NAMES[kind]} · layer {layer} · mean over heads", "original"),
-            (c2, ablated, remaining, right, "heads off")):
+            (c2, ablated, remaining, right, "heads_off")):
         queries, keys = res.axes(kind)
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
                                         query_title=qt, key_title=kt, query_first=qf, key_first=kf)
-        controls.chart(fig, f"ablation-{name}", f"ablation_{name}_chart", col)
+        controls.chart(fig, f"ablation-{name.replace('_', '-')}", f"ablation_{name}_chart", col)
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")

@@ -49,13 +49,19 @@ def page_html(tr: Translator, analysis: Analysis, checkpoint: str) -> str:
     return report.build_page(analysis, tr, report.DEFAULT_VIEWS, model=checkpoint)
 
 
+def offline_views() -> str:
+    """The views the offline page holds (``report.DEFAULT_VIEWS``), by their names, in the registry's order."""
+    names = [report.VIEW_TITLES[key] for key in report.DEFAULT_VIEWS]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
 def offline_page(ctx: ViewContext) -> None:
     """The sentence on screen as one self-contained HTML page (``app.report``), built only when asked."""
     with st.container(border=True):
         st.markdown("**Offline page**")
         st.caption("This translation as one HTML file that opens in any browser with no server and no network: the "
-                   "translation and its scores, the heatmap with its pickers, all heads, lines, step through, the "
-                   "masks and the positional encoding (about 5 MB, most of it the plotting library).")
+                   f"translation and its scores, and the views {offline_views()}, with their pickers (about 5 MB, "
+                   "most of it the plotting library).")
         # data as a callable: the page is made on the click, in a heavy slot, and kept in the budgeted cache
         st.download_button("Download the page (HTML)", ctx.model.report_file(ctx.result.text, ctx.result.settings,
                                                                              page_html),

@@ -3,6 +3,7 @@ Voita, 2024) through the encoder, the cross-attention and the decoder; a click o
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext
 from ..parts import flow as described  # this view's description (the offline page's too)
 
-STEP, THRESHOLD, HEAD, WINDOW = "flow_step", "flow_threshold", "flow_head", "flow_swin"
+STEP, THRESHOLD, HEAD, WINDOW, COMPARE = "flow_step", "flow_threshold", "flow_head", "flow_swin", "flow_compare"
 DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
 _HEAD = re.compile(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})@([0-9]{1,5})")
 
@@ -43,16 +44,29 @@ def head_text(kind: str, layer: int, head: int, query: int) -> str:
     return f"{kind}.{layer + 1}.{head + 1}@{query + 1}"
 
 
+def query_name(kind: str, query: int, source: list[str], outputs: list[str]) -> str:
+    """A head's query by its one name: a source piece (encoder self-attention), else the output step by the piece it
+    produces (``flowgraph.step_name``), as the graph's hovers and rows name it."""
+    return f"source {query + 1}: {escape(source[query])}" if kind == "encoder" else flowgraph.step_name(query, outputs)
+
+
+def fits_sentence(tr, head: tuple[str, int, int, int], n_source: int, n_outputs: int) -> bool:
+    """Whether a head at a query exists for this model and sentence (an opened head stays open while it does)."""
+    kind, layer, h, query = head
+    return (0 <= layer < controls.n_layers(tr, kind) and 0 <= h < tr.config.n_heads
+            and 0 <= query < (n_source if kind == "encoder" else n_outputs))
+
+
 PARAMS = (Param("fs", STEP, int_in(1, 10_000), 1),
           Param("ft", THRESHOLD, float_in(0.0, 0.5), DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
-          Param("fh", HEAD, parse_head), heatmaps.span_param("fw", WINDOW))
+          Param("fh", HEAD, parse_head), heatmaps.span_param("fw", WINDOW), Param("fc", COMPARE, int_in(1, 10_000)))
 
 
 def render(ctx: ViewContext) -> None:
-    """The output piece and threshold pickers, the graph, and the opened head."""
+    """The output piece and threshold pickers, the graph, and the opened head; another piece's graph to compare."""
     result, tr = ctx.result, ctx.tr
     st.caption(described.INTRO + " Click a head's edge (its dot) to see what that head reads and what it writes.")
-    outputs, source, decoder_input = result.target_tokens, result.source_tokens, result.decoder_input_tokens
+    outputs, source = result.target_tokens, result.source_tokens
     fits, notices = work.plan_flow(tr, len(result.source_ids), len(result.target_ids))
     controls.capped(notices)
     if not fits or not outputs:
@@ -68,14 +82,11 @@ def render(ctx: ViewContext) -> None:
     data = ctx.model.beyond("flow", result, work.work_bytes())
     # building the graph is work too (at threshold 0 a long sentence's has hundreds of thousands of edges): planned
     # within this request's limit, a higher threshold when it does not fit; cached per sentence, step and threshold
-    used, estimate, notices = work.plan_flow_graph(data, step - 1, float(threshold))
-    controls.capped(notices)
-    if used is None:
+    drawn, used = planned_graph(ctx, data, step, float(threshold))
+    if drawn is None:
         return
-    ledger.spend(estimate)
-    drawn = ctx.model.flow_graph(result, data, step - 1, used, summarise)
     graph, left_out = drawn.graph, drawn.left_out
-    n_rows = max(len(source), len(decoder_input))
+    n_rows = max(len(source), len(outputs))
     first, end = heatmaps.span_slider(st, "Positions shown", n_rows, heatmaps.span_param("fw", WINDOW))
     graph, outside = flowgraph.in_window(graph, first, end) if (first, end) != (0, n_rows) else (graph, 0)
     if left_out:
@@ -84,9 +95,15 @@ def render(ctx: ViewContext) -> None:
     if outside:
         st.caption(f"{outside} edges reach outside the positions shown.")
     heads = drawn.heads
+    strongest_edge = dict(heads)  # each head at each query: its strongest edge
     options = list(dict.fromkeys(head_text(*h) for h, _ in heads))
-    controls.keep_if(HEAD, st.session_state.get(HEAD) in options + [None])
+    # an opened head stays open whatever the threshold or the piece (the address and the page agree): it is
+    # offered even where it has no edge, and said so
+    opened = head_of(st.session_state.get(HEAD))
+    controls.keep_if(HEAD, opened is None or fits_sentence(tr, opened, len(source), len(outputs)))
     selected = head_of(st.session_state.get(HEAD))
+    if selected is not None and head_text(*selected) not in options:
+        options.append(head_text(*selected))
 
     def open_clicked() -> None:
         for point in ((st.session_state.get("flow_chart") or {}).get("selection") or {}).get("points", []):
@@ -98,35 +115,46 @@ def render(ctx: ViewContext) -> None:
                     return
 
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
-    fig = flowgraph.flow_figure(graph, source, decoder_input, outputs[step - 1], n_layers, selected, (first, end),
-                                title=f"How output piece {step} ({escape(outputs[step - 1])}) is built")
-    st.plotly_chart(fig, config=figures.plotly_config(f"flow-{step}"), key="flow_chart", on_select=open_clicked,
-                    selection_mode="points")
-    st.caption(f"{drawn.nodes} nodes, {drawn.edges} edges, {len(options)} head edges at threshold "
-               f"{used:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then the decoder's; "
-               "within a layer its blocks (encoder: self-attention, feed-forward; decoder: self-attention, "
-               "cross-attention, feed-forward). Rows: positions (source pieces from 1 on the left, the decoder "
-               "input from 0, <s>, on the right). Squares: the feed-forward block's weight.")
-    labels = {text: f"{KIND_NAMES[h[0]]} · L{h[1] + 1} · H{h[2] + 1} at "
-                    f"{'source' if h[0] == 'encoder' else 'output'} {h[3] + 1} ({w:.2f})"
-              for (h, w), text in zip(heads, (head_text(*h) for h, _ in heads))}
+    fig = flowgraph.flow_figure(graph, source, outputs, n_layers, selected, (first, end),
+                                title=flowgraph.title(step - 1, outputs))
+    controls.chart(fig, f"flow-{step}", "flow_chart", on_select=open_clicked, selection_mode="points")
+    if drawn.no_source is not None:
+        st.caption(drawn.no_source)
+    st.caption(f"{drawn.nodes} nodes, {drawn.edges} edges, {len(strongest_edge)} head edges at threshold "
+               f"{used:g}. Columns: the encoder's embeddings (emb) and layers E1, E2, ..., then, past the grey "
+               "divider, the decoder's; within a layer its blocks (encoder: self-attention, feed-forward; decoder: "
+               "self-attention, cross-attention, feed-forward). Rows: on the encoder's side the source pieces (from "
+               "1, named on the left), on the decoder's the output steps, each named by the piece it produces (on "
+               "the right). Squares: the feed-forward block's weight.")
+    labels = {head_text(*h): f"{KIND_NAMES[h[0]]} · L{h[1] + 1} · H{h[2] + 1} at "
+                             f"{query_name(h[0], h[3], source, outputs)} ({w:.2f})" for h, w in heads}
+    if selected is not None and head_text(*selected) not in labels:
+        kind, layer, head, query = selected
+        labels[head_text(*selected)] = (f"{KIND_NAMES[kind]} · L{layer + 1} · H{head + 1} at "
+                                        f"{query_name(kind, query, source, outputs)} (no edge in this graph)")
     st.selectbox("Open a head (or click its edge)", options, key=HEAD, index=None, placeholder="Pick a head…",
-                 format_func=lambda t: labels.get(t, t))
+                 format_func=lambda t: html.unescape(labels.get(t, t)))
     if selected is not None:
+        if head_text(*selected) not in strongest_edge:
+            st.caption(f"This head has no edge in the graph of output piece {step} at threshold {used:g}; it "
+                       "stays open (lower the threshold, or pick another head).")
         show_head(ctx, *selected)
+    compare(ctx, data, (step, drawn), used, steps, (first, end), n_layers)
 
 
 @dataclass(frozen=True)
 class Drawn:
     """What the view keeps of one step's graph (cached, so small): the graph of its strongest edges
-    (``flowgraph.strongest``), how many it left out, the whole graph's node and edge counts, and each head at each
-    query ``(kind, layer, head, query)`` with its strongest edge's weight, strongest first."""
+    (``flowgraph.strongest``), how many it left out, the whole graph's node and edge counts, each head at each
+    query ``(kind, layer, head, query)`` with its strongest edge's weight, strongest first, and the note when no
+    source term reaches the piece (``flowgraph.no_source_note``)."""
 
     graph: FlowGraph
     left_out: int
     nodes: int
     edges: int
     heads: tuple[tuple[tuple[str, int, int, int], float], ...]
+    no_source: str | None
 
 
 def summarise(full: FlowGraph) -> Drawn:
@@ -138,7 +166,49 @@ def summarise(full: FlowGraph) -> Drawn:
             at = (e.kind, e.layer, e.head, e.target.position)
             strongest_edge[at] = max(e.weight, strongest_edge.get(at, 0.0))
     return Drawn(graph, left_out, len(full.nodes), len(full.edges),
-                 tuple(sorted(strongest_edge.items(), key=lambda kv: -kv[1])))
+                 tuple(sorted(strongest_edge.items(), key=lambda kv: -kv[1])), flowgraph.no_source_note(full))
+
+
+def planned_graph(ctx: ViewContext, data, step: int, threshold: float) -> tuple[Drawn | None, float]:
+    """One output step's graph (1-based ``step``) as :class:`Drawn`, at ``threshold`` or the lowest higher one that
+    fits what is left of this request's work (with the page's notice; None when none does), and the threshold used."""
+    used, estimate, notices = work.plan_flow_graph(data, step - 1, threshold)
+    controls.capped(notices)
+    if used is None:
+        return None, threshold
+    ledger.spend(estimate)
+    return ctx.model.flow_graph(ctx.result, data, step - 1, used, summarise), used
+
+
+def compare(ctx: ViewContext, data, mine: tuple[int, Drawn], threshold: float, steps: list[int],
+            rows: tuple[int, int], n_layers: tuple[int, int]) -> None:
+    """Another output piece's graph below, at the same threshold (planned and cached as the first), and which heads
+    the two routes share."""
+    outputs, source = ctx.result.target_tokens, ctx.result.source_tokens
+    step, drawn = mine
+    controls.keep_if(COMPARE, st.session_state.get(COMPARE) in steps + [None])
+    other = st.selectbox("Compare with the route of another output piece", steps, key=COMPARE, index=None,
+                         placeholder="Pick an output piece…", format_func=lambda i: f"{i}: {outputs[i - 1]}")
+    if other is None:
+        return
+    theirs, used = planned_graph(ctx, data, other, threshold)
+    if theirs is None:
+        return
+    graph = theirs.graph
+    if rows != (0, max(len(source), len(outputs))):
+        graph, _ = flowgraph.in_window(graph, *rows)
+    fig = flowgraph.flow_figure(graph, source, outputs, n_layers, rows=rows, title=flowgraph.title(other - 1, outputs))
+    controls.chart(fig, f"flow-{other}", "flow_compare_chart")
+    if used != threshold:
+        return  # the two routes were built at different thresholds: their heads are not comparable
+    heads = lambda d: {h[:3] for h, _ in d.heads}  # noqa: E731 - (kind, layer, head) with an edge
+    both, only_mine, only_theirs = (heads(drawn) & heads(theirs), heads(drawn) - heads(theirs),
+                                    heads(theirs) - heads(drawn))
+    name = lambda hs: ", ".join(f"{KIND_NAMES[k]} L{la + 1} H{h + 1}" for k, la, h in sorted(hs)[:8]) + (  # noqa: E731
+        f" and {len(hs) - 8} more" if len(hs) > 8 else "")
+    st.caption(f"Heads on both routes ({len(both)}): {name(both) or 'none'}. Only on piece {step}'s "
+               f"({len(only_mine)}): {name(only_mine) or 'none'}. Only on piece {other}'s ({len(only_theirs)}): "
+               f"{name(only_theirs) or 'none'}.")
 
 
 def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) -> None:
@@ -156,7 +226,8 @@ def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) ->
     labels = [f"{j}: {escape(t)}" for j, t in enumerate(keys, key_first)]
     fig = go.Figure(go.Bar(x=row, y=list(range(len(keys))), orientation="h", marker_color=flowgraph.COLOURS[kind],
                            hovertext=[f"{label}: {w:.3f}" for label, w in zip(labels, row)], hoverinfo="text"))
-    fig.update_layout(title=dict(text=f"{name}<br>attention of {escape(queries[query])} ({query + 1})", x=0.0),
+    asked = query_name(kind, query, ctx.result.source_tokens, ctx.result.target_tokens)
+    fig.update_layout(title=dict(text=f"{name}<br>attention of {asked}", x=0.0),
                       font=figures.FONT, height=int(110 + 22 * max(len(keys), 4)), plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=70, b=30),
                       yaxis=dict(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from transformer import cli
+from transformer.interpret.heads import STATS_NOTES
 
 from ..compute import card, catalog
 from ..compute.catalog import load_heads
@@ -101,14 +102,34 @@ def styled(frame: pd.DataFrame) -> object:
     return frame.style.format(numbers, na_rep="—")
 
 
-def column_config(frame: pd.DataFrame) -> dict:
-    """Three decimals; 'top offset' (a position difference) as a whole number; headers with their full name."""
-    config = {c: st.column_config.NumberColumn(c, format="%.3f", help=c)
-              for c in frame.columns if c not in ("type", "layer", "head", "role")}
-    if "top offset" in config:
-        config["top offset"] = st.column_config.NumberColumn("top offset", format="%+d",
-                                                             help="the most frequent key position minus the query's")
-    return config
+MISSING = "—"  # a statistic a type of head has not (the data grid's own word for it would be "None")
+NOT_APPLICABLE = "— where it does not apply: "  # a column's tooltip, for its cells that show "—"
+
+
+def column_help(frame: pd.DataFrame, notes: dict | None = None) -> dict[str, str]:
+    """Each statistic's tooltip: what it measures (heads.json's ``stats_notes``, else ``STATS_NOTES``), and, for a
+    statistic some types have not (their cells show "—"), which ones and why."""
+    notes = {**STATS_NOTES, **(notes if isinstance(notes, dict) else {})}
+    out = {}
+    for column in frame.columns:
+        if column in ("type", "layer", "head", "role"):
+            continue
+        note = str(notes.get(column.replace(" ", "_"), column))
+        note = note if column != "top offset" else "the most frequent key position minus the query's"
+        missing = sorted(set(frame.loc[frame[column].isna(), "type"]))
+        if missing:  # the note's "null for ..." is the reason, in the table's words
+            note = note.replace("null for", "shown as — for")
+            if "shown as —" not in note:
+                note += f" ({NOT_APPLICABLE}{', '.join(missing)})"
+        out[column] = note
+    return out
+
+
+def column_config(frame: pd.DataFrame, notes: dict | None = None) -> dict:
+    """Three decimals; 'top offset' (a position difference) as a whole number; headers with their full name and a
+    tooltip (:func:`column_help`)."""
+    return {c: st.column_config.NumberColumn(c, format="%+d" if c == "top offset" else "%.3f", help=text)
+            for c, text in column_help(frame, notes).items()}
 
 
 def render(ctx: ViewContext) -> None:
@@ -135,8 +156,9 @@ def render(ctx: ViewContext) -> None:
     kinds = {v: k for k, v in KIND_LABELS.items()}
     refs = [controls.head_ref((kinds[t], la - 1, h - 1)) for t, la, h in zip(frame["type"], frame["layer"],
                                                                             frame["head"])]
-    event = st.dataframe(styled(frame), hide_index=True, width="stretch", on_select="rerun",
-                         selection_mode="single-row", key="heads_table", height=320, column_config=column_config(frame))
+    event = st.dataframe(styled(frame), hide_index=True, placeholder=MISSING, width="stretch", on_select="rerun",
+                         selection_mode="single-row", key="heads_table", height=320,
+                         column_config=column_config(frame, data.get("stats_notes")))
     controls.follow_table(event, refs, PICK)
     picked = controls.head_picker(refs, PICK)
     if not picked:
@@ -150,8 +172,8 @@ def render(ctx: ViewContext) -> None:
     cited = data.get("cited_sentences") if isinstance(data.get("cited_sentences"), dict) else {}
     sentences = split_sentences(str(data.get("split", ""))) if not all(str(i) in cited for i in indices) else None
     st.caption(f"Sentences of {text(data.get('split'))} where this head's attention is most concentrated (highest mean "
-               "peak weight):")
-    lines = [f"{i + 1}. {cited[str(i)]}" if str(i) in cited else
-             f"{i + 1}. {sentences[i]}" if sentences is not None and 0 <= i < len(sentences) else
-             f"line {i + 1} (not in heads.json, and the data set is not on this machine)" for i in indices]
+               "peak weight), by their line (counted from 0, as Whole test set counts them):")
+    lines = [f"line {i}: {cited[str(i)]}" if str(i) in cited else
+             f"line {i}: {sentences[i]}" if sentences is not None and 0 <= i < len(sentences) else
+             f"line {i} (not in heads.json, and the data set is not on this machine)" for i in indices]
     st.text("\n".join(str(line) for line in lines))

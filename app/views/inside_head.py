@@ -19,6 +19,13 @@ PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("head", controls.HEAD,
           Param("q", "inside_query", int_in(1, 10_000), 1))
 
 
+def formulas(*parts: str) -> None:
+    """Formulas (LaTeX) in one line that wraps between them on a narrow screen (each drawn as a display formula, in
+    the text's flow): never a box to scroll sideways, which a keyboard could not reach."""
+    # each formula one group (KaTeX breaks a line at a top-level "=", never inside a group); the gap ends a line
+    st.markdown(" ".join(f"${{\\displaystyle {part}}}\\qquad$" for part in parts))
+
+
 def render(ctx: ViewContext) -> None:
     """Pickers, the formula with numbers, the per-key table and the weights."""
     result, tr = ctx.result, ctx.tr
@@ -41,11 +48,11 @@ def render(ctx: ViewContext) -> None:
     best = int(np.argmax(hc["weights"]))
     st.markdown(f"**{KIND_NAMES[kind]}, layer {layer}, head {head}, query {position} "
                 f"({controls.md_escape(queries[query])})**, d_head = {d}")
-    st.latex(r"\alpha_j = \mathrm{softmax}_j\Big(\frac{q \cdot k_j}{\sqrt{d_{head}}}\Big),\quad "
-             r"o = \sum_j \alpha_j v_j,\quad \text{out}_h = o\,W_O^{h\top}")
+    formulas(r"\alpha_j = \mathrm{softmax}_j\Big(\frac{q \cdot k_j}{\sqrt{d_{head}}}\Big),",
+             r"o = \sum_j \alpha_j v_j,", r"\text{out}_h = o\,W_O^{h\top}")
     scaled_best = float(hc["scaled"][best])
-    st.latex(rf"q\cdot k_{{{best + 1}}} = {float(hc['scores'][best]):.3f},\quad "
-             rf"\frac{{{float(hc['scores'][best]):.3f}}}{{\sqrt{{{d}}}}} = {scaled_best:.3f},\quad "
+    formulas(rf"q\cdot k_{{{best + 1}}} = {float(hc['scores'][best]):.3f},",
+             rf"\frac{{{float(hc['scores'][best]):.3f}}}{{\sqrt{{{d}}}}} = {scaled_best:.3f},",
              rf"\alpha_{{{best + 1}}} = \frac{{e^{{{scaled_best:.3f}}}}}{{\sum_j e^{{\ldots}}}} = "
              rf"{float(hc['weights'][best]):.3f}")
     key_first = first_numbers(kind)[1]  # the decoder input counts from 0 (<s>), as everywhere

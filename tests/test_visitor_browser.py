@@ -1,0 +1,208 @@
+"""What only a browser sees of issue 57's visitor items, in Debian's chromium (Playwright) on the shipped model, one
+server for the module: Ablation's frozen row labels over their chart (not under it) and no swipe hint on a desktop;
+How each word is built on a phone (it scrolls, its source labels stay, its columns a finger apart); button groups
+that wrap keep every border; the offline page's wide table says it scrolls and keeps its first column; axe-core's
+WCAG 2 A/AA rules find nothing in every view of the registry; every control is reached and used from the keyboard.
+
+axe runs on every view at the phone's size (where charts scroll and rows of buttons wrap) and on the first screen at
+the desktop's and the laptop's; ``ATTN_AXE_SCREENS=desktop,laptop,phone`` runs every view at each of those sizes
+(about 10 minutes on a 2-core machine)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SCREENS, new_context
+from tests.test_layout_browser import SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TEXT = "A man in a blue shirt is riding a bike down the street."
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _open(page, server: str, query: str) -> None:
+    page.goto(f"{server}/?text={TEXT.replace(' ', '+')}&{query}", wait_until="domcontentloaded")
+    _settled(page)
+    assert page.locator("[data-testid=stException]").count() == 0
+
+
+# each chart box of the page: whether its swipe hint shows, and where its frozen row labels are against its chart
+BOXES_JS = """() => [...document.querySelectorAll('[class*=st-key-wide_]')].map(box => {
+  const key = [...box.classList].find(c => c.startsWith('st-key-wide_')).slice(12);
+  const hint = box.querySelector(`.st-key-swipe_${key}`), band = box.querySelector(`.st-key-row_labels_${key}`);
+  const chart = box.querySelector(`.st-key-${key}`), shown = e => !!e && e.getBoundingClientRect().height > 0;
+  return {key, scrolls: box.scrollWidth > box.clientWidth + 1, hint: shown(hint), band: shown(band),
+          bandTop: band ? band.getBoundingClientRect().top : null, chartTop: chart.getBoundingClientRect().top}; })"""
+
+
+@pytest.mark.parametrize("screen", ["desktop", "phone"])
+def test_ablation_keeps_its_row_labels_over_its_chart(shipped_server, browser, screen):  # noqa: F811
+    """Issue 57 §1: after "Translate without them", no second, empty chart under the real one; on a desktop no
+    hint to swipe (nothing scrolls), on a phone each frozen column lies over its own chart."""
+    page = new_context(browser, screen).new_page()
+    _open(page, shipped_server, "view=Ablation&off=cross.4.1&layer=4")
+    boxes = {b["key"]: b for b in page.evaluate(BOXES_JS)}
+    assert {"ablation_original_chart", "ablation_heads_off_chart"} <= set(boxes)
+    for box in boxes.values():
+        assert box["hint"] == box["scrolls"], box  # the hint shows exactly when the box scrolls
+        assert box["band"] == box["scrolls"], box  # and so does the frozen column...
+        if box["band"]:
+            assert box["bandTop"] == pytest.approx(box["chartTop"], abs=1), box  # ...over its chart, not under
+    if screen == "desktop":
+        assert not any(b["scrolls"] for b in boxes.values())
+    page.context.close()
+
+
+def test_the_flow_graph_scrolls_on_a_phone_and_keeps_its_labels(shipped_server, browser):  # noqa: F811
+    """Issue 57 §2: on a phone the graph keeps its width (its columns a finger apart) and scrolls, with its source
+    pieces' labels kept at the left edge."""
+    page = new_context(browser, "phone").new_page()
+    _open(page, shipped_server, "view=How+each+word+is+built&fs=8")
+    (box,) = [b for b in page.evaluate(BOXES_JS) if b["key"] == "flow_chart"]
+    assert box["scrolls"] and box["hint"] and box["band"]
+    gap = page.evaluate("""() => { const d = document.querySelector('.st-key-flow_chart .js-plotly-plot');
+      const a = d._fullLayout.xaxis; return a.l2p(1) - a.l2p(2 / 3); }""")  # a third of a layer: two block columns
+    assert gap >= 24
+    page.context.close()
+
+
+BORDERS_JS = """() => [...document.querySelectorAll('[data-testid=stMain] [role=radiogroup] > button')]
+  .filter(b => !b.hasAttribute('data-selected') && b.getBoundingClientRect().width > 0).map(b => {
+    const s = getComputedStyle(b);
+    return [b.textContent, s.borderTopColor, s.borderLeftColor, s.borderRightColor]; })"""
+
+
+@pytest.mark.parametrize("screen", ["laptop", "phone"])
+def test_buttons_that_wrap_keep_every_border(shipped_server, browser, screen):  # noqa: F811
+    """Issue 57 §9: no button of a row that wraps loses a side (Streamlit hides the side a button shares with its
+    chosen neighbour; here they stand apart)."""
+    page = new_context(browser, screen).new_page()
+    _open(page, shipped_server, "view=Inside+a+head")
+    buttons = page.evaluate(BORDERS_JS)
+    assert len(buttons) >= 8
+    for text, top, left, right in buttons:
+        assert left == top and right == top, (text, top, left, right)
+    page.context.close()
+
+
+def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
+    """Issue 57 §12: at 390 px Layer by layer's table is wider than the screen: a line above it says it scrolls,
+    and its first column (the output piece) stays while it does."""
+    if not (SHIPPED / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    import transformer
+    from app import report
+
+    tr = transformer.load(SHIPPED, device="cpu")
+    out = tmp_path / "page.html"
+    out.write_text(report.build_page(tr.translate(TEXT, return_attention=True), tr, ("lens",), text=TEXT))
+    page = new_context(browser, "phone").new_page()
+    page.goto(out.as_uri())
+    page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === 1", timeout=60_000)
+    state = page.evaluate("""() => { const box = document.querySelector('#lens .scroll:has(> table.values)');
+      const hint = box.previousElementSibling, first = box.querySelector('tr > :first-child');
+      box.scrollLeft = box.scrollWidth; const b = box.getBoundingClientRect(), f = first.getBoundingClientRect();
+      return {wide: box.scrollWidth > box.clientWidth, hint: hint.classList.contains('hint') && !hint.hidden
+              && hint.getBoundingClientRect().height > 0, scrolled: box.scrollLeft, kept: f.left - b.left}; }""")
+    assert state["wide"] and state["hint"] and state["scrolled"] > 5
+    assert abs(state["kept"]) <= 1  # the first column stays at the box's left edge
+    page.context.close()
+
+
+def _axe_screens() -> list[tuple[str, bool]]:
+    """(screen, every view?): every view on a phone; the first screen on a desktop and a laptop, unless
+    ``ATTN_AXE_SCREENS`` names screens to run every view on."""
+    every = [s for s in os.environ.get("ATTN_AXE_SCREENS", "phone").split(",") if s in SCREENS]
+    return [(s, s in every) for s in SCREENS]
+
+
+@pytest.mark.parametrize(("screen", "every"), _axe_screens())
+def test_axe_finds_no_wcag_violation_in_any_view(shipped_server, browser, screen, every):  # noqa: F811
+    """Issue 57 §20: axe-core's WCAG 2 A and AA rules (contrast, names, focusable scrolling regions...) find nothing
+    in each view of the registry."""
+    pytest.importorskip("axe_playwright_python")
+    from axe_playwright_python.sync_playwright import Axe
+
+    from app.registry import VIEWS
+
+    axe, found = Axe(), {}
+    page = new_context(browser, screen).new_page()
+    for view in VIEWS if every else ["Heatmap", "Masks"]:
+        _open(page, shipped_server, f"view={view.replace(' ', '+')}")
+        result = axe.run(page, options={"runOnly": {"type": "tag", "values": AXE_TAGS},
+                                        "resultTypes": ["violations"]})
+        violations = result.response["violations"]
+        if violations:
+            found[view] = [(v["id"], [n["target"] for n in v["nodes"][:3]]) for v in violations]
+    page.context.close()
+    assert not found, found
+
+
+FOCUSABLE_JS = """() => { const seen = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0
+    && getComputedStyle(e).visibility !== 'hidden' && !e.disabled && e.getAttribute('aria-disabled') !== 'true'; };
+  const all = [...document.querySelectorAll('[data-testid=stMain] :is(button, input, textarea, a[href], '
+    + '[role=slider], [role=switch], [role=checkbox], [role=combobox], [tabindex="0"])')].filter(seen)
+    .filter(e => !e.closest('.modebar, [data-testid=stDataFrame], [data-testid=stElementToolbar]'))
+    // a picker's chevron is part of its box (the box takes the focus), and a group of radios is one stop (the arrow
+    // keys move within it): the group is the control
+    .filter(e => !(e.tabIndex < 0 && e.closest('[data-testid=stSelectbox], [data-testid=stMultiSelect]')))
+    .map(e => e.getAttribute('role') === 'radio' ? e.closest('[role=radiogroup]') : e);
+  return [...new Set(all)].map((e, i) => { e.dataset.kb = i;
+    return (e.getAttribute('aria-label') || e.textContent || e.tagName).trim().slice(0, 40); }); }"""
+# the control that has the focus (a radio: its group)
+FOCUSED_JS = "() => { const e = document.activeElement && document.activeElement.closest('[data-kb]'); " \
+             "return e ? e.dataset.kb : null; }"
+
+
+def test_every_control_is_reached_and_used_from_the_keyboard(shipped_server, browser):  # noqa: F811
+    """Issue 57 §20: Tab reaches every control of the first screen; the arrow keys pick another group of views;
+    on a phone, Tab reaches a wide chart's hint, from which the arrow keys scroll the chart. The first picture's
+    alt text names its sentence and its head."""
+    page = new_context(browser, "laptop").new_page()
+    _open(page, shipped_server, "view=Heatmap&att=cross&layer=4&head=2")
+    alt = page.locator(PICTURE).first.get_attribute("alt")
+    assert TEXT in alt and "Cross-attention · layer 4 · head 2" in alt
+    controls = page.evaluate(FOCUSABLE_JS)
+    assert len(controls) >= 8
+    page.locator("[data-testid=stMain] textarea").first.focus()
+    reached = set()
+    for _ in range(3 * len(controls) + 20):
+        mark = page.evaluate(FOCUSED_JS)
+        if mark is not None:
+            reached.add(int(mark))
+        page.keyboard.press("Tab")
+    missed = [c for i, c in enumerate(controls) if i not in reached]
+    assert not missed, missed
+    group = page.locator(".st-key-view_group [role=radio][aria-checked=true]")
+    group.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("Space")
+    _settled(page)
+    assert page.locator(".st-key-view_group [role=radio][aria-checked=true]").inner_text() != "Attention"
+    page.context.close()
+    phone = new_context(browser, "phone").new_page()
+    _open(phone, shipped_server, "view=Masks")
+    hint = phone.locator("[class*=st-key-swipe_] .attn-swipe >> visible=true").first
+    hint.focus()
+    assert phone.evaluate("() => document.activeElement.classList.contains('attn-swipe')")
+    for _ in range(6):
+        phone.keyboard.press("ArrowRight")
+    phone.wait_for_timeout(400)
+    scrolled = phone.evaluate("() => document.activeElement.closest('[class*=st-key-wide_]').scrollLeft")
+    assert scrolled > 20
+    phone.context.close()
