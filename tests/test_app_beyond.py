@@ -276,7 +276,7 @@ def test_the_notice_and_the_table_agree_on_a_cut_outputs_omission(tiny_checkpoin
         assert got[name] == pytest.approx(want[name], abs=1e-5), name
     # the page: a rule on omission alone fires and names the table's value
     alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, [{"column": "omission", "op": ">", "value": -1000}])
-    at = new_app({"text": TEXT, "view": "Source or prefix", "a": "0", "b": "3"})
+    at = new_app({"text": TEXT, "view": "source_or_prefix", "a": "0", "b": "3"})
     assert_clean(at)
     [warned] = [w.value for w in at.warning if "may be a hallucination" in w.value]
     assert f"ending there is {COLUMNS['omission'].value_text(want['omission'])}" in warned

@@ -222,7 +222,7 @@ def test_the_graph_at_threshold_0_is_planned_within_the_work_limit_and_cached(ap
     monkeypatch.setattr(work, "FLOW_EDGE", 1.0)  # an edge a unit: the whole graph is over the limit
     monkeypatch.setenv("ATTN_MAX_WORK", "1000")
     cached.RESULTS.clear()
-    at = new_app({"text": TEXT, "view": "How each word is built", "ft": "0"})
+    at = new_app({"text": TEXT, "view": "how_each_word_is_built", "ft": "0"})
     assert_clean(at)
     said = next(plain(c.value) for c in at.caption if "head edges at threshold" in c.value)
     drawn = float(re.search(r"head edges at threshold ([0-9.]+[0-9])", said).group(1))
@@ -273,7 +273,7 @@ def test_an_opened_head_stays_open_whatever_the_threshold_and_two_routes_compare
     """Issue 57 §2: a head the threshold hides stays open (the picker, the address and the panel agree), and back at
     the default it is still open; another piece's route is drawn below with the heads the two share (against
     ``transformer.interpret.flow``'s own graphs)."""
-    at = set_view(translate(new_app(), TEXT), "How each word is built")
+    at = set_view(translate(new_app(), TEXT), "how_each_word_is_built")
     picker = at.selectbox(key="flow_head")
     picker.set_value(picker.options[0])
     at.run()

@@ -142,7 +142,7 @@ def test_axe_finds_no_wcag_violation_in_any_view(shipped_server, browser, screen
 
     axe, found = Axe(), {}
     page = new_context(browser, screen).new_page()
-    for view in VIEWS if every else ["Heatmap", "Masks"]:
+    for view in VIEWS if every else ["heatmap", "masks"]:
         _open(page, shipped_server, f"view={view.replace(' ', '+')}")
         result = axe.run(page, options={"runOnly": {"type": "tag", "values": AXE_TAGS},
                                         "resultTypes": ["violations"]})

@@ -49,7 +49,7 @@ def test_the_ablation_charts_css_names_classes_that_exist(app_env):
     space once named none: the frozen column fell under its chart, the swipe hint showed on a desktop)."""
     from app.page.controls import css_name
 
-    at = new_app({"text": TEXT, "view": "Ablation", "off": "cross.1.1,cross.2.2"})
+    at = new_app({"text": TEXT, "view": "ablation", "off": "cross.1.1,cross.2.2"})
     assert_clean(at)
     keys = set()
 
@@ -135,17 +135,17 @@ def test_the_export_blurb_lists_the_views_the_offline_page_holds(app_env, tr):
 
     page = report.fragment(report.analysis_for(tr.translate(TEXT), tr), tr)
     drawn = re.search(r'data-views="([^"]*)"', page).group(1).split(",")
-    at = set_view(translate(new_app(), TEXT), "Export")
+    at = set_view(translate(new_app(), TEXT), "export")
     assert_clean(at)
     blurb = next(plain(c.value) for c in at.caption if "no server and no network" in c.value)
     for key, title in report.VIEW_TITLES.items():
         assert (title in blurb) == (key in drawn), title
-    assert all(title in views.VIEWS for title in report.VIEW_TITLES.values())
+    assert set(report.VIEW_TITLES.values()) <= {view.title for view in views.VIEWS.values()}
 
 
 def test_the_first_picture_names_its_sentence_and_head(app_env):
     """Issue 57 §20: the first screen's picture has a text alternative naming its sentence and its head."""
-    at = new_app({"text": TEXT, "view": "Heatmap", "att": "cross", "layer": "2", "head": "3"})
+    at = new_app({"text": TEXT, "view": "heatmap", "att": "cross", "layer": "2", "head": "3"})
     assert_clean(at)
     alt = re.search(r"!\[(.*?)\]\(data:image/svg", next(m.value for m in at.markdown if "data:image/svg" in m.value))
     said = plain(alt.group(1))
@@ -172,7 +172,7 @@ def test_heads_view_numbers_lines_from_0_and_says_why_a_cell_is_a_dash(tiny_chec
     (ckpt / "heads.json").write_text(json.dumps(data))
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))
     monkeypatch.setenv("ATTN_DATA_DIR", str(tiny_corpus))
-    at = new_app({"text": TEXT, "view": "Heads across the test set", "row": "encoder.1.2"})
+    at = new_app({"text": TEXT, "view": "heads_across_the_test_set", "row": "encoder.1.2"})
     assert_clean(at)
     listing = "\n".join(t.value for t in at.text)
     for i in data["most_confident"]["encoder"][0][1]:
