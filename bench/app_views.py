@@ -133,11 +133,14 @@ def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 
 
 
 def table(result: dict[str, Any], goals: dict[str, float] | None = None) -> str:
-    """A Markdown table: view, p50 and max seconds, and the goal when one is given."""
+    """A Markdown table: view (its title, as people read it), p50 and max seconds, and the goal when one is given."""
+    from app.registry import VIEWS
+
     goals = goals or {}
     lines = ["| view | p50 s | max s | goal s |", "|---|---:|---:|---:|"]
     for name, values in result["views_s"].items():
         goal = goals.get(name, goals.get("*"))
-        lines.append(f"| {name} | {percentile(values, 50):.2f} | {max(values):.2f} | "
+        title = VIEWS[name].title if name in VIEWS else name
+        lines.append(f"| {title} | {percentile(values, 50):.2f} | {max(values):.2f} | "
                      f"{'' if goal is None else f'{goal:g}'} |")
     return "\n".join(lines)
