@@ -3,7 +3,10 @@ a whole page (``new_app`` / ``AppTest``), itself, in a nested function, or throu
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import types
+from pathlib import Path
 
 import conftest
 
@@ -55,7 +58,11 @@ def test_tests_that_open_a_page_are_found_and_the_others_are_not():
 
 
 def test_a_real_page_test_is_slow_and_a_model_test_is_not(request):
-    import test_work
+    test_work = sys.modules.get("test_work")  # collected already in a whole run; else read from its file
+    if test_work is None:
+        spec = importlib.util.spec_from_file_location("test_work", Path(__file__).parent / "app" / "test_work.py")
+        test_work = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(test_work)
 
     page = test_work.test_a_long_input_at_beam_16_is_capped_with_a_notice
     model_only = test_work.test_the_row_estimate_bounds_what_a_pass_really_holds

@@ -16,7 +16,7 @@
     worst of them (a heuristic); at the length limit the K best candidates of that step become finished too, and the
     best of all is returned. "Never" is transformers' additive -1e9, not -inf, so candidates order exactly as there
     (a Marian / OPUS-MT checkpoint run here gives exactly what ``generate(num_beams=K, length_penalty=alpha)`` gives;
-    tests/test_marian.py and tests/test_m2m100.py check it).
+    tests/transformer/test_marian.py and tests/transformer/test_m2m100.py check it).
 
   The two rules share the search's start (encoding, one row per beam, the length limits, forced tokens), every
   step's expansion (the 2K best candidates of the K live beams) and the length penalty; they differ in when an

@@ -18,7 +18,7 @@ from transformer.network.model import Transformer, decoder_self_mask, padding_ma
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0]])
 TGT = torch.tensor([[2, 12, 13, 14, 15], [2, 16, 17, 0, 0]])
 LABELS = torch.tensor([[12, 13, 14, 15, 3], [16, 17, 3, 0, 0]])

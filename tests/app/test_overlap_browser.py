@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_layout_browser import MIN_LABEL_PX, SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SVG_OF_JS, new_context, streamlit_server
-from tests.test_layout_browser import MIN_LABEL_PX, SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAPTION = "A young girl in a red dress is running through the green grass with her dog in the park."  # 16 words
 SHORT = "Two dogs are playing in the snow."  # a short output: its axis titles and labels (issue 48 §2)
 SHORT_PAGES = ("heatmap", "all_heads&pick=2.2")  # the first screen's picture and an opened head, decoder self-attention

@@ -21,7 +21,7 @@ pytest.importorskip("plotly")
 
 from app import notebook, report  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints" / "multi30k-en-de"
 CAPTION = "Two young men in red shirts and white hats are playing soccer on a green field near the stone wall."
 HOSTILE = 'A dog <img src=x onerror="alert(1)"> runs </script><script>alert(2)</script> & plays.'

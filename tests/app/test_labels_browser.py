@@ -10,7 +10,7 @@ import pytest
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the first picture's SVG put into the page at the size it is drawn: [the title's box, the query axis title's box,
 # that axis title's text]
 LAID_OUT_JS = (f"() => {{ const img = document.querySelector('{PICTURE}');"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.paired import import_base, main, paired
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_base_tree_is_a_separate_package(tmp_path):

@@ -1,6 +1,6 @@
 """A scrolling chart's frozen column of row labels (``app.drawing.row_labels``, ``svg.heatmap_svg(rows_only=True)``):
 the same labels at the same pixels as the chart's own, computed from the figures (no browser), and none of the
-chart's data sent twice. The page keeps it at the box's left edge: ``tests/test_row_labels_browser.py``."""
+chart's data sent twice. The page keeps it at the box's left edge: ``tests/app/test_row_labels_browser.py``."""
 
 from __future__ import annotations
 

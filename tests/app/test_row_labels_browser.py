@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_layout_browser import _settled, shipped_server  # noqa: F401 (the fixture)
+from test_overlap_browser import CAPTION
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, new_context
-from tests.test_layout_browser import _settled, shipped_server  # noqa: F401 (the fixture)
-from tests.test_overlap_browser import CAPTION
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = {"heatmap": "heatmap_chart", "masks": "mask_causal_chart"}  # a view, and the key of a chart of it that scrolls
 
 # The chart's scrolling box, its frozen column and their labels, read after the box is scrolled to ``to`` (a

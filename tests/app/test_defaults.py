@@ -14,7 +14,7 @@ from transformer.checkpoint import check_checkpoint_dir
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "checkpoints" / "multi30k-en-de"
 PRENORM = ROOT / "checkpoints" / "multi30k-en-de-prenorm"
 SHIPPED = sorted(p for p in (ROOT / "checkpoints").glob("*") if (p / "metadata.json").is_file())

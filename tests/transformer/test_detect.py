@@ -193,7 +193,7 @@ def shipped(name: str):
 
     import transformer
 
-    path = Path(__file__).resolve().parents[1] / "checkpoints" / name
+    path = Path(__file__).resolve().parents[2] / "checkpoints" / name
     return path, transformer.load(path, device="cpu")
 
 
@@ -257,7 +257,7 @@ def test_omission_finds_dropped_clauses_and_the_lowest_piece_a_swapped_noun(mult
 def shipped_reports() -> dict[str, dict]:
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return {name: json.loads((root / "checkpoints" / name / FLAG_FILE).read_text())["calibration"] for name in SHIPPED}
 
 
@@ -267,7 +267,7 @@ def test_the_docs_and_the_readme_show_the_measured_tables_and_the_rule_kept_its_
     5% false-positive budget on the held-back test set."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     docs, readme = (root / "docs" / "alti.md").read_text(), (root / "README.md").read_text()
     reports = shipped_reports()
     for name, calibration in reports.items():

@@ -22,7 +22,7 @@ from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa:
 from transformer.checkpoint import check_checkpoint_dir  # noqa: E402
 
 torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config_edit(path: Path, **changes) -> None:

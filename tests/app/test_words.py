@@ -20,7 +20,7 @@ from app.drawing import positional as pe_figures
 from app.page import controls
 from app.page.frame import FSI, PDI, unknown_notice
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rgb(colour: str) -> tuple[int, ...]:

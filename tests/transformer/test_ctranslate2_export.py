@@ -221,7 +221,7 @@ def test_command_line(tiny_checkpoint, tmp_path, capsys):
 def test_shipped_checkpoint_greedy_equals_ours(tmp_path, multi30k_dir):
     from pathlib import Path
 
-    ckpt = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
+    ckpt = Path(__file__).resolve().parents[2] / "checkpoints" / "multi30k-en-de"
     if not (ckpt / "config.json").is_file():
         pytest.skip("no shipped checkpoint")
     lines = (multi30k_dir / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:8]

@@ -19,7 +19,7 @@ def _scored(folder: Path) -> bool:
     return meta.is_file() and "test_2016_flickr" in json.loads(meta.read_text(encoding="utf-8"))
 
 
-SHIPPED = sorted(p for p in (Path(__file__).resolve().parents[1] / "checkpoints").glob("*") if _scored(p))
+SHIPPED = sorted(p for p in (Path(__file__).resolve().parents[2] / "checkpoints").glob("*") if _scored(p))
 
 
 @pytest.mark.data

@@ -24,7 +24,7 @@ from transformer.decoding import (
 from transformer.interpret import corpus, detect, heads
 from transformer.training import evaluate, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_takes_its_decoding_defaults_and_paths_from_one_place():

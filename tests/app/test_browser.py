@@ -15,7 +15,7 @@ import pytest
 from bench.app_browser import measure, twenty_word_sentences
 from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.browser
 

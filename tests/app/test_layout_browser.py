@@ -14,7 +14,7 @@ from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, SETTLED
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints" / "multi30k-en-de"
 MIN_LABEL_PX = 9.5  # 10 px, less rounding
 

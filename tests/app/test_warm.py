@@ -7,7 +7,7 @@ import ast
 import gc
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_after_warm_up_the_first_visit_runs_no_model(app_env, monkeypatch):

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 import transformer
 from transformer.training import train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def small_args(data: Path, run_dir: Path, steps: int = 24, *extra: str) -> list[str]:

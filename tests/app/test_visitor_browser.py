@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_layout_browser import SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SCREENS, new_context
-from tests.test_layout_browser import SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -437,7 +437,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
     from app.page import state
 
     path = work.REPO_ROOT / "checkpoints" / "multi30k-en-de" if hasattr(work, "REPO_ROOT") else None
-    path = path or __import__("pathlib").Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
+    path = path or __import__("pathlib").Path(__file__).resolve().parents[2] / "checkpoints" / "multi30k-en-de"
     if not (path / "model.safetensors").is_file():
         pytest.skip("the shipped checkpoint is not here")
     big = transformer.load(path, device="cpu")

@@ -16,7 +16,7 @@ from bench.run import REQUIRED_KEYS, markdown, report
 from bench.train_speed import NNTransformerSeq2Seq, OursSeq2Seq, random_batches
 from transformer import TransformerConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_percentile_and_sentences():

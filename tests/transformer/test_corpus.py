@@ -1,5 +1,5 @@
 """``python -m transformer.corpus`` and ``table_rows``: the table's rows against ``translate_batch`` and sacreBLEU,
-its files (Parquet, JSON Lines, manifest), bad input, and resuming a killed run (tests/test_corpus_torchrun.py:
+its files (Parquet, JSON Lines, manifest), bad input, and resuming a killed run (tests/transformer/test_corpus_torchrun.py:
 several processes and machines)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sacrebleu
 from transformer.interpret import corpus, signals
 from transformer.interpret.table import COLUMNS, batches, read_table, table_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["A man rides a red bike.", "Two dogs play with a ball in the park.", "A girl runs.",
            "A woman and a child are walking on the beach with a blue ball.", "The boy plays.", "A dog runs.",
            "People are walking on the street.", "A red ball."]
