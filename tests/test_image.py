@@ -41,7 +41,8 @@ def test_the_image_gets_the_app_and_not_tests_bench_runs_or_training_state(image
               "transformer/network/model.py", "app/main.py", "app/views/heatmap.py", ".streamlit/config.toml",
               "checkpoints/m/model.safetensors", "checkpoints/m/config.json",
               "checkpoints/m/snapshots/step1.safetensors"]
-    unwanted = ["tests/transformer/test_model.py", "bench/speed.py", "runs/en-de/state.pt", "test-artifacts/browser.png",
+    unwanted = ["tests/transformer/test_model.py", "bench/speed.py",
+                "runs/en-de/state.pt", "test-artifacts/browser.png",
                 "transformer/__pycache__/model.cpython-311.pyc", "app/__pycache__/main.cpython-311.pyc",
                 "checkpoints/m/state.pt", "checkpoints/m/averaging/step1.safetensors", ".git/HEAD",
                 "training-logs/run.log", ".venv/bin/python"]

@@ -68,6 +68,7 @@ def test_every_view_with_a_description_is_offline_in_the_registry():
     assert "source_prefix" in report.DEFAULT_VIEWS
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):
     import transformer
     from transformer.interpret import contributions
@@ -196,6 +197,7 @@ def test_the_command_writes_the_page_with_the_app_s_input_rules(tmp_path, tiny_c
     assert exit_info.value.code == 2 and "cannot load" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shipped checkpoint is not here")
 def test_a_twenty_word_caption_makes_a_page_under_5_5_mb(tmp_path):
     out = tmp_path / "caption.html"
@@ -251,6 +253,7 @@ def test_a_notebook_gets_plotly_js_once(tr, monkeypatch):
     assert sum(len(o) for o in outputs[1:]) < 1_000_000  # the others: their figures only
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_show_takes_every_family(tmp_path, tiny_corpus):
     transformers = pytest.importorskip("transformers")  # noqa: F841
     import sentencepiece as spm

@@ -237,6 +237,7 @@ def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     assert not both.broken
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_heavy_jobs_are_served_in_the_order_they_asked():
     """First come, first served: requests that queue behind a long job get the slot in the order they asked, however
     often they wake to say how long they have waited, and a request that stopped while it waited leaves the queue

@@ -124,6 +124,7 @@ def _report_bench(argv: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_report_bench_times_the_page_apart_from_the_translation(tiny_checkpoint, capsys):
     from app import report
 

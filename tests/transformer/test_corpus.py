@@ -1,6 +1,6 @@
 """``python -m transformer.corpus`` and ``table_rows``: the table's rows against ``translate_batch`` and sacreBLEU,
-its files (Parquet, JSON Lines, manifest), bad input, and resuming a killed run (tests/transformer/test_corpus_torchrun.py:
-several processes and machines)."""
+its files (Parquet, JSON Lines, manifest), bad input, and resuming a killed run
+(tests/transformer/test_corpus_torchrun.py: several processes and machines)."""
 
 from __future__ import annotations
 

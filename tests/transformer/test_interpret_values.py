@@ -163,6 +163,7 @@ def equal(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_interpretation_is_unaffected_by_another_visitor():
     """Each interpretation function, computed alone, then again and again while a second thread runs other forward
     passes (same-length sentences too), greedy and beam search on the same model object: always the same result."""
