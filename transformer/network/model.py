@@ -41,14 +41,16 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
     q ``(B, H, Tq, d)``, k and v ``(B, H, Tk, d)``, mask broadcastable to ``(B, H, Tq, Tk)``.
     Returns the output ``(B, H, Tq, d)`` and the weights ``(B, H, Tq, Tk)``; a masked key gets
-    exactly zero weight.
+    exactly zero weight. A model in bfloat16 (or float16) gets its scores and weights in float32 (the weights are
+    returned as they are; the output in the model's dtype).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    low = q.dtype in (torch.bfloat16, torch.float16)
+    scores = (q.float() @ k.float().transpose(-2, -1) if low else q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
     weights = scores.softmax(dim=-1)
     attn = dropout(weights) if dropout is not None else weights
-    return attn @ v, weights
+    return attn.to(v.dtype) @ v, weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -260,6 +262,13 @@ def missing_weights(config: TransformerConfig, missing: list[str]) -> list[str]:
     return [k for k in missing if k not in tied] + ([TIED_WEIGHTS[0]] if tied and tied <= set(missing) else [])
 
 
+def positional_table(cfg: TransformerConfig) -> Tensor:
+    """The positional table ``(max_len, d_model)``, rows from ``position_offset`` (the first token's position: 0 in
+    the paper, past the padding id in fairseq) on: a view of the full table's storage."""
+    table = positional_encoding(cfg.max_len + cfg.position_offset, cfg.d_model, cfg.positional_layout)
+    return table[cfg.position_offset:]
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer returning every attention weight on request."""
 
@@ -268,9 +277,7 @@ class Transformer(nn.Module):
         self.config = cfg = config
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        # rows from ``position_offset`` on: the first token's position (0 in the paper; past the padding id in fairseq)
-        self.register_buffer("pe", positional_encoding(cfg.max_len + cfg.position_offset, cfg.d_model,
-                                                       cfg.positional_layout)[cfg.position_offset:], persistent=False)
+        self.register_buffer("pe", positional_table(cfg), persistent=False)
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -278,7 +285,12 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.generator = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)
         self.reset_parameters()
-        if cfg.share_embeddings:
+        self.tie_embeddings()
+
+    def tie_embeddings(self) -> None:
+        """Under ``share_embeddings``: the target embedding and the output projection are the source embedding's
+        parameter (one tensor, three names); otherwise nothing."""
+        if self.config.share_embeddings:
             self.tgt_embed.weight = self.src_embed.weight
             self.generator.weight = self.src_embed.weight
 

@@ -26,9 +26,10 @@ def column_major_weights(model: nn.Module) -> nn.Module:
 
 
 def decoding_layout(model: Transformer) -> Transformer:
-    """The layout a loaded model decodes fastest in: :func:`column_major_weights`, then the output projection
-    prepacked for CPU decoding (``OutputProjection.pack``). Values, parameters and results are unchanged."""
-    column_major_weights(model)
+    """The layout a loaded model decodes in: the output projection prepacked for CPU decoding
+    (``OutputProjection.pack``; float32 only). The other weights stay as loaded, memory-mapped from the checkpoint
+    (:func:`column_major_weights` would copy every one of them: no faster on an AVX-512 CPU, see
+    ``docs/benchmarks.md``). Values, parameters and results are unchanged."""
     model.generator.pack()
     return model
 
