@@ -182,7 +182,7 @@ HOSTILE_CONFIGS = {  # issue #37, 2: each took the server down (memory) or minut
 
 @pytest.mark.parametrize("name", HOSTILE_CONFIGS)
 def test_a_hostile_config_is_refused_before_anything_is_allocated(ckpt, monkeypatch, name):
-    import transformer.network.model as model_module
+    import transformer.network.positional as positional_module
     from transformer.checkpoint import check_checkpoint_dir
 
     built = []
@@ -191,7 +191,7 @@ def test_a_hostile_config_is_refused_before_anything_is_allocated(ckpt, monkeypa
         built.append(args)
         raise RuntimeError("the model was built")
 
-    monkeypatch.setattr(model_module, "positional_encoding", spy)
+    monkeypatch.setattr(positional_module, "positional_encoding", spy)
     config = json.loads((ckpt / CONFIG_FILE).read_text())
     (ckpt / CONFIG_FILE).write_text(json.dumps({**config, **HOSTILE_CONFIGS[name]}))
     for attempt in (lambda: transformer.load(ckpt, device="cpu"), lambda: check_checkpoint_dir(ckpt)):
