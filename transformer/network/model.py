@@ -275,16 +275,20 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = cfg = config
-        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", positional_table(cfg), persistent=False)
+        meta = torch.get_default_device().type == "meta"  # a load's first step: no values to compute (on meta
+        # tensors torch would first import its reference kernels: seconds)
+        self.src_embed, self.tgt_embed = (nn.Embedding(n, cfg.d_model, padding_idx=cfg.pad_id, _weight=torch.empty(
+            n, cfg.d_model) if meta else None) for n in (cfg.src_vocab_size, cfg.tgt_vocab_size))
+        self.register_buffer("pe", torch.empty(cfg.max_len, cfg.d_model) if meta else positional_table(cfg),
+                             persistent=False)
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.generator = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)
-        self.reset_parameters()
+        if not meta:
+            self.reset_parameters()
         self.tie_embeddings()
 
     def tie_embeddings(self) -> None:
