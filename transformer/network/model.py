@@ -279,8 +279,8 @@ class Transformer(nn.Module):
         # tensors torch would first import its reference kernels: seconds)
         self.src_embed, self.tgt_embed = (nn.Embedding(n, cfg.d_model, padding_idx=cfg.pad_id, _weight=torch.empty(
             n, cfg.d_model) if meta else None) for n in (cfg.src_vocab_size, cfg.tgt_vocab_size))
-        self.register_buffer("pe", torch.empty(cfg.max_len, cfg.d_model) if meta else positional_table(cfg),
-                             persistent=False)
+        self.register_buffer("pe", torch.empty(cfg.max_len + cfg.position_offset, cfg.d_model)[cfg.position_offset:]
+                             if meta else positional_table(cfg), persistent=False)  # meta: its shape and storage
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
