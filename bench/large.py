@@ -174,6 +174,43 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def quality(checkpoint: str, data_dir: str, threads: int, batch: int = 32) -> dict[str, Any]:
+    """bfloat16 against float32 on one checkpoint: test_2016_flickr BLEU of each (greedy and beam 4, the
+    checkpoint's own length penalty), the share of sentences whose greedy output is identical, and each dtype's
+    seconds for the whole set (greedy, batches of ``batch``; the two dtypes alternate batch by batch so that a
+    shared machine's load falls on both alike)."""
+    import sacrebleu
+    import torch
+
+    import transformer
+
+    from .common import read_sentences
+
+    torch.set_num_threads(threads)
+    sources, references = read_sentences(data_dir, lang="en"), read_sentences(data_dir, lang="de")
+    if not sources or not references:
+        raise SystemExit(f"no test_2016_flickr.en / .de under {data_dir}")
+    models = {name: transformer.load(checkpoint, device="cpu", dtype=name) for name in ("float32", "bfloat16")}
+    out: dict[str, Any] = {"checkpoint": checkpoint, "sentences": len(sources), "threads": threads}
+    for beam in (1, 4):
+        texts: dict[str, list[str]] = {name: [] for name in models}
+        ids: dict[str, list[list[int]]] = {name: [] for name in models}
+        seconds = dict.fromkeys(models, 0.0)
+        for i in range(0, len(sources), batch):
+            for name, tr in models.items():
+                t0 = time.perf_counter()
+                results = tr.translate_batch(sources[i:i + batch], beam_size=beam)
+                seconds[name] += time.perf_counter() - t0
+                texts[name] += [r.text for r in results]
+                ids[name] += [r.target_ids for r in results]
+        for name in models:
+            out[f"bleu_{name}_beam{beam}"] = round(sacrebleu.corpus_bleu(texts[name], [references]).score, 2)
+            out[f"seconds_{name}_beam{beam}"] = round(seconds[name], 2)
+        out[f"identical_beam{beam}"] = round(sum(a == b for a, b in zip(ids["float32"], ids["bfloat16"]))
+                                             / len(sources), 4)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=list(SIZES), default="1.3B")
@@ -183,11 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", default="ours,transformers,ours-bf16", help="comma-separated, in this order")
     parser.add_argument("--build-only", action="store_true", help="build the model and stop")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON too")
+    parser.add_argument("--quality", metavar="CHECKPOINT",
+                        help="instead: bfloat16 against float32 on CHECKPOINT (BLEU on test_2016_flickr, identical "
+                             "outputs, seconds)")
+    parser.add_argument("--data-dir", default="../shared/data/multi30k", help="for --quality")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(args.worker, Path(args.model), args.threads)))
+        return 0
+    if args.quality:
+        print(json.dumps(quality(args.quality, args.data_dir, args.threads)))
         return 0
     if args.build_only:
         print(build(Path(args.dir), args.size))

@@ -165,3 +165,16 @@ def test_decoding_without_the_fused_projection_is_the_same(ours, monkeypatch):
     assert [r.target_ids for r in plain] == [r.target_ids for r in fused]
     for a, b in zip(plain, fused):
         assert abs(a.score - b.score) < 1e-4
+
+
+def test_the_app_loads_in_its_dtype_and_applies_its_own_limit(ours, monkeypatch):
+    from app.compute import catalog
+
+    monkeypatch.setenv("ATTN_DTYPE", "bfloat16")
+    tr = catalog.load_translator(str(ours[1]), "cpu")
+    assert {p.dtype for p in tr.model.parameters()} == {torch.bfloat16}
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "0.01")
+    with pytest.raises(CheckpointError, match=r"MB \(parameters and buffers, bfloat16\), over this server's limit"):
+        catalog.load_translator(str(ours[1]), "cpu")
+    monkeypatch.setenv("ATTN_DTYPE", "float64")  # not one the model runs in: the default
+    assert catalog.model_dtype() == "float32"
