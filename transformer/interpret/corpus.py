@@ -275,6 +275,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="leave source and reference null in the written table (for a table committed without the "
                         "corpus' lines; they join back by id)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing table of another run")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="the weights' dtype (bfloat16: half the memory; attention weights still float32)")
     p.add_argument("--device", default="auto", help="auto (cuda:LOCAL_RANK when there is a GPU), cpu or cuda")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads per process (0: leave as is)")
     p.add_argument("--no-progress", action="store_true")
@@ -386,7 +388,7 @@ def merge(out: Path, gathered: Sequence[tuple[list[dict[str, Any]], float, int]]
 def run(args: argparse.Namespace) -> int:
     rank, world, device = start_processes(args.device)
     out = Path(args.out)
-    translator = load(args.checkpoint, device=device)
+    translator = load(args.checkpoint, device=device, dtype=getattr(args, "dtype", "float32"))
     sources, references, info = read_input(args, language_pair(translator))
     settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,
                                    tgt_lang=args.tgt_lang)
