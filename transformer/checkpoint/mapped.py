@@ -142,6 +142,22 @@ def release(tensor: Tensor, mapped: list[tuple[int, int]]) -> None:
             advise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), mmap.MADV_DONTNEED)
 
 
+MADV_POPULATE_READ = 22  # Linux 5.14+: map every page of a range in one call (from the page cache, reading the file)
+
+
+def populate(tensors: list[Tensor], mapped: list[tuple[int, int]]) -> None:
+    """Map in, in one call per file mapping, the pages of the memory-mapped ``tensors``: a first translation would
+    otherwise take one page fault per 4 kB page (3.3 million at NLLB-3.3B's 13 GB: seconds). Nothing happens where
+    the kernel lacks ``MADV_POPULATE_READ`` or off Linux."""
+    advise = _madvise()
+    if advise is None:
+        return
+    used = {span for t in tensors for span in mapped if span[0] <= t.data_ptr() < span[1]}
+    for low, high in sorted(used):
+        with contextlib.suppress(Exception):
+            advise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_POPULATE_READ)
+
+
 def file_mappings() -> list[tuple[int, int]]:
     """The address ranges of this process's file mappings (``/proc/self/maps`` lines naming a file); [] off Linux."""
     spans = []
@@ -194,6 +210,7 @@ def build_model(config: TransformerConfig, state: dict[str, Tensor], dtype: torc
             state[name] = converted[key]
     model.load_state_dict(state, strict=True, assign=True)
     model.tie_embeddings()
+    populate([t for t in state.values() if t.dtype == dtype], file_mappings())
     with torch.device("cpu"):
         model.register_buffer("pe", positional_table(config), persistent=False)
     return model.eval()
