@@ -13,6 +13,7 @@ from torch import Tensor
 from .checkpoint.families import family_of_dir
 from .checkpoint.files import resolve_device
 from .checkpoint.hub import resolve_checkpoint_dir
+from .checkpoint.mapped import resolve_dtype
 from .checkpoint.tokenizer import TokenizerProtocol
 from .decoding.search import search
 from .decoding.settings import DEFAULT_ALPHA, SCORINGS, DecodeSettings, chosen_alpha, chosen_scoring
@@ -234,16 +235,21 @@ class Translator:
 
 
 def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
-         progress: Callable[[int, int, str], None] | None = None) -> Translator:
+         progress: Callable[[int, int, str], None] | None = None,
+         dtype: str | torch.dtype = "float32") -> Translator:
     """Load a checkpoint directory or Hugging Face Hub repo id into a ``Translator``.
 
     ``device="auto"`` takes CUDA when present. The checkpoint's family (``checkpoint.families``: ours, Marian /
     OPUS-MT, NLLB-200 / M2M100, from its ``config.json``) opens it; a ``save_pretrained`` directory or Hub id of
-    another family is converted on load. A Hub download calls ``progress(done_bytes, total_bytes, file)`` as it
-    goes. Raises ``CheckpointError`` with a clear message.
+    another family is converted on load. The weights are memory-mapped and reach the model without a second copy
+    (``checkpoint.mapped``); ``dtype="bfloat16"`` keeps them in bfloat16 (half the memory; attention weights are
+    still computed and returned in float32). A model whose weights cannot fit in the memory available is refused
+    before anything is allocated; no other size limit applies here. A Hub download calls
+    ``progress(done_bytes, total_bytes, file)`` as it goes. Raises ``CheckpointError`` with a clear message.
     """
     dev = resolve_device(device)
+    chosen = resolve_dtype(dtype)
     path = resolve_checkpoint_dir(path_or_hub_id, progress)
-    model, tokenizer, metadata = family_of_dir(path).load(path, str(path_or_hub_id))
+    model, tokenizer, metadata = family_of_dir(path).load(path, str(path_or_hub_id), chosen)
     model = model.to(dev).eval()
     return Translator(decoding_layout(model), tokenizer, metadata, path)  # loaded for decoding: fast layout

@@ -15,6 +15,7 @@ import transformer
 from transformer import Translator, cli
 from transformer.checkpoint import families
 from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
+from transformer.checkpoint.mapped import DTYPES, resolve_dtype, weights_bytes
 from transformer.decoding import DEFAULT_ALPHA
 from transformer.translator import chosen_alpha
 
@@ -71,12 +72,56 @@ def download(checkpoint: str, progress: Callable[[int, int, str], None]) -> None
     resolve_checkpoint_dir(resolve_checkpoint(checkpoint), progress)
 
 
+DEFAULT_MAX_MODEL_MB = 3000.0  # MB of 10^6 bytes: admits NLLB-200 600M (~2,460 MB in float32), not the 1.3B ones
+
+
+def max_model_mb() -> float:
+    """``$ATTN_MAX_MODEL_MB``: the largest model (parameters and buffers in the server's dtype, MB of 10^6 bytes)
+    this server loads; unset, empty or not a positive number: :data:`DEFAULT_MAX_MODEL_MB`. The app's limit only:
+    ``transformer.load`` itself refuses only weights that cannot fit in the memory available."""
+    try:
+        value = float(os.environ.get("ATTN_MAX_MODEL_MB", ""))
+    except ValueError:
+        return DEFAULT_MAX_MODEL_MB
+    return value if value > 0 and value == value and value != float("inf") else DEFAULT_MAX_MODEL_MB
+
+
+def model_dtype() -> str:
+    """``$ATTN_DTYPE``: the dtype this server keeps every model's weights in, ``float32`` (the default) or
+    ``bfloat16`` (half the memory; attention weights and every interpretation still in float32)."""
+    value = os.environ.get("ATTN_DTYPE", "").strip().lower() or "float32"
+    return value if value in DTYPES else "float32"
+
+
+def check_model_size(path: Path, dtype: str) -> None:
+    """``CheckpointError`` when the model of the checkpoint directory ``path`` (from its ``config.json``, nothing
+    loaded) holds more than ``$ATTN_MAX_MODEL_MB`` in ``dtype``; nothing when its config cannot be read (the load
+    then says what is wrong)."""
+    from transformer.checkpoint.families import family_of_dir, read_config_json
+
+    config_json = read_config_json(path)
+    if config_json is None:
+        return
+    config = family_of_dir(path).config(config_json)
+    size_mb, limit = weights_bytes(config, resolve_dtype(dtype)) / 1e6, max_model_mb()
+    if size_mb > limit:
+        raise transformer.CheckpointError(
+            f"the model would take {size_mb:,.0f} MB (parameters and buffers, {dtype}), over this server's limit of "
+            f"{limit:,.0f} MB (ATTN_MAX_MODEL_MB)")
+
+
 def load_translator(checkpoint: str, device: str) -> Translator:
     """Load a checkpoint directory or Hub repo id on ``device`` (resolved by ``transformer.load``: ``"auto"`` takes
-    CUDA when present); raises ``transformer.CheckpointError`` with a clear message."""
+    CUDA when present), in the server's dtype (:func:`model_dtype`), refusing first a model over this server's
+    ``$ATTN_MAX_MODEL_MB`` (:func:`check_model_size`); raises ``transformer.CheckpointError`` with a clear
+    message."""
+    from transformer.checkpoint.hub import resolve_checkpoint_dir
+
     if not checkpoint.strip():
         raise transformer.CheckpointError("no checkpoint named: give a directory or a Hugging Face Hub repo id")
-    tr = transformer.load(resolve_checkpoint(checkpoint), device=device)  # "auto" resolved there
+    name, dtype = resolve_checkpoint(checkpoint), model_dtype()
+    check_model_size(resolve_checkpoint_dir(name), dtype)  # a Hub id: from the local cache once downloaded
+    tr = transformer.load(name, device=device, dtype=dtype)  # "auto" resolved there
     tr.model.eval()
     return tr
 

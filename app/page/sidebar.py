@@ -177,6 +177,9 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
                 st.caption("No metadata.json in this checkpoint.")
             where = catalog.short_name(checkpoint or Path(str(tr.path)).name) if catalog.public_mode() else tr.path
             st.caption(f"Loaded from {md_escape(where)}")
+            dtype = str(next(tr.model.parameters()).dtype).removeprefix("torch.")
+            st.caption(f"Weights in {dtype} (the server's ATTN_DTYPE); attention weights and interpretations in "
+                       "float32")
 
 
 def fallback_model(broken: cached.Model) -> str | None:

@@ -2,6 +2,7 @@
 pickle anywhere. ``transformer.load`` takes a local directory or a Hugging Face Hub repo id.
 
     files.py      the file names, size limits and low-level readers (config, weights, metadata, device)
+    mapped.py     loading lean: weights memory-mapped into a model built on the meta device; dtype; memory check
     tokenizer.py  the sentencepiece tokenizer a checkpoint carries (``TokenizerProtocol`` for every family)
     save.py       writing a checkpoint directory
     families/     checking and opening one: our own format, Marian / OPUS-MT, NLLB-200 / M2M100 (the registry)

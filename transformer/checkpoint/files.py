@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_model
 
 from ..network.config import check_loadable
 from ..network.model import Transformer, TransformerConfig, tied_weights
@@ -75,8 +73,8 @@ def read_json(path: Path, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> ob
 
 
 def loadable(config: TransformerConfig, where: str) -> TransformerConfig:
-    """``config`` when a process may build it (``network.config.check_loadable``: sizes within bounds, the model
-    within ``$ATTN_MAX_MODEL_MB``); else ``CheckpointError`` naming ``where`` (the config's file)."""
+    """``config`` when its sizes are within the bounds a checkpoint may ask for (``network.config.check_loadable``;
+    no limit on the model's size here); else ``CheckpointError`` naming ``where`` (the config's file)."""
     try:
         check_loadable(config)
     except ValueError as err:
@@ -179,14 +177,3 @@ def read_metadata(path: Path) -> dict:
     if problem:
         raise CheckpointError(f"{path / METADATA_FILE} cannot be used: {problem}")
     return metadata
-
-
-def load_weights(model: Transformer, path: Path) -> None:
-    """Load ``path``'s ``model.safetensors`` into ``model`` (CPU, strict); ``CheckpointError`` when it does not fit."""
-    try:
-        load_model(model, str(path / WEIGHTS_FILE), strict=True, device="cpu")
-    except SafetensorError as err:
-        raise CheckpointError(f"{path / WEIGHTS_FILE} is corrupt or not a safetensors file: {err}") from err
-    except RuntimeError as err:
-        raise CheckpointError(f"{path / WEIGHTS_FILE} does not match config.json "
-                              f"(sizes or layer counts differ): {err}") from err

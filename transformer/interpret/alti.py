@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..network.model import MultiHeadAttention, Transformer
-from .methods import attention_module, internals, require_eval
+from .methods import attention_module, full, internals, require_eval
 
 
 @dataclass
@@ -49,7 +49,7 @@ def transformed_values(module: MultiHeadAttention, key_value: Tensor) -> Tensor:
     the output bias not): ``(B, H, K, D)`` from the keys' source ``key_value (B, K, D)``."""
     _, v = module.project_kv(key_value)  # (B, H, K, d)
     w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
-    return torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D)
+    return torch.einsum("bhkd,ehd->bhke", full(v), full(w_o))  # (B, H, K, D), float32 for a bfloat16 model
 
 
 def attention_terms(module: MultiHeadAttention, weights: Tensor, key_value: Tensor) -> Tensor:

@@ -169,7 +169,8 @@ def describe_run(args: argparse.Namespace, translator: Translator, settings: Dec
              "files": model_files(translator.path) if translator.path is not None else []}
     chosen = {"beam": settings.beam_size, "alpha": settings.alpha, "max_len_a": settings.max_len_a,
               "max_len_b": settings.max_len_b, "scoring": settings.scoring, "src_lang": settings.src_lang,
-              "tgt_lang": settings.tgt_lang, "batch_size": args.batch_size}
+              "tgt_lang": settings.tgt_lang, "batch_size": args.batch_size,
+              "dtype": getattr(args, "dtype", "float32")}  # the weights' dtype decides the rows too
     described = {"model": model, "settings": chosen, "input": {**info, "sha256": content_hash(sources, references)}}
     return {"fingerprint": fingerprint(described), **described}
 
@@ -237,6 +238,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="leave source and reference null in the written table (for a table committed without the "
                         "corpus' lines; they join back by id)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing table of another run")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="the weights' dtype (bfloat16: half the memory; attention weights still float32)")
     p.add_argument("--device", default="auto", help="auto (cuda:LOCAL_RANK when there is a GPU), cpu or cuda")
     add_threads(p)
     p.add_argument("--no-progress", action="store_true")
@@ -307,7 +310,7 @@ def together(world: int, step: Callable[[], T]) -> T:
 def prepare(args: argparse.Namespace, device: torch.device) -> tuple[Translator, list[str], list[str] | None,
                                                                       DecodeSettings, dict[str, Any]]:
     """The translator, the input, the settings and the run's description (:func:`describe_run`)."""
-    translator = load(args.checkpoint, device=device)
+    translator = load(args.checkpoint, device=device, dtype=args.dtype)
     sources, references, info = read_input(args, language_pair(translator))
     try:
         settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,

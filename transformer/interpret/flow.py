@@ -27,7 +27,7 @@ from torch import Tensor
 from ..network.kinds import KINDS
 from ..network.model import FeedForward, Transformer
 from .alti import DEFAULT_ALTI_BYTES, alti_rows, block_contributions, through_norm
-from .methods import attention_module, internals, require_eval
+from .methods import attention_module, full, internals, require_eval
 
 SIDES = ("encoder", "decoder")
 BLOCKS = {"encoder": ("encoder", "ffn"), "decoder": ("decoder", "cross", "ffn")}  # each layer's blocks, in order
@@ -159,7 +159,7 @@ def after_attention(model: Transformer, kind: str, layer: int, weights: Tensor, 
     """The stream after an attention block ``(B, Q, D)``, from the weights and inputs the pass returned."""
     module = attention_module(model, kind, layer)
     _, v = module.project_kv(inputs.key_value)  # (B, H, K, d)
-    z = inputs.residual + module.merge_heads(weights @ v)  # (B, Q, D)
+    z = inputs.residual + module.merge_heads(weights.to(v.dtype) @ v)  # (B, Q, D), as the model computes it
     return z if model.config.norm_first else norm(z)
 
 
@@ -194,8 +194,9 @@ def flow(model: Transformer, src: Tensor, tgt: Tensor, max_bytes: int | None = N
         attention("decoder", i, layer.norm1)
         stream = attention("cross", i, layer.norm2)
         ffn["decoder"].append(ffn_rows(layer.ffn, stream, layer.norm3, pre))
-    return Flow({k: tuple(v) for k, v in heads.items()}, {k: tuple(v) for k, v in residual.items()},
-                {s: tuple(v) for s, v in ffn.items()})
+    return Flow({k: tuple(map(full, vs)) for k, vs in heads.items()},  # a bfloat16 model's: in float32
+                {k: tuple(map(full, vs)) for k, vs in residual.items()},
+                {s: tuple(map(full, vs)) for s, vs in ffn.items()})
 
 
 def final_norm(model: Transformer) -> torch.nn.LayerNorm | None:
@@ -216,7 +217,8 @@ def head_logits(model: Transformer, vector: Tensor) -> Tensor:
     norm = final_norm(model)
     if norm is not None and norm.weight is not None:
         v = v * norm.weight
-    return v @ model.generator.weight.t()  # (..., D) @ (D, V)
+    weight = model.generator.weight  # (V, D), in the model's dtype (no float32 copy of a large vocabulary)
+    return full(v.to(weight.dtype) @ weight.t())  # (..., D) @ (D, V)
 
 
 @torch.no_grad()
@@ -229,5 +231,5 @@ def head_output(model: Transformer, src: Tensor, tgt: Tensor, kind: str, layer: 
     _, v = module.project_kv(out.attention_inputs[kind][layer].key_value)  # (B, H, K, d)
     row = out.attentions()[kind][layer][batch, head, query]  # (K,)
     d = module.d_head
-    w_o = module.out_proj.weight[:, head * d:(head + 1) * d]  # (D, d)
-    return row, w_o @ (row @ v[batch, head])
+    w_o = full(module.out_proj.weight[:, head * d:(head + 1) * d])  # (D, d); a bfloat16 model's in float32
+    return row, w_o @ (row.to(w_o.dtype) @ full(v[batch, head]))

@@ -52,6 +52,12 @@ class HeadComputation:
     projected: Tensor  # (d_model,) this head's slice of W_O applied to ``output`` (no bias)
 
 
+def full(t: Tensor) -> Tensor:
+    """``t`` in float32 when the model runs in a half-width float (bfloat16, float16), else as it is: what every
+    method computes and returns in."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
 def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAttention:
     """The attention module of a type (``"encoder"``, ``"decoder"``, ``"cross"``) and 0-based layer."""
     if kind == "encoder":
@@ -84,8 +90,8 @@ def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, la
     out = internals(model, src, tgt)
     inputs = out.attention_inputs[kind][layer]
     own = out.attentions()
-    q_all = module.split_heads(module.q_proj(inputs.query))  # (B, H, Q, d)
-    k_all, v_all = module.project_kv(inputs.key_value)  # (B, H, K, d)
+    q_all = full(module.split_heads(module.q_proj(inputs.query)))  # (B, H, Q, d); a bfloat16 model's: in float32
+    k_all, v_all = (full(t) for t in module.project_kv(inputs.key_value))  # (B, H, K, d)
     d = module.d_head
     raw = q_all @ k_all.transpose(-2, -1)  # (B, H, Q, K)
     scaled_all = q_all @ k_all.transpose(-2, -1) / math.sqrt(d)  # the model's own expression
@@ -94,8 +100,8 @@ def head_computation(model: Transformer, src: Tensor, tgt: Tensor, kind: str, la
     weights = own[kind][layer][batch, head, query]  # (K,): the model's own row
     v = v_all[batch, head]  # (K, d)
     output = weights @ v  # (d,)
-    w_o = module.out_proj.weight[:, head * d:(head + 1) * d]  # (D, d): this head's columns of W_O
-    return HeadComputation(kind, layer, head, query, inputs.query[batch, query], q_all[batch, head, query],
+    w_o = full(module.out_proj.weight[:, head * d:(head + 1) * d])  # (D, d): this head's columns of W_O
+    return HeadComputation(kind, layer, head, query, full(inputs.query[batch, query]), q_all[batch, head, query],
                            k_all[batch, head], v, raw[batch, head, query], scaled_all[batch, head, query],
                            allowed[batch, head, query], weights, output, w_o @ output)
 
@@ -260,7 +266,7 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
                 del a_src, a_tgt, src_e, tgt_e
             sources.append(torch.cat(src_rows))  # (T', S)
             targets.append(torch.cat(tgt_rows))  # (T', T)
-    return torch.stack(sources), torch.stack(targets)
+    return full(torch.stack(sources)), full(torch.stack(targets))  # a bfloat16 model's: returned in float32
 
 
 def attention_attribution_agreement(cross_attentions: tuple[Tensor, ...] | list[Tensor],

@@ -4,7 +4,6 @@ weights and used to rebuild the model everywhere. New fields default to the pape
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -113,25 +112,15 @@ class TransformerConfig:
 
 # ------------------------------------------------------------------------------------------------ loading bounds
 # What a checkpoint's config.json may ask for, checked before anything is allocated (``check_loadable``): each
-# size's bounds, and the bytes of the model it builds against ``$ATTN_MAX_MODEL_MB``. The largest model the app
-# offers, NLLB-200 distilled 600M, has a 256,206-piece vocabulary, d_model 1024, 16 heads, 12 + 12 layers, d_ff
-# 4096 and 1024 positions: about 2,460 MB of float32 parameters.
+# size's bounds. They bound what a stranger's file can make a process compute from the config; they are no limit on
+# the model's size (NLLB-200-3.3B: d_model 2048, 24 + 24 layers, d_ff 8192, 256,206 pieces, is well inside). A
+# library load refuses only weights that cannot fit in the memory available (``checkpoint.mapped.check_fits``);
+# the app's own limit, ``ATTN_MAX_MODEL_MB``, is applied by the app (``app.compute.catalog``).
 LOAD_BOUNDS: dict[str, tuple[int, int]] = {
     "src_vocab_size": (1, 1_000_000), "tgt_vocab_size": (1, 1_000_000), "d_model": (1, 16_384),
     "n_heads": (1, 1_024), "n_encoder_layers": (0, 64), "n_decoder_layers": (0, 64), "d_ff": (1, 65_536),
     "max_len": (1, 65_536), "position_offset": (0, 65_536),
 }
-DEFAULT_MAX_MODEL_MB = 3000.0  # MB of 10^6 bytes: admits NLLB-200 600M (~2,460 MB), refuses the 1.3B ones
-
-
-def max_model_mb() -> float:
-    """``$ATTN_MAX_MODEL_MB``: the largest model (parameters and buffers, MB of 10^6 bytes) a checkpoint may build;
-    unset, empty or not a positive number: :data:`DEFAULT_MAX_MODEL_MB`."""
-    try:
-        value = float(os.environ.get("ATTN_MAX_MODEL_MB", ""))
-    except ValueError:
-        return DEFAULT_MAX_MODEL_MB
-    return value if value > 0 and value == value and value != float("inf") else DEFAULT_MAX_MODEL_MB
 
 
 def model_bytes(config: TransformerConfig) -> int:
@@ -153,16 +142,10 @@ def model_bytes(config: TransformerConfig) -> int:
     return 4 * (params + buffers)
 
 
-def check_loadable(config: TransformerConfig, max_mb: float | None = None) -> None:
-    """Refuse (``ValueError`` saying which field or how large) a config a checkpoint should not make this process
-    build: a size outside :data:`LOAD_BOUNDS`, or a model over ``max_mb`` (default ``$ATTN_MAX_MODEL_MB``).
-    Nothing is allocated; call it before ``Transformer(config)``."""
+def check_loadable(config: TransformerConfig) -> None:
+    """Refuse (``ValueError`` saying which field) a config with a size outside :data:`LOAD_BOUNDS`. Nothing is
+    allocated; call it before ``Transformer(config)``."""
     for name, (low, high) in LOAD_BOUNDS.items():
         value = getattr(config, name)
         if not low <= value <= high:
             raise ValueError(f"{name} = {value:,} is outside what a checkpoint may ask for ({low:,} to {high:,})")
-    limit = max_model_mb() if max_mb is None else max_mb
-    size_mb = model_bytes(config) / 1e6
-    if size_mb > limit:
-        raise ValueError(f"the model would take {size_mb:,.0f} MB (parameters and buffers, float32), over this "
-                         f"server's limit of {limit:,.0f} MB (ATTN_MAX_MODEL_MB)")

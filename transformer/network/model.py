@@ -24,7 +24,7 @@ from .dropout import Dropout
 from .kv_cache import KVCache, LayerCache
 from .masks import causal_mask, decoder_self_mask, padding_mask  # noqa: F401  (re-exported)
 from .outputs import AttentionInputs, DecoderOutput, EncoderOutput, Seq2SeqOutput
-from .positional import positional_encoding  # noqa: F401  (re-exported)
+from .positional import positional_encoding, positional_table  # noqa: F401  (re-exported)
 from .projection import OutputProjection
 
 ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}  # by config name
@@ -41,14 +41,20 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
     q ``(B, H, Tq, d)``, k and v ``(B, H, Tk, d)``, mask broadcastable to ``(B, H, Tq, Tk)``.
     Returns the output ``(B, H, Tq, d)`` and the weights ``(B, H, Tq, Tk)``; a masked key gets
-    exactly zero weight.
+    exactly zero weight. A model in bfloat16 (or float16) gets its scores and weights in float32 (the weights are
+    returned as they are; the output in the model's dtype).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    low = q.dtype in (torch.bfloat16, torch.float16)
+    scores = (q.float() @ k.float().transpose(-2, -1) if low else q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
     weights = scores.softmax(dim=-1)
     attn = dropout(weights) if dropout is not None else weights
-    return attn @ v, weights
+    return attn.to(v.dtype) @ v, weights
+
+
+FUSE_QKV_MAX_D = 512  # up to this width a decoding self-attention projects Q, K, V by one matmul of a fused copy;
+# wider, the copy (3 d^2 per layer, per search: 300 MB at NLLB-1.3B's 24 x 1024) costs more than the calls it saves
 
 
 class MultiHeadAttention(nn.Module):
@@ -75,9 +81,9 @@ class MultiHeadAttention(nn.Module):
 
     def fused_qkv(self) -> tuple[Tensor, Tensor]:
         """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
-        projects all three with one matmul. The weight is the transpose of a contiguous ``(D, 3D)`` tensor
-        (column-major, as ``weights.column_major_weights`` lays out every matrix for the fast GEMM path); a cache
-        builds it once per search."""
+        projects all three with one matmul (a cache builds it once per search, for a model up to
+        :data:`FUSE_QKV_MAX_D` wide). The weight is the transpose of a contiguous ``(D, 3D)`` tensor (column-major,
+        as ``weights.column_major_weights`` lays out a small model's matrices for the fast GEMM path)."""
         weight = torch.cat([self.q_proj.weight.t(), self.k_proj.weight.t(), self.v_proj.weight.t()], dim=1).t()
         return weight, torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
 
@@ -85,7 +91,11 @@ class MultiHeadAttention(nn.Module):
         """Q, K, V ``(N, H, ., d)`` with a cache. Self-attention (``key_value`` None): Q, K and V of the new positions
         by one matmul (:meth:`fused_qkv`), their keys and values appended to the cache's, all of which are
         returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once."""
-        n, new, _ = query.shape
+        n, new, d_model = query.shape
+        if key_value is None and d_model > FUSE_QKV_MAX_D:  # three matmuls: no per-search copy of the weights
+            q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
+            k, v = cache.append(*self.project_kv(query))  # (N, H, t, d) each, written in place
+            return q.transpose(1, 2), k, v  # (N, T, H, d) -> (N, H, T, d)
         if key_value is None:
             if cache.qkv_weight is None:
                 cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
@@ -266,19 +276,26 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = cfg = config
-        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        # rows from ``position_offset`` on: the first token's position (0 in the paper; past the padding id in fairseq)
-        self.register_buffer("pe", positional_encoding(cfg.max_len + cfg.position_offset, cfg.d_model,
-                                                       cfg.positional_layout)[cfg.position_offset:], persistent=False)
+        meta = torch.get_default_device().type == "meta"  # a load's first step: no values to compute (on meta
+        # tensors torch would first import its reference kernels: seconds)
+        self.src_embed, self.tgt_embed = (nn.Embedding(n, cfg.d_model, padding_idx=cfg.pad_id, _weight=torch.empty(
+            n, cfg.d_model) if meta else None) for n in (cfg.src_vocab_size, cfg.tgt_vocab_size))
+        self.register_buffer("pe", torch.empty(cfg.max_len + cfg.position_offset, cfg.d_model)[cfg.position_offset:]
+                             if meta else positional_table(cfg), persistent=False)  # meta: its shape and storage
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.generator = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)
-        self.reset_parameters()
-        if cfg.share_embeddings:
+        if not meta:
+            self.reset_parameters()
+        self.tie_embeddings()
+
+    def tie_embeddings(self) -> None:
+        """Under ``share_embeddings``: the target embedding and the output projection are the source embedding's
+        parameter (one tensor, three names); otherwise nothing."""
+        if self.config.share_embeddings:
             self.tgt_embed.weight = self.src_embed.weight
             self.generator.weight = self.src_embed.weight
 

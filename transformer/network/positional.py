@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from .config import TransformerConfig
+
 
 def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """The sinusoidal table, ``(max_len, d_model)``.
@@ -33,3 +35,10 @@ def positional_encoding(max_len: int, d_model: int, layout: str = "interleaved")
     table[:, 0::2] = torch.sin(position / div)
     table[:, 1::2] = torch.cos(position / div[: d_model // 2])
     return table.float()
+
+
+def positional_table(cfg: TransformerConfig) -> Tensor:
+    """The positional table ``(max_len, d_model)``, rows from ``position_offset`` (the first token's position: 0 in
+    the paper, past the padding id in fairseq) on: a view of the full table's storage."""
+    table = positional_encoding(cfg.max_len + cfg.position_offset, cfg.d_model, cfg.positional_layout)
+    return table[cfg.position_offset:]

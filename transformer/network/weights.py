@@ -25,10 +25,17 @@ def column_major_weights(model: nn.Module) -> nn.Module:
     return model
 
 
+COLUMN_MAJOR_MAX_BYTES = 1 << 30  # models up to this size are laid out column-major for decoding (OPUS-MT: 300 MB)
+
+
 def decoding_layout(model: Transformer) -> Transformer:
-    """The layout a loaded model decodes fastest in: :func:`column_major_weights`, then the output projection
-    prepacked for CPU decoding (``OutputProjection.pack``). Values, parameters and results are unchanged."""
-    column_major_weights(model)
+    """The layout a loaded model decodes fastest in: a model of up to :data:`COLUMN_MAJOR_MAX_BYTES` gets
+    :func:`column_major_weights` (1.05-1.08x faster decoding at OPUS-MT's size on an AVX-512 CPU, more on AVX2); a
+    larger one keeps its weights as loaded, memory-mapped from the checkpoint (the copy would cost seconds and the
+    model's size again for a few percent). Then the output projection is prepacked for CPU decoding
+    (``OutputProjection.pack``; float32 only). Values, parameters and results are unchanged."""
+    if sum(p.numel() * p.element_size() for p in model.parameters()) <= COLUMN_MAJOR_MAX_BYTES:
+        column_major_weights(model)
     model.generator.pack()
     return model
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ...network.model import Transformer, TransformerConfig
@@ -88,9 +89,10 @@ class M2M100Family(HuggingFaceFamily):
             raise CheckpointError(f"{path} has no usable NLLB / M2M100 tokenizer ({SPM_FILE}, with vocab.json for "
                                   f"M2M100): {err}") from err
 
-    def load(self, path: Path, name: str | None = None) -> tuple[Transformer, FairseqTokenizer, dict]:
+    def load(self, path: Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+             ) -> tuple[Transformer, FairseqTokenizer, dict]:
         tokenizer = self.tokenizer(path)
-        model = self.model(path)
+        model = self.model(path, dtype)
         if tokenizer.vocab_size > model.config.tgt_vocab_size:
             raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but config.json says vocab_size="
                                   f"{model.config.tgt_vocab_size}")

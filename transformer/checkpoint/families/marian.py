@@ -116,12 +116,13 @@ class MarianFamily(HuggingFaceFamily):
             raise CheckpointError(f"{path} has no usable Marian tokenizer files (source.spm, target.spm, "
                                   f"vocab.json): {err}") from err
 
-    def load(self, path: Path, name: str | None = None) -> tuple[Transformer, SplitTokenizer, dict]:
+    def load(self, path: Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+             ) -> tuple[Transformer, SplitTokenizer, dict]:
         tokenizer = self.tokenizer(path)
         name = name or str(path)
         pair = name.rsplit("opus-mt-", 1)[-1] if "opus-mt-" in name else ""
         metadata = {**self.metadata_defaults, "converted_from": name, "language_pair": pair}
-        return self.model(path), tokenizer, metadata
+        return self.model(path, dtype), tokenizer, metadata
 
 
 FAMILY = MarianFamily()

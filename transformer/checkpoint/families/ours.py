@@ -18,11 +18,11 @@ from ..files import (
     check_vocab,
     check_weights,
     load_config,
-    load_weights,
     loadable,
     read_metadata,
     resolve_device,
 )
+from ..mapped import build_model, check_fits, map_weights, resolve_dtype
 from ..tokenizer import Tokenizer, TokenizerProtocol
 from .converted import CONVERTED, converted_family
 from .shared import Family, HubModel, read_config_json
@@ -69,9 +69,11 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     """A quick look at a checkpoint directory without loading the weights: the files are there, ``config.json``
     is valid, the safetensors header names every weight of that config with its shape, its data complete (a
     truncated file fails), the tokenizer opens with the config's vocabulary size and ``metadata.json`` (when there)
-    is a JSON object. Returns the config; raises ``CheckpointError`` saying what is wrong, whatever went wrong."""
+    is a JSON object, and the weights could fit in the memory available (in bfloat16). Returns the config; raises
+    ``CheckpointError`` saying what is wrong, whatever went wrong."""
     path = Path(path)
     config = read_config(path)
+    check_fits(config, torch.bfloat16, str(path / CONFIG_FILE))  # not loadable here in any dtype
     try:
         check_weights(path / WEIGHTS_FILE, config)
         check_vocab(open_tokenizer(path), config)
@@ -83,17 +85,21 @@ def check_checkpoint_dir(path: str | Path) -> TransformerConfig:
     return config
 
 
-def load_model_dir(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, TokenizerProtocol,
-                                                                                dict]:
-    """Rebuild the model from ``config.json`` and load the weights; raises ``CheckpointError``. The tokenizer is
-    ``tokenizer.model``, or the tokenizer files of the family the checkpoint was converted from."""
+def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
+                   ) -> tuple[Transformer, TokenizerProtocol, dict]:
+    """Rebuild the model from ``config.json`` and its weights, memory-mapped from ``model.safetensors`` without a
+    second copy (``mapped.build_model``; converted one tensor at a time for another ``dtype``: "float32" or
+    "bfloat16"); raises ``CheckpointError``, also before anything is allocated when the weights cannot fit in the
+    memory available. The tokenizer is ``tokenizer.model``, or the tokenizer files of the family the checkpoint was
+    converted from."""
     path = Path(path)
     config = read_config(path)
+    chosen = resolve_dtype(dtype)
     tokenizer = open_tokenizer(path)
     check_vocab(tokenizer, config)
-    model = Transformer(config)
-    load_weights(model, path)
     metadata = read_metadata(path)
+    check_fits(config, chosen, str(path / CONFIG_FILE))
+    model = build_model(config, map_weights(path), chosen, "checkpoint's")
     return model.to(resolve_device(device)).eval(), tokenizer, metadata
 
 
@@ -128,8 +134,9 @@ class OursFamily:
         except Exception as err:  # sentencepiece raises RuntimeError / OSError on a bad proto
             raise CheckpointError(f"{path}: {TOKENIZER_FILE} is not a usable sentencepiece tokenizer: {err}") from err
 
-    def load(self, path: Path, name: str | None = None) -> tuple[Transformer, TokenizerProtocol, dict[str, Any]]:
-        return load_model_dir(path, "cpu")
+    def load(self, path: Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+             ) -> tuple[Transformer, TokenizerProtocol, dict[str, Any]]:
+        return load_model_dir(path, "cpu", dtype)
 
     def check(self, path: Path) -> TransformerConfig:
         return check_checkpoint_dir(path)

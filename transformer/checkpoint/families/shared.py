@@ -10,10 +10,10 @@ from typing import Any, Protocol
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from ...network.model import Transformer, TransformerConfig, missing_weights
 from ..files import MAX_CONFIG_BYTES, CheckpointError, read_json
+from ..mapped import build_model, check_fits, map_weights
 from ..tokenizer import TokenizerProtocol
 
 
@@ -49,9 +49,10 @@ class Family(Protocol):
     def tokenizer(self, path: Path) -> TokenizerProtocol:
         """The tokenizer of a checkpoint directory (``CheckpointError`` when unusable)."""
 
-    def load(self, path: Path, name: str | None = None) -> tuple[Transformer, TokenizerProtocol, dict[str, Any]]:
-        """Model (CPU, eval mode), tokenizer and metadata of a checkpoint directory (``name``: as the user gave it,
-        e.g. a Hub id)."""
+    def load(self, path: Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+             ) -> tuple[Transformer, TokenizerProtocol, dict[str, Any]]:
+        """Model (CPU, eval mode, weights in ``dtype``), tokenizer and metadata of a checkpoint directory (``name``:
+        as the user gave it, e.g. a Hub id)."""
 
     def check(self, path: Path) -> TransformerConfig:
         """A quick look without loading the weights: files there, config valid, weights' names and shapes fit."""
@@ -68,13 +69,9 @@ def read_config_json(path: str | Path) -> dict[str, Any] | None:
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The state dict of a Hugging Face directory: ``model.safetensors``, else ``pytorch_model.bin`` (tensors only,
-    ``torch.load(weights_only=True)``: never unpickles code)."""
-    if (path / "model.safetensors").is_file():
-        return load_file(str(path / "model.safetensors"))
-    if (path / "pytorch_model.bin").is_file():
-        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise CheckpointError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+    """The state dict of a Hugging Face directory, memory-mapped (``mapped.map_weights``): ``model.safetensors``,
+    else ``pytorch_model.bin`` (tensors only, ``torch.load(weights_only=True)``: never unpickles code)."""
+    return map_weights(path)
 
 
 def weight_shapes(path: Path) -> dict[str, list[int]]:
@@ -88,17 +85,11 @@ def weight_shapes(path: Path) -> dict[str, list[int]]:
     return {k: list(v.shape) for k, v in read_weights(path).items()}
 
 
-def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], family: str) -> Transformer:
-    """Our ``Transformer`` with renamed weights ``state`` (every weight of ours there, tied tables once)."""
-    model = Transformer(config)
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # a shape that differs from config.json's
-        raise CheckpointError(f"the {family} weights do not match config.json: {str(err)[:300]}") from err
-    absent = missing_weights(config, missing)
-    if unexpected or absent:
-        raise CheckpointError(f"the {family} weights do not fit (missing {absent[:3]}, unexpected {unexpected[:3]})")
-    return model.eval()
+def load_renamed(config: TransformerConfig, state: dict[str, torch.Tensor], family: str,
+                 dtype: torch.dtype = torch.float32) -> Transformer:
+    """Our ``Transformer`` with renamed weights ``state`` (every weight of ours there, tied tables once), in
+    ``dtype``, without a second copy (``mapped.build_model``)."""
+    return build_model(config, state, dtype, family)
 
 
 def check_renamed(path: Path, config: TransformerConfig, rename: Any, family: str) -> TransformerConfig:
@@ -155,12 +146,14 @@ class HuggingFaceFamily:
             raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}")
         return check_renamed(path, self.config(read_config_json(path) or {}), self.rename, self.short)
 
-    def model(self, path: str | Path) -> Transformer:
-        """Our ``Transformer`` with the checkpoint's weights (CPU, eval mode)."""
+    def model(self, path: str | Path, dtype: torch.dtype = torch.float32) -> Transformer:
+        """Our ``Transformer`` with the checkpoint's weights in ``dtype``, memory-mapped where the file holds that
+        dtype (CPU, eval mode); refused first when they cannot fit in the memory available (``mapped.check_fits``)."""
         path = Path(path)
         config_json = read_config_json(path)
         if config_json is None:
             raise CheckpointError(f"{path / 'config.json'} could not be read (absent, not a JSON object, too large or "
                                   "nested too deeply)")
         config = self.config(config_json)
-        return load_renamed(config, self.rename(read_weights(path), config), self.short)
+        check_fits(config, dtype, str(path / "config.json"))
+        return load_renamed(config, self.rename(read_weights(path), config), self.short, dtype)
