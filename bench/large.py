@@ -224,8 +224,8 @@ def quality(checkpoint: str, data_dir: str, threads: int, batch: int = 32) -> di
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=list(SIZES), default="1.3B")
-    parser.add_argument("--dir", default=os.environ.get("ATTN_BIG_MODELS", "bigmodels"),
-                        help="where the random models are built once (default $ATTN_BIG_MODELS or ./bigmodels)")
+    parser.add_argument("--dir", default="bigmodels",
+                        help="where the random models are built once (default ./bigmodels)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sides", default="ours,transformers,ours-bf16", help="comma-separated, in this order")
     parser.add_argument("--build-only", action="store_true", help="build the model and stop")

@@ -114,7 +114,8 @@ def load_model(model: cached.Model) -> Translator | None:
             cached.LOAD_FAILURES.remember(model, message)
         if catalog.public_mode() and checkpoint == catalog.default_checkpoint() and fallback_model(model):
             st.rerun()  # the next run opens a working model, with a notice
-    st.error(f"The model could not be loaded: {md_escape(message)}", icon=":material/error:")
+    st.error(f"The model {md_escape(catalog.short_name(checkpoint))} could not be loaded: {md_escape(message)}",
+             icon=":material/error:")
     if checkpoint == catalog.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
