@@ -269,6 +269,34 @@ SWIPE_HINT = ("↔ Scroll or swipe sideways for the whole chart (kept wide so th
               "keyboard: Tab here, then ← →).")
 
 
+# A tap selects a point as a click does. Plotly selects the point under its last hover ("event+select": a click on a
+# point is a selection, which a chart's on_select receives); a mouse hovers before it clicks, a finger does not, so on
+# a phone a tap reached plotly as a click with no point and opened nothing. At the start of a one-finger touch on such
+# a chart's plot area this constant script sends plotly a hover at the touch point (the hover label shows, as a
+# mouse's would), so the tap that follows selects the point under the finger. Installed once per page.
+TAP_SELECTS_JS = """<script>
+(() => {
+  if (window.__attnTapSelects) return;
+  window.__attnTapSelects = true;
+  document.addEventListener("touchstart", (e) => {
+    const area = e.target instanceof Element && e.target.closest(".js-plotly-plot .nsewdrag");
+    const plot = area && area.closest(".js-plotly-plot");
+    if (!plot || e.touches.length !== 1 || !String((plot._fullLayout || {}).clickmode).includes("select")) return;
+    const t = e.touches[0];
+    area.dispatchEvent(new MouseEvent("mousemove", {clientX: t.clientX, clientY: t.clientY, bubbles: true,
+                                                   view: window}));
+  }, {capture: true, passive: true});
+})();
+</script>"""
+TAP_SELECTS = "tap_selects"  # the key of the hidden container that holds the script (CSS: app.page.frame)
+
+
+def tap_selects() -> None:
+    """Once on the page, hidden: the script by which a tap selects a chart's point as a click does
+    (``TAP_SELECTS_JS``), so that a chart's ``on_select`` works on a phone."""
+    st.container(key=TAP_SELECTS).html(TAP_SELECTS_JS, unsafe_allow_javascript=True)
+
+
 def swipe_hint(box: Any, key: str) -> None:
     """The hint at the top of a box that scrolls sideways (``SWIPE_HINT``, in the container ``swipe_{key}``): a line
     the keyboard can reach (Tab), from which the arrow keys scroll the box, so that every part of the chart is

@@ -14,7 +14,7 @@ from transformer import Translator
 from ..compute import cached, catalog, inference, ledger, work
 from ..compute.inference import Analysis, Sentence
 from . import state
-from .controls import choose, md_escape
+from .controls import choose, md_escape, tap_selects
 from .sidebar import fallback_model
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
@@ -55,6 +55,7 @@ PAGE_CSS = """<style>
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
+.st-key-tap_selects {display: none;}  /* controls.TAP_SELECTS: the tap script's box */
 </style>"""
 
 
@@ -70,8 +71,10 @@ def page_name() -> None:
 
 
 def page_style() -> None:
-    """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas."""
+    """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas; and the
+    script by which a tap selects a chart's point (``controls.tap_selects``)."""
     st.html(PAGE_CSS)
+    tap_selects()
 
 
 class DownloadProgress:

@@ -10,12 +10,14 @@ the desktop's and the laptop's; ``ATTN_AXE_SCREENS=desktop,laptop,phone`` runs e
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 from test_layout_browser import SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SCREENS, new_context
+from transformer.network.kinds import KIND_NAMES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -80,6 +82,49 @@ def test_the_flow_graph_scrolls_on_a_phone_and_keeps_its_labels(shipped_server, 
     assert gap >= 24
     page.context.close()
 
+
+
+# the head dots of the flow graph on the screen: [x, y, customdata] of each (plotly's own axes: data to pixels), the
+# smallest dot's size and the chart's hover distance
+HEAD_DOTS_JS = """() => { const d = document.querySelector('.st-key-flow_chart .js-plotly-plot');
+  const t = d._fullData.find(t => t.name === 'heads'), xa = d._fullLayout.xaxis, ya = d._fullLayout.yaxis;
+  const r = d.querySelector('.nsewdrag').getBoundingClientRect();
+  return {dots: Array.from(t.x, (x, k) => [r.left + xa.l2p(x), r.top + ya.l2p(t.y[k]), t.customdata[k]]),
+          smallest: Math.min(...t.marker.size), reach: d._fullLayout.hoverdistance}; }"""
+# the chart the element at a point belongs to (its key), so a tap there reaches the graph, not a label over it
+AT_POINT_JS = """([x, y]) => { const e = document.elementFromPoint(x, y);
+  return e && e.matches('.nsewdrag') ? [...e.closest('[class*=st-key-flow_chart]').classList]
+    .find(c => c.startsWith('st-key-')) : null; }"""
+
+
+def test_a_tap_on_a_head_dot_opens_that_head_on_a_phone(shipped_server, browser):  # noqa: F811
+    """Issue 57 §2: on a phone (touch, 390 x 844) a tap on a head's dot opens that head, as a click does on a
+    desktop: the address names it, the picker shows it and its panel is drawn. The tap lands 12 px off the dot's
+    centre: a target at least 24 px across."""
+    page = new_context(browser, "phone").new_page()
+    _open(page, shipped_server, "view=how_each_word_is_built&fs=8")
+    assert "fh=" not in page.url
+    page.locator(".st-key-flow_chart").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    found = page.evaluate(HEAD_DOTS_JS)
+    assert found["smallest"] / 2 + found["reach"] >= 12  # a dot's radius and plotly's reach around it: 24 px across
+    width, height = page.viewport_size["width"], page.viewport_size["height"]
+    head = lambda c: f"{c[0]}.{c[1] + 1}.{c[2] + 1}@{c[3] + 1}"  # noqa: E731 (the address's fh, as flow.head_text)
+    # a dot on the screen, over the graph (not under the frozen labels), with no other head's dot within 40 px
+    alone = [(x, y, c) for x, y, c in found["dots"] if 20 < x < width - 20 and 80 < y < height - 20
+             and page.evaluate(AT_POINT_JS, [x + 12, y]) == "st-key-flow_chart"
+             and all(head(o) == head(c) or math.dist((x, y), (ox, oy)) > 40 for ox, oy, o in found["dots"])]
+    assert alone, found
+    x, y, custom = alone[0]
+    page.touchscreen.tap(x + 12, y)
+    _settled(page)
+    opened = head(custom)
+    assert f"fh={opened.replace('@', '%40')}" in page.url
+    kind, layer, number = KIND_NAMES[custom[0]], custom[1] + 1, custom[2] + 1
+    assert f"L{layer} · H{number}" in page.locator(".st-key-flow_head input").input_value()  # the picker agrees
+    panel = page.locator(".st-key-flow_head_row .gtitle").first
+    assert f"{kind} · layer {layer} · head {number}" in panel.text_content()
+    page.context.close()
 
 BORDERS_JS = """() => [...document.querySelectorAll('[data-testid=stMain] [role=radiogroup] > button')]
   .filter(b => !b.hasAttribute('data-selected') && b.getBoundingClientRect().width > 0).map(b => {
