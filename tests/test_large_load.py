@@ -162,11 +162,11 @@ def test_the_converted_pages_are_handed_back(tmp_path):
 def test_decoding_without_the_fused_projection_is_the_same(ours, monkeypatch):
     """Models wider than ``FUSE_QKV_MAX_D`` project Q, K and V by three matmuls (no per-search copy of the
     weights): the same outputs as the fused path the tiny model takes."""
-    import transformer.network.model as model_module
+    from transformer.network import attention
 
     tr = transformer.load(ours[1], device="cpu")
     fused = tr.translate_batch(["A man rides a bike.", "Two dogs."], beam_size=3, return_attention=False)
-    monkeypatch.setattr(model_module, "FUSE_QKV_MAX_D", 0)
+    monkeypatch.setattr(attention, "FUSE_QKV_MAX_D", 0)
     plain = tr.translate_batch(["A man rides a bike.", "Two dogs."], beam_size=3, return_attention=False)
     assert [r.target_ids for r in plain] == [r.target_ids for r in fused]
     for a, b in zip(plain, fused):

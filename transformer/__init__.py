@@ -15,6 +15,7 @@ from .checkpoint.tokenizer import Tokenizer, TokenizerProtocol
 from .decoding.search import Hypotheses, beam_search, greedy_decode
 from .decoding.settings import DEFAULT_ALPHA, DecodeSettings, length_penalty
 from .decoding.tree import BeamNode, BeamTree
+from .network.attention import scaled_dot_product_attention
 from .network.model import (
     DecoderOutput,
     EncoderOutput,
@@ -25,7 +26,6 @@ from .network.model import (
     decoder_self_mask,
     padding_mask,
     positional_encoding,
-    scaled_dot_product_attention,
 )
 from .translator import TranslationResult, Translator, load
 

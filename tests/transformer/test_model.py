@@ -440,7 +440,7 @@ def test_cpu_dropout_drops_p_and_rescales_the_rest():
 def test_attention_dropout_in_cpu_training_is_the_explicit_arithmetic():
     """Training on a CPU with attention dropout: the output is (dropout(softmax(QK^T / sqrt d)) V) W_o, with
     the dropout mask recomputed by hand from the same seed."""
-    from transformer.network.model import MultiHeadAttention
+    from transformer.network.attention import MultiHeadAttention
 
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 2, dropout=0.4).train()

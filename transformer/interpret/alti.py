@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..network.model import MultiHeadAttention, Transformer
+from ..network.attention import MultiHeadAttention
+from ..network.model import Transformer
 from .methods import attention_module, full, internals, require_eval
 
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..network.attention import MultiHeadAttention
 from ..network.kinds import KINDS as KINDS  # re-exported: interpret.KINDS
 from ..network.kinds import check_kind
-from ..network.model import MultiHeadAttention, Transformer, padding_mask
+from ..network.model import Transformer, padding_mask
 from ..network.outputs import Seq2SeqOutput
 
 

@@ -1,10 +1,9 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-Plain PyTorch (the output projection is in ``projection.py``, the positional table in ``positional.py``, the masks
-in ``masks.py``, the returned dataclasses in
-``outputs.py``). Every attention weight (encoder self-attention, decoder self-attention,
-cross-attention; per layer and per head) is a *returned value*: ask for it with
-``return_attention=True``. Without it, attention runs through ``F.scaled_dot_product_attention``.
+Plain PyTorch (attention is in ``attention.py``, the output projection in ``projection.py``, the positional table in
+``positional.py``, the masks in ``masks.py``, the returned dataclasses in ``outputs.py``). Every attention weight
+(encoder self-attention, decoder self-attention, cross-attention; per layer and per head) is a *returned value*: ask
+for it with ``return_attention=True``. Without it, attention runs through ``F.scaled_dot_product_attention``.
 
 Mask convention: boolean tensors where ``True`` means "may attend" (the convention of
 ``F.scaled_dot_product_attention``); they broadcast to ``(batch, heads, query_len, key_len)``.
@@ -19,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .dropout import Dropout
 from .kv_cache import KVCache, LayerCache
@@ -30,120 +30,8 @@ from .projection import OutputProjection
 ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "silu": F.silu, "gelu": F.gelu}  # by config name
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Layers
-
-
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                 dropout: nn.Module | None = None) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, written out so the weights can be returned.
-
-    q ``(B, H, Tq, d)``, k and v ``(B, H, Tk, d)``, mask broadcastable to ``(B, H, Tq, Tk)``.
-    Returns the output ``(B, H, Tq, d)`` and the weights ``(B, H, Tq, Tk)``; a masked key gets
-    exactly zero weight. A model in bfloat16 (or float16) gets its scores and weights in float32 (the weights are
-    returned as they are; the output in the model's dtype).
-    """
-    low = q.dtype in (torch.bfloat16, torch.float16)
-    scores = (q.float() @ k.float().transpose(-2, -1) if low else q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
-    weights = scores.softmax(dim=-1)
-    attn = dropout(weights) if dropout is not None else weights
-    return attn.to(v.dtype) @ v, weights
-
-
-FUSE_QKV_MAX_D = 512  # up to this width a decoding self-attention projects Q, K, V by one matmul of a fused copy;
-# wider, the copy (3 d^2 per layer, per search: 300 MB at NLLB-1.3B's 24 x 1024) costs more than the calls it saves
-
-
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention with separate Q, K, V and output projections."""
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-        self.dropout_p = dropout
-        self.dropout = Dropout(dropout)
-
-    def split_heads(self, x: Tensor) -> Tensor:
-        b, length, _ = x.shape
-        return x.view(b, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, L, D) -> (B, H, L, d)
-
-    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable)."""
-        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
-
-    def fused_qkv(self) -> tuple[Tensor, Tensor]:
-        """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
-        projects all three with one matmul (a cache builds it once per search, for a model up to
-        :data:`FUSE_QKV_MAX_D` wide). The weight is the transpose of a contiguous ``(D, 3D)`` tensor (column-major,
-        as ``weights.column_major_weights`` lays out a small model's matrices for the fast GEMM path)."""
-        weight = torch.cat([self.q_proj.weight.t(), self.k_proj.weight.t(), self.v_proj.weight.t()], dim=1).t()
-        return weight, torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-
-    def _cached_qkv(self, query: Tensor, key_value: Tensor | None, cache: LayerCache) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V ``(N, H, ., d)`` with a cache. Self-attention (``key_value`` None): Q, K and V of the new positions
-        by one matmul (:meth:`fused_qkv`), their keys and values appended to the cache's, all of which are
-        returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once."""
-        n, new, d_model = query.shape
-        if key_value is None and d_model > FUSE_QKV_MAX_D:  # three matmuls: no per-search copy of the weights
-            q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
-            k, v = cache.append(*self.project_kv(query))  # (N, H, t, d) each, written in place
-            return q.transpose(1, 2), k, v  # (N, T, H, d) -> (N, H, T, d)
-        if key_value is None:
-            if cache.qkv_weight is None:
-                cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
-            qkv = F.linear(query, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
-            q, k, v = qkv.view(n, new, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
-            k, v = cache.append(k, v)  # (N, H, t, d) each, written in place
-            return q, k, v
-        if cache.cross_k is None:
-            cache.cross_k, cache.cross_v = self.project_kv(key_value)  # (N, H, S, d) each, once
-        q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)  # (N,T,H,d)
-        return q.transpose(1, 2), cache.cross_k, cache.cross_v
-
-    def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
-        """Every head's output ``(B, H, T, d)`` (each times its ``head_mask`` entry, 0 switching it off) through
-        the output projection W_O: ``(B, T, D)``."""
-        if head_mask is not None:
-            out = out * head_mask.to(out.dtype)[None, :, None, None]
-        b, _, tq, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
-
-    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
-                need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,
-                head_mask: Tensor | None = None, cache: LayerCache | None = None) -> tuple[Tensor, Tensor | None]:
-        """query ``(B, Tq, D)``; keys/values from ``key_value`` ``(B, Tk, D)`` (None: self-attention, from
-        ``query``) or precomputed ``kv``.
-
-        ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off). ``cache`` (incremental
-        decoding, as transformers' ``past_key_value``): a decoder layer's :class:`~.kv_cache.LayerCache`;
-        self-attention's new keys and values join it and attend over all of it, cross-attention projects
-        ``key_value`` once into it (see :meth:`_cached_qkv`); ``mask`` then covers the cached positions too.
-        Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
-        """
-        if cache is not None:
-            q, k, v = self._cached_qkv(query, key_value, cache)
-        else:
-            q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
-            k, v = kv if kv is not None else self.project_kv(query if key_value is None else key_value)  # (B,H,Tk,d)
-        weights = None
-        if need_weights or (self.training and self.dropout_p > 0 and q.device.type == "cpu"):
-            # written out (also when training on a CPU with attention dropout: PyTorch's CPU kernel then falls back
-            # to the same arithmetic with a slower dropout mask than this model's Dropout)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else None)
-            weights = weights if need_weights else None
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.dropout_p if self.training else 0.0)
-        return self.merge_heads(out, head_mask), weights
 
 
 class FeedForward(nn.Module):
