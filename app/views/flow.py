@@ -135,7 +135,7 @@ def render(ctx: ViewContext) -> None:
     st.selectbox("Open a head (or click its edge)", options, key=HEAD, index=None, placeholder="Pick a head…",
                  format_func=lambda t: html.unescape(labels.get(t, t)))
     if selected is not None:
-        if head_text(*selected) not in strongest_edge:
+        if selected not in strongest_edge:  # keyed (kind, layer, head, query)
             st.caption(f"This head has no edge in the graph of output piece {step} at threshold {used:g}; it "
                        "stays open (lower the threshold, or pick another head).")
         show_head(ctx, *selected)

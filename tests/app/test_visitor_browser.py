@@ -124,6 +124,7 @@ def test_a_tap_on_a_head_dot_opens_that_head_on_a_phone(shipped_server, browser)
     assert f"L{layer} · H{number}" in page.locator(".st-key-flow_head input").input_value()  # the picker agrees
     panel = page.locator(".st-key-flow_head_row .gtitle").first
     assert f"{kind} · layer {layer} · head {number}" in panel.text_content()
+    assert page.get_by_text("has no edge in the graph").count() == 0  # it was tapped on its edge
     page.context.close()
 
 BORDERS_JS = """() => [...document.querySelectorAll('[data-testid=stMain] [role=radiogroup] > button')]
