@@ -48,7 +48,7 @@ def cost(checkpoint: str | Path, sources: list[str], references: list[str] | Non
     batch by batch in turns (each batch translated alone, then its table rows made), so that other work on the
     machine slows both alike."""
     import transformer
-    from transformer.interpret.signals import flag_rule
+    from transformer.interpret.flagging import flag_rule
     from transformer.interpret.table import batch_rows, batches, source_lengths
 
     torch.set_num_threads(threads)

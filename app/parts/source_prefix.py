@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from transformer import Translator
-from transformer.interpret.signals import flag_rule, reason_text, reasons, rule_text, translation_row
+from transformer.interpret.flagging import flag_rule, reason_text, reasons, rule_text
+from transformer.interpret.signals import translation_row
 
 from ..compute import card, probes, work
 from ..compute.catalog import load_heads

@@ -20,7 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer.interpret.columns import COLUMNS as DESCRIBED
-from transformer.interpret.signals import FlagRule, condition_text, flag_rule, rule_text
+from transformer.interpret.flagging import FlagRule, condition_text, flag_rule, rule_text
 
 from .. import registry
 from ..compute import catalog, ledger, tables, work

@@ -264,7 +264,7 @@ def test_the_notice_and_the_table_agree_on_a_cut_outputs_omission(tiny_checkpoin
     from transformer.decoding.settings import DecodeSettings
     from transformer.interpret import contributions, table
     from transformer.interpret.columns import COLUMNS
-    from transformer.interpret.signals import DEFAULT_RULE
+    from transformer.interpret.flagging import DEFAULT_RULE
 
     settings = tr.settings(DecodeSettings(max_len_a=0.0, max_len_b=3))  # at most 3 output pieces
     [want] = table.batch_rows(tr, [0], [TEXT], None, settings, DEFAULT_RULE)

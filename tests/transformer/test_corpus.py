@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from transformer.interpret import corpus, signals
+from transformer.interpret import corpus, flagging, signals
 from transformer.interpret.table import COLUMNS, batches, read_table, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_rows_are_translate_batch_with_sacrebleu_and_the_signals(tr):
         for name in signals.SIGNALS:
             assert row[name] == pytest.approx(sig[name], abs=1e-5)
         assert row["repetition"] == signals.repetition(o.text)
-        assert row["flag"] == signals.flag(row, signals.flag_rule(tr.path))
+        assert row["flag"] == flagging.flag(row, flagging.flag_rule(tr.path))
         pieces = len(o.target_ids) - (0 if o.hit_max_len else 1)
         assert row["output_pieces"] == pieces and row["source_pieces"] == len(o.source_ids) - 1
         assert row["length_ratio"] == pytest.approx(pieces / (len(o.source_ids) - 1))
@@ -232,7 +232,7 @@ def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
     sources = (multi30k_dir / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
     references = (multi30k_dir / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
     first = batches(source_lengths(tr, sources), s["batch_size"])[0]
-    fresh = batch_rows(tr, first, sources, references, settings, signals.flag_rule(tr.path))
+    fresh = batch_rows(tr, first, sources, references, settings, flagging.flag_rule(tr.path))
     assert [{**r, "source": None, "reference": None} for r in fresh] == [rows[i] for i in first]
     assert manifest["flagged"] == sum(r["flag"] for r in rows) <= 0.05 * len(rows)
 

@@ -15,18 +15,16 @@ import torch
 
 from transformer import Translator
 from transformer.interpret import contributions
-from transformer.interpret.signals import (
+from transformer.interpret.flagging import (
     DEFAULT_RULE,
     FLAG_FILE,
     Condition,
     FlagRule,
     flag,
     flag_rule,
-    looping,
-    pair_signals,
-    repetition,
     write_flag_rule,
 )
+from transformer.interpret.signals import looping, pair_signals, repetition
 
 
 def random_pairs(tr: Translator, n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
@@ -298,7 +296,7 @@ def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
 
 
 def test_a_rule_and_its_reasons_read_in_words():
-    from transformer.interpret.signals import reason_text, reasons, rule_text
+    from transformer.interpret.flagging import reason_text, reasons, rule_text
 
     rule = FlagRule((Condition("repetition", ">=", 6), Condition("seq_logprob", "<", -4.1107),
                      Condition("source_share", "<", 0.5731), Condition("eos_attention", ">", 0.4),

@@ -24,6 +24,18 @@ from .alti import (
     contributions,
     head_terms,
 )
+from .flagging import (
+    DEFAULT_RULE,
+    Condition,
+    FlagRule,
+    flag,
+    flag_rule,
+    flag_score,
+    reason_text,
+    reasons,
+    rule_text,
+    write_flag_rule,
+)
 from .flow import Edge, Flow, FlowGraph, Node, flow, head_logits, head_output
 from .methods import (
     DEFAULT_BATCH_BYTES,
@@ -43,20 +55,11 @@ from .methods import (
     value_norms,
 )
 from .signals import (
-    DEFAULT_RULE,
     SIGNALS,
-    Condition,
-    FlagRule,
-    flag,
-    flag_rule,
     looping,
     pair_signals,
-    reason_text,
-    reasons,
     repetition,
-    rule_text,
     translation_row,
-    write_flag_rule,
 )
 
 __all__ = [
@@ -66,5 +69,5 @@ __all__ = [
     "attribution_row_bytes", "block_contributions", "block_terms", "contributions", "forward_from_embeddings",
     "head_computation", "internals", "logit_lens", "logit_lens_chosen", "require_eval", "value_norms",
     "DEFAULT_RULE", "SIGNALS", "Condition", "FlagRule", "flag", "flag_rule", "looping", "pair_signals", "reason_text",
-    "reasons", "repetition", "rule_text", "translation_row", "write_flag_rule",
+    "reasons", "repetition", "rule_text", "translation_row", "write_flag_rule", "flag_score",
 ]

@@ -96,6 +96,10 @@ COLUMNS: dict[str, Column] = {
     "unk": Column("int64", "unk", "Source pieces the vocabulary does not know (<unk>).", format="count"),
     "flag": Column("bool", "flag", "May be a hallucination: the checkpoint's rule (flag.json, chosen on the "
                                    "validation set) holds for this line.", format="bool"),
+    "flag_score": Column("float64", "flag score", "How far out the line's most unusual signal is against the model's "
+                                                  "ordinary translations and the references of the validation set: "
+                                                  "2 means 1 in 100 of those is as far out; the line is flagged from "
+                                                  "the rule's threshold up (empty for a rule without a score)."),
     "source_pieces": Column("int64", "source pieces", "Source pieces the model read (special tokens left out).",
                             format="count"),
     "output_pieces": Column("int64", "output pieces", "Output pieces (special tokens left out).", format="count"),

@@ -58,7 +58,7 @@ from .corpus_files import (
     write_manifest,
 )
 from .corpus_files import manifest_path as manifest_path  # re-exported: where the manifest of a table goes
-from .signals import flag_rule
+from .flagging import flag_rule
 from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
 
 SUFFIXES = (".parquet", ".jsonl")

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..checkpoint.families import FAMILIES
 from ..checkpoint.files import CONFIG_FILE, METADATA_FILE, TOKENIZER_FILE, WEIGHTS_FILE
-from .signals import FLAG_FILE
+from .flagging import FLAG_FILE
 from .table import arrow_schema, atomic_write
 
 # Every file of a checkpoint directory a load or the flag rule reads (those present are hashed): never the

@@ -8,13 +8,15 @@ to back, or cut at the length limit) and fluent output on nonsense input (positi
 :func:`~transformer.interpret.signals.pair_signals`, ``repetition`` and ``hit_max_len``.
 
 On the calibration split (val) the rule is chosen: ``repetition >= r`` (r one of ``REPEATS``, or none), the output
-cut at the length limit (or not), and at most ``MOST_THRESHOLDS`` signals past a threshold at a low percentile of
-the negatives, the combination that finds the most of the positive kinds (their mean recall, each kind weighing the
-same) while flagging at most ``--budget`` of the model's own translations and at most ``--budget`` of the
-references. On the held-back split (test_2016_flickr: other sentences) the command reports each signal's ROC AUC
-per kind, the flag's recall per kind, its false-positive rate on translations and references and its pooled AUC,
-and writes the rule with both reports to ``<checkpoint>/flag.json`` (``--write``), where
-:func:`~transformer.interpret.signals.flag_rule` reads it.
+cut at the length limit (or not), and a score over some of the signals (:class:`~transformer.interpret.flagging.
+FlagScore`: how far out the most unusual of them is against the negatives) past a threshold, the combination that
+finds the most of the positive kinds (their mean recall, each kind weighing the same) while flagging at most
+``--budget`` of the model's own translations and at most ``--budget`` of the references.
+
+On the held-back split (test_2016_flickr: other sentences) the command reports each signal's ROC AUC per kind, the
+score's (``flag_score``) and the flag's, the flag's recall per kind and its false-positive rate on translations and
+references, and writes the rule with both reports to ``<checkpoint>/flag.json`` (``--write``), where
+:func:`~transformer.interpret.flagging.flag_rule` reads it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -52,15 +55,13 @@ from .constructed import (  # noqa: F401  (the set's names, as the command's)
     nonsense_inputs,
     swap_noun,
 )
-from .signals import Condition, FlagRule, flag, write_flag_rule
+from .flagging import Condition, FlagRule, FlagScore, Knots, flag, flag_score, knots_of, write_flag_rule
 
 # higher = more likely a hallucination: each column's suspicious end (COLUMNS), fixed before looking at any data
 DIRECTION = {name: -1.0 if COLUMNS[name].direction == "low" else 1.0 for name in SIGNAL_COLUMNS}
 MEASURED = tuple(name for name in SIGNAL_COLUMNS if name != "hit_max_len")  # the signals whose AUC is reported
 CANDIDATES = {name: "<" if DIRECTION[name] < 0 else ">" for name in MEASURED if name != "repetition"}
-PERCENTILES = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)  # thresholds tried: these percentiles of the negatives' values
 REPEATS = (3, 4, 5, 6)  # repetition thresholds tried (whole numbers)
-MOST_THRESHOLDS = 3  # signals past a threshold in one rule, at most
 BUDGET = 0.04  # at most this share of each negative kind of the calibration split flagged (the goal on test: 5%)
 
 
@@ -101,12 +102,13 @@ def evaluate(rows: Sequence[dict[str, Any]], rule: FlagRule) -> dict[str, Any]:
     against all the negatives; the share flagged of each kind (recall for a positive kind, the false-positive rate
     for a negative one) and the counts."""
     flags = np.array([flag(r, rule) for r in rows], dtype=np.float64)
+    scores = np.array([flag_score(r, rule) if rule.score else np.nan for r in rows], dtype=np.float64)
     kinds = np.array([r["kind"] for r in rows])
     negative = np.isin(kinds, NEGATIVES)
     groups = {"all": np.isin(kinds, POSITIVES), **{k: kinds == k for k in POSITIVES}}
     auc: dict[str, dict[str, float | None]] = {}
-    for name in (*MEASURED, "flag"):
-        score = flags if name == "flag" else score_of(rows, name)
+    for name in (*MEASURED, "flag_score", "flag"):
+        score = flags if name == "flag" else scores if name == "flag_score" else score_of(rows, name)
         auc[name] = {g: _rounded(roc_auc(score[pos | negative], pos[pos | negative])) for g, pos in groups.items()}
     counts = {k: int((kinds == k).sum()) for k in PAIR_KINDS}
     flagged = {k: round(float(flags[kinds == k].mean()), 4) if counts[k] else None for k in PAIR_KINDS}
@@ -115,33 +117,49 @@ def evaluate(rows: Sequence[dict[str, Any]], rule: FlagRule) -> dict[str, Any]:
             "loops_flagged": f"{int(flags[loop].sum())}/{int(loop.sum())}"}
 
 
-def _threshold_options(rows: Sequence[dict[str, Any]], pooled: np.ndarray) -> list[tuple[Condition, np.ndarray]]:
-    """Each candidate signal's conditions: a threshold at each of ``PERCENTILES`` of the negatives' values (the
-    suspicious end), with the rows it fires on."""
-    found = []
-    for name, op in CANDIDATES.items():
-        x = _column(rows, name)
-        ref = x[pooled & ~np.isnan(x)]
-        for p in PERCENTILES if len(ref) else ():
-            value = round(float(np.percentile(ref, p if op == "<" else 100 - p)), 4)
-            fires = np.nan_to_num(x < value if op == "<" else x > value, nan=0).astype(bool)
-            found.append((Condition(name, op, value), fires))
+def score_signals(rows: Sequence[dict[str, Any]], names: Sequence[str] | None = None) -> dict[str, Knots]:
+    """Each signal's (``names``, default ``CANDIDATES``) :class:`~transformer.interpret.flagging.Knots` from the
+    ordinary rows (``NEGATIVES``: the model's own translations and the references) of ``rows``; a signal they have
+    no value of is left out."""
+    ordinary = np.isin(np.array([r["kind"] for r in rows]), NEGATIVES)
+    found = {}
+    for name in CANDIDATES if names is None else names:
+        values = _column(rows, name)[ordinary]
+        if (~np.isnan(values)).any():
+            found[name] = knots_of(name, values)
     return found
 
 
+def _threshold(score: np.ndarray, base: np.ndarray, index: np.ndarray, negatives: Sequence[int],
+               sizes: np.ndarray, budget: float) -> float | None:
+    """The lowest threshold, in thousandths, at which ``base | score >= threshold`` flags at most ``budget`` of each
+    negative kind; None when ``base`` alone flags more."""
+    floor = -np.inf
+    for k in negatives:
+        mine = index == k
+        room = int(np.floor(budget * sizes[k] + 1e-9)) - int(base[mine].sum())
+        if room < 0:
+            return None
+        rest = np.sort(score[mine & ~base])[::-1]
+        if room < len(rest):
+            floor = max(floor, float(rest[room]))  # the highest score that must stay unflagged
+    return 0.0 if floor == -np.inf else math.floor(floor * 1000 + 1e-6) / 1000 + 0.001
+
+
 def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET) -> tuple[FlagRule, dict[str, Any]]:
-    """The rule: ``repetition >= r`` (one of ``REPEATS``, or none), ``hit_max_len`` (or not) and up to
-    ``MOST_THRESHOLDS`` signals of ``CANDIDATES`` (each on its own column) past a threshold at one of ``PERCENTILES``
-    of the negatives' values (the translations and references together). Of the combinations that flag at most
-    ``budget`` of the translations and at most ``budget`` of the references, the one with the highest mean recall
-    over the positive kinds present (ties: the fewest conditions, then the fewest negatives flagged)."""
+    """The rule: ``repetition >= r`` (one of ``REPEATS``, or none), ``hit_max_len`` (or not), and a
+    :class:`~transformer.interpret.flagging.FlagScore` over a set of the ``CANDIDATES`` signals (their knots from the
+    negatives of ``rows``) at the lowest threshold that flags at most ``budget`` of the translations and at most
+    ``budget`` of the references. Of these, the one with the highest mean recall over the positive kinds present
+    (ties: the fewest conditions, then the fewest negatives flagged)."""
     kinds = np.array([r["kind"] for r in rows])
     names = [k for k in (*NEGATIVES, *POSITIVES) if (kinds == k).any()]
     index = np.array([names.index(k) if k in names else len(names) for k in kinds])
     sizes = np.bincount(index, minlength=len(names) + 1)[:len(names)].astype(np.float64)
     negatives = [names.index(k) for k in NEGATIVES if k in names]
     positives = [names.index(k) for k in POSITIVES if k in names]
-    pooled = np.isin(kinds, NEGATIVES)
+    knots = score_signals(rows)
+    scored = {name: np.nan_to_num(k.score(name, _column(rows, name)), nan=-np.inf) for name, k in knots.items()}
     loops_options: list[tuple[tuple[Condition, ...], np.ndarray]] = []
     cut = np.array([bool(r.get("hit_max_len")) for r in rows])
     for repeats in (None, *REPEATS):
@@ -150,25 +168,23 @@ def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET) -> tuple
         for with_cut in (False, True):
             conditions = tuple(c for c in (rep, Condition("hit_max_len", ">=", 1) if with_cut else None) if c)
             loops_options.append((conditions, fires | cut if with_cut else fires))
-    options = _threshold_options(rows, pooled)
-    best, best_key = None, None
-    for k in range(MOST_THRESHOLDS + 1):
-        for combo in itertools.combinations(options, k):
-            if len({c.column for c, _ in combo}) < k:
-                continue
-            signal = np.zeros(len(rows), dtype=bool)
-            for _, fires in combo:
-                signal |= fires
+    best, best_key = FlagRule(()), None
+    for k in range(1, len(knots) + 1):
+        for chosen in itertools.combinations(knots, k):
+            score = np.max([scored[name] for name in chosen], axis=0)
             for base, base_fires in loops_options:
-                fires = signal | base_fires
-                rates = np.bincount(index, weights=fires, minlength=len(names) + 1)[:len(names)] / sizes
-                if negatives and rates[negatives].max() > budget:
+                threshold = _threshold(score, base_fires, index, negatives, sizes, budget)
+                if threshold is None:
                     continue
+                rule_score = FlagScore(tuple((name, knots[name]) for name in chosen), threshold)
+                fires = base_fires | (score >= threshold)
+                rates = np.bincount(index, weights=fires, minlength=len(names) + 1)[:len(names)] / sizes
                 recall = float(rates[positives].mean()) if positives else 0.0
-                key = (round(recall, 6), -(len(base) + k), -float(rates[negatives].sum()))
+                conditions = (*base, *rule_score.conditions())
+                key = (round(recall, 6), -len(conditions), -float(rates[negatives].sum()))
                 if best_key is None or key > best_key:
-                    best, best_key = (*base, *(c for c, _ in combo)), key
-    return FlagRule(tuple(best or ())), {"mean_recall": best_key[0] if best_key else None}
+                    best, best_key = FlagRule(conditions, rule_score), key
+    return best, {"mean_recall": best_key[0] if best_key else None}
 
 
 # ----------------------------------------------------------------------------------------------- the command
@@ -177,7 +193,7 @@ def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET) -> tuple
 def markdown(report: dict[str, Any]) -> str:
     """An evaluation (:func:`evaluate`) as a Markdown table: one row per kind (how many, the share flagged, each
     signal's ROC AUC against all the negatives), the pooled positives last."""
-    names = [*MEASURED, "flag"]
+    names = [*MEASURED, "flag_score", "flag"]
     lines = ["| kind | n | flagged | " + " | ".join(f"`{n}` AUC" for n in names) + " |",
              "|---|---|---|" + "---|" * len(names)]
 
@@ -253,16 +269,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       args.batch_size, args.nonsense, progress=not args.no_progress)
     rule, chosen = choose_rule(sets[args.calibration_split], args.budget)
     command = recorded_command(sys.argv[1:] if argv is None else argv)
-    calibration = {"split": args.calibration_split, "budget": args.budget, "percentiles": list(PERCENTILES),
+    calibration = {"split": args.calibration_split, "budget": args.budget,
                    **chosen, "report": evaluate(sets[args.calibration_split], rule)}
     held_back = {"split": args.split, **evaluate(sets[args.split], rule)}
-    rule = FlagRule(rule.conditions, calibration={
+    rule = FlagRule(rule.conditions, rule.score, calibration={
         **calibration, "held_back": held_back, "beam": settings.beam_size, "alpha": settings.alpha,
         "seed": args.seed, "nonsense_per_kind": args.nonsense,
         "sentences": {k: len(v[0]) for k, v in splits.items()}, "command": command,
         "seconds": round(time.perf_counter() - start, 1), "directions": DIRECTION,
-        "note": "flagged when any condition holds; thresholds at percentiles of the calibration split's negatives "
-                "(the model's own translations and the references); AUCs and the share flagged of each kind of "
+        "note": "flagged when any condition holds: a loop condition, or a signal whose score (how far out it is "
+                "against the calibration split's negatives: the model's own translations and the references) "
+                "reaches the threshold; AUCs and the share flagged of each kind of "
                 "held_back on the constructed test set (transformer.detect, transformer.interpret.constructed)"})
     print(f"rule (chosen on {args.calibration_split}): {rule.describe()}")
     for name, report in ((args.calibration_split, calibration["report"]), (args.split, held_back)):
@@ -272,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.rows, "w", encoding="utf-8") as f:
             for split, rows in sets.items():
                 for r in rows:
-                    f.write(json.dumps({"split": split, **r, "flag": flag(r, rule)}, ensure_ascii=False) + "\n")
+                    f.write(json.dumps({"split": split, **r, "flag": flag(r, rule), "flag_score": flag_score(r, rule)},
+                                       ensure_ascii=False) + "\n")
     if args.write:
         print(f"\nwrote {write_flag_rule(args.checkpoint, rule)}")
     if args.json:

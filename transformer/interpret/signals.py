@@ -1,4 +1,4 @@
-"""Per-sentence hallucination signals and the rule that flags a translation as one that may be a hallucination.
+"""Per-sentence hallucination signals: what the rule that flags a translation as one that may be a hallucination reads.
 
 - :func:`pair_signals`: teacher-forced signals of (source, output) pairs, batched: ``seq_logprob`` and
   ``min_piece_logprob`` (the mean and the lowest log-probability of the output pieces), ``source_share``,
@@ -7,34 +7,28 @@
   it does). The same numbers as one sentence at a time; no hook, the model untouched.
 - :func:`repetition` / :func:`looping`: the most times one stretch of the output (any length, in characters or in
   words) repeats back to back; German's triple letters do not count as a loop.
-- :class:`FlagRule`, :func:`flag`, :func:`flag_rule`: "may be a hallucination", a rule stored beside a checkpoint
-  (``flag.json``, chosen on val by ``python -m transformer.detect``), or, for a checkpoint without one, looping
-  outputs only. :func:`translation_row` builds the row of one translation whose teacher-forced pass is at hand
-  (the app's notice); :func:`reasons` says which conditions hold.
+- :func:`translation_row`: the row of one translation whose teacher-forced pass is at hand (the app's notice).
+
+The rule that flags a row and its score are :mod:`transformer.interpret.flagging`.
 
 The column names and their descriptions are :data:`transformer.interpret.columns.COLUMNS` (the table of ``python -m
-transformer.corpus``): a row of that table is what :func:`flag` reads, and the rule's words are its columns'.
+transformer.corpus``): a row of that table is what the rule reads, and the rule's words are its columns'.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..checkpoint.files import MAX_METADATA_BYTES, read_json
 from ..network.masks import pad_sequences
 from ..translator import Translator
 from .alti import contributions
-from .columns import COLUMNS
 from .methods import require_eval
 
 # what pair_signals returns
@@ -42,9 +36,7 @@ SIGNALS = ("seq_logprob", "min_piece_logprob", "source_share", "source_share_min
 LOOP_REPEATS = 4  # a stretch repeated this many times in a row is a looping output (the rule without flag.json)
 SPELLED_RUN = 3  # German spells one letter up to this many times in a row: such a run is not a loop
 DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (a CPU: ~2x faster than 4096)
-FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 _WORD_EDGE = re.compile(r"^\W+|\W+$")  # a word's leading and trailing punctuation
-_COLUMN = re.compile(r"[a-z][a-z0-9_]{0,39}")
 Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 
 
@@ -286,148 +278,3 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
             results[i] = step_signals(logp[b, skip:t], share[b, skip:t], eos_share(cross, srcs[i], cfg.eos_id)[skip:],
                                       eos_logp[b, skip:t], closing)
     return results
-
-
-# ----------------------------------------------------------------------------------------------- the flag
-
-OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One test on a row: ``row[column] op value`` (``op`` one of ``<``, ``<=``, ``>``, ``>=``). A missing, null or
-    NaN value never holds."""
-
-    column: str
-    op: str
-    value: float
-
-    def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(f"op must be one of {sorted(OPS)}, not {self.op!r}")
-        if not _COLUMN.fullmatch(self.column):  # a table's column name: never markup or an address to show
-            raise ValueError(f"a column is a name like source_share, not {self.column[:40]!r}")
-
-    def holds(self, row: Mapping[str, Any]) -> bool:
-        x = _value(row, self.column)
-        return x is not None and OPS[self.op](x, float(self.value))
-
-    def __str__(self) -> str:
-        return f"{self.column} {self.op} {self.value:g}"
-
-
-LOOP_CONDITION = Condition("repetition", ">=", LOOP_REPEATS)
-
-
-@dataclass(frozen=True)
-class FlagRule:
-    """"May be a hallucination": a row is flagged when any of ``conditions`` holds. ``origin``: the file it was
-    read from, or ``"default"``; ``calibration``: how it was chosen (split, rates, command), as written. Two rules are
-    equal when their conditions are."""
-
-    conditions: tuple[Condition, ...] = (LOOP_CONDITION,)
-    origin: str = field(default="default", compare=False)
-    calibration: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def describe(self) -> str:
-        """The rule in words: ``repetition >= 6 or seq_logprob < -2.1``."""
-        return " or ".join(str(c) for c in self.conditions) or "never"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"any": [{"column": c.column, "op": c.op, "value": c.value} for c in self.conditions],
-                "rule": self.describe(), "calibration": self.calibration}
-
-    @classmethod
-    def from_json(cls, data: object, origin: str = "default") -> FlagRule:
-        """The rule of ``flag.json``'s object (``{"any": [{"column", "op", "value"}, ...], ...}``); ``ValueError``
-        saying why when it is not one."""
-        if not isinstance(data, dict) or not isinstance(data.get("any"), list):
-            raise ValueError('a flag rule is a JSON object with a list "any" of {"column", "op", "value"}')
-        conditions = []
-        for c in data["any"]:
-            if not (isinstance(c, dict) and isinstance(c.get("column"), str) and isinstance(c.get("op"), str)
-                    and isinstance(c.get("value"), (int, float)) and not isinstance(c.get("value"), bool)):
-                raise ValueError(f"a condition needs a column, an op and a number: {c!r}")
-            conditions.append(Condition(c["column"], c["op"], float(c["value"])))
-        calibration = data.get("calibration")
-        return cls(tuple(conditions), origin, calibration if isinstance(calibration, dict) else {})
-
-
-DEFAULT_RULE = FlagRule()
-
-
-def _value(row: Mapping[str, Any], column: str) -> float | None:
-    """``row[column]`` as a float (booleans 0/1), or None when missing, null or NaN; ``repetition`` is computed
-    from ``row["translation"]`` when the row has no such column."""
-    x = row.get(column)
-    if x is None and column == "repetition" and isinstance(row.get("translation"), str):
-        x = repetition(row["translation"])
-    if x is None or isinstance(x, str):
-        return None
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def flag(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> bool:
-    """Whether ``row`` (a dict with the corpus table's column names) may be a hallucination under ``rule``."""
-    return any(c.holds(row) for c in rule.conditions)
-
-
-def reasons(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> list[Condition]:
-    """The conditions of ``rule`` that hold for ``row`` (flagged when there is any)."""
-    return [c for c in rule.conditions if c.holds(row)]
-
-
-def _side(op: str) -> str:
-    return {"<": "below", "<=": "at most", ">": "above", ">=": "at least"}[op]
-
-
-def condition_text(condition: Condition) -> str:
-    """One condition in plain words, from its column's description (:data:`~transformer.interpret.columns.COLUMNS`):
-    ``the mean log-probability per output piece is below -4.11``; a true/false column: what holds when true."""
-    column = COLUMNS.get(condition.column)
-    if column is None or not column.phrase:
-        return str(condition)
-    if column.format == "bool":
-        holds_when_true = condition.op in (">=", ">") and 0 < condition.value <= 1
-        return column.phrase if holds_when_true else str(condition)
-    return f"{column.phrase} is {_side(condition.op)} {column.value_text(condition.value)}"
-
-
-def rule_text(rule: FlagRule) -> str:
-    """``rule`` in plain words: its conditions joined by "or"."""
-    return " or ".join(condition_text(c) for c in rule.conditions) or "never"
-
-
-def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
-    """One condition that holds, in plain words, with the row's value and what it points to: ``part of the source
-    may be left untranslated: the model's surprise at the translation ending there is 5.31 (at least 3.20)``."""
-    column = COLUMNS.get(condition.column)
-    x = _value(row, condition.column)
-    if column is None or not column.phrase or x is None:
-        return f"{condition.column} = {x if x is None else format(x, 'g')} ({condition})"
-    said = condition_text(condition) if column.format == "bool" else (
-        f"{column.phrase} is {column.value_text(x)} ({_side(condition.op)} {column.value_text(condition.value)})")
-    return f"{column.suggests}: {said}" if column.suggests else said
-
-
-def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
-    """The rule stored beside a checkpoint (``<dir>/flag.json``), else :data:`DEFAULT_RULE` (looping outputs only):
-    also for a Hub id, a missing directory, or a file that is not a rule."""
-    if checkpoint_dir is None:
-        return DEFAULT_RULE
-    path = Path(checkpoint_dir) / FLAG_FILE
-    try:
-        return FlagRule.from_json(read_json(path, MAX_METADATA_BYTES), str(path))
-    except (OSError, ValueError):
-        return DEFAULT_RULE
-
-
-def write_flag_rule(checkpoint_dir: str | Path, rule: FlagRule) -> Path:
-    """Write ``rule`` as ``<dir>/flag.json`` (what :func:`flag_rule` reads back)."""
-    path = Path(checkpoint_dir) / FLAG_FILE
-    path.write_text(json.dumps(rule.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path

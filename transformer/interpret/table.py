@@ -4,7 +4,7 @@ for a short pasted list (:func:`table_rows`).
 A row holds the sentence's translation (``Translator.translate_batch``, the same settings), the search's own
 ``score``, sacreBLEU's sentence-level ``chrf`` and ``bleu`` against a reference, the teacher-forced signals of
 ``transformer.interpret.signals`` (``seq_logprob``, ``min_piece_logprob``, ALTI+ ``source_share`` /
-``source_share_min``, ``eos_attention``, ``omission``; ``repetition``; ``flag``) and a few plain counts.
+``source_share_min``, ``eos_attention``, ``omission``; ``repetition``; ``flag``, ``flag_score``) and a few plain counts.
 :data:`COLUMNS` (``transformer.interpret.columns``) maps each name to its :class:`Column`: type, header, one plain
 sentence, whether it is a signal and which end is suspicious; the names are a contract (the app, users' notebooks
 and scripts read them).
@@ -31,7 +31,8 @@ import sacrebleu
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator
 from .columns import COLUMNS, Column
-from .signals import flag, flag_rule, pair_signals, repetition
+from .flagging import flag, flag_rule, flag_score
+from .signals import pair_signals, repetition
 
 __all__ = ["COLUMNS", "Column", "DEFAULT_BATCH_SIZE", "INPUT_COLUMNS", "arrow_schema", "batch_rows", "batches",
            "read_table", "source_lengths", "table_rows", "without_inputs", "write_table"]
@@ -95,11 +96,12 @@ def batch_rows(translator: Translator, ids: Sequence[int], sources: Sequence[str
             "source_share": number(sig["source_share"]), "source_share_min": number(sig["source_share_min"]),
             "eos_attention": number(sig["eos_attention"]), "repetition": int(repetition(r.text)),
             "length_ratio": output_pieces / max(source_pieces, 1), "hit_max_len": bool(r.hit_max_len),
-            "unk": sum(1 for t in r.source_ids if t == unk_id), "flag": False,
+            "unk": sum(1 for t in r.source_ids if t == unk_id), "flag": False, "flag_score": None,
             "source_pieces": source_pieces, "output_pieces": output_pieces, "truncated": bool(r.truncated),
             "note": note_of(text, r.truncated, source_pieces),
         }
         row["flag"] = bool(flag(row, rule))
+        row["flag_score"] = flag_score(row, rule)
         rows.append(row)
     return rows
 

@@ -1,0 +1,297 @@
+"""The rule that flags a translation as one that may be a hallucination, and the score it thresholds.
+
+- :class:`Condition`, :class:`FlagRule`, :func:`flag`: a row is flagged when any condition holds. A rule is stored
+  beside a checkpoint (``flag.json``, chosen on val by ``python -m transformer.detect``); a checkpoint without one
+  flags looping outputs only (:data:`DEFAULT_RULE`).
+- :class:`FlagScore`, :func:`flag_score`: how unusual a row's most unusual signal is against the model's ordinary
+  outputs (its own translations and the references of the calibration split): ``-log10`` of the share of those that
+  are as far out, the smallest share over the rule's signals (Tippett's combination of p-values). A score of 2 means
+  1 in 100 ordinary outputs is as far out. The rule's thresholds are where each signal's score reaches the flag's
+  threshold, so that a row is flagged exactly when its score is at least that threshold (or a loop condition holds,
+  which scores the most a score can). A rule without a score (older files, :data:`DEFAULT_RULE`) scores nothing.
+- :func:`rule_text`, :func:`reasons`, :func:`reason_text`: the rule and why a row was flagged, in plain words, from
+  each column's description (:data:`transformer.interpret.columns.COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint.files import MAX_METADATA_BYTES, read_json
+from .columns import COLUMNS, SIGNAL_COLUMNS
+from .signals import LOOP_REPEATS, repetition
+
+FLAG_FILE = "flag.json"  # the rule beside a checkpoint
+MAX_KNOTS = 64  # a stored score's knots per signal, at most
+SCORE_TAILS = tuple(10 ** (-k / 10) for k in range(41))  # the shares of ordinary outputs a score's knots sit at
+_COLUMN = re.compile(r"[a-z][a-z0-9_]{0,39}")
+OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One test on a row: ``row[column] op value`` (``op`` one of ``<``, ``<=``, ``>``, ``>=``). A missing, null or
+    NaN value never holds."""
+
+    column: str
+    op: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"op must be one of {sorted(OPS)}, not {self.op!r}")
+        if not _COLUMN.fullmatch(self.column):  # a table's column name: never markup or an address to show
+            raise ValueError(f"a column is a name like source_share, not {self.column[:40]!r}")
+
+    def holds(self, row: Mapping[str, Any]) -> bool:
+        x = _value(row, self.column)
+        return x is not None and OPS[self.op](x, float(self.value))
+
+    def __str__(self) -> str:
+        return f"{self.column} {self.op} {round(self.value, 4):g}"
+
+
+LOOP_CONDITION = Condition("repetition", ">=", LOOP_REPEATS)
+
+
+def _direction(column: str) -> float:
+    return -1.0 if COLUMNS[column].direction == "low" else 1.0
+
+
+@dataclass(frozen=True)
+class Knots:
+    """One signal's score: ``values`` (the signal's own values, from ordinary to far out) where the share of the
+    calibration's ordinary outputs at least as far out is ``tails`` (from 1 down)."""
+
+    values: tuple[float, ...]
+    tails: tuple[float, ...]
+
+    def levels(self) -> np.ndarray:
+        return -np.log10(np.asarray(self.tails, dtype=np.float64))
+
+    def oriented(self, column: str) -> np.ndarray:
+        return np.asarray(self.values, dtype=np.float64) * _direction(column)  # rising toward far out
+
+    def score(self, column: str, x: np.ndarray) -> np.ndarray:
+        """``-log10`` of the share as far out, interpolated between the knots (held at the ends); NaN stays NaN."""
+        o = np.asarray(x, dtype=np.float64) * _direction(column)
+        return np.where(np.isnan(o), np.nan, np.interp(np.nan_to_num(o), self.oriented(column), self.levels()))
+
+    def value_at(self, column: str, level: float) -> float | None:
+        """The signal's value whose score is ``level``; None when no value scores that much."""
+        levels = self.levels()
+        if level > levels[-1]:
+            return None
+        return float(np.interp(level, levels, self.oriented(column))) * _direction(column)
+
+
+def knots_of(column: str, ordinary: np.ndarray) -> Knots:
+    """The knots of ``column``'s score from its values on ordinary outputs: at each of ``SCORE_TAILS`` down to
+    ``1 / n``, the value with that share of them at least as far out (equal values kept once)."""
+    o = np.sort(np.asarray(ordinary, dtype=np.float64) * _direction(column))
+    o = o[~np.isnan(o)]
+    if not len(o):
+        raise ValueError(f"no ordinary values of {column} to score against")
+    values, tails = [], []
+    for tail in (t for t in SCORE_TAILS if t * len(o) >= 1 - 1e-9):
+        v = round(float(np.quantile(o, 1.0 - tail)), 6)
+        if not values or v > values[-1]:
+            values.append(v)
+            tails.append(round(tail, 6))
+    return Knots(tuple(v * _direction(column) for v in values), tuple(tails))
+
+
+@dataclass(frozen=True)
+class FlagScore:
+    """The flag's score: each signal's :class:`Knots`, and the ``threshold`` a flagged row's score reaches."""
+
+    knots: tuple[tuple[str, Knots], ...]
+    threshold: float
+
+    @property
+    def most(self) -> float:
+        """The highest score: a row past every ordinary output on a signal, or one a loop condition flags (at
+        least the threshold)."""
+        return max(self.threshold, *(float(k.levels()[-1]) for _, k in self.knots))
+
+    def scores(self, columns: Mapping[str, np.ndarray], loops: np.ndarray | None = None) -> np.ndarray:
+        """The score of many rows from their signals' columns (arrays of one length): the highest of the signals'
+        scores (0 when every signal is missing), :attr:`most` where ``loops`` holds."""
+        each = np.stack([k.score(name, columns[name]) for name, k in self.knots])  # (signals, rows)
+        score = np.nan_to_num(np.nanmax(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
+        return np.where(loops, self.most, score) if loops is not None else score
+
+    def conditions(self) -> tuple[Condition, ...]:
+        """The rule's conditions on the signals: each where its score reaches the threshold."""
+        found = []
+        for name, k in self.knots:
+            value = k.value_at(name, self.threshold)
+            if value is not None:
+                found.append(Condition(name, "<=" if _direction(name) < 0 else ">=", value))
+        return tuple(found)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"threshold": self.threshold,
+                "signals": {name: {"values": list(k.values), "tails": list(k.tails)} for name, k in self.knots}}
+
+    @classmethod
+    def from_json(cls, data: object) -> FlagScore:
+        """A stored score; ``ValueError`` saying why when it is not one (each signal a known one, at most
+        ``MAX_KNOTS`` finite knots, values rising toward its suspicious end, shares falling from 1 to above 0)."""
+        if not (isinstance(data, dict) and isinstance(data.get("signals"), dict) and data["signals"]
+                and _number(data.get("threshold"))):
+            raise ValueError('a flag score is {"threshold": number, "signals": {name: {"values", "tails"}}}')
+        knots = []
+        for name, k in data["signals"].items():
+            if name not in SIGNAL_COLUMNS or not isinstance(k, dict):
+                raise ValueError(f"a flag score's signal is one of {', '.join(SIGNAL_COLUMNS)}")
+            values, tails = k.get("values"), k.get("tails")
+            if not (isinstance(values, list) and isinstance(tails, list) and 1 <= len(values) == len(tails)
+                    <= MAX_KNOTS and all(map(_number, values + tails))):
+                raise ValueError(f"{name}: values and tails are lists of up to {MAX_KNOTS} numbers, as long")
+            knot = Knots(tuple(map(float, values)), tuple(map(float, tails)))
+            if not (np.all(np.diff(knot.oriented(name)) > 0) and all(0 < t <= 1 for t in knot.tails)
+                    and np.all(np.diff(knot.tails) < 0)):
+                raise ValueError(f"{name}: values rise toward its suspicious end as the shares fall, from 1 to > 0")
+            knots.append((name, knot))
+        return cls(tuple(knots), float(data["threshold"]))
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """"May be a hallucination": a row is flagged when any of ``conditions`` holds. ``score``: the score the
+    conditions on signals threshold (None: the rule has none); ``origin``: the file it was read from, or
+    ``"default"``; ``calibration``: how it was chosen (split, rates, command), as written. Two rules are equal when
+    their conditions and scores are."""
+
+    conditions: tuple[Condition, ...] = (LOOP_CONDITION,)
+    score: FlagScore | None = None
+    origin: str = field(default="default", compare=False)
+    calibration: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def describe(self) -> str:
+        """The rule in words: ``repetition >= 6 or seq_logprob < -2.1``."""
+        return " or ".join(str(c) for c in self.conditions) or "never"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"any": [{"column": c.column, "op": c.op, "value": c.value} for c in self.conditions],
+                "rule": self.describe(), **({"score": self.score.to_json()} if self.score else {}),
+                "calibration": self.calibration}
+
+    @classmethod
+    def from_json(cls, data: object, origin: str = "default") -> FlagRule:
+        """The rule of ``flag.json``'s object (``{"any": [{"column", "op", "value"}, ...], "score": {...}}``);
+        ``ValueError`` saying why when it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("any"), list):
+            raise ValueError('a flag rule is a JSON object with a list "any" of {"column", "op", "value"}')
+        conditions = []
+        for c in data["any"]:
+            if not (isinstance(c, dict) and isinstance(c.get("column"), str) and isinstance(c.get("op"), str)
+                    and _number(c.get("value"))):
+                raise ValueError(f"a condition needs a column, an op and a number: {c!r}")
+            conditions.append(Condition(c["column"], c["op"], float(c["value"])))
+        score = FlagScore.from_json(data["score"]) if "score" in data else None
+        calibration = data.get("calibration")
+        return cls(tuple(conditions), score, origin, calibration if isinstance(calibration, dict) else {})
+
+
+DEFAULT_RULE = FlagRule()
+
+
+def _value(row: Mapping[str, Any], column: str) -> float | None:
+    """``row[column]`` as a float (booleans 0/1), or None when missing, null or NaN; ``repetition`` is computed
+    from ``row["translation"]`` when the row has no such column."""
+    x = row.get(column)
+    if x is None and column == "repetition" and isinstance(row.get("translation"), str):
+        x = repetition(row["translation"])
+    if x is None or isinstance(x, str):
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def flag(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> bool:
+    """Whether ``row`` (a dict with the corpus table's column names) may be a hallucination under ``rule``."""
+    return any(c.holds(row) for c in rule.conditions)
+
+
+def flag_score(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> float | None:
+    """``row``'s score under ``rule`` (:class:`FlagScore`; at least ``rule.score.threshold`` exactly when flagged);
+    None for a rule without a score."""
+    if rule.score is None:
+        return None
+    signals = {name for name, _ in rule.score.knots}
+    loops = any(c.holds(row) for c in rule.conditions if c.column not in signals)
+    columns = {name: np.array([_value(row, name) if _value(row, name) is not None else np.nan])
+               for name in signals}
+    return round(float(rule.score.scores(columns, np.array([loops]))[0]), 6)
+
+
+def reasons(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> list[Condition]:
+    """The conditions of ``rule`` that hold for ``row`` (flagged when there is any)."""
+    return [c for c in rule.conditions if c.holds(row)]
+def _side(op: str) -> str:
+    return {"<": "below", "<=": "at most", ">": "above", ">=": "at least"}[op]
+
+
+def condition_text(condition: Condition) -> str:
+    """One condition in plain words, from its column's description (:data:`~transformer.interpret.columns.COLUMNS`):
+    ``the mean log-probability per output piece is below -4.11``; a true/false column: what holds when true."""
+    column = COLUMNS.get(condition.column)
+    if column is None or not column.phrase:
+        return str(condition)
+    if column.format == "bool":
+        holds_when_true = condition.op in (">=", ">") and 0 < condition.value <= 1
+        return column.phrase if holds_when_true else str(condition)
+    return f"{column.phrase} is {_side(condition.op)} {column.value_text(condition.value)}"
+
+
+def rule_text(rule: FlagRule) -> str:
+    """``rule`` in plain words: its conditions joined by "or"."""
+    return " or ".join(condition_text(c) for c in rule.conditions) or "never"
+
+
+def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
+    """One condition that holds, in plain words, with the row's value and what it points to: ``part of the source
+    may be left untranslated: the model's surprise at the translation ending there is 5.31 (at least 3.20)``."""
+    column = COLUMNS.get(condition.column)
+    x = _value(row, condition.column)
+    if column is None or not column.phrase or x is None:
+        return f"{condition.column} = {x if x is None else format(x, 'g')} ({condition})"
+    said = condition_text(condition) if column.format == "bool" else (
+        f"{column.phrase} is {column.value_text(x)} ({_side(condition.op)} {column.value_text(condition.value)})")
+    return f"{column.suggests}: {said}" if column.suggests else said
+
+
+def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
+    """The rule stored beside a checkpoint (``<dir>/flag.json``), else :data:`DEFAULT_RULE` (looping outputs only):
+    also for a Hub id, a missing directory, or a file that is not a rule."""
+    if checkpoint_dir is None:
+        return DEFAULT_RULE
+    path = Path(checkpoint_dir) / FLAG_FILE
+    try:
+        return FlagRule.from_json(read_json(path, MAX_METADATA_BYTES), str(path))
+    except (OSError, ValueError):
+        return DEFAULT_RULE
+
+
+def write_flag_rule(checkpoint_dir: str | Path, rule: FlagRule) -> Path:
+    """Write ``rule`` as ``<dir>/flag.json`` (what :func:`flag_rule` reads back)."""
+    path = Path(checkpoint_dir) / FLAG_FILE
+    path.write_text(json.dumps(rule.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
