@@ -35,7 +35,7 @@ TABLES = "tables"  # a checkpoint's folder of shipped tables
 TEXTS = ("source", "translation", "reference")
 # the view's columns first; the contract's others (transformer.interpret.table.COLUMNS) after
 COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min", "eos_attention",
-           "repetition", "min_piece_logprob", "omission", "length_ratio", "hit_max_len", "unk", "flag")
+           "repetition", "min_piece_logprob", "omission", "length_ratio", "hit_max_len", "unk", "flag", "flag_score")
 REQUIRED = ("id", "translation")
 TEXT_COLUMNS = (*TEXTS, "note")  # the contract's columns of text; of true / false; the others numbers
 BOOL_COLUMNS = ("flag", "hit_max_len", "truncated")
@@ -53,7 +53,7 @@ PAGE_ROWS = 1_000  # and its rows at most
 # The columns a histogram can show: column -> its one plain sentence (transformer.interpret.columns.COLUMNS)
 SIGNALS: dict[str, str] = {name: DESCRIBED[name].help for name in (
     "chrf", "bleu", "source_share", "source_share_min", "seq_logprob", "min_piece_logprob", "omission", "score",
-    "eos_attention", "repetition", "length_ratio")}
+    "eos_attention", "repetition", "length_ratio", "flag_score")}
 SHARES = ("source_share", "source_share_min", "eos_attention")  # shares in [0, 1], drawn as bars
 
 
@@ -70,6 +70,8 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "all": Preset("All lines", None, help="every line, in the input's order"),
+    "suspicious": Preset("Most suspicious", "flag_score", descending=True,
+                         help="the lines whose most unusual signal is furthest out first (the flag's score)"),
     "worst-chrf": Preset("Worst chrF", "chrf", help="the lines furthest from their reference first"),
     "lowest-share": Preset("Lowest source share", "source_share",
                            help="the lines that take least from the source first (detached output)"),
@@ -79,7 +81,7 @@ PRESETS: dict[str, Preset] = {
     "wrong-word": Preset("One unlikely word", "min_piece_logprob",
                          help="the lines with the least likely single output piece first (one word may be wrong)"),
     "repeats": Preset("Repeats", "repetition", descending=True, help="the lines that repeat themselves most first"),
-    "flagged": Preset("Flagged", "source_share", only_flagged=True,
+    "flagged": Preset("Flagged", "flag_score", only_flagged=True, descending=True,
                       help="only the lines that may be hallucinations"),
 }
 
@@ -344,8 +346,13 @@ def rule_of(manifest: dict) -> dict:
 
 
 def thresholds(rule: dict) -> dict[str, float]:
-    """The threshold of each column the flag's ``rule`` tests (its first condition on the column)."""
+    """The threshold of each column the flag's ``rule`` tests (its first condition on the column), and of
+    ``flag_score`` when the rule has a score."""
     found: dict[str, float] = {}
+    score = rule.get("score")
+    if isinstance(score, dict) and isinstance(score.get("threshold"), (int, float)) \
+            and not isinstance(score.get("threshold"), bool) and math.isfinite(score["threshold"]):
+        found["flag_score"] = float(score["threshold"])
     for condition in rule.get("any", []) if isinstance(rule.get("any"), list) else []:
         if not isinstance(condition, dict):
             continue

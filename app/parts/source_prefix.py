@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from transformer import Translator
-from transformer.interpret.flagging import flag_rule, reason_text, reasons, rule_text
+from transformer.interpret.flagging import flag_rule, reason_text, reasons, rule_text, score_text
 from transformer.interpret.signals import translation_row
 
 from ..compute import card, probes, work
@@ -63,13 +63,15 @@ def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float 
     origin = ("this model's rule, chosen on the validation set" if rule.origin != "default"
               else "this model has no rule chosen on the validation set yet, so only looping output is flagged")
     threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
+    far = score_text(row, rule)
+    far = f" {far[0].upper()}{far[1:]}." if far else ""
     if why:
         fired = "the part of the rule that fired" if len(why) == 1 else f"the {len(why)} parts of the rule that fired"
         return Note(f"This translation may be a hallucination; {fired}: " + "; ".join(reason_text(c, row) for c in why)
-                    + f". A translation is flagged when {rule_text(rule)} ({origin}).", warning=True), threshold
+                    + f".{far} A translation is flagged when {rule_text(rule)} ({origin}).", warning=True), threshold
     mean = float(share.mean()) if len(share) else 0.0
     return Note(f"Not flagged as a possible hallucination (mean source share {mean:.1%}, mean log-probability "
-                f"{row['seq_logprob']:.2f} per piece). A translation is flagged when {rule_text(rule)} "
+                f"{row['seq_logprob']:.2f} per piece).{far} A translation is flagged when {rule_text(rule)} "
                 f"({origin})."), threshold
 
 

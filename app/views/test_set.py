@@ -105,7 +105,7 @@ PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")
 LABELS = {name: column.label for name, column in DESCRIBED.items()}
 HELP = {name: column.help for name, column in DESCRIBED.items()}
 FLAG_MARK = "⚠ flagged"  # the flag column's mark: a label, not a checkbox beside the row's selection box
-ORDER = ("id", "flag", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
+ORDER = ("id", "flag", "flag_score", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
          "eos_attention", "seq_logprob", "min_piece_logprob", "omission", "bleu", "score", "repetition", "length_ratio",
          "hit_max_len", "unk")
 

@@ -165,6 +165,17 @@ def test_the_presets_of_the_new_signals_put_the_suspicious_end_first():
             assert preset.descending == (column.direction == "high"), key
 
 
+def test_most_suspicious_first_sorts_by_the_flags_score():
+    frame = tables.normalise(make_table(6)).assign(flag_score=[0.4, np.nan, 3.1, 2.2, 0.0, 2.9])
+    assert list(tables.apply_preset(frame, "suspicious")["id"]) == [2, 5, 3, 0, 4, 1]  # no score: last
+    older = tables.normalise(make_table(6))  # a table written before the score: every line, in order
+    assert older["flag_score"].isna().all() and list(tables.apply_preset(older, "suspicious")["id"]) == list(range(6))
+    rule = {"any": [{"column": "omission", "op": ">=", "value": 7.2}], "score": {"threshold": 2.183, "signals": {}}}
+    assert tables.thresholds(rule) == {"flag_score": 2.183, "omission": 7.2}
+    assert tables.thresholds({"any": [], "score": {"threshold": float("nan")}}) == {}
+    assert tables.thresholds({"any": [], "score": {"threshold": True}}) == {}
+
+
 def test_find_can_take_whole_words_only():
     frame = tables.normalise(make_table(3)).assign(translation=["Ein Hotdog.", "Ein Hund, kein dog!", "DOG"])
     assert list(tables.apply_preset(frame, "all", "dog")["id"]) == [0, 1, 2]

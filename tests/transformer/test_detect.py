@@ -23,6 +23,7 @@ from transformer.interpret.flagging import (
     flag_rule,
     flag_score,
     knots_of,
+    score_text,
 )
 from transformer.interpret.signals import repetition
 
@@ -176,6 +177,9 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
             assert flag(row, rule) == (s >= 1.7), row
     assert flag_score({"repetition": 5}, rule) == pytest.approx(score.most)  # a loop scores the most
     assert flag_score({"seq_logprob": -1.0}, DEFAULT_RULE) is None
+    row = {"seq_logprob": float(low.values[20]), "omission": 0.0, "repetition": 1}  # the knot of share 1 in 100
+    assert "as far out as 1 in 100 of the model's ordinary outputs" in score_text(row, rule)
+    assert "flagged from 1.70" in score_text(row, rule) and score_text(row, DEFAULT_RULE) is None
     again = FlagRule.from_json(json.loads(json.dumps(rule.to_json())))
     assert again == rule and again.score == score
 

@@ -165,7 +165,7 @@ def describe_run(args: argparse.Namespace, translator: Translator, settings: Dec
              "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_encoder_layers": cfg.n_encoder_layers,
              "n_decoder_layers": cfg.n_decoder_layers, "norm_first": cfg.norm_first,
              "flag_rule": {key: value for key, value in flag_rule(translator.path).to_json().items()
-                           if key in ("rule", "any")},  # its calibration report stays in flag.json
+                           if key in ("rule", "any", "score")},  # its calibration report stays in flag.json
              "files": model_files(translator.path) if translator.path is not None else []}
     chosen = {"beam": settings.beam_size, "alpha": settings.alpha, "max_len_a": settings.max_len_a,
               "max_len_b": settings.max_len_b, "scoring": settings.scoring, "src_lang": settings.src_lang,

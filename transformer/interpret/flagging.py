@@ -278,6 +278,16 @@ def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
     return f"{column.suggests}: {said}" if column.suggests else said
 
 
+def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
+    """``row``'s score in plain words: ``its most unusual signal is as far out as 1 in 250 of the model's ordinary
+    outputs (flag score 2.40; flagged from 2.18)``; None for a rule without a score."""
+    score = flag_score(row, rule)
+    if score is None or rule.score is None:
+        return None
+    return (f"its most unusual signal is as far out as 1 in {10 ** score:,.0f} of the model's ordinary outputs on the "
+            f"validation set (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})")
+
+
 def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
     """The rule stored beside a checkpoint (``<dir>/flag.json``), else :data:`DEFAULT_RULE` (looping outputs only):
     also for a Hub id, a missing directory, or a file that is not a rule."""
