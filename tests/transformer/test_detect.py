@@ -166,6 +166,8 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
             assert abs(10 ** -got - share) <= 2 / 400 + 0.05 * share, (x, got, share)
         assert got == pytest.approx(float(high.score("omission", np.array([-x]))[0]))
     assert np.isnan(low.score("seq_logprob", np.array([np.nan]))[0])
+    past = low.score("seq_logprob", np.array([ordinary.min() - 0.1, ordinary.min() - 1.0, ordinary.min() - 5.0]))
+    assert (past > low.levels()[-1]).all() and (np.diff(past) > 0).all()  # further out than all: still ranked
     score = FlagScore((("seq_logprob", low), ("omission", high)), 1.7)
     rule = FlagRule((Condition("repetition", ">=", 3), *score.conditions()), score)
     assert [c.op for c in rule.conditions] == [">=", "<=", ">="]

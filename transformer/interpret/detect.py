@@ -143,7 +143,7 @@ def _threshold(score: np.ndarray, base: np.ndarray, index: np.ndarray, negatives
         rest = np.sort(score[mine & ~base])[::-1]
         if room < len(rest):
             floor = max(floor, float(rest[room]))  # the highest score that must stay unflagged
-    return 0.0 if floor == -np.inf else math.floor(floor * 1000 + 1e-6) / 1000 + 0.001
+    return 0.0 if floor == -np.inf else round(math.floor(floor * 1000 + 1e-6) / 1000 + 0.001, 3)
 
 
 def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET) -> tuple[FlagRule, dict[str, Any]]:

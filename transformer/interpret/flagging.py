@@ -6,9 +6,10 @@
 - :class:`FlagScore`, :func:`flag_score`: how unusual a row's most unusual signal is against the model's ordinary
   outputs (its own translations and the references of the calibration split): ``-log10`` of the share of those that
   are as far out, the smallest share over the rule's signals (Tippett's combination of p-values). A score of 2 means
-  1 in 100 ordinary outputs is as far out. The rule's thresholds are where each signal's score reaches the flag's
-  threshold, so that a row is flagged exactly when its score is at least that threshold (or a loop condition holds,
-  which scores the most a score can). A rule without a score (older files, :data:`DEFAULT_RULE`) scores nothing.
+  1 in 100 ordinary outputs is as far out; past all of them the score goes on rising along the tail's slope. The
+  rule's thresholds are where each signal's score reaches the flag's threshold, so that a row is flagged exactly when
+  its score is at least that threshold (or a loop condition holds, which scores the most a score can). A rule without
+  a score (older files, :data:`DEFAULT_RULE`) scores nothing.
 - :func:`rule_text`, :func:`reasons`, :func:`reason_text`: the rule and why a row was flagged, in plain words, from
   each column's description (:data:`transformer.interpret.columns.COLUMNS`).
 """
@@ -81,16 +82,31 @@ class Knots:
         return np.asarray(self.values, dtype=np.float64) * _direction(column)  # rising toward far out
 
     def score(self, column: str, x: np.ndarray) -> np.ndarray:
-        """``-log10`` of the share as far out, interpolated between the knots (held at the ends); NaN stays NaN."""
-        o = np.asarray(x, dtype=np.float64) * _direction(column)
-        return np.where(np.isnan(o), np.nan, np.interp(np.nan_to_num(o), self.oriented(column), self.levels()))
+        """``-log10`` of the share as far out, interpolated between the knots; held at 0 below the first, and past
+        the last (further out than every ordinary output) continued along the tail's slope from the knot of share
+        1 in 10, so that what is further out still ranks higher. NaN stays NaN."""
+        o = np.nan_to_num(np.asarray(x, dtype=np.float64) * _direction(column))
+        knots, levels = self.oriented(column), self.levels()
+        score = np.interp(o, knots, levels)
+        slope = self._tail_slope(knots, levels)
+        if slope:
+            score = np.where(o > knots[-1], levels[-1] + (o - knots[-1]) * slope, score)
+        return np.where(np.isnan(np.asarray(x, dtype=np.float64)), np.nan, score)
+
+    @staticmethod
+    def _tail_slope(knots: np.ndarray, levels: np.ndarray) -> float | None:
+        """The score's rise per unit of the oriented value past the last knot: the slope from the knot of share
+        1 in 10 (or the last but one) to the last; None with one knot."""
+        ref = min(int(np.searchsorted(levels, 1.0)), len(levels) - 2)
+        return float((levels[-1] - levels[ref]) / (knots[-1] - knots[ref])) if ref >= 0 else None
 
     def value_at(self, column: str, level: float) -> float | None:
         """The signal's value whose score is ``level``; None when no value scores that much."""
-        levels = self.levels()
-        if level > levels[-1]:
-            return None
-        return float(np.interp(level, levels, self.oriented(column))) * _direction(column)
+        knots, levels = self.oriented(column), self.levels()
+        if level <= levels[-1]:
+            return float(np.interp(level, levels, knots)) * _direction(column)
+        slope = self._tail_slope(knots, levels)
+        return float(knots[-1] + (level - levels[-1]) / slope) * _direction(column) if slope else None
 
 
 def knots_of(column: str, ordinary: np.ndarray) -> Knots:
@@ -118,16 +134,16 @@ class FlagScore:
 
     @property
     def most(self) -> float:
-        """The highest score: a row past every ordinary output on a signal, or one a loop condition flags (at
-        least the threshold)."""
+        """The score of a row past every ordinary output (the last knot's), the least a row a loop condition flags
+        scores (and at least the threshold)."""
         return max(self.threshold, *(float(k.levels()[-1]) for _, k in self.knots))
 
     def scores(self, columns: Mapping[str, np.ndarray], loops: np.ndarray | None = None) -> np.ndarray:
         """The score of many rows from their signals' columns (arrays of one length): the highest of the signals'
-        scores (0 when every signal is missing), :attr:`most` where ``loops`` holds."""
+        scores (0 when every signal is missing), at least :attr:`most` where ``loops`` holds."""
         each = np.stack([k.score(name, columns[name]) for name, k in self.knots])  # (signals, rows)
-        score = np.nan_to_num(np.nanmax(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
-        return np.where(loops, self.most, score) if loops is not None else score
+        score = np.nan_to_num(np.max(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
+        return np.where(loops, np.maximum(score, self.most), score) if loops is not None else score
 
     def conditions(self) -> tuple[Condition, ...]:
         """The rule's conditions on the signals: each where its score reaches the threshold."""
@@ -284,8 +300,11 @@ def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     score = flag_score(row, rule)
     if score is None or rule.score is None:
         return None
-    return (f"its most unusual signal is as far out as 1 in {10 ** score:,.0f} of the model's ordinary outputs on the "
-            f"validation set (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})")
+    rarest = max(float(k.levels()[-1]) for _, k in rule.score.knots)
+    far = (f"further out than all the model's ordinary outputs on the validation set (1 in {10 ** rarest:,.0f})"
+           if score > rarest + 1e-9 else
+           f"as far out as 1 in {10 ** score:,.0f} of the model's ordinary outputs on the validation set")
+    return f"its most unusual signal is {far} (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})"
 
 
 def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
