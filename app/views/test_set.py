@@ -110,7 +110,7 @@ ORDER = ("id", "flag", "flag_score", "source", "translation", "reference", "chrf
          "hit_max_len", "unk")
 
 
-NARROW = {"id": 52, "flag": 84}  # px: the two first columns leave a phone's screen to the sentences
+NARROW = {"id": 52, "flag": 84, "flag_score": 76}  # px: the first columns leave a phone's screen to the sentences
 
 
 def column_config(frame: pd.DataFrame) -> dict:
@@ -129,6 +129,8 @@ def column_config(frame: pd.DataFrame) -> dict:
             config[column] = st.column_config.TextColumn(label, help=tip, width="medium")
         elif column in ("id", "unk", "repetition", "source_pieces", "output_pieces"):
             config[column] = st.column_config.NumberColumn(label, format="%d", help=tip, width=NARROW.get(column))
+        elif column == "flag_score":
+            config[column] = st.column_config.NumberColumn(label, format="%.2f", help=tip, width=NARROW[column])
         elif column in ("chrf", "bleu"):
             config[column] = st.column_config.NumberColumn(label, format="%.1f", help=tip, width="small")
         elif pd.api.types.is_numeric_dtype(frame[column]):
