@@ -89,7 +89,7 @@ VIEWS: dict[str, View] = {v.key: v for v in [
          "Head importance, pruning and roles over a test set.", "heads"),
     View("whole_test_set", "Whole test set", DATA, ":material/dataset:",
          "Every line of a test set: its translation and the signals that find bad or made-up translations; select a "
-         "row to open it.", "test_set", needs_translation=False,
+         "row to open it.", "whole_test_set", needs_translation=False,
          work_share=0.8),  # kept for a pasted list: 800 units in public mode, about 28 captions at beam 4
     View("training_evolution", "Training evolution", DATA, ":material/history:",
          "This sentence's attention in the training snapshots.", "evolution", work_share=0.5),

@@ -127,7 +127,7 @@ def attack(name: str, data_dir: Path, work: Path) -> str:
         return f"{said(at)} | box holds {kept:,} characters, address lines= {len(at.query_params.get('lines', '')):,}"
     if name.startswith("selection-"):
         rows = json.loads(name.split("-", 1)[1])
-        from app.views.test_set import rows_key
+        from app.views.whole_test_set import rows_key
 
         key = rows_key("test_2016_flickr", "all", "")
         at.session_state[key] = {"selection": {"rows": rows, "columns": [], "cells": []}}

@@ -19,10 +19,10 @@ import pytest
 pytest.importorskip("streamlit")
 
 from conftest import assert_clean, make_corpus, new_app, plain  # noqa: E402
-from test_test_set import VIEW, file_record, make_table, write_table  # noqa: E402
+from test_whole_test_set import VIEW, file_record, make_table, write_table  # noqa: E402
 
 from app.compute import table_inputs, tables  # noqa: E402
-from app.views import test_set  # noqa: E402
+from app.views import whole_test_set as test_set  # noqa: E402
 
 
 def finishes(call, seconds: float = 20.0):

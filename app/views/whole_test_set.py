@@ -30,8 +30,8 @@ from ..drawing import figures, table_figures
 from ..page import controls, state
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
-from . import test_set_lines as lines
-from .test_set_lines import LINE, OPENED
+from . import whole_test_set_lines as lines
+from .whole_test_set_lines import LINE, OPENED
 
 TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
 WHOLE = "testset_whole_words"  # the find box matches whole words only

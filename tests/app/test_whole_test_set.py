@@ -17,8 +17,8 @@ from conftest import assert_clean, charts, new_app  # noqa: E402
 
 from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
-from app.views import test_set  # noqa: E402
-from app.views import test_set_lines as lines  # noqa: E402
+from app.views import whole_test_set as test_set  # noqa: E402
+from app.views import whole_test_set_lines as lines  # noqa: E402
 from transformer.interpret.columns import COLUMNS as DESCRIBED
 
 VIEW = "whole_test_set"
