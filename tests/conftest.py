@@ -103,6 +103,24 @@ def tr(tiny_checkpoint: Path):
     return transformer.load(tiny_checkpoint, device="cpu")
 
 
+SHIPPED = _ROOT / "checkpoints" / "multi30k-en-de"  # the shipped model: what a visitor sees first
+
+
+@pytest.fixture(scope="session")
+def shipped_server():
+    """A Streamlit server of the app on the shipped model, started once for every browser test that reads it (a
+    visitor's page is their own session; the server's caches are shared, as on the Space); its URL."""
+    from bench.browser import CHROMIUM, streamlit_server
+
+    if not (SHIPPED / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    with streamlit_server(SHIPPED) as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():
