@@ -103,6 +103,16 @@ def tr(tiny_checkpoint: Path):
     return transformer.load(tiny_checkpoint, device="cpu")
 
 
+@pytest.fixture(scope="session")
+def tiny_server(tiny_checkpoint: Path):
+    """A Streamlit server of the app on the tiny checkpoint, started once for the browser tests that need no setting
+    of their own (each opens its own browser: its own session); its URL."""
+    from bench.browser import streamlit_server
+
+    with streamlit_server(tiny_checkpoint) as url:
+        yield url
+
+
 SHIPPED = _ROOT / "checkpoints" / "multi30k-en-de"  # the shipped model: what a visitor sees first
 
 
