@@ -104,6 +104,34 @@ def tr(tiny_checkpoint: Path):
 
 
 @pytest.fixture(scope="session")
+def tiny_server(tiny_checkpoint: Path):
+    """A Streamlit server of the app on the tiny checkpoint, started once for the browser tests that need no setting
+    of their own (each opens its own browser: its own session); its URL."""
+    from bench.browser import streamlit_server
+
+    with streamlit_server(tiny_checkpoint) as url:
+        yield url
+
+
+SHIPPED = _ROOT / "checkpoints" / "multi30k-en-de"  # the shipped model: what a visitor sees first
+
+
+@pytest.fixture(scope="session")
+def shipped_server():
+    """A Streamlit server of the app on the shipped model, started once for every browser test that reads it (a
+    visitor's page is their own session; the server's caches are shared, as on the Space); its URL."""
+    from bench.browser import CHROMIUM, streamlit_server
+
+    if not (SHIPPED / "model.safetensors").is_file():
+        pytest.skip("the shipped checkpoint is not here")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    with streamlit_server(SHIPPED) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K} (python -m transformer.data --download data/multi30k)")

@@ -240,10 +240,10 @@ def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
 
 
 @pytest.mark.browser
-def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_checkpoint):
+def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_server):
     """Streamlit drops an address of over 524,288 characters or 1,000 parameters before the script sees it: only
     the browser knows, and the page says so there; a link within the limits shows no such notice."""
-    from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, streamlit_server
+    from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS
 
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
@@ -253,7 +253,8 @@ def test_a_link_too_long_for_streamlit_says_so_in_the_browser(tiny_checkpoint):
     # browser shows its error)
     links = {"many": "&".join(["text=A+dog+runs."] + [f"p{i}=1" for i in range(1000)]),  # 1,001 parameters
              "fine": "text=A+dog+runs.&view=heatmap"}
-    with streamlit_server(tiny_checkpoint) as url, sync_api.sync_playwright() as p:
+    url = tiny_server
+    with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             for name, query in links.items():

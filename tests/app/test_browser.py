@@ -21,9 +21,8 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture()
-def server(tiny_checkpoint):
-    with streamlit_server(tiny_checkpoint) as url:
-        yield url
+def server(tiny_server):
+    return tiny_server  # one server for the session (tests/conftest.py)
 
 
 def test_translate_in_a_real_browser(server):

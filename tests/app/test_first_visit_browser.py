@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, FIRST_HEATMAP, streamlit_server
+from bench.app_browser import CHROMIUM, CHROMIUM_ARGS, FIRST_HEATMAP
 from bench.browser import PICTURE, PICTURE_SVG_JS
 
 pytestmark = pytest.mark.browser
@@ -28,7 +28,7 @@ LATE_JS = ("() => ({dcl: performance.getEntriesByType('navigation')[0].domConten
            ".map(e => e.startTime)})")
 
 
-def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkpoint, tr):
+def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_server, tr):
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -36,7 +36,8 @@ def test_first_visit_fetches_no_plotly_and_hovers_the_models_weights(tiny_checkp
     weights = ref.cross_attentions[-1].mean(0).numpy()  # the first screen: cross-attention, last layer, mean
     scripts: list[str] = []
     errors: list[str] = []
-    with streamlit_server(tiny_checkpoint) as url, sync_api.sync_playwright() as p:
+    url = tiny_server  # a first visit of this browser; the server may have served others
+    with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()

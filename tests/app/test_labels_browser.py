@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS
 
 ROOT = Path(__file__).resolve().parents[2]
 # the first picture's SVG put into the page at the size it is drawn: [the title's box, the query axis title's box,
@@ -27,9 +27,8 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture()
-def server(tiny_checkpoint):
-    with streamlit_server(tiny_checkpoint) as url:
-        yield url
+def server(tiny_server):
+    return tiny_server  # one server for the session (tests/conftest.py)
 
 
 def _overlap(a: dict, b: dict) -> bool:

@@ -6,14 +6,14 @@ glyph boxes as drawn: each SVG text's advance by its font size (the em square it
 ``getBBox``'s line box) through its transform to the screen (``getScreenCTM``), so
 a rotated tick label is its turned rectangle, not the upright box around it; two boxes overlap when they cross by
 more than ``SLACK_PX`` (the separating-axis test). Plotly's charts and the server-built SVG pictures both count.
-One server on the shipped model; every view at both sizes."""
+The readings are taken in ``test_every_view_browser``'s one walk per screen, with the page's other checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from test_layout_browser import MIN_LABEL_PX, SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
+from test_layout_browser import MIN_LABEL_PX, SHIPPED, _settled
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SVG_OF_JS, new_context, streamlit_server
 
@@ -178,33 +178,3 @@ def test_a_fresh_server_says_it_is_starting():
             browser.close()
     assert any(seen), "no notice while the server started"
     assert "Starting the explorer" not in final
-
-
-@pytest.mark.parametrize("screen", ["phone", "laptop"])
-def test_no_chart_text_overlaps_in_any_view(shipped_server, screen):  # noqa: F811 (the fixture)
-    from playwright.sync_api import sync_playwright
-
-    from app.views import VIEWS
-
-    found: dict[str, dict] = {}
-    out = ROOT / "test-artifacts"
-    out.mkdir(exist_ok=True)
-    pages = [f"text={CAPTION.replace(' ', '+')}&view={view}" for view in VIEWS]
-    pages += [f"text={SHORT.replace(' ', '+')}&att=decoder&view={view}" for view in SHORT_PAGES]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = new_context(browser, screen).new_page()
-            for query in pages:
-                view = query.split("view=")[1] + (" (short)" if SHORT[:3] in query else "")
-                page.goto(f"{shipped_server}/?{query}", wait_until="domcontentloaded")
-                _settled(page)
-                assert page.locator("[data-testid=stException]").count() == 0, view
-                pairs, small = problems(page.evaluate(BOXES_JS))
-                rest = {k: v for k, v in page.evaluate(PAGE_JS).items() if v}
-                if pairs or small or rest:
-                    found[view] = {"pairs": len(pairs), "first": pairs[:4], "small": small[:4], **rest}
-                    page.screenshot(path=str(out / f"overlap-{screen}-{view.replace(' ', '-')}.png"))
-        finally:
-            browser.close()
-    assert not found, found

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_layout_browser import _settled, shipped_server  # noqa: F401 (the fixture)
+from test_layout_browser import _settled
 from test_overlap_browser import CAPTION
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, new_context
@@ -83,7 +83,7 @@ def _open(page, server: str, view: str) -> None:
     assert page.locator("[data-testid=stException]").count() == 0
 
 
-def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):  # noqa: F811 (the fixture)
+def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):
     from playwright.sync_api import sync_playwright
 
     out = ROOT / "test-artifacts"
@@ -127,7 +127,7 @@ def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):  # no
 
 
 @pytest.mark.parametrize("screen", ["desktop", "laptop"])
-def test_no_frozen_column_where_nothing_scrolls(shipped_server, screen):  # noqa: F811 (the fixture)
+def test_no_frozen_column_where_nothing_scrolls(shipped_server, screen):
     from playwright.sync_api import sync_playwright
 
     out = ROOT / "test-artifacts"

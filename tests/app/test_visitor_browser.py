@@ -1,28 +1,23 @@
 """What only a browser sees of issue 57's visitor items, in Debian's chromium (Playwright) on the shipped model, one
 server for the module: Ablation's frozen row labels over their chart (not under it) and no swipe hint on a desktop;
 How each word is built on a phone (it scrolls, its source labels stay, its columns a finger apart); button groups
-that wrap keep every border; the offline page's wide table says it scrolls and keeps its first column; axe-core's
-WCAG 2 A/AA rules find nothing in every view of the registry; every control is reached and used from the keyboard.
-
-axe runs on every view at the phone's size (where charts scroll and rows of buttons wrap) and on the first screen at
-the desktop's and the laptop's; ``ATTN_AXE_SCREENS=desktop,laptop,phone`` runs every view at each of those sizes
-(about 10 minutes on a 2-core machine)."""
+that wrap keep every border; the offline page's wide table says it scrolls and keeps its first column; every control
+is reached and used from the keyboard. axe-core's WCAG 2 A/AA rules are run on every view of the registry in
+``test_every_view_browser``'s one walk per screen, with the page's other checks."""
 
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
-from test_layout_browser import SHIPPED, _settled, shipped_server  # noqa: F401 (the fixture)
+from test_layout_browser import SHIPPED, _settled
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, SCREENS, new_context
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, new_context
 from transformer.network.kinds import KIND_NAMES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEXT = "A man in a blue shirt is riding a bike down the street."
-AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +48,7 @@ BOXES_JS = """() => [...document.querySelectorAll('[class*=st-key-wide_]')].map(
 
 
 @pytest.mark.parametrize("screen", ["desktop", "phone"])
-def test_ablation_keeps_its_row_labels_over_its_chart(shipped_server, browser, screen):  # noqa: F811
+def test_ablation_keeps_its_row_labels_over_its_chart(shipped_server, browser, screen):
     """Issue 57 §1: after "Translate without them", no second, empty chart under the real one; on a desktop no
     hint to swipe (nothing scrolls), on a phone each frozen column lies over its own chart."""
     page = new_context(browser, screen).new_page()
@@ -70,7 +65,7 @@ def test_ablation_keeps_its_row_labels_over_its_chart(shipped_server, browser, s
     page.context.close()
 
 
-def test_the_flow_graph_scrolls_on_a_phone_and_keeps_its_labels(shipped_server, browser):  # noqa: F811
+def test_the_flow_graph_scrolls_on_a_phone_and_keeps_its_labels(shipped_server, browser):
     """Issue 57 §2: on a phone the graph keeps its width (its columns a finger apart) and scrolls, with its source
     pieces' labels kept at the left edge."""
     page = new_context(browser, "phone").new_page()
@@ -97,7 +92,7 @@ AT_POINT_JS = """([x, y]) => { const e = document.elementFromPoint(x, y);
     .find(c => c.startsWith('st-key-')) : null; }"""
 
 
-def test_a_tap_on_a_head_dot_opens_that_head_on_a_phone(shipped_server, browser):  # noqa: F811
+def test_a_tap_on_a_head_dot_opens_that_head_on_a_phone(shipped_server, browser):
     """Issue 57 §2: on a phone (touch, 390 x 844) a tap on a head's dot opens that head, as a click does on a
     desktop: the address names it, the picker shows it and its panel is drawn. The tap lands 12 px off the dot's
     centre: a target at least 24 px across."""
@@ -134,7 +129,7 @@ BORDERS_JS = """() => [...document.querySelectorAll('[data-testid=stMain] [role=
 
 
 @pytest.mark.parametrize("screen", ["laptop", "phone"])
-def test_buttons_that_wrap_keep_every_border(shipped_server, browser, screen):  # noqa: F811
+def test_buttons_that_wrap_keep_every_border(shipped_server, browser, screen):
     """Issue 57 §9: no button of a row that wraps loses a side (Streamlit hides the side a button shares with its
     chosen neighbour; here they stand apart)."""
     page = new_context(browser, screen).new_page()
@@ -170,35 +165,6 @@ def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
     page.context.close()
 
 
-def _axe_screens() -> list[tuple[str, bool]]:
-    """(screen, every view?): every view on a phone; the first screen on a desktop and a laptop, unless
-    ``ATTN_AXE_SCREENS`` names screens to run every view on."""
-    every = [s for s in os.environ.get("ATTN_AXE_SCREENS", "phone").split(",") if s in SCREENS]
-    return [(s, s in every) for s in SCREENS]
-
-
-@pytest.mark.parametrize(("screen", "every"), _axe_screens())
-def test_axe_finds_no_wcag_violation_in_any_view(shipped_server, browser, screen, every):  # noqa: F811
-    """Issue 57 §20: axe-core's WCAG 2 A and AA rules (contrast, names, focusable scrolling regions...) find nothing
-    in each view of the registry."""
-    pytest.importorskip("axe_playwright_python")
-    from axe_playwright_python.sync_playwright import Axe
-
-    from app.registry import VIEWS
-
-    axe, found = Axe(), {}
-    page = new_context(browser, screen).new_page()
-    for view in VIEWS if every else ["heatmap", "masks"]:
-        _open(page, shipped_server, f"view={view.replace(' ', '+')}")
-        result = axe.run(page, options={"runOnly": {"type": "tag", "values": AXE_TAGS},
-                                        "resultTypes": ["violations"]})
-        violations = result.response["violations"]
-        if violations:
-            found[view] = [(v["id"], [n["target"] for n in v["nodes"][:3]]) for v in violations]
-    page.context.close()
-    assert not found, found
-
-
 FOCUSABLE_JS = """() => { const seen = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0
     && getComputedStyle(e).visibility !== 'hidden' && !e.disabled && e.getAttribute('aria-disabled') !== 'true'; };
   const all = [...document.querySelectorAll('[data-testid=stMain] :is(button, input, textarea, a[href], '
@@ -215,7 +181,7 @@ FOCUSED_JS = "() => { const e = document.activeElement && document.activeElement
              "return e ? e.dataset.kb : null; }"
 
 
-def test_every_control_is_reached_and_used_from_the_keyboard(shipped_server, browser):  # noqa: F811
+def test_every_control_is_reached_and_used_from_the_keyboard(shipped_server, browser):
     """Issue 57 §20: Tab reaches every control of the first screen; the arrow keys pick another group of views;
     on a phone, Tab reaches a wide chart's hint, from which the arrow keys scroll the chart. The first picture's
     alt text names its sentence and its head."""
