@@ -6,7 +6,8 @@
    matrix times one vector).
 2. The OPUS-MT-sized model of :mod:`bench.marian` (512 wide, 6 + 6 layers, 8 heads, feed-forward 2048, 58,101 pieces;
    random weights) opened by ``transformer.load``; ``torch.profiler`` over one greedy translation of a 20-word
-   sentence (20 steps) and one batch of 64 sentences at beam 4 (the bench's workload): the operators by self CPU time.
+   sentence (20 steps) and one batch of 64 sentences at beam 4 (the bench's workload): the operators by self CPU time;
+   and the same two in bfloat16 (``dtype="bfloat16"``), timed.
 3. Every linear layer of one decoding step at that size, timed alone (``torch.nn.functional.linear`` on the step's
    rows: 1 for greedy, 256 for a batch of 64 at beam 4): its FLOPs and bytes (weights once, plus inputs and
    outputs), the time the roofline allows (the larger of FLOPs / peak and bytes / bandwidth) and the time it takes.
@@ -101,18 +102,23 @@ def profile(threads: int, quick: bool) -> dict[str, Any]:
     sentence = next((s for s in synthetic_sentences(200) if len(s.split()) == 20), sentences[0])
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
-        tr = transformer.load(marian_dir(Path(tmp), synthetic_sentences(2000), quick), device="cpu")
-        runs = {"greedy, 1 sentence, 20 steps": lambda: tr.translate(sentence, beam_size=1, max_len_a=0.0,
-                                                                      max_len_b=20),
-                "beam 4, 64 sentences, 20 steps": lambda: tr.translate_batch(sentences, beam_size=4, max_len_a=0.0,
-                                                                               max_len_b=20)}
-        for name, fn in runs.items():
+        path = marian_dir(Path(tmp), synthetic_sentences(2000), quick)
+        tr, half = (transformer.load(path, device="cpu", dtype=d) for d in ("float32", "bfloat16"))
+
+        def runs(t: Any) -> dict[str, Any]:
+            return {"greedy, 1 sentence, 20 steps": lambda: t.translate(sentence, beam_size=1, max_len_a=0.0,
+                                                                         max_len_b=20),
+                    "beam 4, 64 sentences, 20 steps": lambda: t.translate_batch(sentences, beam_size=4,
+                                                                                  max_len_a=0.0, max_len_b=20)}
+
+        for (name, fn), bf16 in zip(runs(tr).items(), runs(half).values()):
             wall = _timed(fn, 3, warmup=1)
+            wall_bf16 = _timed(bf16, 3, warmup=1)
             with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
                 fn()
             events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
             total = sum(e.self_cpu_time_total for e in events) or 1
-            out[name] = {"wall_ms": wall * 1e3, "ops": [
+            out[name] = {"wall_ms": wall * 1e3, "bf16_wall_ms": wall_bf16 * 1e3, "ops": [
                 {"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
                  "share": e.self_cpu_time_total / total} for e in events[:8]]}
     return out
@@ -125,7 +131,8 @@ def report(result: dict[str, Any]) -> str:
            f"matrix-vector {p['bandwidth_gbs']:.1f} GB/s from memory (512 MB of weights), "
            f"{p['cache_bandwidth_gbs']:.1f} GB/s from 32 MB (cache). Times: the least of the repeats.", ""]
     for name, prof in result["profile"].items():
-        out += [f"`torch.profiler`, ours, {name} ({prof['wall_ms']:.0f} ms unprofiled):", "",
+        out += [f"`torch.profiler`, ours, {name} ({prof['wall_ms']:.0f} ms unprofiled, float32; the same in "
+                f"bfloat16: {prof['bf16_wall_ms']:.0f} ms, {prof['wall_ms'] / prof['bf16_wall_ms']:.2f}x):", "",
                 "| operator | calls | self ms | share |", "|---|---:|---:|---:|"]
         out += [f"| `{o['op']}` | {o['calls']} | {o['self_ms']:.1f} | {o['share']:.0%} |" for o in prof["ops"]]
         out.append("")
