@@ -107,6 +107,7 @@ def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: fl
                      "cpu_s": time.process_time() - cpu,
                      "peak_mb": _vm("VmHWM"), "rss_mb": _vm("VmRSS"), "work_notice": work, "said": said,
                      "units": requests[-1].spent if requests else None})
+        print(f"{key}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)  # progress, for a long run
     return {"first": first, "views": rows}
 
 
