@@ -64,7 +64,7 @@ def _said(at: Any) -> tuple[list[str], list[str]]:
     return work, other
 
 
-def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: float) -> dict[str, Any]:
+def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: float, pieces: int) -> dict[str, Any]:
     """Every view of the page on ``sentence``, in this process (the environment set by :func:`run`)."""
     import torch
     from streamlit.testing.v1 import AppTest
@@ -84,12 +84,14 @@ def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: fl
     _reset_peak()
     start, cpu = time.perf_counter(), time.process_time()
     at = AppTest.from_file(str(REPO_ROOT / "app" / "main.py"), default_timeout=timeout)
-    at.query_params.update({"text": sentence, "view": "heatmap", "src": "eng_Latn", "tgt": "deu_Latn"})
+    at.query_params.update({"text": sentence, "view": "heatmap", "src": "eng_Latn", "tgt": "deu_Latn",
+                            **({"a": "0", "b": str(pieces)} if pieces else {})})
     at.run()
     first = {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "peak_mb": _vm("VmHWM"),
              "rss_mb": _vm("VmRSS"),
              "units": requests[-1].spent if requests else None}
     first["work_notice"], first["said"] = _said(at)
+    print(json.dumps({"row": "first", **first}), file=sys.stderr, flush=True)  # each row as it comes: a long run
     rows = []
     for key, view in VIEWS.items():
         _reset_peak()
@@ -107,13 +109,14 @@ def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: fl
                      "cpu_s": time.process_time() - cpu,
                      "peak_mb": _vm("VmHWM"), "rss_mb": _vm("VmRSS"), "work_notice": work, "said": said,
                      "units": requests[-1].spent if requests else None})
-        print(f"{key}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)  # progress, for a long run
+        print(json.dumps({"row": key, **rows[-1]}), file=sys.stderr, flush=True)
     return {"first": first, "views": rows}
 
 
-def _child(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str, str]:
-    """Run ``argv``: (exit status, seconds, its peak resident MiB, stdout, stderr's tail)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+def _child(argv: list[str], env: dict[str, str], log: str | None = None) -> tuple[int, float, float, str, str]:
+    """Run ``argv``: (exit status, seconds, its peak resident MiB, stdout, stderr's tail); its stderr also in the
+    file ``log`` when given (a long run's rows as they come)."""
+    with tempfile.TemporaryFile("w+") as out, (open(log, "w+") if log else tempfile.TemporaryFile("w+")) as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=REPO_ROOT, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -125,20 +128,27 @@ def _child(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str
 
 
 def run(size: str, directory: Path, dtype: str, threads: int, lines: int, data_dir: Path, app: bool = True,
-        corpus: bool = True, timeout: float = 1800.0, beam: int = 4) -> dict[str, Any]:
+        corpus: bool = True, timeout: float = 1800.0, beam: int = 4, pieces: int = 0,
+        log: str | None = None) -> dict[str, Any]:
     """The app's views, then the corpus table, each in a process of its own."""
     path = build(directory, size)
     weights_mb = (path / "model.safetensors").stat().st_size / 2**20
     limit = str(int(weights_mb * 1.1 + 100))  # MB of 10^6 bytes: above the model in either dtype
+    # the results' cache counts each loaded model's weights and one analysis' working memory at the model's longest
+    # input (app.compute.budget.analysis_working_bytes: 12.8 GB at NLLB's 1,024 positions and 24 + 24 layers of 16
+    # heads) against ATTN_CACHE_MB: under the default 1,024 MB nothing stays cached, and every view translates the
+    # sentence again. A budget, not an allocation: raised here above both.
+    cache = str(int(weights_mb + 20_000 + 4_000))
     env = {**os.environ, "ATTN_CHECKPOINT": str(path), "ATTN_DTYPE": dtype, "ATTN_MAX_MODEL_MB": limit,
+           "ATTN_CACHE_MB": os.environ.get("ATTN_CACHE_MB", cache),
            "ATTN_TORCH_THREADS": str(threads), "TRANSFORMERS_VERBOSITY": "error",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))}
     result: dict[str, Any] = {"size": size, "dtype": dtype, "threads": threads, "weights_mb": weights_mb,
-                              "cpu": cpu_name(), "sentence": SENTENCE}
+                              "cpu": cpu_name(), "sentence": SENTENCE, "pieces": pieces}
     if app:
         rc, seconds, peak, out, err = _child([sys.executable, "-m", "bench.large_app", "--worker", str(path),
                                               "--dtype", dtype, "--threads", str(threads),
-                                              "--timeout", str(timeout)], env)
+                                              "--timeout", str(timeout), "--pieces", str(pieces)], env, log)
         found = [line for line in out.splitlines() if line.startswith("{")]
         result["app"] = json.loads(found[-1]) if rc == 0 and found else {"error": err.strip().splitlines()[-3:]}
         result["app_seconds"], result["app_peak_mb"] = seconds, peak
@@ -169,7 +179,8 @@ def table(result: dict[str, Any]) -> str:
     """The run as Markdown: one row a view, then the corpus table's."""
     w = result["weights_mb"]
     out = [f"NLLB-200-{result['size']} sizes, random weights ({w / 1024:.1f} GiB float32 file), weights in "
-           f"{result['dtype']}, {result['threads']} threads, {result['cpu']}; sentence: \"{result['sentence']}\"", ""]
+           f"{result['dtype']}, {result['threads']} threads, {result['cpu']}; sentence: \"{result['sentence']}\""
+           + (f", output {result['pieces']} pieces (a=0, b={result['pieces']})" if result.get("pieces") else ""), ""]
     app = result.get("app")
     if app and "error" in app:
         out.append(f"The app failed: {' / '.join(app['error'])}")
@@ -208,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100, help="lines of test_2016_flickr for the corpus table")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="with test_2016_flickr.en / .de")
     parser.add_argument("--beam", type=int, default=4, help="the corpus table's beam (default 4, the command's)")
+    parser.add_argument("--pieces", type=int, default=0,
+                        help="the page's output length: a=0, b=PIECES in its link (default 0: the page's own rule)")
+    parser.add_argument("--log", help="write the app's rows to this file as they come")
     parser.add_argument("--skip-app", action="store_true")
     parser.add_argument("--skip-corpus", action="store_true")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one page run may take")
@@ -215,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(app_worker(Path(args.worker), args.dtype, args.threads, SENTENCE, args.timeout)))
+        print(json.dumps(app_worker(Path(args.worker), args.dtype, args.threads, SENTENCE, args.timeout,
+                                    args.pieces)))
         return 0
     result = run(args.size, Path(args.dir), args.dtype, args.threads, args.lines, Path(args.data_dir),
-                 app=not args.skip_app, corpus=not args.skip_corpus, timeout=args.timeout, beam=args.beam)
+                 app=not args.skip_app, corpus=not args.skip_corpus, timeout=args.timeout, beam=args.beam,
+                 pieces=args.pieces, log=args.log)
     print(table(result))
     if args.json:
         print(json.dumps(result))
