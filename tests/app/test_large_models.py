@@ -91,3 +91,18 @@ def test_the_page_shows_some_layers_at_a_time_when_the_grid_is_over_its_cells(ap
     at.run()
     assert_clean(at)
     assert any("layer 1 · head 2" in s["layout"]["title"]["text"] for s in charts(at))
+
+
+def test_vocabulary_norms_a_block_at_a_time_equal_the_whole_tables(tr, monkeypatch):
+    """Positional encoding's embedding lengths are computed a block of rows at a time (no float32 copy of a large
+    model's whole table): the same numbers as over the whole table at once, padding left out."""
+    import torch
+
+    from app.compute import probes
+
+    weight = tr.model.src_embed.weight.detach().float()
+    keep = torch.ones(weight.size(0), dtype=torch.bool)
+    keep[tr.config.pad_id] = False
+    whole = (weight[keep].norm(dim=-1) * tr.model.embedding_scale).numpy()
+    monkeypatch.setattr(probes, "VOCAB_BLOCK", 7)  # blocks that split the table unevenly
+    np.testing.assert_allclose(probes.vocab_embedding_norms(tr), whole, rtol=1e-6)
