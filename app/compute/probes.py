@@ -62,12 +62,18 @@ def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
     return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
+VOCAB_BLOCK = 16_384  # rows of the embedding table converted to float32 at a time
+
+
 def vocab_embedding_norms(tr: Translator) -> np.ndarray:
-    """``‖E[id]‖ · √d_model`` (the model's ``embedding_scale``) for the whole vocabulary (padding excluded)."""
-    weight = tr.model.src_embed.weight.detach().float().cpu()
-    keep = torch.ones(weight.size(0), dtype=torch.bool)
-    keep[tr.config.pad_id] = False
-    return (weight[keep].norm(dim=-1) * tr.model.embedding_scale).numpy()
+    """``‖E[id]‖ · √d_model`` (the model's ``embedding_scale``) for the whole vocabulary (padding excluded), in
+    float32, a block of rows at a time (no float32 copy of the whole table: 2.1 GB at NLLB-200-3.3B's 256,206 x
+    2,048, twice over before)."""
+    weight = tr.model.src_embed.weight.detach()
+    with torch.no_grad():
+        norms = torch.cat([block.float().norm(dim=-1) for block in weight.split(VOCAB_BLOCK)]).cpu()  # (V,)
+    pad = tr.config.pad_id
+    return (torch.cat([norms[:pad], norms[pad + 1:]]) * tr.model.embedding_scale).numpy()
 
 
 def list_snapshots(tr: Translator) -> list[Path]:

@@ -13,8 +13,15 @@ INTRO = ("Every head of one attention type at a glance, on one shared colour sca
 
 
 def chart(a: Analysis, kind: str, zrange: tuple[float, float] = (0.0, 1.0)) -> Chart:
+    """The grid of one type: every layer, or as many of the first layers as one grid holds
+    (``grid.grid_layers``: what a page must draw stays bounded), the caption saying so."""
     queries, keys = a.axes(kind)
-    return Chart(grid.head_grid(a.attention(kind), queries, keys, kind, zrange=zrange), name=f"{kind}-all-heads")
+    attn = a.attention(kind)  # (L, H, Q, K)
+    shown = grid.grid_layers(attn.shape)
+    caption = "" if shown == attn.shape[0] else (
+        f"Layers 1–{shown} of {attn.shape[0]}: one grid holds at most {grid.GRID_MOST_CELLS:,} weights (the "
+        "explorer's All heads view chooses the layers).")
+    return Chart(grid.head_grid(attn[:shown], queries, keys, kind, zrange=zrange), caption, name=f"{kind}-all-heads")
 
 
 def describe(src: Source) -> list[Part]:

@@ -7,11 +7,12 @@ import re
 import streamlit as st
 
 from ..drawing import figures, grid
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, params
 from ..page.params import Param
 from ..page.state import ViewContext
 
 PICK = "grid_pick"
+LAYERS = "grid_layers"  # the layers the grid shows, 1-based, both ends included, when not all fit
 
 
 def _pick(text: str) -> str | None:
@@ -22,7 +23,25 @@ def _pick(text: str) -> str | None:
 
 PARAMS = (controls.ATT_PARAM, controls.SCALE_PARAM, controls.MEASURE_PARAM,
           Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))),
-          *heatmaps.window_params("grid_large_chart"))
+          *heatmaps.window_params("grid_large_chart"), heatmaps.span_param("layers", LAYERS, size=0))
+
+
+def layer_window(n_layers: int, fit: int) -> tuple[int, int]:
+    """Slice bounds of the layers the grid shows: all of them when ``fit`` (``grid.grid_layers``) covers them, else
+    ``fit`` layers at a time, chosen with a range slider, with a caption that says so."""
+    if n_layers <= fit:
+        controls.keep_if(LAYERS, False)
+        return 0, n_layers
+    span = st.session_state.get(LAYERS)
+    controls.keep_if(LAYERS, isinstance(span, tuple) and len(span) == 2 and 1 <= span[0] <= span[1] <= n_layers)
+    st.session_state.get(params.FROM_LINK, {}).pop(LAYERS, None)  # as heatmaps.span_slider: a link's span is used
+    st.session_state.setdefault(LAYERS, (1, fit))
+    first, last = st.slider("Layers shown", 1, n_layers, key=LAYERS, persist_state="session")
+    last = min(last, first + fit - 1)
+    st.caption(f"Layers {first}–{last} of {n_layers}: this model has {n_layers} layers of heads, and one grid shows "
+               f"at most {grid.GRID_MOST_CELLS:,} weights (what the browser must draw stays bounded); choose the "
+               "layers above, or pick any head under the grid.")
+    return first - 1, last
 
 
 def render(ctx: ViewContext) -> None:
@@ -55,11 +74,14 @@ def render(ctx: ViewContext) -> None:
     bounds = q0, q1, k0, k1 = heatmaps.window(len(queries), len(keys), "grid_large_chart")
     # always two columns: a click changes only the right one, so the page keeps its place (a layout that changed
     # with the first click would rebuild the grid and scroll the page back to its top)
+    l0, l1 = layer_window(attn.shape[0], grid.grid_layers(attn[:, :, q0:q1, k0:k1].shape))
+    if highlight is not None:  # counted from the grid's first row
+        highlight = (highlight[0] - l0, highlight[1]) if l0 <= highlight[0] < l1 else None
     left, right = st.columns([1, 1])
     with left:
-        st.plotly_chart(grid.head_grid(attn[:, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
+        st.plotly_chart(grid.head_grid(attn[l0:l1, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
                                        highlight=highlight, zrange=zrange,
-                                       value_name="norm" if norms else "weight"),
+                                       value_name="norm" if norms else "weight", first_layer=l0),
                         config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart",
                         on_select=open_clicked_head, selection_mode="points")
         if norms:

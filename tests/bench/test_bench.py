@@ -140,3 +140,34 @@ def test_report_bench_times_the_page_apart_from_the_translation(tiny_checkpoint,
 def test_report_bench_times_another_checkout_in_its_own_process(tiny_checkpoint, capsys):
     result = _report_bench(["--checkpoint", str(tiny_checkpoint), "--words", "6", "--base", str(ROOT)], capsys)
     assert result["base"]["page_ms"] > 0 and result["page_ratio"] > 0
+
+
+def test_decode_profile_counts_each_linear_of_a_step_against_its_roofline():
+    from bench import decode_profile as dp
+
+    peak = {"peak_gflops_float32": 100.0, "bandwidth_gbs": 10.0}
+    one, many = dp.roofline(peak, 1, 1), dp.roofline(peak, 256, 1)
+    d, layers, ff, vocab = dp.D, dp.LAYERS, dp.FF, dp.VOCAB
+    weights = layers * (6 * d * d + 2 * d * ff) + d * vocab  # q, k, v, out, cross q, cross out; feed-forward; output
+    assert sum(r["flops"] for r in one) == 2 * weights and sum(r["flops"] for r in many) == 2 * 256 * weights
+    assert {r["bound_by"] for r in one} == {"memory"} and {r["bound_by"] for r in many} == {"compute"}
+    for r in one + many:
+        assert r["roofline_ms"] == pytest.approx(1e3 * max(r["flops"] / 100e9, r["bytes"] / 10e9))
+        assert r["measured_ms"] > 0
+
+
+def test_large_app_table_counts_each_views_own_units():
+    from bench import large_app
+
+    row = {"seconds": 2.0, "cpu_s": 1.0, "peak_mb": 1024.0, "work_notice": [], "said": ["warning: cut"]}
+    result = {"size": "tiny", "dtype": "bfloat16", "threads": 1, "weights_mb": 100.0, "cpu": "x", "sentence": "s",
+              "app_seconds": 9.0, "app_peak_mb": 2048.0,
+              "app": {"first": {**row, "units": 100.0},
+                      "views": [{**row, "view": "heatmap", "title": "Heatmap", "units": 100.0},
+                                {**row, "view": "beam_tree", "title": "Beam tree", "units": 600.0,
+                                 "work_notice": ["This page did less"], "said": ["warning: cut", "info: new"]}]}}
+    lines = large_app.table(result).splitlines()
+    beam = next(line for line in lines if line.startswith("| Beam tree"))
+    assert "600 (500)" in beam and "| 2.00 |" in beam  # 1 CPU second for its own 500 units
+    assert "This page did less" in beam and "info: new" in beam and "warning: cut" not in beam
+    assert "| no |" in next(line for line in lines if line.startswith("| Heatmap"))
