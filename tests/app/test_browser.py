@@ -175,14 +175,14 @@ def test_back_and_forward_move_between_sentences(server, tiny_checkpoint):
             _translate(page, first)
             _translate(page, second)
             page.get_by_text(tr.translate(second).text, exact=True).first.wait_for(timeout=60_000)
-            page.go_back()
+            page.go_back(wait_until="commit", timeout=60_000)
             page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=first,
                                    timeout=60_000)
             page.get_by_text(tr.translate(first).text, exact=True).first.wait_for(timeout=60_000)
             page.wait_for_timeout(1500)  # the app must not write the newer state back over the address
             assert "Two+dogs" not in page.url and "Two%20dogs" not in page.url
             assert page.locator("[data-testid=stTextArea] textarea").input_value() == first
-            page.go_forward()
+            page.go_forward(wait_until="commit", timeout=60_000)
             page.get_by_text(tr.translate(second).text, exact=True).first.wait_for(timeout=60_000)
             assert page.locator("[data-testid=stException]").count() == 0
         finally:
