@@ -131,6 +131,21 @@ def shipped_server():
         yield url
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, launched once for a module's browser tests (each opens its own page)."""
+    from playwright.sync_api import sync_playwright
+
+    from bench.browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en").is_file():

@@ -26,7 +26,7 @@ import pytest
 from test_layout_browser import CHECK_JS, MIN_LABEL_PX, _settled
 from test_overlap_browser import BOXES_JS, CAPTION, PAGE_JS, SHORT, SHORT_PAGES, problems
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, SCREENS, new_context
+from bench.browser import SCREENS, new_context
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -92,18 +92,6 @@ def _walk(browser, server: str, screen: str) -> dict[str, Any]:
     finally:
         context.close()
     return readings
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")

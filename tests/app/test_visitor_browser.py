@@ -12,24 +12,12 @@ import math
 import pytest
 from test_layout_browser import SHIPPED, _settled
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, PICTURE, new_context
+from bench.browser import PICTURE, new_context
 from transformer.network.kinds import KIND_NAMES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEXT = "A man in a blue shirt is riding a bike down the street."
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def _open(page, server: str, query: str) -> None:

@@ -253,8 +253,8 @@ def flag_score(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> float |
         return None
     signals = {name for name, _ in rule.score.knots}
     loops = any(c.holds(row) for c in rule.conditions if c.column not in signals)
-    columns = {name: np.array([_value(row, name) if _value(row, name) is not None else np.nan])
-               for name in signals}
+    values = {name: _value(row, name) for name in signals}
+    columns = {name: np.array([np.nan if x is None else x]) for name, x in values.items()}
     return round(float(rule.score.scores(columns, np.array([loops]))[0]), 6)
 
 
