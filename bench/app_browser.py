@@ -171,12 +171,25 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
             "app_first_visit_warm_s_max": max(warm), "app_first_visit_s": times, "app_page_errors": errors}
 
 
+def view_keys(text: str) -> list[str]:
+    """``--only``'s value: view keys separated by commas, each a key of ``app.views.VIEWS``."""
+    from app.views import VIEWS
+
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in VIEWS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(f"not a view key: {', '.join(unknown) or repr(text)} "
+                                         f"(the keys: {', '.join(VIEWS)})")
+    return keys
+
+
 def other_mode(args: argparse.Namespace) -> int:
     """``--views`` or ``--split``: print the table or the lines, and the JSON with ``--json``."""
     from . import app_split, app_views
 
     if args.views:
-        result = app_views.view_times(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir))
+        result = app_views.view_times(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir),
+                                      only=args.only)
         print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of 20 words (p50 of "
               f"{result['views_sentences']}):")
         print(app_views.table(result, app_views.GOALS))
@@ -206,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                    "plotly heatmap; no plotly): what a first visit cannot beat on this machine")
     p.add_argument("--views", action="store_true", help="instead: each view's time to drawn, switched to on a "
                    "warm page after each of --repeat new 20-word sentences (a table; see bench/app_views.py)")
+    p.add_argument("--only", type=view_keys, metavar="KEYS", help="with --views: time only these views, view keys "
+                   "separated by commas (e.g. all_heads,what_drives_each_word); Heatmap, where each walk ends, too")
     p.add_argument("--split", metavar="COUNTS", help="instead: visitors at once (e.g. 1,2,4,8) with the server "
                    "pinned to core 0 and the browsers to the others; the server's CPU per click (bench/app_split.py)")
     p.add_argument("--screen", choices=list(SCREENS), default="desktop", help="the screen of every page (desktop "
@@ -213,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                    "clicks")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
+    if args.only and not args.views:
+        p.error("--only goes with --views")
     if args.views or args.split:
         return other_mode(args)
     floors = {}

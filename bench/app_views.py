@@ -104,12 +104,21 @@ def translate(page, text: str, ticks: list[str], timeout_s: float) -> None:
     click_until(page, page.get_by_role("button", name="Translate"), SHOWS_JS, ticks, timeout_s)
 
 
-def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0) -> dict[str, Any]:
-    """Per view: seconds from the click to the view drawn, one per sentence; and the attribution methods."""
+def walk_order(only: list[str] | None = None) -> list[str]:
+    """The views a walk switches to, by key: from Heatmap (the first view) through every view (or those of
+    ``only``) and back to Heatmap."""
     from app.views import VIEWS
 
     names = list(VIEWS)
-    order = names[1:] + names[:1]  # from Heatmap through every view and back to Heatmap
+    order = names[1:] + names[:1]
+    return order if only is None else [name for name in order if name in only or name == names[0]]
+
+
+def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0,
+               only: list[str] | None = None) -> dict[str, Any]:
+    """Per view: seconds from the click to the view drawn, one per sentence; and the attribution methods.
+    ``only``: these view keys (and Heatmap, the view each walk returns to) instead of every view."""
+    order = walk_order(only)
     labels = expected_ticks(checkpoint, sentences)
     times: dict[str, list[float]] = {name: [] for name in order if name != ATTRIBUTION_VIEW}
     with app_page(checkpoint, 1600, 1000, timeout_s) as (page, errors):

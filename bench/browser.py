@@ -57,6 +57,10 @@ SETTLED_JS = ("(!document.querySelector('[data-testid=stStatusWidgetRunningIcon]
               " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
               ".every(c => c.querySelector('.main-svg'))"
               " && [...document.querySelectorAll('[data-testid=stDataFrame]')].every(d => d.querySelector('canvas')))")
+# Streamlit's own state of the page (the attributes its end-to-end tests wait on): connected, and its script run
+# over (before the first run the state is "initial", during one "running")
+RUN_OVER_JS = ("!!document.querySelector('[data-testid=stApp][data-test-connection-state=CONNECTED]"
+               "[data-test-script-state=notRunning]')")
 # no script run in progress
 IDLE_JS = "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
 

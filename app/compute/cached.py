@@ -394,7 +394,9 @@ def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> fl
         return work.flow_work(tr, source, target)
     if kind == "beam_tree":
         return work.translation_work(tr, source, analysis.settings) if analysis.settings.beam_size > 1 else 0.0
-    return work.forced_work(tr, source, target, 2 if kind == "lens" else 1)
+    if kind == "lens":
+        return work.lens_work(tr, source, target)
+    return work.forced_work(tr, source, target)
 
 
 HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",

@@ -95,6 +95,14 @@ def forced_work(tr: Translator, source: int, target: int, passes: int = 1) -> fl
     return units(parameters(tr), (source + target) * passes)
 
 
+def lens_work(tr: Translator, source: int, target: int) -> float:
+    """The logit lens: one teacher-forced pass, then every decoder layer's output through the output projection
+    (``n_decoder_layers x vocabulary x d_model`` products per output position). On the shipped model this is about
+    two passes; on a large vocabulary (NLLB's 256k) the projections are most of it."""
+    cfg = tr.model.config
+    return forced_work(tr, source, target) + units(cfg.n_decoder_layers * cfg.tgt_vocab_size * cfg.d_model, target)
+
+
 def cap_translation(tr: Translator, source: int, settings: DecodeSettings,
                     ceiling: float | None = None) -> tuple[DecodeSettings, list[str]]:
     """The decoding settings to use for a sentence of ``source`` positions (the beam capped when the estimate is

@@ -59,8 +59,8 @@ def parts(a: Analysis, data: dict, pieces) -> list[Part]:
 
 
 def cost(tr: Translator, a: Analysis) -> float:
-    """The work of :func:`describe` (units): two teacher-forced passes."""
-    return work.forced_work(tr, len(a.source_ids), len(a.target_ids), 2)
+    """The work of :func:`describe` (units): :func:`app.compute.work.lens_work`."""
+    return work.lens_work(tr, len(a.source_ids), len(a.target_ids))
 
 
 def describe(src: Source) -> list[Part]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import SHIPPED  # noqa: F401 (the shipped model, for the browser tests that import it from here)
 
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, SETTLED_JS, SVG_OF_JS
+from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, RUN_OVER_JS, SETTLED_JS, SVG_OF_JS
 
 pytestmark = pytest.mark.browser
 
@@ -58,10 +58,12 @@ CHECK_JS = """min => {
 
 
 def _settled(page) -> None:
-    page.wait_for_timeout(1000)
-    page.wait_for_function(f"() => {SETTLED_JS} && !document.querySelector('[data-testid=stStatusWidget]')",
-                           timeout=120_000)
-    page.wait_for_timeout(800)
+    """Wait until the page's script run is over (Streamlit's ``data-test-script-state``), nothing is stale or
+    loading and every chart is drawn; then once more after a pause, in case the run asked for another."""
+    done = f"() => {RUN_OVER_JS} && {SETTLED_JS} && !document.querySelector('[data-testid=stStatusWidget]')"
+    for _ in range(2):
+        page.wait_for_function(done, polling=100, timeout=120_000)
+        page.wait_for_timeout(300)
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1600, 1000)])

@@ -76,6 +76,30 @@ def test_estimates_grow_with_every_factor(tr):
     assert ig == pytest.approx(work.parameters(tr) * 12 * 22 * 32 * 3 / work.UNIT)  # params x rows x positions
 
 
+def test_the_lens_counts_its_projections_over_the_vocabulary():
+    """The logit lens: one pass plus each decoder layer's output through the output projection. On the shipped
+    model's sizes that is the two passes it was calibrated at (docs/limits.md); on a vocabulary 30x larger the
+    projections dominate (NLLB-200's 256k: the old two-pass estimate was 2-3x low at 3.3B)."""
+    from types import SimpleNamespace
+
+    from conftest import SHIPPED
+
+    import transformer
+
+    def lens_over_two_passes(model) -> float:
+        tr = SimpleNamespace(model=model)
+        return work.lens_work(tr, 16, 14) / work.forced_work(tr, 16, 14, 2)
+
+    shipped = transformer.load(SHIPPED, device="cpu") if (SHIPPED / "model.safetensors").is_file() else None
+    shipped_like = shipped.model if shipped else tiny_model(0, src_vocab_size=10_000, tgt_vocab_size=10_000,
+                                                               d_model=128, d_ff=256, n_heads=4, n_encoder_layers=4,
+                                                               n_decoder_layers=4, share_embeddings=True)
+    assert 0.8 < lens_over_two_passes(shipped_like) < 1.2
+    large_vocabulary = tiny_model(0, src_vocab_size=20_000, tgt_vocab_size=20_000, d_model=16, d_ff=32,
+                                  n_decoder_layers=24, share_embeddings=True)
+    assert lens_over_two_passes(large_vocabulary) > 1.5
+
+
 def test_alti_runs_only_within_the_ceiling(tr, monkeypatch):
     w = work.alti_work(tr, 10, 12)
     assert work.alti_work(tr, 20, 12) > w and work.alti_work(tr, 10, 24) > w

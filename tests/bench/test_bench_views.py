@@ -9,8 +9,6 @@ import pytest
 
 from bench.app_browser import CHROMIUM, main
 
-pytestmark = pytest.mark.browser
-
 
 def _needs_browser() -> None:
     if not CHROMIUM.exists():
@@ -18,20 +16,41 @@ def _needs_browser() -> None:
     pytest.importorskip("playwright.sync_api")
 
 
-def test_views_mode_times_every_view_and_both_attribution_methods(tiny_checkpoint, capsys):
-    _needs_browser()
+def test_a_walk_switches_to_every_view_and_ends_on_heatmap():
     from app.views import VIEWS
+    from bench.app_views import walk_order
+
+    assert sorted(walk_order()) == sorted(VIEWS) and walk_order()[-1] == "heatmap"
+    assert walk_order(["all_heads", "masks"]) == [v for v in VIEWS if v in ("all_heads", "masks")] + ["heatmap"]
+
+
+def test_only_takes_view_keys_and_goes_with_views(capsys):
+    with pytest.raises(SystemExit) as bad_key:
+        main(["--views", "--only", "all_heads,Heatmap"])
+    with pytest.raises(SystemExit) as without_views:
+        main(["--only", "all_heads"])
+    err = capsys.readouterr().err
+    assert bad_key.value.code == 2 and without_views.value.code == 2
+    assert "not a view key: Heatmap" in err and "--only goes with --views" in err
+
+
+@pytest.mark.browser
+def test_views_mode_times_the_views_asked_and_both_attribution_methods(tiny_checkpoint, capsys):
+    """The walk of ``--views`` on two views (every view is walked by ``test_every_view_browser``)."""
+    _needs_browser()
     from bench.app_views import ATTRIBUTION_VIEW, METHOD_NAMES
 
-    assert main(["--checkpoint", str(tiny_checkpoint), "--views", "--repeat", "1", "--json"]) == 0
+    assert main(["--checkpoint", str(tiny_checkpoint), "--views", "--repeat", "1", "--json",
+                 "--only", f"all_heads,{ATTRIBUTION_VIEW}"]) == 0
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
-    expected = {v for v in VIEWS if v != ATTRIBUTION_VIEW} | {f"{ATTRIBUTION_VIEW}: {m}" for m in METHOD_NAMES.values()}
+    expected = {"all_heads", "heatmap"} | {f"{ATTRIBUTION_VIEW}: {m}" for m in METHOD_NAMES.values()}
     assert set(result["views_s"]) == expected
     assert all(len(t) == 1 and t[0] > 0 for t in result["views_s"].values())
     assert "| Heatmap |" in out and "| view | p50 s | max s | goal s |" in out
 
 
+@pytest.mark.browser
 def test_split_mode_keeps_the_browsers_off_the_servers_core(tiny_checkpoint, capsys):
     _needs_browser()
     if len(os.sched_getaffinity(0)) < 2:

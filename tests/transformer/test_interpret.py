@@ -98,6 +98,19 @@ def test_logit_lens_last_layer_is_the_models_own_top_k(norm_first):
     assert torch.equal(lens[-1][1], top_i)
 
 
+@pytest.mark.parametrize("max_bytes", [1, 10**9])  # one layer at a time; every layer in one product
+def test_logit_lens_every_layer_is_its_output_through_the_norm_and_projection(max_bytes):
+    model = tiny(True, seed=3)
+    lens = logit_lens(model, SRC, TGT, k=4, max_bytes=max_bytes)
+    layers = model(SRC, TGT, return_internals=True).decoder_layer_outputs
+    assert len(lens) == len(layers) == 2
+    for (top_p, top_i), x in zip(lens, layers):  # the oracle: one layer by hand
+        probs = model.generator(model.decoder_norm(x)).softmax(-1)
+        want_p, want_i = probs.topk(4, dim=-1)
+        torch.testing.assert_close(top_p, want_p, atol=1e-6, rtol=1e-5)
+        assert torch.equal(top_i, want_i)
+
+
 def test_forward_from_embeddings_is_the_model():
     model = tiny(False)
     logp = forward_from_embeddings(model, SRC, TGT, model.src_embed(SRC), model.tgt_embed(TGT))

@@ -132,21 +132,32 @@ def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
     return NormAttentions(tuple(result["encoder"]), tuple(result["decoder"]), tuple(result["cross"]))
 
 
+LENS_BYTES = 256_000_000  # the logit lens' probabilities held at once (a chunk of layers)
+
+
 @torch.no_grad()
-def _lens_probs(model: Transformer, src: Tensor, tgt: Tensor) -> Iterator[Tensor]:
+def _lens_probs(model: Transformer, src: Tensor, tgt: Tensor, max_bytes: int = LENS_BYTES) -> Iterator[Tensor]:
     """Each decoder layer's next-token probabilities ``(B, T, V)`` through the final norm and the output projection,
-    one layer at a time (a 256k vocabulary never holds all layers' at once), from the layers' returned outputs."""
+    from the layers' returned outputs. As many layers at a time as ``max_bytes`` of probabilities allow (at least
+    one): the output projection is one matrix product per chunk, so a large vocabulary's weights (1 GB at NLLB's
+    256k x 2,048 in bfloat16) are read once per chunk rather than once per layer."""
     out = model(src, tgt, return_internals=True)
-    for x in out.decoder_layer_outputs:  # (B, T, D) each
+    layers = out.decoder_layer_outputs  # (B, T, D) each
+    per_layer = layers[0].numel() // layers[0].size(-1) * model.config.tgt_vocab_size * 4
+    chunk = max(1, max_bytes // max(per_layer, 1))
+    for first in range(0, len(layers), chunk):
+        x = torch.stack(layers[first:first + chunk])  # (C, B, T, D)
         if model.decoder_norm is not None:
             x = model.decoder_norm(x)
-        yield model.generator(x).float().softmax(dim=-1)  # (B, T, V)
+        yield from model.generator(x).float().softmax(dim=-1).unbind(0)  # C x (B, T, V)
 
 
-def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5) -> list[tuple[Tensor, Tensor]]:
+def logit_lens(model: Transformer, src: Tensor, tgt: Tensor, k: int = 5,
+               max_bytes: int = LENS_BYTES) -> list[tuple[Tensor, Tensor]]:
     """For every decoder layer, ``(probs (B, T, k), ids (B, T, k))``: the top-k next tokens its output would give
-    through the final norm (pre-norm) and the output projection. The last layer's equal the model's own."""
-    return [tuple(probs.topk(k, dim=-1)) for probs in _lens_probs(model, src, tgt)]
+    through the final norm (pre-norm) and the output projection. The last layer's equal the model's own.
+    ``max_bytes``: the probabilities computed at once (layers in chunks; the result is the same)."""
+    return [tuple(probs.topk(k, dim=-1)) for probs in _lens_probs(model, src, tgt, max_bytes)]
 
 
 def logit_lens_chosen(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor,
