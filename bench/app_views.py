@@ -30,8 +30,9 @@ METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradien
 # the issue's goals (seconds, p50): every view 1 s, attribution by input × gradient 1.5 s, integrated gradients 3 s
 GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['input_x_gradient']}": 1.5,
          f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['integrated_gradients']}": 3.0}
-URL_VIEW_JS = "() => new URLSearchParams(location.search).get('view')"
-VIEW_DONE_JS = f"view => new URLSearchParams(location.search).get('view') === view && {SETTLED_JS}"
+# the view the address names; none: the first view (the app leaves defaults out of its address)
+URL_VIEW_JS = "() => new URLSearchParams(location.search).get('view') || 'heatmap'"
+VIEW_DONE_JS = f"view => ({URL_VIEW_JS})() === view && {SETTLED_JS}"
 # the first attribution chart's numbers, to see them change when the method changes
 ATTRIBUTION_JS = ("() => { const c = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');"
                   " return c && c._fullData ? Array.from(c._fullData[0].z, r => Array.from(r).join()).join(';')"

@@ -12,7 +12,8 @@ whether the page did less than asked (the request's work notice, ``app.page.cont
 something else (a warning, an error, another notice: the first words of each).
 
 Then ``python -m transformer.corpus`` in a process of its own on the first ``--lines`` lines of test_2016_flickr
-(English to German, copied into a temporary folder; beam ``--beam``, default 4 as the command's; batches of 64), its
+(English to German, copied into a temporary folder; beam ``--beam``, default 4 as the command's; batches of
+``--batch-size``, default 16), its
 seconds and peak memory (``wait4``'s ``ru_maxrss``). ``--skip-app`` / ``--skip-corpus`` leave one out.
 
 Run it alone on the machine: a 3.3B model in float32 needs 13.4 GB beside the page cache's copy of the file.
@@ -129,7 +130,7 @@ def _child(argv: list[str], env: dict[str, str], log: str | None = None) -> tupl
 
 def run(size: str, directory: Path, dtype: str, threads: int, lines: int, data_dir: Path, app: bool = True,
         corpus: bool = True, timeout: float = 1800.0, beam: int = 4, pieces: int = 0,
-        log: str | None = None) -> dict[str, Any]:
+        log: str | None = None, batch_size: int = 16) -> dict[str, Any]:
     """The app's views, then the corpus table, each in a process of its own."""
     path = build(directory, size)
     weights_mb = (path / "model.safetensors").stat().st_size / 2**20
@@ -163,14 +164,15 @@ def run(size: str, directory: Path, dtype: str, threads: int, lines: int, data_d
                 [sys.executable, "-m", "transformer.corpus", "--checkpoint", str(path), "--data-dir", tmp,
                  "--src", "en", "--tgt", "de", "--src-lang", "eng_Latn", "--tgt-lang", "deu_Latn",
                  "--dtype", dtype, "--threads", str(threads), "--no-progress", "--beam", str(beam),
+                 "--batch-size", str(batch_size),
                  "--out", str(Path(tmp) / "table.parquet")], env)
             rows = None
             if rc == 0:
                 import pyarrow.parquet as pq
 
                 rows = pq.read_metadata(Path(tmp) / "table.parquet").num_rows
-            result["corpus"] = {"lines": lines, "beam": beam, "rc": rc, "seconds": seconds, "peak_mb": peak,
-                                "rows": rows,
+            result["corpus"] = {"lines": lines, "beam": beam, "batch_size": batch_size, "rc": rc, "seconds": seconds,
+                                "peak_mb": peak, "rows": rows,
                                 "error": None if rc == 0 else err.strip().splitlines()[-1:]}
     return result
 
@@ -205,7 +207,7 @@ def table(result: dict[str, Any]) -> str:
     if c:
         state = f"{c['rows']} rows" if c["rc"] == 0 else f"failed: {c['error']}"
         out.append(f"\n`python -m transformer.corpus` on {c['lines']} lines of test_2016_flickr (beam "
-                   f"{c.get('beam', 4)}): {state}, "
+                   f"{c.get('beam', 4)}, batches of {c.get('batch_size', 64)}): {state}, "
                    f"{c['seconds']:.0f} s, peak {c['peak_mb'] / 1024:.1f} GiB ({c['peak_mb'] / w:.2f}x).")
     return "\n".join(out)
 
@@ -219,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100, help="lines of test_2016_flickr for the corpus table")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="with test_2016_flickr.en / .de")
     parser.add_argument("--beam", type=int, default=4, help="the corpus table's beam (default 4, the command's)")
+    parser.add_argument("--batch-size", type=int, default=16, help="the corpus table's sentences per batch (default "
+                        "16: at 3.3B a batch of 64 holds about 4x the memory beyond the weights)")
     parser.add_argument("--pieces", type=int, default=0,
                         help="the page's output length: a=0, b=PIECES in its link (default 0: the page's own rule)")
     parser.add_argument("--log", help="write the app's rows to this file as they come")
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(args.size, Path(args.dir), args.dtype, args.threads, args.lines, Path(args.data_dir),
                  app=not args.skip_app, corpus=not args.skip_corpus, timeout=args.timeout, beam=args.beam,
-                 pieces=args.pieces, log=args.log)
+                 pieces=args.pieces, log=args.log, batch_size=args.batch_size)
     print(table(result))
     if args.json:
         print(json.dumps(result))
