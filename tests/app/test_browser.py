@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from bench.app_browser import measure, twenty_word_sentences
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, IDLE_JS, PICTURE, PICTURE_SVG_JS, streamlit_server
+from bench.browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    IDLE_JS,
+    PICTURE,
+    PICTURE_SVG_JS,
+    RUN_OVER_JS,
+    streamlit_server,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +213,9 @@ def test_back_from_a_link_leaves_it_at_once(server):
                 page.goto(url)
                 page.wait_for_selector("[data-testid=stPlotlyChart], [class*=st-key-attn_picture_] img",
                                        timeout=120_000)
-                page.wait_for_timeout(2000)  # the run's end, when the page writes its address
+                # the run's end, when the page writes its address
+                page.wait_for_function(f"() => {RUN_OVER_JS}", polling=100, timeout=120_000)
+                page.wait_for_timeout(300)
                 assert page.url == url
             page.go_back()
             page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t",
