@@ -29,6 +29,9 @@ from .ledger import amount, left
 UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
 STEP_OVERHEAD = 40  # and once per step, beams or not (calibrated: docs/limits.md)
+FORCED_FLOOR = 96  # positions a teacher-forced pass counts at least: over few positions a pass costs the read of
+# every weight (measured at NLLB-200-3.3B's sizes, one pass over 31 positions: 8.9 ms of CPU a unit in float32 and
+# 6.5 in bfloat16 counted without this floor, against attribution's 2.5; docs/limits.md)
 BACKWARD = 3  # a forward and a backward pass count three forwards
 ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products
 FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products
@@ -91,8 +94,8 @@ def decode_step(beam: int) -> int:
 
 def forced_work(tr: Translator, source: int, target: int, passes: int = 1) -> float:
     """``passes`` teacher-forced passes over a sentence (weighted norms, inside a head, the logit lens, ablation's
-    log-probabilities)."""
-    return units(parameters(tr), (source + target) * passes)
+    log-probabilities), each counting at least ``FORCED_FLOOR`` positions."""
+    return units(parameters(tr), max(source + target, FORCED_FLOOR) * passes)
 
 
 def lens_work(tr: Translator, source: int, target: int) -> float:

@@ -88,7 +88,7 @@ def test_the_lens_counts_its_projections_over_the_vocabulary():
 
     def lens_over_two_passes(model) -> float:
         tr = SimpleNamespace(model=model)
-        return work.lens_work(tr, 16, 14) / work.forced_work(tr, 16, 14, 2)
+        return work.lens_work(tr, 60, 60) / work.forced_work(tr, 60, 60, 2)
 
     shipped = transformer.load(SHIPPED, device="cpu") if (SHIPPED / "model.safetensors").is_file() else None
     shipped_like = shipped.model if shipped else tiny_model(0, src_vocab_size=10_000, tgt_vocab_size=10_000,
@@ -98,6 +98,16 @@ def test_the_lens_counts_its_projections_over_the_vocabulary():
     large_vocabulary = tiny_model(0, src_vocab_size=20_000, tgt_vocab_size=20_000, d_model=16, d_ff=32,
                                   n_decoder_layers=24, share_embeddings=True)
     assert lens_over_two_passes(large_vocabulary) > 1.5
+
+
+def test_a_short_pass_counts_the_read_of_every_weight(tr):
+    """A teacher-forced pass over few positions counts ``FORCED_FLOOR`` positions (its cost is reading the weights);
+    past the floor it grows with the positions."""
+    below = work.FORCED_FLOOR // 4
+    assert work.forced_work(tr, below, below) == work.forced_work(tr, 1, 1) == pytest.approx(
+        work.parameters(tr) * work.FORCED_FLOOR / work.UNIT)
+    assert work.forced_work(tr, work.FORCED_FLOOR, work.FORCED_FLOOR) == pytest.approx(2 * work.forced_work(tr, 1, 1))
+    assert work.forced_work(tr, 1, 1, passes=3) == pytest.approx(3 * work.forced_work(tr, 1, 1))
 
 
 def test_alti_runs_only_within_the_ceiling(tr, monkeypatch):
