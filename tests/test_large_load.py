@@ -54,6 +54,7 @@ def mapped_from(tensor: torch.Tensor, path: Path) -> bool:
     return any(low <= tensor.data_ptr() < high for low, high in mappings_of(path))
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
 def test_our_checkpoints_weights_are_the_files_pages_not_a_copy(ours, monkeypatch):
     import transformer.network.weights as weights
@@ -69,6 +70,7 @@ def test_our_checkpoints_weights_are_the_files_pages_not_a_copy(ours, monkeypatc
     torch.testing.assert_close(tr.model.pe, model.pe, atol=0, rtol=0)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
 def test_a_transformers_directorys_weights_are_mapped_and_translate_as_transformers(nllb, monkeypatch):
     import transformer.network.weights as weights

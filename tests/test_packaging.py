@@ -34,6 +34,7 @@ def test_the_wheel_holds_transformer_and_app_and_no_bench(tmp_path):
             "transformer/checkpoint/families/__init__.py"} <= set(names)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_bench_still_runs_from_the_repository_root():
     out = subprocess.run([sys.executable, "-c", "import bench, bench.common; print(bench.__file__)"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=True)

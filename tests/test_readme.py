@@ -57,6 +57,7 @@ def _python_blocks() -> list[str]:
     return blocks
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_the_readmes_python_samples_run(monkeypatch):
     """The package section's samples, in order, on the shipped default checkpoint (all but the BertViz one)."""
     torch.set_num_threads(1)

@@ -118,6 +118,7 @@ def charts_of(items) -> list:
     return out
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
     """The heatmap's layers and heads and the step's steps and layers are copies of one built chart's JSON with
     their own numbers and title (``parts.variant``, sharing the rest): each equals what its builder draws for it,
@@ -166,6 +167,7 @@ def test_the_page_is_one_file_with_nothing_to_fetch(tr):
     assert "@import" not in page
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_text_from_the_sentence_is_shown_as_text(tr):
     result = tr.translate(HOSTILE)
     page = report.build_page(result, tr, text=HOSTILE)
@@ -298,6 +300,7 @@ def test_show_takes_every_family(tmp_path, tiny_corpus):
     assert views_of(page) == (["heatmap", "step"], [])
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_importing_the_notebook_module_imports_no_streamlit():
     code = "import sys, app.notebook, app.report; print([m for m in sys.modules if m.split('.')[0] == 'streamlit'])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -182,6 +182,7 @@ def test_snapshots_are_subsampled_keeping_the_first_and_the_last(tr, monkeypatch
 # ------------------------------------------------------------------------------------------------ IG by memory
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.parametrize("method", ["integrated_gradients", "input_x_gradient"])
 def test_attribution_batched_by_memory_equals_one_big_batch(method):
     model = tiny_model(seed=3)
@@ -226,6 +227,7 @@ def test_the_row_estimate_bounds_what_a_pass_really_holds():
 # ------------------------------------------------------------------------------------------------ heavy jobs
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     jobs = ledger.HeavyJobs(lambda: 1)
     inside, most, waited = [0], [0], []
@@ -415,6 +417,7 @@ def test_training_evolution_of_a_long_input_draws_a_window(app_env, tmp_path, tr
     assert all(arr(t["z"]).shape == (60, 60) for t in heatmaps)  # not the whole 64 x 64
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_snapshots_and_their_attentions_live_in_the_byte_budget(app_env, tmp_path, tr, monkeypatch):
     ckpt = with_snapshots(app_env, tmp_path, tr)
     cached.RESULTS.clear()

@@ -142,6 +142,7 @@ def test_report_bench_times_another_checkout_in_its_own_process(tiny_checkpoint,
     assert result["base"]["page_ms"] > 0 and result["page_ratio"] > 0
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_decode_profile_counts_each_linear_of_a_step_against_its_roofline():
     from bench import decode_profile as dp
 

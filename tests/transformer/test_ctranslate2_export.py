@@ -173,6 +173,7 @@ def test_a_larger_model_vocabulary_gets_unused_names(tiny_tokenizer):
     assert vocabulary(tiny_tokenizer, v + 2) == tiny_tokenizer.pieces(range(v)) + [f"<unused:{v}>", f"<unused:{v + 1}>"]
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_a_marian_directory_exports_as_it_is(tmp_path, request):
     """A Marian / OPUS-MT ``save_pretrained`` directory (swish, sin | cos positions, a logits bias, decoding from
     <pad>, its split tokenizer): CTranslate2 gives our greedy tokens, and the tokenizer's files come along."""

@@ -205,6 +205,7 @@ def test_a_stored_score_is_read_only_when_it_is_one(tmp_path, bad):
     assert flag_rule(tmp_path) == DEFAULT_RULE  # the checkpoint falls back to looping outputs only
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_the_command_writes_a_rule_the_checkpoint_then_reads(tiny_checkpoint, tiny_corpus, tmp_path, capsys):
     path = tmp_path / "tiny"
     shutil.copytree(tiny_checkpoint, path)

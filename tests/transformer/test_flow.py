@@ -278,6 +278,7 @@ def test_chunking_the_queries_changes_nothing():
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_the_faithfulness_bench_keeps_the_graphs_heads_and_as_many_random_ones(tr):
     from bench.flow import faithfulness
 

@@ -240,6 +240,7 @@ def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_
         assert all(p["bleu"] >= result["baseline_bleu"] - 1.0 for p in curve if p["heads_off"] <= n)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_a_copy_model_has_a_positional_head(tmp_path):
     rng = random.Random(0)
     words = ["red", "blue", "green", "dog", "cat", "man", "sun", "car"]

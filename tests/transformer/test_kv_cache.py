@@ -164,6 +164,7 @@ def test_greedy_with_head_mask_is_the_argmax_of_the_full_forward(name):
         assert hyp.scores[i].item() == pytest.approx(rescore(model, src[i], out, head_mask).sum().item(), abs=1e-4)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.parametrize("scoring", ["gnmt", "transformers"])
 def test_wide_beam_with_head_mask_finds_the_exhaustive_best(scoring):
     """With a beam wider than the search space, beam search is exhaustive: under a head mask, its answer is brute

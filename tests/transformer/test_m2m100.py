@@ -91,6 +91,7 @@ def boost_eos(hf, amount: float) -> None:
         hf.model.decoder.layer_norm.bias += amount * row / row.norm()
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.parametrize("name,eos", [("m2m100", 0.0), ("nllb", 2.0), ("gelu-unscaled-untied", 3.0)])
 def test_greedy_and_beam_equal_generate_with_a_forced_language(tmp_path, spm_dir, name, eos):
     """Greedy and beam outputs and scores identical to ``generate(forced_bos_token_id=...)`` (transformers' scoring:
@@ -147,6 +148,7 @@ def test_the_gnmt_search_and_the_beam_tree_force_the_language_too(tmp_path, spm_
         tr.translate("A dog.", tgt_lang="klingon")
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_convert_from_hf_equals_direct_loading(tmp_path, spm_dir, capsys):
     from transformer.checkpoint import check_checkpoint_dir
     from transformer.exchange.convert import main

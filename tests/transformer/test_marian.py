@@ -100,6 +100,7 @@ def test_tokenization_and_greedy_translation_equal_transformers(tmp_path, marian
         assert ours.text == ref_tok.decode(theirs[0], skip_special_tokens=True)
 
 
+@pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 @pytest.mark.parametrize("eos_bias", [0.0, 2.5, 4.0])
 def test_beam_search_equals_transformers_generate(tmp_path, marian_files, eos_bias):
     """Beam outputs and scores identical to ``generate(num_beams=K, length_penalty=alpha)``: transformers divides by
