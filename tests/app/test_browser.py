@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_browser import measure, twenty_word_sentences
 from bench.browser import (
     APP_HEATMAP,
     CHROMIUM,
@@ -21,7 +20,6 @@ from bench.browser import (
     PICTURE,
     PICTURE_SVG_JS,
     RUN_OVER_JS,
-    streamlit_server,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,20 +88,6 @@ def test_translate_in_a_real_browser(server):
         finally:
             browser.close()
     assert not console_errors, console_errors
-
-
-def test_answer_time_benchmark_runs_in_a_real_browser(tiny_checkpoint):
-    """``python -m bench.app_browser`` on a tiny model: it times each new sentence until its heatmap shows."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
-    pytest.importorskip("playwright.sync_api")
-    sentences = twenty_word_sentences(2, None)
-    assert len(sentences) == 2 and sentences[0] != sentences[1]
-    assert all(len(s.split()) == 20 for s in sentences)
-    result = measure(tiny_checkpoint, sentences)
-    assert result["app_sentences"] == 2 and result["app_page_errors"] == []
-    assert all(t > 0 for t in result["app_translate_s"])
-    assert result["app_translate_s_p50"] <= result["app_translate_s_max"]
 
 
 def _open(p, server: str, width: int = 1600, height: int = 1000, query: str = ""):
@@ -246,27 +230,6 @@ def test_first_screen_shows_the_heatmap_and_the_view_selector(server):
             browser.close()
 
 
-def test_four_visitors_at_once_each_see_their_own(tiny_checkpoint):
-    """``bench.app_load`` with 4 pages on one server: each sees its own translation and heatmap, none another's,
-    also while one of them runs an ablation."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
-    pytest.importorskip("playwright.async_api")
-    import asyncio
-
-    from bench.app_load import visitors_round
-
-    texts = ["A man rides a red bike.", "Two dogs play in the park.", "A girl walks on the beach.",
-             "The boy kicks a blue ball."]
-    with streamlit_server(tiny_checkpoint, env={"ATTN_PUBLIC": "1", "ATTN_MODELS": str(tiny_checkpoint)}) as url:
-        plain = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts))
-        ablating = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts, ablate=True))
-    for r in (plain, ablating):
-        assert r["all_saw_their_own"] and not r["errors"], r
-    assert not plain["any_saw_another"]
-    assert len(plain["seconds"]) == 4 and len(ablating["seconds"]) == 3
-
-
 def test_views_beyond_weights_in_a_real_browser(server):
     """Inside a head, What drives each word, Layer by layer and Beam tree open from links and draw their charts."""
     if not CHROMIUM.exists():
@@ -291,21 +254,3 @@ def test_views_beyond_weights_in_a_real_browser(server):
         finally:
             browser.close()
     assert not errors, errors
-
-
-def test_bench_times_first_visits_and_the_bare_page_floors(tiny_checkpoint, capsys):
-    """``python -m bench.app_browser --floor``: the app's first visits and two bare Streamlit pages, same method."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
-    pytest.importorskip("playwright.sync_api")
-    import json
-
-    from bench.app_browser import main
-
-    assert main(["--checkpoint", str(tiny_checkpoint), "--visitors", "2", "--repeat", "0", "--floor", "--json"]) == 0
-    out = capsys.readouterr().out
-    result = json.loads(out.strip().splitlines()[-1])
-    assert len(result["app_first_visit_s"]) == 2
-    for key in ("app_first_visit_floor_plotly_s_p50", "app_first_visit_floor_streamlit_s_p50"):
-        assert result[key] > 0
-    assert "Floor, a bare Streamlit page (plotly)" in out and "Floor, a bare Streamlit page (streamlit)" in out
