@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..network.kinds import KINDS
+from ..network.linear import linear
 from ..network.model import FeedForward, Transformer
 from .alti import DEFAULT_ALTI_BYTES, alti_rows, block_contributions, through_norm
 from .methods import attention_module, full, internals, require_eval
@@ -218,7 +219,7 @@ def head_logits(model: Transformer, vector: Tensor) -> Tensor:
     if norm is not None and norm.weight is not None:
         v = v * norm.weight
     weight = model.generator.weight  # (V, D), in the model's dtype (no float32 copy of a large vocabulary)
-    return full(v.to(weight.dtype) @ weight.t())  # (..., D) @ (D, V)
+    return full(linear(v.to(weight.dtype), weight))  # (..., D) @ (D, V)
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .kv_cache import LayerCache
+from .linear import Linear, in_float32, linear
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -34,6 +35,8 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
     weights = scores.softmax(dim=-1)
     attn = dropout(weights) if dropout is not None else weights
+    if low and in_float32(v):  # no bfloat16 product on this CPU: the weights times float32 values
+        return (attn @ v.float()).to(v.dtype), weights
     return attn.to(v.dtype) @ v, weights
 
 
@@ -48,10 +51,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, d_model)
+        self.v_proj = Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model)
         self.dropout_p = dropout
         self.dropout = Dropout(dropout)
 
@@ -77,19 +80,19 @@ class MultiHeadAttention(nn.Module):
         returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once."""
         n, new, d_model = query.shape
         if key_value is None and d_model > FUSE_QKV_MAX_D:  # three matmuls: no per-search copy of the weights
-            q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
+            q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
             k, v = cache.append(*self.project_kv(query))  # (N, H, t, d) each, written in place
             return q.transpose(1, 2), k, v  # (N, T, H, d) -> (N, H, T, d)
         if key_value is None:
             if cache.qkv_weight is None:
                 cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
-            qkv = F.linear(query, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
+            qkv = linear(query, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
             q, k, v = qkv.view(n, new, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
             k, v = cache.append(k, v)  # (N, H, t, d) each, written in place
             return q, k, v
         if cache.cross_k is None:
             cache.cross_k, cache.cross_v = self.project_kv(key_value)  # (N, H, S, d) each, once
-        q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)  # (N,T,H,d)
+        q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)  # (N,T,H,d)
         return q.transpose(1, 2), cache.cross_k, cache.cross_v
 
     def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
@@ -99,7 +102,7 @@ class MultiHeadAttention(nn.Module):
             out = out * head_mask.to(out.dtype)[None, :, None, None]
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
+        return linear(out, self.out_proj.weight, self.out_proj.bias)
 
     def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
                 need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,
@@ -125,6 +128,9 @@ class MultiHeadAttention(nn.Module):
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else None)
             weights = weights if need_weights else None
         else:
+            dtype = q.dtype
+            if in_float32(q):  # no bfloat16 product on this CPU: attention in float32, rounded back
+                q, k, v = q.float(), k.float(), v.float()
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.dropout_p if self.training else 0.0)
+                                                 dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
         return self.merge_heads(out, head_mask), weights

@@ -22,6 +22,7 @@ from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .dropout import Dropout
 from .kv_cache import KVCache, LayerCache
+from .linear import Linear, in_float32, linear
 from .masks import causal_mask, decoder_self_mask, padding_mask  # noqa: F401  (re-exported)
 from .outputs import AttentionInputs, DecoderOutput, EncoderOutput, Seq2SeqOutput
 from .positional import positional_encoding, positional_table  # noqa: F401  (re-exported)
@@ -40,14 +41,14 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = Linear(d_model, d_ff)
+        self.linear2 = Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.activation(F.linear(x, self.linear1.weight, self.linear1.bias))
-        return F.linear(self.dropout(h) if self.training else h, self.linear2.weight, self.linear2.bias)
+        h = self.activation(linear(x, self.linear1.weight, self.linear1.bias))
+        return linear(self.dropout(h) if self.training else h, self.linear2.weight, self.linear2.bias)
 
 
 def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
@@ -314,7 +315,8 @@ class Transformer(nn.Module):
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)
-        if out is None or (self.generator.packed is not None and x.size(0) > 1):  # prepacked: its own output
+        if (out is None or (self.generator.packed is not None and x.size(0) > 1)  # prepacked: its own output
+                or in_float32(self.generator.weight, x.size(0))):  # bfloat16 computed in float32
             return self.generator(last)
         weight, bias = self.generator.weight, self.generator.bias  # (V, D), (V,) or None
         if bias is None:

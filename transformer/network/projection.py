@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .linear import linear
+
 
 class OutputProjection(nn.Linear):
     """The last linear layer, ``d_model`` -> vocabulary (tied to the embeddings by default).
@@ -45,7 +47,7 @@ class OutputProjection(nn.Linear):
         if (p is None or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
                 or x.numel() == x.size(-1)  # one row: the column-major GEMM is as fast
                 or p[1] != self.weight._version or p[2] != self.weight.data_ptr()):
-            return super().forward(x)
+            return linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.size(-1))  # (..., D) -> (N, D)
         y = torch.ops.mkldnn._linear_pointwise(flat, p[0], self.bias, "none", [], "")  # (N, V)
         return y.view(*x.shape[:-1], y.size(-1))  # (N, V) -> (..., V)
