@@ -188,20 +188,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (item.path.name in SLOW_FILES or item.get_closest_marker("browser")
                 or (module is not None and any(_opens_page(c, module, set()) for c in codes))):
             item.add_marker(pytest.mark.slow)
-    _longest_first(items)
-
-
-def _longest_first(items: list[pytest.Item]) -> None:
-    """Order the files for the two processes (``--dist loadfile`` hands each free process the next file): the
-    browser files first, then the other slow ones, then the rest, each group in collection order. The longest
-    files then start at once and the short ones fill in around them, so neither process waits at the end on a
-    browser walk started last (``--no-loadscope-reorder`` in pyproject.toml keeps this order)."""
-    rank: dict[Path, int] = {}
-    for item in items:
-        r = 0 if item.get_closest_marker("browser") else 1 if item.get_closest_marker("slow") else 2
-        rank[item.path] = min(rank.get(item.path, 2), r)
-    first = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
-    items.sort(key=lambda item: (rank[item.path], first[item.path]))
 
 
 # ------------------------------------------------------------------------------------------------ tiny models
