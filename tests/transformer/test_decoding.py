@@ -333,3 +333,49 @@ def test_one_output_length_formula_for_ints_and_batches():
         n = int((row != 0).sum())
         assert int(limit) == max_output_length(model, n, 1.5, 4) == min(max(int(1.5 * n + 4), 1), 29)
     assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1
+
+
+@pytest.mark.parametrize("pads", [False, True])
+def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads):
+    """Over a vocabulary of several blocks, a search of several rows takes each step's best pieces a block at a time
+    (``search._best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
+    over a vocabulary of one block), greedy and both beam rules; padding and BOS still never come out, even where
+    they are the most probable."""
+    import importlib
+
+    from transformer.network import projection
+    from transformer.network.weights import decoding_layout
+
+    search_module = importlib.import_module("transformer.decoding.search")  # the module (the package exports search())
+
+    monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)  # 40 pieces: 5 blocks of 7 and one of 5
+    monkeypatch.setattr(search_module, "BLOCKS_MIN_BYTES", 4 * 2 * 40)  # from two rows on
+    plain = make_model(5, tgt_vocab_size=40, share_embeddings=False)
+    if pads:
+        plain = pad_loving(plain)
+    fast = decoding_layout(copy.deepcopy(plain))  # column-major: the layout a loaded model decodes in
+    assert len(list(fast.generator.blocks(torch.zeros(2, plain.config.d_model)))) == 6
+    assert search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 4)
+    assert not search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 1)  # one row: under the size
+    monkeypatch.setattr(projection, "VOCAB_BLOCK", 40)
+    assert not search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 4)  # one block
+    monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)
+    assert not search_module._by_blocks(fast, fast.new_cache(), None, torch.ones(4, 1), 1, 4)  # a forced step
+    assert not search_module._by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
+    x = torch.randn(5, plain.config.d_model)
+    with torch.no_grad():
+        joined = torch.cat([logits for _, logits in fast.generator.blocks(x)], dim=-1)
+        torch.testing.assert_close(joined, torch.nn.functional.linear(x, plain.generator.weight,
+                                                                      plain.generator.bias), atol=1e-5, rtol=1e-5)
+    src = make_src(plain.config, seed=5)
+    for run in (lambda m: greedy_decode(m, src), lambda m: beam_search(m, src, 3, 0.6),
+                lambda m: beam_search(m, src, 3, 1.0, scoring="transformers")):
+        monkeypatch.setattr(projection, "VOCAB_BLOCK", 40)  # one block: the whole log-softmax
+        p = run(plain)
+        monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)
+        f = run(fast)
+        assert torch.equal(p.tokens, f.tokens)
+        torch.testing.assert_close(p.scores, f.scores, atol=1e-5, rtol=1e-5)
+        assert not ({BOS} & set(f.tokens.flatten().tolist()))
+        if pads:  # PAD only after an ending
+            assert all(PAD not in strip(row) for row in f.tokens.tolist())

@@ -288,7 +288,8 @@ class Transformer(nn.Module):
         return KVCache(len(self.decoder_layers), self.config.max_len)
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
-                    out: Tensor | None = None, head_mask: dict[str, Tensor] | None = None) -> Tensor:
+                    out: Tensor | None = None, head_mask: dict[str, Tensor] | None = None,
+                    project: bool = True) -> Tensor:
         """Incremental decoding, the one path of greedy search, beam search and its tree, ablation and Marian's
         scoring: logits ``(N, V)`` of the next token after the new positions ``tokens (N, T)`` (one per step in a
         search; several, e.g. a forced prefix, are causal among themselves), given the ``cache.length`` earlier
@@ -300,7 +301,8 @@ class Transformer(nn.Module):
         ``head_mask``: ``forward``'s dict; its ``"decoder"`` and ``"cross"`` ``(layers, H)`` apply here (the
         encoder's applies where ``memory`` was computed). ``out``: an ``(N, V)`` tensor of the model's dtype to
         write the logits into (a search reuses one across steps: a fresh N x V tensor each step costs more in page
-        faults than the softmax over it).
+        faults than the softmax over it). ``project=False``: the last position's output ``(N, D)`` instead, before
+        the output projection (a search that reads the logits a block at a time: ``OutputProjection.blocks``).
         """
         offset, new = cache.length, tokens.size(1)
         x = self.embed(tokens, self.tgt_embed, offset)  # refuses a sequence past max_len
@@ -315,6 +317,8 @@ class Transformer(nn.Module):
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)
+        if not project:
+            return last
         if (out is None or (self.generator.packed is not None and x.size(0) > 1)  # prepacked: its own output
                 or in_float32(self.generator.weight, x.size(0))):  # bfloat16 computed in float32
             return self.generator(last)

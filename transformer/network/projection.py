@@ -1,11 +1,16 @@
-"""The output projection, ``d_model`` -> vocabulary, with a prepacked copy for CPU decoding."""
+"""The output projection, ``d_model`` -> vocabulary, with a prepacked copy for CPU decoding; its logits a block of the
+vocabulary at a time for a search that reads them in cache."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
 from .linear import linear
+
+VOCAB_BLOCK = 4096  # pieces a block of :meth:`OutputProjection.blocks` (256 rows' logits of a block: 4 MB, in cache)
 
 
 class OutputProjection(nn.Linear):
@@ -41,6 +46,15 @@ class OutputProjection(nn.Linear):
     def packed_bytes(self) -> int:
         """Bytes of the prepacked copy (0 when there is none)."""
         return 0 if self.packed is None else self.packed[0].numel() * self.packed[0].element_size()
+
+    def blocks(self, x: Tensor) -> Iterator[tuple[int, Tensor]]:
+        """The logits of ``x (N, D)`` one block of :data:`VOCAB_BLOCK` pieces at a time: ``(first piece, logits
+        (N, block))``, each from the block's rows of the weight (a search reads a block while it is in cache; the
+        whole ``(N, V)`` tensor of a large batch is not)."""
+        bias = self.bias
+        for start in range(0, self.weight.size(0), VOCAB_BLOCK):
+            end = start + VOCAB_BLOCK
+            yield start, linear(x, self.weight[start:end], None if bias is None else bias[start:end])
 
     def forward(self, x: Tensor) -> Tensor:
         p = self.packed
