@@ -67,11 +67,17 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
     return run
 
 
+def _never_ids(model: Transformer) -> list[int]:
+    """The pieces that are never outputs: padding and BOS (BOS is, when decoding starts from ``</s>`` as in M2M100 /
+    NLLB)."""
+    cfg = model.config
+    return [cfg.pad_id] + ([cfg.bos_id] if cfg.bos_id != cfg.eos_id else [])
+
+
 def _never(logp: Tensor, model: Transformer) -> Tensor:
-    """Padding and BOS are never outputs (BOS is, when decoding starts from ``</s>`` as in M2M100 / NLLB)."""
-    logp[:, model.config.pad_id] = float("-inf")
-    if model.config.bos_id != model.config.eos_id:
-        logp[:, model.config.bos_id] = float("-inf")
+    """``logp (N, V)`` with :func:`_never_ids` at -inf, in place."""
+    for t in _never_ids(model):
+        logp[:, t] = float("-inf")
     return logp
 
 
@@ -113,8 +119,8 @@ def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, 
                   model)
 
 
-BLOCKS_MIN_BYTES = 48 << 20  # a step's float32 logits from this size on are read a block at a time (below, the
-# whole log-softmax is as fast: OPUS-MT's 58,101 pieces, beam 4, batches of 64 sentences gain 1.12x, of 32 and 16 none)
+BLOCKS_MIN_BYTES = 48 << 20  # a step's float32 logits from this size on are read a block at a time (below it the
+# whole log-softmax measured as fast: docs/benchmarks.md)
 
 
 def _by_blocks(model: Transformer, cache: KVCache | None, head_mask: dict[str, Tensor] | None,
@@ -134,8 +140,7 @@ def _best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Ten
     :func:`_never`). The logits come a block of the vocabulary at a time (``OutputProjection.blocks``) and are read
     while in cache: each block's ``k`` best and its share of the normaliser, ``max + log(sum(exp(x - max)))`` joined
     over the blocks at the end (``log_softmax``'s numbers up to float rounding; tested). No ``(N, V)`` tensor."""
-    cfg = model.config
-    never = [cfg.pad_id] + ([cfg.bos_id] if cfg.bos_id != cfg.eos_id else [])
+    never = _never_ids(model)
     maxes, sums, values, ids = [], [], [], []
     for start, logits in model.generator.blocks(hidden):  # (N, C) each
         logits = logits.float()  # a bfloat16 model's too: the normaliser in float32, as _step's log-softmax

@@ -3,10 +3,10 @@ weights on a CPU where oneDNN's bfloat16 product is slow.
 
 PyTorch multiplies bfloat16 matrices on a CPU with oneDNN. With ``avx512_bf16`` or AMX that is several times faster
 than float32. With AVX-512 but without those instructions (Intel Skylake to Ice Lake) oneDNN converts in software:
-about a fifth of float32's speed, which a product of many rows (a batch, a beam) feels and one row (a greedy step,
-bounded by reading the weights) does not. Without AVX-512 (AVX2 only: most laptops, AMD before Zen 4) oneDNN has no
-bfloat16 product and PyTorch falls back to a plain single-threaded loop, about 2 GFLOP/s: on an OPUS-MT-sized model
-greedy decoding ran 21x slower than float32 and beam search 65x (docs/families.md). In those cases :func:`linear`
+several times slower than float32, which a product of many rows (a batch, a beam) feels and one row (a greedy
+step, bounded by reading the weights) does not. Without AVX-512 (AVX2 only: most laptops, AMD before Zen 4) oneDNN
+has no bfloat16 product and PyTorch falls back to a plain single-threaded loop, tens of times slower than float32
+(measured in docs/families.md). In those cases :func:`linear`
 computes in float32 from float32 copies of the operands and rounds the result back to bfloat16: the arithmetic of
 oneDNN's bfloat16 product (float32 accumulation, one rounding at the end), at float32 speed plus the copies.
 """
@@ -21,14 +21,20 @@ from torch import Tensor, nn
 
 # oneDNN's CPU instruction-set caps (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA) below AVX-512: no bfloat16 matmul
 _BELOW_AVX512 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
+# ... and at AVX-512 without its bfloat16 instructions: bfloat16 converted in software
+_AVX512_WITHOUT_BF16 = ("AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def _onednn_cap() -> str:
+    """The instruction set oneDNN is capped at (``ONEDNN_MAX_CPU_ISA`` or its old name), upper case; "" for none."""
+    return (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
 
 
 @functools.cache
 def bf16_matmul_native() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in oneDNN (AVX-512 and newer, not capped below it by
     ``ONEDNN_MAX_CPU_ISA``); False: PyTorch's slow fallback, which :func:`linear` avoids."""
-    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
-    if cap in _BELOW_AVX512:
+    if _onednn_cap() in _BELOW_AVX512:
         return False
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -36,16 +42,11 @@ def bf16_matmul_native() -> bool:
         return False
 
 
-# oneDNN's caps at AVX-512 without its bfloat16 instructions: bfloat16 converted in software
-_AVX512_WITHOUT_BF16 = ("AVX512_CORE", "AVX512_CORE_VNNI")
-
-
 @functools.cache
 def bf16_matmul_fast() -> bool:
     """Whether this CPU has bfloat16 instructions (``avx512_bf16`` or AMX, not capped below them by
     ``ONEDNN_MAX_CPU_ISA``): oneDNN's bfloat16 product is then faster than float32 at any size."""
-    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
-    if not bf16_matmul_native() or cap in _AVX512_WITHOUT_BF16:
+    if not bf16_matmul_native() or _onednn_cap() in _AVX512_WITHOUT_BF16:
         return False
     cpu = getattr(torch, "cpu", None)
     return any(bool(getattr(cpu, name, lambda: False)()) for name in ("_is_avx512_bf16_supported",
@@ -53,7 +54,7 @@ def bf16_matmul_fast() -> bool:
 
 
 FLOAT32_MIN_ROWS = 32  # where oneDNN converts bfloat16 in software, products of this many rows or more run in float32
-# (per row, float32 is ~4x faster there; the copy of the weight costs about what 30 rows of the slow product do)
+# (there the copy of the weight costs about what a few tens of rows of the slow product do)
 
 
 def in_float32(weight: Tensor, rows: int | None = None) -> bool:
