@@ -6,11 +6,16 @@ timed on both sides). Ours: ``Translator.translate_batch`` over length-sorted ch
 sorts by length itself). Beam 4; the length penalties differ in form (ours GNMT
 ``((5 + len) / 6) ** 0.6``, CTranslate2's ``len ** 0.6``), so the beam outputs are compared and
 the number of identical ones reported; greedy outputs must be identical token for token.
+
+Each side is timed in a process of its own (``python -m bench.batch --worker``, :func:`worker`), the two taking
+turns: CTranslate2 brings its own OpenMP runtime, and while its thread pool is alive in a process, PyTorch's runs
+slower there (measured in docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,7 @@ from typing import Any
 from transformer import DEFAULT_ALPHA, DecodeSettings, Translator
 from transformer.decoding import max_output_length
 
-from .common import median, time_interleaved
+from .common import in_own_process, median, time_interleaved, worker_main
 
 
 def ctranslate2_available(device: str = "cpu") -> bool:
@@ -122,29 +127,64 @@ def export_for_bench(translator: Translator, out_dir: str | Path) -> Path:
     return export_ctranslate2(translator.path, Path(out_dir) / "ct2", force=True)
 
 
+def worker(job: dict[str, Any]) -> dict[str, Any]:
+    """One side of :func:`bench_batch` in its own process: ``job`` names the ``side`` (``"ours"`` or
+    ``"ctranslate2"``), ``checkpoint``, ``ct2_dir`` (CTranslate2's), ``device``, ``threads``, ``batch_size``,
+    ``sentences`` and ``repeat``. Loads, warms on ``2 * batch_size`` sentences, then times ``repeat`` runs over all
+    of them: ``{"seconds": [...]}``."""
+    import torch
+
+    import transformer
+
+    from .common import sync
+
+    device = job["device"]
+    torch.set_num_threads(job["threads"])
+    translator = transformer.load(job["checkpoint"], device=device)
+    if job["side"] == "ours":
+        fn = OursBatch(translator, job["batch_size"])
+    else:
+        fn = CT2Batch(translator, job["ct2_dir"], device, job["threads"], job["batch_size"])
+    sentences = job["sentences"]
+    fn(sentences[: 2 * job["batch_size"]])
+    seconds = []
+    for _ in range(job["repeat"]):
+        sync(device)
+        t0 = time.perf_counter()
+        fn(sentences)
+        sync(device)
+        seconds.append(time.perf_counter() - t0)
+    return {"seconds": seconds}
+
+
 def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 64, repeat: int = 2,
                 device: str = "cpu", threads: int = 1, identity_sentences: int = 200) -> dict[str, Any]:
-    """Sentences per second, ours and CTranslate2's, taken in turns; plus output agreement."""
+    """Sentences per second, ours and CTranslate2's, each in its own process (:func:`worker`), taking turns; plus
+    output agreement (in this process, untimed)."""
     ours = OursBatch(translator, batch_size)
-    calls: dict[str, Any] = {"ours": lambda: ours(sentences)}
     result: dict[str, Any] = {"batch_sentences": len(sentences), "batch_size": batch_size, "batch_beam": 4}
     with tempfile.TemporaryDirectory(prefix="bench-ct2-") as tmp:
-        ct2 = None
+        ct2_dir = None
         if ctranslate2_available(device) and translator.path is not None:
-            ct2 = CT2Batch(translator, export_for_bench(translator, tmp), device, threads, batch_size)
-            calls["ctranslate2"] = lambda: ct2(sentences)
-        warm = sentences[: min(len(sentences), 2 * batch_size)]
-        for fn in (ours, ct2):
-            if fn is not None:
-                fn(warm)
-        times = time_interleaved(calls, repeat=repeat, warmup=0, device=device)
+            ct2_dir = export_for_bench(translator, tmp)
+        times: dict[str, list[float]] = defaultdict(list)
+        if translator.path is None:  # an unsaved model: ours only, timed here
+            ours(sentences[: 2 * batch_size])
+            times.update(time_interleaved({"ours": lambda: ours(sentences)}, repeat=repeat, warmup=0, device=device))
+        else:
+            job = dict(checkpoint=str(translator.path), ct2_dir=None if ct2_dir is None else str(ct2_dir),
+                       device=device, threads=threads, batch_size=batch_size, sentences=list(sentences), repeat=1)
+            for _ in range(repeat):  # one run a process, the sides taking turns: a change of load hits both
+                for side in ("ours", "ctranslate2") if ct2_dir is not None else ("ours",):
+                    times[side] += in_own_process("bench.batch", {**job, "side": side})["seconds"]
         result["batch_sent_s"] = len(sentences) / median(times["ours"])
-        if ct2 is None:
+        if ct2_dir is None:
             result.update(batch_sent_s_ctranslate2=None, ctranslate2_ratio=None, ctranslate2_identical=None,
                           ctranslate2_greedy_identical=None)
             return result
         result["batch_sent_s_ctranslate2"] = len(sentences) / median(times["ctranslate2"])
         result["ctranslate2_ratio"] = result["batch_sent_s"] / result["batch_sent_s_ctranslate2"]
+        ct2 = CT2Batch(translator, ct2_dir, device, threads, batch_size)
         # agreement: beam 4 on the whole workload (length penalties differ), greedy on a subset (must be equal)
         ours_ids = ours.ids(sentences)
         theirs_ids = ct2.ids(sentences, beam_size=4)
@@ -154,3 +194,7 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
         result["ctranslate2_greedy_identical"] = sum(a == b for a, b in zip(greedy, ct2.ids(subset, beam_size=1)))
         result["ctranslate2_greedy_compared"] = len(subset)
     return result
+
+
+if __name__ == "__main__":
+    worker_main(worker)

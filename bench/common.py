@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +27,30 @@ WORDS = ["a", "man", "woman", "dog", "child", "boy", "girl", "two", "people", "g
          "walks", "plays", "sits", "stands", "jumps", "looks", "holds", "wearing", "with", "in", "on", "at", "the",
          "of", "and", "near", "front", "next", "while", "under", "over", "small", "large", "little", "crowd", "city",
          "building"]
+
+
+def in_own_process(module: str, job: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
+    """``python -m {module} --worker`` in a fresh process, given ``job`` as JSON on its standard input: the JSON
+    object it prints last (:func:`worker_main`). Engines timed against each other each run in a process of their own:
+    two OpenMP thread pools in one process (PyTorch's and CTranslate2's, each with its own ``libgomp``) slow the one
+    that runs while the other's pool is alive (measured in docs/benchmarks.md), which no user of either sees."""
+    proc = subprocess.run([sys.executable, "-m", module, "--worker"], input=json.dumps(job), capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO_ROOT, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{module} worker ({job.get('side', '?')}) failed with exit code {proc.returncode}: {last}")
+    return json.loads(lines[-1])
+
+
+def worker_main(worker: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str] | None = None) -> bool:
+    """The worker side of :func:`in_own_process`: with ``--worker`` among ``argv``, run ``worker`` on the job read
+    from standard input and print its result as one JSON line (True); otherwise False (the module's own command
+    line runs)."""
+    if "--worker" not in (sys.argv[1:] if argv is None else argv):
+        return False
+    print(json.dumps(worker(json.loads(sys.stdin.read()))))
+    return True
 
 
 def cpu_count() -> int:

@@ -3,9 +3,9 @@
 An OPUS-MT-sized Marian model (512 / 6+6 / 8 heads / 2048, 58,101 pieces; random weights, no download) is
 saved with transformers and run three ways on the same weights, threads and sentences, beam 4: ours (opened by
 ``transformer.load`` from that directory), transformers' ``generate``, and CTranslate2 (converted with its own
-``TransformersConverter``). Random weights ramble, so every engine stops at the same output length. Also one
-20-word sentence, greedy, with every attention returned: ours against transformers with
-``output_attentions=True``. ``--quick`` shrinks the model and the workload to seconds.
+``TransformersConverter``, timed in a process of its own: :func:`worker`). Random weights ramble, so every engine
+stops at the same output length. Also one 20-word sentence, greedy, with every attention returned: ours against
+transformers with ``output_attentions=True``. ``--quick`` shrinks the model and the workload to seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .common import batch_throughput_vs_hf, family_bench_main, greedy_latency_vs_hf
+from .common import batch_throughput_vs_hf, family_bench_main, greedy_latency_vs_hf, in_own_process, worker_main
 
 
 def marian_dir(directory: Path, sentences: list[str], quick: bool) -> Path:
@@ -81,17 +81,14 @@ def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: in
             "marian", sentences, batch,
             lambda group: ours.translate_batch(group, beam_size=4, max_len_a=0.0, max_len_b=max_new), hf_batch))
         try:
-            import ctranslate2
             from ctranslate2.converters import TransformersConverter
 
             ct2_dir = Path(tmp) / "ct2"
             TransformersConverter(str(path)).convert(str(ct2_dir), force=True)
-            ct = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=1, intra_threads=threads)
-            start = time.perf_counter()
-            pieces = [tok.convert_ids_to_tokens(tok(s)["input_ids"]) for s in sentences]
-            ct.translate_batch(pieces, beam_size=4, max_batch_size=batch, max_decoding_length=max_new,
-                               length_penalty=0.6)
-            result["marian_batch_sent_s_ctranslate2"] = round(len(sentences) / (time.perf_counter() - start), 2)
+            seconds = in_own_process("bench.marian", dict(side="ctranslate2", ct2_dir=str(ct2_dir), model=str(path),
+                                                          sentences=sentences, threads=threads, batch=batch,
+                                                          max_new=max_new))["seconds"]
+            result["marian_batch_sent_s_ctranslate2"] = round(len(sentences) / seconds, 2)
         except Exception as err:  # not installed, or the converter refused: say so, keep the rest
             result["marian_ctranslate2_error"] = f"{type(err).__name__}: {err}"
         result["marian_hf_ratio"] = round(result["marian_batch_sent_s"] / result["marian_batch_sent_s_hf"], 2)
@@ -116,7 +113,26 @@ def run(sentences: list[str], quick: bool = False, threads: int = 2, max_new: in
     return result
 
 
+def worker(job: dict[str, Any]) -> dict[str, Any]:
+    """CTranslate2's side of the batch, in a process of its own (``bench.common.in_own_process``: its OpenMP pool
+    would slow PyTorch's in one process): ``job``'s ``sentences`` tokenized by the model's tokenizer and translated
+    (beam 4, ``max_new`` pieces at most) in batches of ``batch``, timed once, as the first run of ours is:
+    ``{"seconds": s}``."""
+    import ctranslate2
+    from transformers import MarianTokenizer
+
+    tok = MarianTokenizer.from_pretrained(job["model"])
+    ct = ctranslate2.Translator(job["ct2_dir"], device="cpu", inter_threads=1, intra_threads=job["threads"])
+    start = time.perf_counter()
+    pieces = [tok.convert_ids_to_tokens(tok(s)["input_ids"]) for s in job["sentences"]]
+    ct.translate_batch(pieces, beam_size=4, max_batch_size=job["batch"], max_decoding_length=job["max_new"],
+                       length_penalty=0.6)
+    return {"seconds": time.perf_counter() - start}
+
+
 def main(argv: list[str] | None = None) -> int:
+    if worker_main(worker, argv):
+        return 0
     return family_bench_main("python -m bench.marian", __doc__, run, "marian", 1000, 16, argv)
 
 
