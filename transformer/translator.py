@@ -177,13 +177,15 @@ class Translator:
 
     @torch.no_grad()
     def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
-                   head_mask: dict[str, Tensor] | None = None) -> Any:
+                   head_mask: dict[str, Tensor] | None = None, logits: bool = True) -> Any:
         """Teacher-forced pass over one pair: decoder input ``[BOS] + target_ids`` -> ``Seq2SeqOutput`` (so
         ``len(target_ids) + 1`` decoder positions; a translation's own attentions are this pass over its
-        ``target_ids[:-1]``, see :meth:`TranslationResult.for_bertviz`)."""
+        ``target_ids[:-1]``, see :meth:`TranslationResult.for_bertviz`). ``logits=False``: no output projection
+        (the attentions only; ``logits`` is then ``(0, V)``)."""
         src = self._pad([list(source_ids)])
         tgt = self._pad([[self.config.bos_id, *target_ids]])
-        return self.model(src, tgt, return_attention=True, head_mask=head_mask)
+        none = None if logits else torch.zeros(tgt.shape, dtype=torch.bool, device=tgt.device)  # (1, T): no position
+        return self.model(src, tgt, return_attention=True, head_mask=head_mask, logits_mask=none)
 
     def translate(self, text: str, settings: DecodeSettings | None = None, *, return_attention: bool = True,
                   head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
@@ -226,7 +228,7 @@ class Translator:
                 tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen, source_pieces=len(pieces[i]),
             )
             if return_attention:
-                out = self.attentions(src_ids, target_ids[:-1], head_mask)
+                out = self.attentions(src_ids, target_ids[:-1], head_mask, logits=False)
                 result.encoder_attentions = tuple(a[0].cpu() for a in out.encoder_attentions)
                 result.decoder_attentions = tuple(a[0].cpu() for a in out.decoder_attentions)
                 result.cross_attentions = tuple(a[0].cpu() for a in out.cross_attentions)

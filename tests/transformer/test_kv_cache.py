@@ -120,6 +120,28 @@ def test_an_all_ones_head_mask_changes_nothing():
             assert torch.equal(x, y)
 
 
+def test_a_cache_primed_with_the_memory_once_a_sentence_steps_as_the_full_forward_of_every_row():
+    """Beam search's cache: cross-attention keys and values projected once per sentence and repeated per beam;
+    each row steps as the full forward over that row's own copy of the memory."""
+    model = model_for("marian-like", seed=5)
+    src = source(model, seed=5)
+    src_mask = padding_mask(src, PAD)
+    beams = 3
+    tgt = target(model, src.size(0) * beams, 4, seed=6)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask).last_hidden_state  # (B, S, D)
+        rows, row_mask = memory.repeat_interleave(beams, 0), src_mask.repeat_interleave(beams, 0)  # (B*K, ...)
+        full = model.decode(tgt, rows, row_mask).logits  # (B*K, T, V)
+        cache = model.new_cache(memory, beams)
+        for layer, c in zip(model.decoder_layers, cache.layers):
+            k, v = layer.cross_attn.project_kv(rows)  # the keys of every row's own copy
+            torch.testing.assert_close(c.cross_k, k, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(c.cross_v, v, atol=1e-6, rtol=1e-6)
+        for t in range(tgt.size(1)):
+            step = model.decode_step(tgt[:, t:t + 1], rows, row_mask, cache)
+            torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
+
+
 def test_step_past_max_len_is_refused():
     model = model_for("post-norm")
     src = source(model)

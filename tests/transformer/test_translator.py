@@ -71,6 +71,17 @@ def test_attentions_equal_a_teacher_forced_forward_pass(translator):
             torch.testing.assert_close(g, e[0], atol=1e-6, rtol=1e-6)
 
 
+def test_attentions_without_logits_are_the_same_attentions(translator):
+    result = translator.translate(TEXTS[2], beam_size=1, return_attention=False)
+    full = translator.attentions(result.source_ids, result.target_ids[:-1])
+    bare = translator.attentions(result.source_ids, result.target_ids[:-1], logits=False)
+    assert full.logits.shape[:2] == (1, len(result.target_ids))
+    assert bare.logits.shape == (0, translator.config.tgt_vocab_size)  # no position projected
+    for kind in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for a, b in zip(getattr(full, kind), getattr(bare, kind), strict=True):
+            assert torch.equal(a, b)
+
+
 def test_greedy_output_is_the_argmax_of_the_teacher_forced_pass(translator):
     """The decoder query t that the attentions show is the step that chose target token t."""
     cfg = translator.config

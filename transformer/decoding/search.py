@@ -142,7 +142,8 @@ def _best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Ten
     over the blocks at the end (``log_softmax``'s numbers up to float rounding; tested). No ``(N, V)`` tensor."""
     never = _never_ids(model)
     maxes, sums, values, ids = [], [], [], []
-    for start, logits in model.generator.blocks(hidden):  # (N, C) each
+    out = _workspace(work, "logits_block", hidden.size(0), projection.VOCAB_BLOCK, hidden.dtype, hidden.device)
+    for start, logits in model.generator.blocks(hidden, out):  # (N, C) each, in the same memory
         logits = logits.float()  # a bfloat16 model's too: the normaliser in float32, as _step's log-softmax
         n, c = logits.shape
         top = logits.amax(dim=-1, keepdim=True)  # (N, 1)
@@ -261,7 +262,7 @@ class _Beams:
                    torch.full((src.size(0) * k, 1), cfg.bos_id, dtype=torch.long, device=src.device),
                    output_limits(model, src, max_len_a, max_len_b),  # (B,) each sentence's own
                    forced.repeat_interleave(k, dim=0) if forced is not None else None,  # (B, P) -> (B*K, P)
-                   model.new_cache() if use_cache else None, head_mask, {})
+                   model.new_cache(memory, k) if use_cache else None, head_mask, {})  # cross K/V once a sentence
 
     def expand(self, step: int, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The 2K best one-token extensions of each sentence's K beams, whose running log-probabilities are
