@@ -177,8 +177,8 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.m
     tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(b, device=src.device)
     finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+    cache = model.new_cache() if use_cache else None
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
-    cache = model.new_cache(expected=int(limits.max())) if use_cache else None
     work: dict[str, Tensor] = {}
     for step in range(1, int(limits.max()) + 1):
         if _by_blocks(model, cache, head_mask, forced, step, b):
@@ -256,14 +256,13 @@ class _Beams:
         cfg = model.config
         src_mask = padding_mask(src, cfg.pad_id)
         memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
-        limits = output_limits(model, src, max_len_a, max_len_b)  # (B,) each sentence's own
         # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
         return cls(model, k, memory.repeat_interleave(k, dim=0),
                    src_mask.repeat_interleave(k, dim=0),  # (B*K, 1, 1, S)
-                   torch.full((src.size(0) * k, 1), cfg.bos_id, dtype=torch.long, device=src.device), limits,
+                   torch.full((src.size(0) * k, 1), cfg.bos_id, dtype=torch.long, device=src.device),
+                   output_limits(model, src, max_len_a, max_len_b),  # (B,) each sentence's own
                    forced.repeat_interleave(k, dim=0) if forced is not None else None,  # (B, P) -> (B*K, P)
-                   model.new_cache(memory, k, int(limits.max())) if use_cache else None,  # cross K/V once a sentence
-                   head_mask, {})
+                   model.new_cache(memory, k) if use_cache else None, head_mask, {})  # cross K/V once a sentence
 
     def expand(self, step: int, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The 2K best one-token extensions of each sentence's K beams, whose running log-probabilities are

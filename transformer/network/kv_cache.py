@@ -24,11 +24,10 @@ class LayerCache:
     """
 
     __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "qkv_weight", "qkv_bias",
-                 "max_len", "expected")
+                 "max_len")
 
-    def __init__(self, max_len: int | None = None, expected: int | None = None) -> None:
+    def __init__(self, max_len: int | None = None) -> None:
         self.max_len = max_len  # the most positions it will hold (the model's max_len): the buffer grows no further
-        self.expected = expected  # the positions a search expects to cache (its length limit): the first buffer's size
         self.buffer: Tensor | None = None
         self.spare: Tensor | None = None
         self.length = 0
@@ -41,8 +40,7 @@ class LayerCache:
 
     def append(self, k: Tensor, v: Tensor, max_len: int | None = None) -> tuple[Tensor, Tensor]:
         """Append new positions' keys and values ``(N, H, T, d)``; returns all cached ``(N, H, t + T, d)`` (views).
-        The first buffer holds ``expected`` positions (at least 16), and it doubles when full, up to ``max_len``
-        positions (None: the cache's own)."""
+        The buffer doubles when full, up to ``max_len`` positions (None: the cache's own)."""
         if max_len is None:
             max_len = self.max_len if self.max_len is not None else 2 ** 31
         t, new = self.length, k.size(2)
@@ -50,7 +48,7 @@ class LayerCache:
         if t and buf.size(1) != k.size(0):
             raise ValueError(f"{k.size(0)} rows appended to a cache of {buf.size(1)} (reorder it first)")
         if buf is None or buf.size(3) < t + new or buf.size(1) != k.size(0):
-            capacity = min(max(2 * (t + new), 16, self.expected or 0), max(max_len, t + new))
+            capacity = min(max(2 * (t + new), 16), max(max_len, t + new))
             fresh = k.new_empty(2, k.size(0), k.size(1), capacity, k.size(3))  # (2, N, H, capacity, d)
             if t:
                 fresh[:, :, :, :t] = buf[:, :, :, :t]
@@ -87,8 +85,8 @@ class LayerCache:
 class KVCache:
     """The whole decoder's cache: one :class:`LayerCache` per decoder layer (``Transformer.new_cache``)."""
 
-    def __init__(self, n_layers: int, max_len: int | None = None, expected: int | None = None) -> None:
-        self.layers = [LayerCache(max_len, expected) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, max_len: int | None = None) -> None:
+        self.layers = [LayerCache(max_len) for _ in range(n_layers)]
 
     def __len__(self) -> int:
         return len(self.layers)

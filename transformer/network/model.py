@@ -282,14 +282,12 @@ class Transformer(nn.Module):
         return DecoderOutput(self.generator(h), x, tuple(self_attns), tuple(cross_attns), tuple(self_inputs),
                              tuple(cross_inputs), tuple(outputs))
 
-    def new_cache(self, memory: Tensor | None = None, repeats: int = 1, expected: int | None = None) -> KVCache:
+    def new_cache(self, memory: Tensor | None = None, repeats: int = 1) -> KVCache:
         """A key/value cache for :meth:`decode_step`, one :class:`~.kv_cache.LayerCache` per decoder layer (a
         search's own object: nothing is kept on the model). Empty, or with ``memory (B, S, D)``: every layer's
         cross-attention keys and values projected now, once per sentence, and each repeated ``repeats`` times
-        (``(B * repeats, H, S, d)``: beam search's rows, whose ``memory`` is the same ``repeats`` times over).
-        ``expected``: the positions the search will cache at most (its length limit), room made for them at once
-        (a buffer that doubles as it fills copies and touches fresh memory each time)."""
-        cache = KVCache(len(self.decoder_layers), self.config.max_len, expected)
+        (``(B * repeats, H, S, d)``: beam search's rows, whose ``memory`` is the same ``repeats`` times over)."""
+        cache = KVCache(len(self.decoder_layers), self.config.max_len)
         if memory is not None:
             for layer, c in zip(self.decoder_layers, cache.layers):
                 k, v = layer.cross_attn.project_kv(memory)  # (B, H, S, d) each
