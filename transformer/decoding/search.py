@@ -142,8 +142,7 @@ def _best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Ten
     over the blocks at the end (``log_softmax``'s numbers up to float rounding; tested). No ``(N, V)`` tensor."""
     never = _never_ids(model)
     maxes, sums, values, ids = [], [], [], []
-    out = _workspace(work, "logits_block", hidden.size(0), projection.VOCAB_BLOCK, hidden.dtype, hidden.device)
-    for start, logits in model.generator.blocks(hidden, out):  # (N, C) each, in the same memory
+    for start, logits in model.generator.blocks(hidden):  # (N, C) each
         logits = logits.float()  # a bfloat16 model's too: the normaliser in float32, as _step's log-softmax
         n, c = logits.shape
         top = logits.amax(dim=-1, keepdim=True)  # (N, 1)

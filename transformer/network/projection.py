@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from .linear import in_float32, linear
+from .linear import linear
 
 VOCAB_BLOCK = 4096  # pieces a block of :meth:`OutputProjection.blocks` (256 rows' logits of a block: 4 MB, in cache)
 
@@ -47,25 +47,14 @@ class OutputProjection(nn.Linear):
         """Bytes of the prepacked copy (0 when there is none)."""
         return 0 if self.packed is None else self.packed[0].numel() * self.packed[0].element_size()
 
-    def blocks(self, x: Tensor, out: Tensor | None = None) -> Iterator[tuple[int, Tensor]]:
+    def blocks(self, x: Tensor) -> Iterator[tuple[int, Tensor]]:
         """The logits of ``x (N, D)`` one block of :data:`VOCAB_BLOCK` pieces at a time: ``(first piece, logits
         (N, block))``, each from the block's rows of the weight (a search reads a block while it is in cache; the
-        whole ``(N, V)`` tensor of a large batch is not). ``out``: a tensor of at least ``N * VOCAB_BLOCK`` elements
-        of ``x``'s dtype that every block is written into (so each is valid until the next; no fresh allocation
-        a block), where the product is a plain one (not :func:`~.linear.linear`'s float32 branch)."""
-        bias, n = self.bias, x.size(0)
-        plain = out is not None and x.dtype == self.weight.dtype and not in_float32(self.weight, n)
+        whole ``(N, V)`` tensor of a large batch is not)."""
+        bias = self.bias
         for start in range(0, self.weight.size(0), VOCAB_BLOCK):
-            end = min(start + VOCAB_BLOCK, self.weight.size(0))
-            w = self.weight[start:end]  # (C, D)
-            if not plain:
-                yield start, linear(x, w, None if bias is None else bias[start:end])
-                continue
-            block = out.view(-1)[: n * (end - start)].view(n, end - start)  # (N, C), contiguous
-            if bias is None:
-                yield start, torch.mm(x, w.t(), out=block)
-            else:
-                yield start, torch.addmm(bias[start:end], x, w.t(), out=block)
+            end = start + VOCAB_BLOCK
+            yield start, linear(x, self.weight[start:end], None if bias is None else bias[start:end])
 
     def forward(self, x: Tensor) -> Tensor:
         p = self.packed
