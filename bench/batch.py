@@ -69,6 +69,34 @@ class OursBatch:
         return out
 
 
+def never_output(translator: Translator) -> list[list[str]]:
+    """The pieces our decoding never outputs, PAD and BOS, as CTranslate2's ``suppress_sequences``."""
+    tok, cfg = translator.tokenizer, translator.config
+    return [[tok.pieces([cfg.pad_id])[0]], [tok.pieces([cfg.bos_id])[0]]]
+
+
+def ct2_plan(translator: Translator, sentences: list[str]) -> dict[str, Any]:
+    """What CTranslate2 needs of ours to translate ``sentences`` as we do (:func:`ct2_text`'s keywords): the longest
+    source (``max_src`` pieces), one length budget for the call (ours for the longest source: ``budget``) and the
+    pieces ours never outputs, PAD and BOS (``suppress``)."""
+    max_src = translator.max_source_tokens
+    longest = max(min(len(p), max_src) for p in translator.tokenizer.sp.encode(list(sentences)))
+    # our budget for a source of n pieces (+ EOS): int(1.5 * (n + 1) + 10), under max_len
+    return dict(max_src=max_src, budget=max_output_length(translator.model, longest + 1, 1.5, 10),
+                suppress=never_output(translator))
+
+
+def ct2_text(ct2: Any, sp: Any, sentences: list[str], max_src: int, budget: int, suppress: list[list[str]],
+             batch_size: int, beam_size: int, length_penalty: float) -> list[str]:
+    """CTranslate2's side of a call, text in, text out: ``sentences`` cut into pieces by the sentencepiece model
+    ``sp`` (at most ``max_src`` each), translated by the ``ctranslate2.Translator`` ``ct2`` within ``budget`` pieces
+    (``suppress``: pieces never output, as ours), the best hypotheses decoded back to text."""
+    pieces = [p[:max_src] for p in sp.encode(list(sentences), out_type=str)]
+    res = ct2.translate_batch(pieces, beam_size=beam_size, max_batch_size=batch_size, length_penalty=length_penalty,
+                              max_decoding_length=budget, min_decoding_length=0, suppress_sequences=suppress)
+    return sp.decode([r.hypotheses[0] for r in res])
+
+
 class CT2Batch:
     """The same weights exported to CTranslate2 (float32, no quantization)."""
 
@@ -80,31 +108,23 @@ class CT2Batch:
         self.ct2 = ctranslate2.Translator(str(model_dir), device=device, compute_type="float32", **kwargs)
         self.translator, self.batch_size = translator, batch_size
         self.beam_size, self.length_penalty = beam_size, length_penalty
-        tok = translator.tokenizer
-        # our decoding never outputs PAD or BOS; tell CTranslate2 the same
-        self.suppress = [[tok.pieces([translator.config.pad_id])[0]], [tok.pieces([translator.config.bos_id])[0]]]
 
     def pieces(self, sentences: list[str]) -> list[list[str]]:
         max_src = self.translator.max_source_tokens
         return [p[:max_src] for p in self.translator.tokenizer.sp.encode(list(sentences), out_type=str)]
 
-    def _max_len(self, src_pieces: int) -> int:
-        # our budget for a source of n pieces (+ EOS): int(1.5 * (n + 1) + 10), under max_len
-        return max_output_length(self.translator.model, src_pieces + 1, 1.5, 10)
-
     def translate_pieces(self, pieces: list[list[str]], beam_size: int, max_decoding_length: int,
                          **kwargs: Any) -> list[list[str]]:
         res = self.ct2.translate_batch(pieces, beam_size=beam_size, max_batch_size=self.batch_size,
                                        length_penalty=self.length_penalty, max_decoding_length=max_decoding_length,
-                                       min_decoding_length=0, suppress_sequences=self.suppress, **kwargs)
+                                       min_decoding_length=0, suppress_sequences=never_output(self.translator),
+                                       **kwargs)
         return [r.hypotheses[0] for r in res]
 
     def __call__(self, sentences: list[str]) -> list[str]:
         """What a user times: text in, text out; one call, one length budget for the batch."""
-        pieces = self.pieces(sentences)
-        budget = self._max_len(max(len(p) for p in pieces))
-        out = self.translate_pieces(pieces, self.beam_size, budget)
-        return self.translator.tokenizer.sp.decode(out)
+        return ct2_text(self.ct2, self.translator.tokenizer.sp, sentences, **ct2_plan(self.translator, sentences),
+                        batch_size=self.batch_size, beam_size=self.beam_size, length_penalty=self.length_penalty)
 
     def ids(self, sentences: list[str], beam_size: int) -> list[list[int]]:
         """Output ids with exactly our per-sentence length budget (sentences grouped by length)."""
@@ -115,7 +135,8 @@ class CT2Batch:
         out: list[list[int]] = [[] for _ in pieces]
         sp = self.translator.tokenizer.sp
         for n, idx in groups.items():
-            hyps = self.translate_pieces([pieces[i] for i in idx], beam_size, self._max_len(n))
+            hyps = self.translate_pieces([pieces[i] for i in idx], beam_size,
+                                         max_output_length(self.translator.model, n + 1, 1.5, 10))
             for i, h in zip(idx, hyps):
                 out[i] = [sp.piece_to_id(t) for t in h]
         return out
@@ -129,24 +150,34 @@ def export_for_bench(translator: Translator, out_dir: str | Path) -> Path:
 
 def worker(job: dict[str, Any]) -> dict[str, Any]:
     """One side of :func:`bench_batch` in its own process: ``job`` names the ``side`` (``"ours"`` or
-    ``"ctranslate2"``), ``checkpoint``, ``ct2_dir`` (CTranslate2's), ``device``, ``threads``, ``batch_size``,
-    ``sentences`` and ``repeat``. Loads, warms on ``2 * batch_size`` sentences, then times ``repeat`` runs over all
-    of them: ``{"seconds": [...]}``."""
+    ``"ctranslate2"``), ``device``, ``threads``, ``batch_size``, ``sentences`` and ``repeat``; ours its
+    ``checkpoint``; CTranslate2 its model (``ct2_dir``) and what :func:`ct2_text` takes (``sp_model``, a file,
+    ``max_src``, ``budget``, ``beam_size``, ``length_penalty``, ``suppress``), so that no PyTorch work runs beside it
+    (PyTorch's thread pool, once alive, slows CTranslate2 as CTranslate2's slows ours). Loads, warms on
+    ``2 * batch_size`` sentences, then times ``repeat`` runs over all of them: ``{"seconds": [...]}``."""
     import torch
-
-    import transformer
 
     from .common import sync
 
-    device = job["device"]
+    device, size = job["device"], job["batch_size"]
     torch.set_num_threads(job["threads"])
-    translator = transformer.load(job["checkpoint"], device=device)
     if job["side"] == "ours":
-        fn = OursBatch(translator, job["batch_size"])
+        import transformer
+
+        fn = OursBatch(transformer.load(job["checkpoint"], device=device), size)
     else:
-        fn = CT2Batch(translator, job["ct2_dir"], device, job["threads"], job["batch_size"])
+        import ctranslate2
+        import sentencepiece as spm
+
+        kwargs = {"intra_threads": job["threads"]} if device == "cpu" else {}
+        ct2 = ctranslate2.Translator(job["ct2_dir"], device=device, compute_type="float32", **kwargs)
+        sp = spm.SentencePieceProcessor(model_file=job["sp_model"])
+
+        def fn(sentences: list[str]) -> list[str]:
+            return ct2_text(ct2, sp, sentences, job["max_src"], job["budget"], job["suppress"], size,
+                            job["beam_size"], job["length_penalty"])
     sentences = job["sentences"]
-    fn(sentences[: 2 * job["batch_size"]])
+    fn(sentences[: 2 * size])
     seconds = []
     for _ in range(job["repeat"]):
         sync(device)
@@ -172,11 +203,17 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
             ours(sentences[: 2 * batch_size])
             times.update(time_interleaved({"ours": lambda: ours(sentences)}, repeat=repeat, warmup=0, device=device))
         else:
-            job = dict(checkpoint=str(translator.path), ct2_dir=None if ct2_dir is None else str(ct2_dir),
-                       device=device, threads=threads, batch_size=batch_size, sentences=list(sentences), repeat=1)
+            job = dict(device=device, threads=threads, batch_size=batch_size, sentences=list(sentences), repeat=1)
+            jobs = {"ours": dict(job, side="ours", checkpoint=str(translator.path))}
+            if ct2_dir is not None:
+                sp_model = Path(tmp) / "sp.model"  # the tokenizer, for a process without our model
+                sp_model.write_bytes(translator.tokenizer.sp.serialized_model_proto())
+                jobs["ctranslate2"] = dict(job, side="ctranslate2", ct2_dir=str(ct2_dir), sp_model=str(sp_model),
+                                           beam_size=4, length_penalty=DEFAULT_ALPHA,
+                                           **ct2_plan(translator, list(sentences)))
             for _ in range(repeat):  # one run a process, the sides taking turns: a change of load hits both
-                for side in ("ours", "ctranslate2") if ct2_dir is not None else ("ours",):
-                    times[side] += in_own_process("bench.batch", {**job, "side": side})["seconds"]
+                for side, side_job in jobs.items():
+                    times[side] += in_own_process("bench.batch", side_job)["seconds"]
         result["batch_sent_s"] = len(sentences) / median(times["ours"])
         if ct2_dir is None:
             result.update(batch_sent_s_ctranslate2=None, ctranslate2_ratio=None, ctranslate2_identical=None,
