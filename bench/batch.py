@@ -81,9 +81,18 @@ def ct2_plan(translator: Translator, sentences: list[str]) -> dict[str, Any]:
     pieces ours never outputs, PAD and BOS (``suppress``)."""
     max_src = translator.max_source_tokens
     longest = max(min(len(p), max_src) for p in translator.tokenizer.sp.encode(list(sentences)))
-    # our budget for a source of n pieces (+ EOS): int(1.5 * (n + 1) + 10), under max_len
-    return dict(max_src=max_src, budget=max_output_length(translator.model, longest + 1, 1.5, 10),
-                suppress=never_output(translator))
+    return dict(max_src=max_src, budget=ours_budget(translator, longest), suppress=never_output(translator))
+
+
+def ours_budget(translator: Translator, src_pieces: int) -> int:
+    """Our output budget for a source of ``src_pieces`` pieces (+ EOS): ``int(1.5 * (n + 1) + 10)``, under
+    ``max_len``."""
+    return max_output_length(translator.model, src_pieces + 1, 1.5, 10)
+
+
+def ct2_pieces(sp: Any, sentences: list[str], max_src: int) -> list[list[str]]:
+    """``sentences`` as CTranslate2's input: the sentencepiece model ``sp``'s pieces, at most ``max_src`` each."""
+    return [p[:max_src] for p in sp.encode(list(sentences), out_type=str)]
 
 
 def ct2_text(ct2: Any, sp: Any, sentences: list[str], max_src: int, budget: int, suppress: list[list[str]],
@@ -91,9 +100,9 @@ def ct2_text(ct2: Any, sp: Any, sentences: list[str], max_src: int, budget: int,
     """CTranslate2's side of a call, text in, text out: ``sentences`` cut into pieces by the sentencepiece model
     ``sp`` (at most ``max_src`` each), translated by the ``ctranslate2.Translator`` ``ct2`` within ``budget`` pieces
     (``suppress``: pieces never output, as ours), the best hypotheses decoded back to text."""
-    pieces = [p[:max_src] for p in sp.encode(list(sentences), out_type=str)]
-    res = ct2.translate_batch(pieces, beam_size=beam_size, max_batch_size=batch_size, length_penalty=length_penalty,
-                              max_decoding_length=budget, min_decoding_length=0, suppress_sequences=suppress)
+    res = ct2.translate_batch(ct2_pieces(sp, sentences, max_src), beam_size=beam_size, max_batch_size=batch_size,
+                              length_penalty=length_penalty, max_decoding_length=budget, min_decoding_length=0,
+                              suppress_sequences=suppress)
     return sp.decode([r.hypotheses[0] for r in res])
 
 
@@ -110,8 +119,7 @@ class CT2Batch:
         self.beam_size, self.length_penalty = beam_size, length_penalty
 
     def pieces(self, sentences: list[str]) -> list[list[str]]:
-        max_src = self.translator.max_source_tokens
-        return [p[:max_src] for p in self.translator.tokenizer.sp.encode(list(sentences), out_type=str)]
+        return ct2_pieces(self.translator.tokenizer.sp, sentences, self.translator.max_source_tokens)
 
     def translate_pieces(self, pieces: list[list[str]], beam_size: int, max_decoding_length: int,
                          **kwargs: Any) -> list[list[str]]:
@@ -135,8 +143,7 @@ class CT2Batch:
         out: list[list[int]] = [[] for _ in pieces]
         sp = self.translator.tokenizer.sp
         for n, idx in groups.items():
-            hyps = self.translate_pieces([pieces[i] for i in idx], beam_size,
-                                         max_output_length(self.translator.model, n + 1, 1.5, 10))
+            hyps = self.translate_pieces([pieces[i] for i in idx], beam_size, ours_budget(self.translator, n))
             for i, h in zip(idx, hyps):
                 out[i] = [sp.piece_to_id(t) for t in h]
         return out

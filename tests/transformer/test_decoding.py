@@ -338,15 +338,12 @@ def test_one_output_length_formula_for_ints_and_batches():
 @pytest.mark.parametrize("pads", [False, True])
 def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads):
     """Over a vocabulary of several blocks, a search of several rows takes each step's best pieces a block at a time
-    (``search._best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
+    (``step.best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
     over a vocabulary of one block), greedy and both beam rules; padding and BOS still never come out, even where
     they are the most probable."""
-    import importlib
-
+    from transformer.decoding import step as search_module
     from transformer.network import projection
     from transformer.network.weights import decoding_layout
-
-    search_module = importlib.import_module("transformer.decoding.search")  # the module (the package exports search())
 
     monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)  # 40 pieces: 5 blocks of 7 and one of 5
     monkeypatch.setattr(search_module, "BLOCKS_MIN_BYTES", 4 * 2 * 40)  # from two rows on
@@ -355,13 +352,13 @@ def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monk
         plain = pad_loving(plain)
     fast = decoding_layout(copy.deepcopy(plain))  # column-major: the layout a loaded model decodes in
     assert len(list(fast.generator.blocks(torch.zeros(2, plain.config.d_model)))) == 6
-    assert search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 4)
-    assert not search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 1)  # one row: under the size
+    assert search_module.by_blocks(fast, fast.new_cache(), None, None, 1, 4)
+    assert not search_module.by_blocks(fast, fast.new_cache(), None, None, 1, 1)  # one row: under the size
     monkeypatch.setattr(projection, "VOCAB_BLOCK", 40)
-    assert not search_module._by_blocks(fast, fast.new_cache(), None, None, 1, 4)  # one block
+    assert not search_module.by_blocks(fast, fast.new_cache(), None, None, 1, 4)  # one block
     monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)
-    assert not search_module._by_blocks(fast, fast.new_cache(), None, torch.ones(4, 1), 1, 4)  # a forced step
-    assert not search_module._by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
+    assert not search_module.by_blocks(fast, fast.new_cache(), None, torch.ones(4, 1), 1, 4)  # a forced step
+    assert not search_module.by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
     x = torch.randn(5, plain.config.d_model)
     with torch.no_grad():
         joined = torch.cat([logits for _, logits in fast.generator.blocks(x)], dim=-1)

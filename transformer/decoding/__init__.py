@@ -5,6 +5,8 @@ cache.
                           output-length rule, each written once
     search.py             greedy search and the one beam search with its two scoring rules (GNMT / fairseq and
                           Hugging Face transformers)
+    step.py               a search's step: the next token's log-probabilities (cache or full forward), padding and
+                          BOS never, forced tokens; a large batch's best pieces a block of the vocabulary at a time
     beam_transformers.py  ``beam_search_transformers``: that beam search under transformers' rules (Marian / OPUS-MT)
     tree.py               ``BeamTree``: the record of every hypothesis a beam search expanded (the Beam tree view)
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..network import projection
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
 from .settings import DEFAULT_ALPHA, DEFAULTS, SCORINGS, DecodeSettings, length_penalty, output_limits
+from .step import best_pieces, by_blocks, force, next_logp
 from .tree import BeamTree, NoTree, TreeRecorder
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -67,101 +67,6 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
     return run
 
 
-def _never_ids(model: Transformer) -> list[int]:
-    """The pieces that are never outputs: padding and BOS (BOS is, when decoding starts from ``</s>`` as in M2M100 /
-    NLLB)."""
-    cfg = model.config
-    return [cfg.pad_id] + ([cfg.bos_id] if cfg.bos_id != cfg.eos_id else [])
-
-
-def _never(logp: Tensor, model: Transformer) -> Tensor:
-    """``logp (N, V)`` with :func:`_never_ids` at -inf, in place."""
-    for t in _never_ids(model):
-        logp[:, t] = float("-inf")
-    return logp
-
-
-def _force(logp: Tensor, forced: Tensor | None, step: int) -> Tensor:
-    """Forced first tokens, as transformers' ``forced_bos_token_id``: at step ``s <= P`` the token ``forced[:, s-1]``
-    gets log-probability 0 and every other token -inf. ``logp (N, V)``, ``forced (N, P)`` (one row per row)."""
-    if forced is None or step > forced.size(1):
-        return logp
-    return logp.fill_(float("-inf")).scatter_(1, forced[:, step - 1: step], 0.0)
-
-
-def _workspace(work: dict[str, Tensor], name: str, rows: int, cols: int, dtype: torch.dtype,
-               device: torch.device) -> Tensor:
-    """A ``(rows, cols)`` tensor kept in ``work`` across the steps of one search (rows only ever shrink)."""
-    buf = work.get(name)
-    if buf is None or buf.size(0) < rows or buf.size(1) != cols or buf.dtype != dtype or buf.device != device:
-        buf = work[name] = torch.empty(rows, cols, dtype=dtype, device=device)
-    return buf[:rows]
-
-
-def _step(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None,
-          head_mask: dict[str, Tensor] | None, work: dict[str, Tensor] | None = None) -> Tensor:
-    """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``: with a ``cache``, one
-    ``Transformer.decode_step`` (head masks or not); without, the full forward over the whole prefix (the oracle).
-    With ``work`` (a dict kept for one search) the logits and log-probabilities go into the same two tensors every
-    step, and the result is overwritten by the next step."""
-    head_mask = head_mask or {}
-    if cache is None:  # recompute the whole prefix
-        out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
-                           cross_head_mask=head_mask.get("cross"))
-        return _never(out.logits[:, -1].float().log_softmax(dim=-1), model)
-    if work is None:
-        logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask)
-        return _never(logits.float().log_softmax(dim=-1), model)
-    n, vocab, dev = tokens.size(0), model.config.tgt_vocab_size, tokens.device
-    logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask,
-                               out=_workspace(work, "logits", n, vocab, memory.dtype, dev))
-    return _never(torch.log_softmax(logits.float(), -1, out=_workspace(work, "logp", n, vocab, torch.float32, dev)),
-                  model)
-
-
-BLOCKS_MIN_BYTES = 48 << 20  # a step's float32 logits from this size on are read a block at a time (below it the
-# whole log-softmax measured as fast: docs/benchmarks.md)
-
-
-def _by_blocks(model: Transformer, cache: KVCache | None, head_mask: dict[str, Tensor] | None,
-               forced: Tensor | None, step: int, rows: int) -> bool:
-    """Whether a step reads its logits a block of the vocabulary at a time (:func:`_best_pieces`): incremental
-    decoding on a CPU without head masks or forced tokens, over a vocabulary of more than one block, of rows whose
-    logits would take :data:`BLOCKS_MIN_BYTES` or more (elsewhere the whole ``(N, V)`` log-softmax of
-    :func:`_step`)."""
-    return (cache is not None and not head_mask and (forced is None or step > forced.size(1))
-            and model.generator.weight.device.type == "cpu" and model.config.tgt_vocab_size > projection.VOCAB_BLOCK
-            and rows > 1 and 4 * rows * model.config.tgt_vocab_size >= BLOCKS_MIN_BYTES)
-
-
-def _best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-    """The ``k`` most probable next pieces of each row from the last positions' outputs ``hidden (N, D)``: their
-    log-probabilities ``(N, k)`` (float32) and ids ``(N, k)``, best first, padding and BOS never (as
-    :func:`_never`). The logits come a block of the vocabulary at a time (``OutputProjection.blocks``) and are read
-    while in cache: each block's ``k`` best and its share of the normaliser, ``max + log(sum(exp(x - max)))`` joined
-    over the blocks at the end (``log_softmax``'s numbers up to float rounding; tested). No ``(N, V)`` tensor."""
-    never = _never_ids(model)
-    maxes, sums, values, ids = [], [], [], []
-    for start, logits in model.generator.blocks(hidden):  # (N, C) each
-        logits = logits.float()  # a bfloat16 model's too: the normaliser in float32, as _step's log-softmax
-        n, c = logits.shape
-        top = logits.amax(dim=-1, keepdim=True)  # (N, 1)
-        shifted = torch.sub(logits, top, out=_workspace(work, "block", n, c, logits.dtype, logits.device))
-        sums.append(shifted.exp_().sum(dim=-1))  # (N,)
-        maxes.append(top[:, 0])
-        for t in never:
-            if start <= t < start + c:
-                logits[:, t - start] = float("-inf")
-        v, i = logits.topk(min(k, c), dim=-1)  # (N, k)
-        values.append(v)
-        ids.append(i + start)
-    block_max = torch.stack(maxes, dim=1)  # (N, blocks)
-    peak = block_max.amax(dim=1, keepdim=True)  # (N, 1)
-    log_norm = peak + (torch.stack(sums, dim=1) * (block_max - peak).exp()).sum(dim=1, keepdim=True).log()  # (N, 1)
-    best, pick = torch.cat(values, dim=1).topk(k, dim=-1)  # (N, blocks * k) -> (N, k)
-    return best - log_norm, torch.cat(ids, dim=1).gather(1, pick)
-
-
 @_inference
 def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.max_len_a,
                   max_len_b: int = DEFAULTS.max_len_b,
@@ -180,11 +85,11 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.m
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
     work: dict[str, Tensor] = {}
     for step in range(1, int(limits.max()) + 1):
-        if _by_blocks(model, cache, head_mask, forced, step, b):
+        if by_blocks(model, cache, head_mask, forced, step, b):
             hidden = model.decode_step(tokens[:, -1:], memory, src_mask, cache, project=False)  # (B, D)
-            best_logp, best = (t[:, 0] for t in _best_pieces(model, hidden, 1, work))
+            best_logp, best = (t[:, 0] for t in best_pieces(model, hidden, 1, work))
         else:
-            logp = _force(_step(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B, V)
+            logp = force(next_logp(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B, V)
             best_logp, best = logp.max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += best_logp.masked_fill(finished, 0.0)
@@ -267,14 +172,14 @@ class _Beams:
         """The 2K best one-token extensions of each sentence's K beams, whose running log-probabilities are
         ``scores (B, K)``: their scores, the beam each extends and its new token, ``(B, 2K)`` each."""
         b, k = scores.shape
-        if _by_blocks(self.model, self.cache, self.head_mask, self.forced, step, b * k):
+        if by_blocks(self.model, self.cache, self.head_mask, self.forced, step, b * k):
             hidden = self.model.decode_step(self.tokens[:, -1:], self.memory, self.src_mask, self.cache,
                                             project=False)  # (B*K, D)
-            logp, ids = _best_pieces(self.model, hidden, 2 * k, self.work)  # (B*K, 2K) each: a beam's 2K best
+            logp, ids = best_pieces(self.model, hidden, 2 * k, self.work)  # (B*K, 2K) each: a beam's 2K best
             cand = (logp + scores.view(b * k, 1)).view(b, k * 2 * k)  # (B*K, 2K) -> (B, K*2K)
             top_scores, pick = cand.topk(2 * k, dim=-1)  # (B, 2K): the sentence's 2K best are among them
             return top_scores, pick // (2 * k), ids.view(b, k * 2 * k).gather(1, pick)
-        logp = _force(_step(self.model, self.tokens, self.memory, self.src_mask, self.cache, self.head_mask,
+        logp = force(next_logp(self.model, self.tokens, self.memory, self.src_mask, self.cache, self.head_mask,
                             self.work), self.forced, step)  # (B*K, V)
         vocab = logp.size(-1)
         cand = logp.add_(scores.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place

@@ -62,9 +62,14 @@ class MultiHeadAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, L, D) -> (B, H, L, d)
 
-    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable)."""
-        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+    def project_kv(self, x: Tensor, repeats: int = 1) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable); with ``repeats``, each row's
+        repeated that many times, ``(B * repeats, H, L, d)``, projected once (beam search: a sentence's beams share
+        its encoder output). The repeat comes before the heads are split: every row keeps this layout."""
+        if repeats == 1:
+            return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+        return tuple(self.split_heads(proj(x).repeat_interleave(repeats, dim=0))  # (B*repeats, L, D) -> (.., H, L, d)
+                     for proj in (self.k_proj, self.v_proj))
 
     def fused_qkv(self) -> tuple[Tensor, Tensor]:
         """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention

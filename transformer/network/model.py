@@ -290,10 +290,7 @@ class Transformer(nn.Module):
         cache = KVCache(len(self.decoder_layers), self.config.max_len)
         if memory is not None:
             for layer, c in zip(self.decoder_layers, cache.layers):
-                attn = layer.cross_attn
-                # (B, S, D) -> (B*repeats, S, D) -> (B*repeats, H, S, d): the layout project_kv gives every row
-                c.cross_k, c.cross_v = (attn.split_heads(proj(memory).repeat_interleave(repeats, dim=0))
-                                        for proj in (attn.k_proj, attn.v_proj))
+                c.cross_k, c.cross_v = layer.cross_attn.project_kv(memory, repeats)  # (B*repeats, H, S, d) each
         return cache
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
