@@ -208,7 +208,8 @@ def test_a_killed_run_resumes_and_equals_an_unbroken_one(tiny_checkpoint, tmp_pa
 @pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-de-prenorm"])
 def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
     """Each shipped checkpoint's committed table: every line of test_2016_flickr, no Multi30k text in it, and its
-    first batch (the 64 shortest lines) recomputed now with the manifest's settings gives the same rows."""
+    first batch (the 64 shortest lines) recomputed now with the manifest's settings gives the same rows (scores up to
+    float rounding)."""
     import transformer
     from transformer.decoding import DecodeSettings
     from transformer.interpret.table import batch_rows, source_lengths
@@ -233,7 +234,10 @@ def test_shipped_tables_are_what_the_command_gives(name, multi30k_dir):
     references = (multi30k_dir / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
     first = batches(source_lengths(tr, sources), s["batch_size"])[0]
     fresh = batch_rows(tr, first, sources, references, settings, flagging.flag_rule(tr.path))
-    assert [{**r, "source": None, "reference": None} for r in fresh] == [rows[i] for i in first]
+    # the same rows: text, ids, flags exactly; scores up to float rounding (a change of the order of a sum moves
+    # the last bits)
+    assert [{**r, "source": None, "reference": None} for r in fresh] == [pytest.approx(rows[i], rel=1e-5, abs=1e-6)
+                                                                         for i in first]
     assert manifest["flagged"] == sum(r["flag"] for r in rows) <= 0.05 * len(rows)
 
 

@@ -121,25 +121,60 @@ def test_an_all_ones_head_mask_changes_nothing():
 
 
 def test_a_cache_primed_with_the_memory_once_a_sentence_steps_as_the_full_forward_of_every_row():
-    """Beam search's cache: cross-attention keys and values projected once per sentence and repeated per beam;
-    each row steps as the full forward over that row's own copy of the memory."""
+    """Beam search's cache: cross-attention keys and values projected and kept once per sentence, shared by its
+    beams (consecutive rows, attending together); each row steps as the full forward over that row's own copy of
+    the memory, also after whole sentences leave (their groups go) and after a choice of single rows (every row
+    then gets its own copy)."""
     model = model_for("marian-like", seed=5)
     src = source(model, seed=5)
     src_mask = padding_mask(src, PAD)
     beams = 3
-    tgt = target(model, src.size(0) * beams, 4, seed=6)
+    tgt = target(model, src.size(0) * beams, 6, seed=6)
     with torch.no_grad():
         memory = model.encode(src, src_mask).last_hidden_state  # (B, S, D)
         rows, row_mask = memory.repeat_interleave(beams, 0), src_mask.repeat_interleave(beams, 0)  # (B*K, ...)
         full = model.decode(tgt, rows, row_mask).logits  # (B*K, T, V)
         cache = model.new_cache(memory, beams)
         for layer, c in zip(model.decoder_layers, cache.layers):
-            k, v = layer.cross_attn.project_kv(rows)  # the keys of every row's own copy
+            k, v = layer.cross_attn.project_kv(memory)  # once per sentence
+            assert c.group == beams and c.cross_k.size(0) == src.size(0)
             torch.testing.assert_close(c.cross_k, k, atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(c.cross_v, v, atol=1e-6, rtol=1e-6)
+        keep = torch.arange(src.size(0) * beams)
         for t in range(tgt.size(1)):
-            step = model.decode_step(tgt[:, t:t + 1], rows, row_mask, cache)
-            torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
+            if t == 2:  # the first sentence leaves: whole groups stay grouped
+                keep = keep[beams:]
+                cache.select(torch.arange(beams, beams + keep.numel()))
+            if t == 4:  # single rows (not whole groups, out of order): each its own copy
+                pick = torch.tensor([4, 0, 1])
+                keep = keep[pick]
+                cache.select(pick)
+            step = model.decode_step(tgt[keep, t:t + 1], rows[keep], row_mask[keep], cache)
+            torch.testing.assert_close(step, full[keep, t], atol=1e-5, rtol=1e-5)
+            assert cache.layers[0].group == (beams if t < 4 else 1)
+
+
+def test_grouped_cross_attention_returns_each_rows_own_weights():
+    """A group of rows attending together to shared keys returns what each row's own attention returns: the
+    output and the weights ``(N, H, Tq, S)``, with a padding mask, through the explicit path and the fused one."""
+    model = model_for("marian-like", seed=7)
+    attn = model.decoder_layers[0].cross_attn
+    src = source(model, seed=7)
+    src_mask = padding_mask(src, PAD)  # (B, 1, 1, S)
+    g, d_model = 4, model.config.d_model
+    gen = torch.Generator().manual_seed(8)
+    query = torch.randn(src.size(0) * g, 1, d_model, generator=gen)  # (B*g, 1, D)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask).last_hidden_state
+        rows, row_mask = memory.repeat_interleave(g, 0), src_mask.repeat_interleave(g, 0)
+        want, want_w = attn(query, rows, row_mask, need_weights=True)  # every row its own keys
+        for need in (True, False):
+            c = model.new_cache(memory, g).layers[0]
+            got, got_w = attn(query, rows, row_mask, need_weights=need, cache=c)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            if need:
+                torch.testing.assert_close(got_w, want_w, atol=1e-6, rtol=1e-6)
+                assert (got_w.masked_select(~row_mask.expand_as(got_w)) == 0).all()
 
 
 def test_step_past_max_len_is_refused():

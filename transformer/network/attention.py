@@ -62,14 +62,9 @@ class MultiHeadAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, L, D) -> (B, H, L, d)
 
-    def project_kv(self, x: Tensor, repeats: int = 1) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable); with ``repeats``, each row's
-        repeated that many times, ``(B * repeats, H, L, d)``, projected once (beam search: a sentence's beams share
-        its encoder output). The repeat comes before the heads are split: every row keeps this layout."""
-        if repeats == 1:
-            return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
-        return tuple(self.split_heads(proj(x).repeat_interleave(repeats, dim=0))  # (B*repeats, L, D) -> (.., H, L, d)
-                     for proj in (self.k_proj, self.v_proj))
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``x`` ``(B, L, D)``, each ``(B, H, L, d)`` (cacheable)."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
     def fused_qkv(self) -> tuple[Tensor, Tensor]:
         """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
@@ -121,11 +116,18 @@ class MultiHeadAttention(nn.Module):
         ``key_value`` once into it (see :meth:`_cached_qkv`); ``mask`` then covers the cached positions too.
         Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
         """
+        group = 1
         if cache is not None:
             q, k, v = self._cached_qkv(query, key_value, cache)
+            group = cache.group if key_value is not None else 1
         else:
             q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
             k, v = kv if kv is not None else self.project_kv(query if key_value is None else key_value)  # (B,H,Tk,d)
+        n, _, tq, _ = q.shape
+        if group > 1:  # a sentence's beams (rows in groups) attend together to its keys, read once (LayerCache)
+            q = q.view(n // group, group, self.n_heads, tq, self.d_head).transpose(1, 2).reshape(
+                n // group, self.n_heads, group * tq, self.d_head)  # (N, H, Tq, d) -> (N/g, H, g*Tq, d)
+            mask = None if mask is None else mask[::group]  # (N, 1, 1, S) -> (N/g, 1, 1, S): a sentence's padding
         weights = None
         if need_weights or (self.training and self.dropout_p > 0 and q.device.type == "cpu"):
             # written out (also when training on a CPU with attention dropout: PyTorch's CPU kernel then falls back
@@ -138,4 +140,7 @@ class MultiHeadAttention(nn.Module):
                 q, k, v = q.float(), k.float(), v.float()
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
-        return self.merge_heads(out, head_mask), weights
+        if group > 1 and weights is not None:
+            weights = weights.view(n // group, self.n_heads, group, tq, -1).transpose(1, 2).reshape(
+                n, self.n_heads, tq, -1)  # (N/g, H, g*Tq, S) -> (N, H, Tq, S)
+        return self.merge_heads(out, head_mask).view(n, tq, -1), weights  # (N/g, g*Tq, D) -> (N, Tq, D)

@@ -7,6 +7,10 @@ Growing the self-attention keys with ``torch.cat`` would copy every earlier posi
 them for beam search would allocate a fresh tensor at every step (on CPU the page faults of those fresh allocations
 cost more than the copies). Here they are views of one ``(2, N, H, capacity, d)`` buffer with spare capacity: a
 step writes its new positions in place, and a beam reorder gathers into a second buffer that the two then swap.
+
+Beam search's rows come ``group`` at a time per sentence (its beams), and they share the sentence's cross-attention
+keys and values: those are kept once per sentence, ``(N / group, H, S, d)``, and the group's queries attend to them
+together (``MultiHeadAttention.forward``), reading them once a step instead of once a beam.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ class LayerCache:
     """One decoder layer's cache.
 
     ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, H, capacity, d)``, ``t = length``;
-    ``cross_k``/``cross_v`` ``(N, H, S, d)``: the encoder output's keys and values; ``qkv_weight`` ``(3D, D)`` and
-    ``qkv_bias`` ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
+    ``cross_k``/``cross_v`` ``(N / group, H, S, d)``: the encoder output's keys and values, one row for each
+    ``group`` consecutive rows (a sentence's beams; 1: a row each); ``qkv_weight`` ``(3D, D)`` and ``qkv_bias``
+    ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
     """
 
-    __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "qkv_weight", "qkv_bias",
-                 "max_len")
+    __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "group", "qkv_weight",
+                 "qkv_bias", "max_len")
 
     def __init__(self, max_len: int | None = None) -> None:
         self.max_len = max_len  # the most positions it will hold (the model's max_len): the buffer grows no further
@@ -35,6 +40,7 @@ class LayerCache:
         self.self_v: Tensor | None = None
         self.cross_k: Tensor | None = None
         self.cross_v: Tensor | None = None
+        self.group = 1
         self.qkv_weight: Tensor | None = None
         self.qkv_bias: Tensor | None = None
 
@@ -77,9 +83,22 @@ class LayerCache:
         self.self_k, self.self_v = dst[0, :, :, :t], dst[1, :, :, :t]
 
     def select_cross(self, rows: Tensor) -> None:
-        """Keep the cross-attention keys/values of ``rows (N',)`` only."""
-        if self.cross_k is not None:
-            self.cross_k, self.cross_v = self.cross_k.index_select(0, rows), self.cross_v.index_select(0, rows)
+        """Keep the cross-attention keys/values of ``rows (N',)`` only. Rows that are whole groups, in order (whole
+        sentences leaving a beam search), keep their groups' shared keys; any other choice gives every row its own
+        copy (``group`` 1)."""
+        if self.cross_k is None:
+            return
+        g = self.group
+        if g > 1:
+            firsts = rows[::g]  # (N' / g,) the first row of each group
+            whole = rows.numel() % g == 0 and bool((firsts % g == 0).all()) and torch.equal(
+                rows.view(-1, g), firsts[:, None] + torch.arange(g, device=rows.device))  # (N'/g, g)
+            if whole:
+                rows = firsts // g
+            else:
+                self.cross_k, self.cross_v = (t.repeat_interleave(g, dim=0) for t in (self.cross_k, self.cross_v))
+                self.group = 1
+        self.cross_k, self.cross_v = self.cross_k.index_select(0, rows), self.cross_v.index_select(0, rows)
 
 
 class KVCache:

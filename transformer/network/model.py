@@ -285,12 +285,14 @@ class Transformer(nn.Module):
     def new_cache(self, memory: Tensor | None = None, repeats: int = 1) -> KVCache:
         """A key/value cache for :meth:`decode_step`, one :class:`~.kv_cache.LayerCache` per decoder layer (a
         search's own object: nothing is kept on the model). Empty, or with ``memory (B, S, D)``: every layer's
-        cross-attention keys and values projected now, once per sentence, and each repeated ``repeats`` times
-        (``(B * repeats, H, S, d)``: beam search's rows, whose ``memory`` is the same ``repeats`` times over)."""
+        cross-attention keys and values projected now, once per sentence, ``(B, H, S, d)``, each shared by the
+        ``repeats`` consecutive rows of :meth:`decode_step` that continue that sentence (beam search's beams, whose
+        memory is the same ``repeats`` times over: they attend to it together, see ``LayerCache.group``)."""
         cache = KVCache(len(self.decoder_layers), self.config.max_len)
         if memory is not None:
             for layer, c in zip(self.decoder_layers, cache.layers):
-                c.cross_k, c.cross_v = layer.cross_attn.project_kv(memory, repeats)  # (B*repeats, H, S, d) each
+                c.cross_k, c.cross_v = layer.cross_attn.project_kv(memory)  # (B, H, S, d) each
+                c.group = repeats
         return cache
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
