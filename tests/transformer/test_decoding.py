@@ -361,9 +361,13 @@ def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monk
     assert not search_module.by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
     x = torch.randn(5, plain.config.d_model)
     with torch.no_grad():
-        joined = torch.cat([logits for _, logits in fast.generator.blocks(x)], dim=-1)
-        torch.testing.assert_close(joined, torch.nn.functional.linear(x, plain.generator.weight,
-                                                                      plain.generator.bias), atol=1e-5, rtol=1e-5)
+        gen = projection.OutputProjection(plain.config.d_model, 40)
+        gen.weight.copy_(plain.generator.weight)
+        for bias in (None, torch.zeros(40), torch.arange(40.0)):  # zeros are left out
+            gen.bias = None if bias is None else torch.nn.Parameter(bias)
+            joined = torch.cat([logits for _, logits in gen.blocks(x)], dim=-1)
+            torch.testing.assert_close(joined, torch.nn.functional.linear(x, plain.generator.weight, bias),
+                                       atol=1e-5, rtol=1e-5)
     src = make_src(plain.config, seed=5)
     for run in (lambda m: greedy_decode(m, src), lambda m: beam_search(m, src, 3, 0.6),
                 lambda m: beam_search(m, src, 3, 1.0, scoring="transformers")):

@@ -50,8 +50,9 @@ class OutputProjection(nn.Linear):
     def blocks(self, x: Tensor) -> Iterator[tuple[int, Tensor]]:
         """The logits of ``x (N, D)`` one block of :data:`VOCAB_BLOCK` pieces at a time: ``(first piece, logits
         (N, block))``, each from the block's rows of the weight (a search reads a block while it is in cache; the
-        whole ``(N, V)`` tensor of a large batch is not)."""
-        bias = self.bias
+        whole ``(N, V)`` tensor of a large batch is not). A bias of zeros (OPUS-MT's ``final_logits_bias``) is left
+        out: adding it would copy it into every block first."""
+        bias = self.bias if self.bias is not None and bool(self.bias.any()) else None
         for start in range(0, self.weight.size(0), VOCAB_BLOCK):
             end = start + VOCAB_BLOCK
             yield start, linear(x, self.weight[start:end], None if bias is None else bias[start:end])
