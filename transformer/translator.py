@@ -152,17 +152,18 @@ class Translator:
         """Decode id sequences (each ending in EOS); returns output ids (without BOS/EOS) and scores. ``settings``,
         or its fields as keywords (``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``, ``scoring``, ``tgt_lang``:
         :meth:`settings`; ``alpha=None``: the checkpoint's, :attr:`default_alpha`)."""
-        outputs, _, scores, _ = self._decode(sources, self.settings(settings, **changes), head_mask)
+        outputs, _, scores, *_ = self._decode(sources, self.settings(settings, **changes), head_mask)
         return outputs, scores
 
     def _decode(self, sources: Sequence[Sequence[int]], settings: DecodeSettings,
-                head_mask: dict[str, Tensor] | None, record_tree: bool = False,
-                ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None]:
-        """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), and
-        with ``record_tree`` (beam search only) each sentence's search tree. The target language's code (if any) is
+                head_mask: dict[str, Tensor] | None, record_tree: bool = False, return_attention: bool = False,
+                ) -> tuple[list[list[int]], list[bool], list[float], list[BeamTree] | None, Any]:
+        """Like ``generate``, and also whether each output ended with EOS (False: cut at the length limit), with
+        ``record_tree`` (beam search only) each sentence's search tree, and with ``return_attention`` greedy search's
+        own attentions (``Hypotheses.attentions``; None from beam search). The target language's code (if any) is
         imposed as every output's first token (it is part of the outputs)."""
         hyp = search(self.model, self._pad(sources), settings, head_mask=head_mask, record_tree=record_tree,
-                     forced=self._forced(len(sources), settings.tgt_lang))
+                     forced=self._forced(len(sources), settings.tgt_lang), return_attention=return_attention)
         outputs, ended = [], []
         for row in hyp.tokens.tolist():
             ids, stop = [], False
@@ -173,7 +174,7 @@ class Translator:
                 ids.append(t)
             outputs.append(ids)
             ended.append(stop)
-        return outputs, ended, hyp.scores.tolist(), hyp.trees
+        return outputs, ended, hyp.scores.tolist(), hyp.trees, hyp.attentions
 
     @torch.no_grad()
     def attentions(self, source_ids: Sequence[int], target_ids: Sequence[int],
@@ -216,7 +217,8 @@ class Translator:
         pieces = [self.tokenizer.encode(t) for t in texts] if pieces is None else [list(p) for p in pieces]
         encoded = [self.encode_source(t, chosen.src_lang, p) for t, p in zip(texts, pieces)]
         sources = [ids for ids, _ in encoded]
-        outputs, ended, scores, trees = self._decode(sources, chosen, head_mask, record_tree=return_tree)
+        outputs, ended, scores, trees, found = self._decode(sources, chosen, head_mask, record_tree=return_tree,
+                                                            return_attention=return_attention)
         results = []
         for i, ((src_ids, truncated), out_ids, eos, score) in enumerate(zip(encoded, outputs, ended, scores)):
             target_ids = [*out_ids, self.config.eos_id] if eos else list(out_ids)  # no EOS: cut at the limit
@@ -227,7 +229,13 @@ class Translator:
                 decoder_input_tokens=self.tokenizer.pieces(decoder_input(self.config.bos_id, target_ids)),
                 tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen, source_pieces=len(pieces[i]),
             )
-            if return_attention:
+            if return_attention and found is not None:  # greedy search's own, the row's part
+                s, t = len(src_ids), len(target_ids)
+                enc, dec, cross = found
+                result.encoder_attentions = tuple(a[i, :, :s, :s].to("cpu", copy=True) for a in enc)
+                result.decoder_attentions = tuple(a[i, :, :t, :t].to("cpu", copy=True) for a in dec)
+                result.cross_attentions = tuple(a[i, :, :t, :s].to("cpu", copy=True) for a in cross)
+            elif return_attention:  # beam search: the pass over the output
                 out = self.attentions(src_ids, target_ids[:-1], head_mask, logits=False)
                 result.encoder_attentions = tuple(a[0].cpu() for a in out.encoder_attentions)
                 result.decoder_attentions = tuple(a[0].cpu() for a in out.decoder_attentions)

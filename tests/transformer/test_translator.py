@@ -71,6 +71,34 @@ def test_attentions_equal_a_teacher_forced_forward_pass(translator):
             torch.testing.assert_close(g, e[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_greedy_attentions_from_its_steps_equal_the_pass_over_the_output(translator, masked):
+    """Greedy search returns the attentions of its own steps (no second pass): in a padded batch, with sentences
+    ending early and others cut at their length limit, with heads switched off or not, each sentence's attentions
+    are the teacher-forced pass over its output (``Translator.attentions``), a decoder position's later keys 0."""
+    cfg = translator.config
+    head_mask = None
+    if masked:
+        head_mask = {k: torch.ones(n, cfg.n_heads) for k, n in (("encoder", cfg.n_encoder_layers),
+                                                                 ("decoder", cfg.n_decoder_layers),
+                                                                 ("cross", cfg.n_decoder_layers))}
+        for k in head_mask:
+            head_mask[k][0, 0] = 0
+    for limit in (10, 2):  # 2: every output is cut at its length limit
+        results = translator.translate_batch(TEXTS, beam_size=1, max_len_b=limit, return_attention=True,
+                                             head_mask=head_mask)
+        for r in results:
+            want = translator.attentions(r.source_ids, r.target_ids[:-1], head_mask, logits=False)
+            for got, expected in [(r.encoder_attentions, want.encoder_attentions),
+                                  (r.decoder_attentions, want.decoder_attentions),
+                                  (r.cross_attentions, want.cross_attentions)]:
+                assert len(got) == len(expected)
+                for g, e in zip(got, expected):
+                    torch.testing.assert_close(g, e[0], atol=1e-5, rtol=1e-5)
+            check_attention_shapes(r, cfg)
+        assert any(r.hit_max_len for r in results)
+
+
 def test_attentions_without_logits_are_the_same_attentions(translator):
     result = translator.translate(TEXTS[2], beam_size=1, return_attention=False)
     full = translator.attentions(result.source_ids, result.target_ids[:-1])

@@ -47,11 +47,15 @@ _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactl
 class Hypotheses:
     """Decoded output ids ``(B, L)`` (no BOS; EOS kept where produced; padded with ``pad_id``)
     and their scores ``(B,)`` (sum of log-probabilities, divided by the length penalty); ``trees``: one
-    :class:`BeamTree` per sentence when beam search was asked to record it."""
+    :class:`BeamTree` per sentence when beam search was asked to record it; ``attentions``: greedy search's own
+    attention weights when asked, ``(encoder, decoder, cross)``, one tensor a layer each, ``(B, H, S, S)``,
+    ``(B, H, L, L)`` and ``(B, H, L, S)`` (decoder position ``t`` is the step that read output ``t - 1``; a row's
+    positions past its end are the padding steps its batch ran on)."""
 
     tokens: Tensor
     scores: Tensor
     trees: list[BeamTree] | None = None
+    attentions: tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]] | None = None
 
 
 def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
@@ -62,7 +66,8 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
     def run(*args, **kwargs) -> Hypotheses:
         with torch.inference_mode():
             hyp = search(*args, **kwargs)
-        return Hypotheses(hyp.tokens.clone(), hyp.scores.clone(), hyp.trees)
+        attentions = hyp.attentions and tuple(tuple(a.clone() for a in kind) for kind in hyp.attentions)
+        return Hypotheses(hyp.tokens.clone(), hyp.scores.clone(), hyp.trees, attentions)
 
     return run
 
@@ -71,12 +76,19 @@ def _inference(search: Callable[..., Hypotheses]) -> Callable[..., Hypotheses]:
 def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.max_len_a,
                   max_len_b: int = DEFAULTS.max_len_b,
                   use_cache: bool = True, head_mask: dict[str, Tensor] | None = None,
-                  forced: Tensor | None = None) -> Hypotheses:
+                  forced: Tensor | None = None, return_attention: bool = False) -> Hypotheses:
     """Pick the most probable token at every step. ``src (B, S)`` -> ``Hypotheses``. ``forced (B, P)``: the first P
-    output tokens, imposed (e.g. a target-language code), with log-probability 0."""
+    output tokens, imposed (e.g. a target-language code), with log-probability 0. ``return_attention`` (with the
+    cache): every attention weight, taken from the encoder pass and the steps themselves (``Hypotheses.attentions``;
+    the teacher-forced pass over the output gives the same numbers, up to float rounding: tested)."""
     cfg = model.config
     src_mask = padding_mask(src, cfg.pad_id)
-    memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
+    encoded = model.encode(src, src_mask, return_attention=return_attention,
+                           head_mask=(head_mask or {}).get("encoder"))
+    memory = encoded.last_hidden_state
+    steps: list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]] | None = [] if return_attention else None
+    if return_attention and not use_cache:
+        raise ValueError("greedy_decode returns attentions from its cached steps: use_cache=True")
     b = src.size(0)
     tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(b, device=src.device)
@@ -85,11 +97,12 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.m
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
     work: dict[str, Tensor] = {}
     for step in range(1, int(limits.max()) + 1):
-        if by_blocks(model, cache, head_mask, forced, step, b):
+        if steps is None and by_blocks(model, cache, head_mask, forced, step, b):
             hidden = model.decode_step(tokens[:, -1:], memory, src_mask, cache, project=False)  # (B, D)
             best_logp, best = (t[:, 0] for t in best_pieces(model, hidden, 1, work))
         else:
-            logp = force(next_logp(model, tokens, memory, src_mask, cache, head_mask, work), forced, step)  # (B, V)
+            logp = force(next_logp(model, tokens, memory, src_mask, cache, head_mask, work, steps),
+                         forced, step)  # (B, V)
             best_logp, best = logp.max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += best_logp.masked_fill(finished, 0.0)
@@ -97,16 +110,37 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.m
         finished |= (best == cfg.eos_id) | (step >= limits)
         if finished.all():
             break
-    return Hypotheses(tokens[:, 1:], scores)
+    if steps is None:
+        return Hypotheses(tokens[:, 1:], scores)
+    return Hypotheses(tokens[:, 1:], scores, attentions=(encoded.attentions, *_step_attentions(steps)))
+
+
+def _step_attentions(steps: list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]]
+                     ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Each layer's decoder and cross-attention weights ``(B, H, L, L)`` and ``(B, H, L, S)`` from ``L`` steps'
+    ``(self, cross)`` weights (step ``t``: ``(B, H, 1, t)`` and ``(B, H, 1, S)`` a layer); a position's later keys
+    get weight 0, as under the causal mask."""
+    n = len(steps)
+    decoder, cross = [], []
+    for layer in range(len(steps[0][0])):
+        first = steps[0][0][layer]
+        full = first.new_zeros(first.size(0), first.size(1), n, n)  # (B, H, L, L)
+        for t, (self_w, _) in enumerate(steps):
+            full[:, :, t, : t + 1] = self_w[layer][:, :, 0]
+        decoder.append(full)
+        cross.append(torch.cat([cross_w[layer] for _, cross_w in steps], dim=2))  # L x (B, H, 1, S) -> (B, H, L, S)
+    return tuple(decoder), tuple(cross)
 
 
 def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
-           record_tree: bool = False, forced: Tensor | None = None) -> Hypotheses:
+           record_tree: bool = False, forced: Tensor | None = None, return_attention: bool = False) -> Hypotheses:
     """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
     rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). What ``settings`` leave
-    None is filled as :meth:`DecodeSettings.filled` says (``Translator.settings`` fills in the checkpoint's own)."""
+    None is filled as :meth:`DecodeSettings.filled` says (``Translator.settings`` fills in the checkpoint's own).
+    ``return_attention``: greedy search's own attentions (``Hypotheses.attentions``); beam search returns none."""
     if settings.beam_size <= 1:
-        return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced)
+        return greedy_decode(model, src, settings.max_len_a, settings.max_len_b, head_mask=head_mask, forced=forced,
+                             return_attention=return_attention)
     settings = settings.filled()
     return beam_search(model, src, settings.beam_size, settings.alpha, settings.max_len_a, settings.max_len_b,
                        head_mask=head_mask, record_tree=record_tree, forced=forced,

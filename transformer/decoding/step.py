@@ -45,22 +45,27 @@ def workspace(work: dict[str, Tensor], name: str, rows: int, cols: int, dtype: t
 
 
 def next_logp(model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None,
-              head_mask: dict[str, Tensor] | None, work: dict[str, Tensor] | None = None) -> Tensor:
+              head_mask: dict[str, Tensor] | None, work: dict[str, Tensor] | None = None,
+              attentions: list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]] | None = None) -> Tensor:
     """Log-probabilities ``(N, V)`` of the next token after ``tokens (N, t)``: with a ``cache``, one
     ``Transformer.decode_step`` (head masks or not); without, the full forward over the whole prefix (the oracle).
     With ``work`` (a dict kept for one search) the logits and log-probabilities go into the same two tensors every
-    step, and the result is overwritten by the next step."""
+    step, and the result is overwritten by the next step. With ``attentions`` (a search's list; a cache only), the
+    step's self- and cross-attention weights, one ``(N, H, 1, .)`` tensor a layer each, are appended to it."""
     head_mask = head_mask or {}
     if cache is None:  # recompute the whole prefix
         out = model.decode(tokens, memory, src_mask, self_head_mask=head_mask.get("decoder"),
                            cross_head_mask=head_mask.get("cross"))
         return never(out.logits[:, -1].float().log_softmax(dim=-1), model)
-    if work is None:
-        logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask)
-        return never(logits.float().log_softmax(dim=-1), model)
     n, vocab, dev = tokens.size(0), model.config.tgt_vocab_size, tokens.device
-    logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask,
-                               out=workspace(work, "logits", n, vocab, memory.dtype, dev))
+    out = None if work is None else workspace(work, "logits", n, vocab, memory.dtype, dev)
+    logits = model.decode_step(tokens[:, -1:], memory, src_mask, cache, head_mask=head_mask, out=out,
+                               need_weights=attentions is not None)
+    if attentions is not None:
+        logits, *weights = logits
+        attentions.append(tuple(weights))
+    if work is None:
+        return never(logits.float().log_softmax(dim=-1), model)
     return never(torch.log_softmax(logits.float(), -1, out=workspace(work, "logp", n, vocab, torch.float32, dev)),
                  model)
 

@@ -297,7 +297,8 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
                     out: Tensor | None = None, head_mask: dict[str, Tensor] | None = None,
-                    project: bool = True) -> Tensor:
+                    project: bool = True, need_weights: bool = False,
+                    ) -> Tensor | tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
         """Incremental decoding, the one path of greedy search, beam search and its tree, ablation and Marian's
         scoring: logits ``(N, V)`` of the next token after the new positions ``tokens (N, T)`` (one per step in a
         search; several, e.g. a forced prefix, are causal among themselves), given the ``cache.length`` earlier
@@ -311,6 +312,8 @@ class Transformer(nn.Module):
         write the logits into (a search reuses one across steps: a fresh N x V tensor each step costs more in page
         faults than the softmax over it). ``project=False``: the last position's output ``(N, D)`` instead, before
         the output projection (a search that reads the logits a block at a time: ``OutputProjection.blocks``).
+        ``need_weights``: also the new positions' attention weights, ``(logits, self, cross)`` with one tensor a
+        layer, ``(N, H, T, cache.length)`` and ``(N, H, T, S)`` (greedy search's attentions, step by step).
         """
         offset, new = cache.length, tokens.size(1)
         x = self.embed(tokens, self.tgt_embed, offset)  # refuses a sequence past max_len
@@ -319,16 +322,24 @@ class Transformer(nn.Module):
         self_masks = cross_masks = None
         if head_mask is not None:
             self_masks, cross_masks = head_mask.get("decoder"), head_mask.get("cross")
+        weights = []
         for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
-            x = layer.forward(x, memory, self_mask, src_mask, False, None if self_masks is None else self_masks[i],
-                              None if cross_masks is None else cross_masks[i], cache=c)[0]
+            x, *w = layer.forward(x, memory, self_mask, src_mask, need_weights,
+                                  None if self_masks is None else self_masks[i],
+                                  None if cross_masks is None else cross_masks[i], cache=c)
+            weights.append(w)  # [self, cross] (None without need_weights)
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)
-        if not project:
-            return last
-        if (out is None or (self.generator.packed is not None and x.size(0) > 1)  # prepacked: its own output
-                or in_float32(self.generator.weight, x.size(0))):  # bfloat16 computed in float32
+        result = last if not project else self._project(last, out)
+        if need_weights:
+            return result, tuple(w[0] for w in weights), tuple(w[1] for w in weights)
+        return result
+
+    def _project(self, last: Tensor, out: Tensor | None) -> Tensor:
+        """The logits ``(N, V)`` of the last positions' outputs ``last (N, D)`` (into ``out`` where it can)."""
+        if (out is None or (self.generator.packed is not None and last.size(0) > 1)  # prepacked: its own output
+                or in_float32(self.generator.weight, last.size(0))):  # bfloat16 computed in float32
             return self.generator(last)
         weight, bias = self.generator.weight, self.generator.bias  # (V, D), (V,) or None
         if bias is None:
