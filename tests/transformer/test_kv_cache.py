@@ -292,6 +292,6 @@ def test_kv_cache_equals_cat_and_index_select():
         ref_k, ref_v = ref_k.index_select(0, rows), ref_v.index_select(0, rows)
         assert torch.equal(layer.self_k, ref_k) and torch.equal(layer.self_v, ref_v)
         assert torch.equal(layer.cross_k, cross)  # beams of one sentence share it: untouched
-    assert layer.buffer.size(3) == 64  # grew 16 -> 32 -> 64
+    assert layer.buffer.size(2) == 64  # grew 16 -> 32 -> 64
     with pytest.raises(ValueError, match="rows"):
         layer.append(torch.zeros(n + 1, 2, 1, 4), torch.zeros(n + 1, 2, 1, 4), max_len=64)

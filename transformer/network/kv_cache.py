@@ -5,8 +5,10 @@ One :class:`LayerCache` per decoder layer holds the self-attention keys and valu
 the cross-attention keys and values of the encoder output (computed once), and the layer's fused Q|K|V projection.
 Growing the self-attention keys with ``torch.cat`` would copy every earlier position at every step, and reordering
 them for beam search would allocate a fresh tensor at every step (on CPU the page faults of those fresh allocations
-cost more than the copies). Here they are views of one ``(2, N, H, capacity, d)`` buffer with spare capacity: a
+cost more than the copies). Here they are views of one ``(2, N, capacity, H, d)`` buffer with spare capacity: a
 step writes its new positions in place, and a beam reorder gathers into a second buffer that the two then swap.
+Positions before heads: a step's keys and values are written as the fused projection gives them (one contiguous run
+a row), and a row's cached positions are one contiguous run (faster to reorder, and to attend to, than head-major).
 
 Beam search's rows come ``group`` at a time per sentence (its beams), and they share the sentence's cross-attention
 keys and values: those are kept once per sentence, ``(N / group, H, S, d)``, and the group's queries attend to them
@@ -22,7 +24,7 @@ from torch import Tensor
 class LayerCache:
     """One decoder layer's cache.
 
-    ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, H, capacity, d)``, ``t = length``;
+    ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, capacity, H, d)``, ``t = length``;
     ``cross_k``/``cross_v`` ``(N / group, H, S, d)``: the encoder output's keys and values, one row for each
     ``group`` consecutive rows (a sentence's beams; 1: a row each); ``qkv_weight`` ``(3D, D)`` and ``qkv_bias``
     ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
@@ -53,20 +55,20 @@ class LayerCache:
         buf = self.buffer
         if t and buf.size(1) != k.size(0):
             raise ValueError(f"{k.size(0)} rows appended to a cache of {buf.size(1)} (reorder it first)")
-        if buf is None or buf.size(3) < t + new or buf.size(1) != k.size(0):
+        if buf is None or buf.size(2) < t + new or buf.size(1) != k.size(0):
             capacity = min(max(2 * (t + new), 16), max(max_len, t + new))
-            fresh = k.new_empty(2, k.size(0), k.size(1), capacity, k.size(3))  # (2, N, H, capacity, d)
+            fresh = k.new_empty(2, k.size(0), capacity, k.size(1), k.size(3))  # (2, N, capacity, H, d)
             if t:
-                fresh[:, :, :, :t] = buf[:, :, :, :t]
+                fresh[:, :, :t] = buf[:, :, :t]
             buf = self.buffer = fresh
         if new == 1:
-            buf[0, :, :, t] = k[:, :, 0]
-            buf[1, :, :, t] = v[:, :, 0]
+            buf[0, :, t] = k[:, :, 0]  # (N, H, d)
+            buf[1, :, t] = v[:, :, 0]
         else:
-            buf[0, :, :, t:t + new] = k
-            buf[1, :, :, t:t + new] = v
+            buf[0, :, t:t + new] = k.transpose(1, 2)  # (N, H, T, d) -> (N, T, H, d)
+            buf[1, :, t:t + new] = v.transpose(1, 2)
         self.length = t = t + new
-        self.self_k, self.self_v = buf[0, :, :, :t], buf[1, :, :, :t]
+        self.self_k, self.self_v = (buf[i, :, :t].transpose(1, 2) for i in (0, 1))  # (N, t, H, d) -> (N, H, t, d)
         return self.self_k, self.self_v
 
     def reorder(self, rows: Tensor) -> None:
@@ -77,10 +79,10 @@ class LayerCache:
         spare = self.spare
         if spare is None or spare.size(1) < n or spare.shape[2:] != buf.shape[2:]:
             spare = buf.new_empty(2, n, *buf.shape[2:])
-        dst = spare[:, :n]  # (2, N', H, capacity, d)
-        torch.index_select(buf[:, :, :, :t], 1, rows, out=dst[:, :, :, :t])
+        dst = spare[:, :n]  # (2, N', capacity, H, d)
+        torch.index_select(buf[:, :, :t], 1, rows, out=dst[:, :, :t])
         self.buffer, self.spare = dst, buf
-        self.self_k, self.self_v = dst[0, :, :, :t], dst[1, :, :, :t]
+        self.self_k, self.self_v = (dst[i, :, :t].transpose(1, 2) for i in (0, 1))  # (N', t, H, d) -> (N', H, t, d)
 
     def select_cross(self, rows: Tensor) -> None:
         """Keep the cross-attention keys/values of ``rows (N',)`` only. Rows that are whole groups, in order (whole
