@@ -335,15 +335,18 @@ def test_one_output_length_formula_for_ints_and_batches():
     assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1
 
 
-@pytest.mark.parametrize("pads", [False, True])
-def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads):
+@pytest.mark.parametrize("pads,group", [(False, 64), (True, 64), (False, 2), (True, 2)])
+def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads, group):
     """Over a vocabulary of several blocks, a search of several rows takes each step's best pieces a block at a time
     (``step.best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
     over a vocabulary of one block), greedy and both beam rules; padding and BOS still never come out, even where
-    they are the most probable."""
+    they are the most probable. ``group`` 2: the blocks searched the last time (20 pieces) are ranked in groups of 2
+    (``step._topk_by_groups``); 64, never."""
     from transformer.decoding import step as search_module
     from transformer.network import projection
     from transformer.network.weights import decoding_layout
+
+    monkeypatch.setattr(search_module, "TOPK_GROUP", group)
 
     monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)  # 40 pieces: 5 blocks of 7 and one of 5
     monkeypatch.setattr(search_module, "BLOCKS_MIN_BYTES", 4 * 2 * 40)  # from two rows on
@@ -373,10 +376,30 @@ def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monk
                 lambda m: beam_search(m, src, 3, 1.0, scoring="transformers")):
         monkeypatch.setattr(projection, "VOCAB_BLOCK", 40)  # one block: the whole log-softmax
         p = run(plain)
-        monkeypatch.setattr(projection, "VOCAB_BLOCK", 7)
+        monkeypatch.setattr(projection, "VOCAB_BLOCK", 20 if group == 2 else 7)
         f = run(fast)
         assert torch.equal(p.tokens, f.tokens)
         torch.testing.assert_close(p.scores, f.scores, atol=1e-5, rtol=1e-5)
         assert not ({BOS} & set(f.tokens.flatten().tolist()))
         if pads:  # PAD only after an ending
             assert all(PAD not in strip(row) for row in f.tokens.tolist())
+
+
+def test_the_k_best_by_groups_are_the_k_best():
+    """``step._topk_by_groups``: the k best of each row, ranked only in the groups with the best maxima, are
+    ``torch.topk``'s, also where pieces set to -inf after the maxima were taken were their groups' best."""
+    from transformer.decoding import step
+
+    gen = torch.Generator().manual_seed(0)
+    g = step.TOPK_GROUP
+    for trial in range(40):
+        n, groups, k = 5, 12, 1 + trial % 8
+        logits = torch.randn(n, groups * g, generator=gen) * (1 + trial % 3)
+        if trial % 2:
+            logits[:, : g * 3] += 4  # the best crowd into a few groups
+        group_max = logits.view(n, groups, g).amax(-1)
+        banned = logits.view(n, groups, g).argmax(-1)[0, :2] + torch.tensor([0, g])  # two groups' best, row 0
+        logits[:, banned] = float("-inf")
+        v, i = step._topk_by_groups(logits, group_max, k, k + 2)
+        want_v, want_i = logits.topk(k, dim=-1)
+        assert torch.equal(v, want_v) and torch.equal(i, want_i)

@@ -96,14 +96,22 @@ def best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Tens
     for start, logits in model.generator.blocks(hidden):  # (N, C) each
         logits = logits.float()  # a bfloat16 model's too: the normaliser in float32, as next_logp's log-softmax
         n, c = logits.shape
-        top = logits.amax(dim=-1, keepdim=True)  # (N, 1)
+        groups = c // TOPK_GROUP if c % TOPK_GROUP == 0 and c // TOPK_GROUP > k + len(banned) else 0
+        if groups:  # each group's best: the row's best, and where its k best can be
+            group_max = logits.view(n, groups, TOPK_GROUP).amax(dim=-1)  # (N, C) -> (N, C/G, G) -> (N, C/G)
+            top = group_max.amax(dim=-1, keepdim=True)  # (N, 1)
+        else:
+            top = logits.amax(dim=-1, keepdim=True)  # (N, 1)
         shifted = torch.sub(logits, top, out=workspace(work, "block", n, c, logits.dtype, logits.device))
         sums.append(shifted.exp_().sum(dim=-1))  # (N,)
         maxes.append(top[:, 0])
         for t in banned:
             if start <= t < start + c:
                 logits[:, t - start] = float("-inf")
-        v, i = logits.topk(min(k, c), dim=-1)  # (N, k)
+        if groups:
+            v, i = _topk_by_groups(logits, group_max, k, k + len(banned))
+        else:
+            v, i = logits.topk(min(k, c), dim=-1)  # (N, k)
         values.append(v)
         ids.append(i + start)
     block_max = torch.stack(maxes, dim=1)  # (N, blocks)
@@ -111,3 +119,19 @@ def best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Tens
     log_norm = peak + (torch.stack(sums, dim=1) * (block_max - peak).exp()).sum(dim=1, keepdim=True).log()  # (N, 1)
     best, pick = torch.cat(values, dim=1).topk(k, dim=-1)  # (N, blocks * k) -> (N, k)
     return best - log_norm, torch.cat(ids, dim=1).gather(1, pick)
+
+
+TOPK_GROUP = 64  # best_pieces finds a block's k best among the groups of this many pieces with the best maxima
+
+
+def _topk_by_groups(logits: Tensor, group_max: Tensor, k: int, m: int) -> tuple[Tensor, Tensor]:
+    """``logits.topk(k)`` of ``logits (N, C)`` read in groups of :data:`TOPK_GROUP` whose maxima ``group_max
+    (N, C/G)`` were taken before up to ``m - k`` pieces were set to -inf: the k best lie in the ``m`` groups with the
+    largest maxima (a piece beaten by k others' groups' maxima is beaten by k pieces, or by a piece now -inf), so
+    only those ``m * G`` pieces are ranked."""
+    n, g = logits.size(0), TOPK_GROUP
+    pick = group_max.topk(m, dim=-1).indices  # (N, m)
+    grouped = logits.view(n, -1, g)  # (N, C) -> (N, C/G, G)
+    candidates = grouped.gather(1, pick[:, :, None].expand(-1, -1, g)).view(n, m * g)  # (N, m, G) -> (N, m*G)
+    v, i = candidates.topk(k, dim=-1)  # (N, k)
+    return v, pick.gather(1, i // g) * g + i % g
