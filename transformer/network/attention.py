@@ -77,7 +77,8 @@ class MultiHeadAttention(nn.Module):
     def _cached_qkv(self, query: Tensor, key_value: Tensor | None, cache: LayerCache) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V ``(N, H, ., d)`` with a cache. Self-attention (``key_value`` None): Q, K and V of the new positions
         by one matmul (:meth:`fused_qkv`), their keys and values appended to the cache's, all of which are
-        returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once."""
+        returned; cross-attention: the keys and values of ``key_value`` (the encoder output), projected once, and
+        where ``cache.group`` g rows share them, the g rows' queries together, ``(N/g, H, g*T, d)``."""
         n, new, d_model = query.shape
         if key_value is None and d_model > FUSE_QKV_MAX_D:  # three matmuls: no per-search copy of the weights
             q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
@@ -92,8 +93,9 @@ class MultiHeadAttention(nn.Module):
             return q, k, v
         if cache.cross_k is None:
             cache.cross_k, cache.cross_v = self.project_kv(key_value)  # (N, H, S, d) each, once
-        q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)  # (N,T,H,d)
-        return q.transpose(1, 2), cache.cross_k, cache.cross_v
+        g = cache.group  # rows a cross_k row serves: their queries together, (N/g, g*T, H, d), row-major as (N, T)
+        q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n // g, g * new, self.n_heads, self.d_head)
+        return q.transpose(1, 2), cache.cross_k, cache.cross_v  # (N/g, g*T, H, d) -> (N/g, H, g*T, d)
 
     def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
         """Every head's output ``(B, H, T, d)`` (each times its ``head_mask`` entry, 0 switching it off) through
@@ -119,15 +121,12 @@ class MultiHeadAttention(nn.Module):
         group = 1
         if cache is not None:
             q, k, v = self._cached_qkv(query, key_value, cache)
-            group = cache.group if key_value is not None else 1
+            if key_value is not None and cache.group > 1:  # a sentence's beams attend together to its keys
+                group = cache.group
+                mask = None if mask is None else mask[::group]  # (N, 1, 1, S) -> (N/g, 1, 1, S): its padding
         else:
             q = self.split_heads(self.q_proj(query))  # (B, H, Tq, d)
             k, v = kv if kv is not None else self.project_kv(query if key_value is None else key_value)  # (B,H,Tk,d)
-        n, _, tq, _ = q.shape
-        if group > 1:  # a sentence's beams (rows in groups) attend together to its keys, read once (LayerCache)
-            q = q.view(n // group, group, self.n_heads, tq, self.d_head).transpose(1, 2).reshape(
-                n // group, self.n_heads, group * tq, self.d_head)  # (N, H, Tq, d) -> (N/g, H, g*Tq, d)
-            mask = None if mask is None else mask[::group]  # (N, 1, 1, S) -> (N/g, 1, 1, S): a sentence's padding
         weights = None
         if need_weights or (self.training and self.dropout_p > 0 and q.device.type == "cpu"):
             # written out (also when training on a CPU with attention dropout: PyTorch's CPU kernel then falls back
@@ -140,7 +139,10 @@ class MultiHeadAttention(nn.Module):
                 q, k, v = q.float(), k.float(), v.float()
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
-        if group > 1 and weights is not None:
+        if group == 1:
+            return self.merge_heads(out, head_mask), weights
+        n, tq = query.shape[:2]
+        if weights is not None:
             weights = weights.view(n // group, self.n_heads, group, tq, -1).transpose(1, 2).reshape(
                 n, self.n_heads, tq, -1)  # (N/g, H, g*Tq, S) -> (N, H, Tq, S)
         return self.merge_heads(out, head_mask).view(n, tq, -1), weights  # (N/g, g*Tq, D) -> (N, Tq, D)

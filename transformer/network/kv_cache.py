@@ -68,7 +68,7 @@ class LayerCache:
             buf[0, :, t:t + new] = k.transpose(1, 2)  # (N, H, T, d) -> (N, T, H, d)
             buf[1, :, t:t + new] = v.transpose(1, 2)
         self.length = t = t + new
-        self.self_k, self.self_v = (buf[i, :, :t].transpose(1, 2) for i in (0, 1))  # (N, t, H, d) -> (N, H, t, d)
+        self.self_k, self.self_v = buf[0, :, :t].transpose(1, 2), buf[1, :, :t].transpose(1, 2)  # (N, H, t, d)
         return self.self_k, self.self_v
 
     def reorder(self, rows: Tensor) -> None:
@@ -82,7 +82,7 @@ class LayerCache:
         dst = spare[:, :n]  # (2, N', capacity, H, d)
         torch.index_select(buf[:, :, :t], 1, rows, out=dst[:, :, :t])
         self.buffer, self.spare = dst, buf
-        self.self_k, self.self_v = (dst[i, :, :t].transpose(1, 2) for i in (0, 1))  # (N', t, H, d) -> (N', H, t, d)
+        self.self_k, self.self_v = dst[0, :, :t].transpose(1, 2), dst[1, :, :t].transpose(1, 2)  # (N', H, t, d)
 
     def select_cross(self, rows: Tensor) -> None:
         """Keep the cross-attention keys/values of ``rows (N',)`` only. Rows that are whole groups, in order (whole

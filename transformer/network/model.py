@@ -322,18 +322,20 @@ class Transformer(nn.Module):
         self_masks = cross_masks = None
         if head_mask is not None:
             self_masks, cross_masks = head_mask.get("decoder"), head_mask.get("cross")
-        weights = []
+        self_weights, cross_weights = [], []
         for i, (layer, c) in enumerate(zip(self.decoder_layers, cache.layers)):
-            x, *w = layer.forward(x, memory, self_mask, src_mask, need_weights,
-                                  None if self_masks is None else self_masks[i],
-                                  None if cross_masks is None else cross_masks[i], cache=c)
-            weights.append(w)  # [self, cross] (None without need_weights)
+            x, self_w, cross_w = layer.forward(x, memory, self_mask, src_mask, need_weights,
+                                               None if self_masks is None else self_masks[i],
+                                               None if cross_masks is None else cross_masks[i], cache=c)
+            if need_weights:
+                self_weights.append(self_w)
+                cross_weights.append(cross_w)
         if self.decoder_norm is not None:
             x = layer_norm(self.decoder_norm, x)
         last = x[:, -1]  # (N, D)
         result = last if not project else self._project(last, out)
         if need_weights:
-            return result, tuple(w[0] for w in weights), tuple(w[1] for w in weights)
+            return result, tuple(self_weights), tuple(cross_weights)
         return result
 
     def _project(self, last: Tensor, out: Tensor | None) -> Tensor:
