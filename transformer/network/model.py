@@ -287,7 +287,8 @@ class Transformer(nn.Module):
         search's own object: nothing is kept on the model). Empty, or with ``memory (B, S, D)``: every layer's
         cross-attention keys and values projected now, once per sentence, ``(B, H, S, d)``, each shared by the
         ``repeats`` consecutive rows of :meth:`decode_step` that continue that sentence (beam search's beams, whose
-        memory is the same ``repeats`` times over: they attend to it together, see ``LayerCache.group``)."""
+        memory is the same ``repeats`` times over: they attend to it together, see ``LayerCache.group``; the
+        ``src_mask`` :meth:`decode_step` gets is then read at each sentence's first row)."""
         cache = KVCache(len(self.decoder_layers), self.config.max_len)
         if memory is not None:
             for layer, c in zip(self.decoder_layers, cache.layers):
