@@ -403,3 +403,47 @@ def test_the_k_best_by_groups_are_the_k_best():
         v, i = step._topk_by_groups(logits, group_max, k, k + 2)
         want_v, want_i = logits.topk(k, dim=-1)
         assert torch.equal(v, want_v) and torch.equal(i, want_i)
+
+
+@pytest.mark.parametrize("scoring", ["gnmt", "transformers"])
+def test_beam_search_runs_its_first_step_once_a_sentence(monkeypatch, scoring):
+    """A sentence's K beams start the same, so the first step runs one row a sentence and the cache branches into
+    the K rows after it; with a forced first token (the other beams fill the 2K candidates) every row runs. Either
+    way, the same outputs and scores as the search without a cache (every row, every step, the full forward)."""
+    model = make_model(9, tgt_vocab_size=40, share_embeddings=False)
+    src = make_src(model.config, seed=9)
+    b, k = src.size(0), 3
+    rows: list[int] = []
+    step = Transformer.decode_step
+
+    def spy(self, tokens, *args, **kwargs):
+        rows.append(tokens.size(0))
+        return step(self, tokens, *args, **kwargs)
+
+    for forced in (None, torch.full((b, 1), 7)):
+        rows.clear()
+        monkeypatch.setattr(Transformer, "decode_step", spy)
+        cached = beam_search(model, src, k, 0.6, max_len_b=6, forced=forced, scoring=scoring)
+        monkeypatch.setattr(Transformer, "decode_step", step)
+        full = beam_search(model, src, k, 0.6, max_len_b=6, forced=forced, scoring=scoring, use_cache=False)
+        assert rows[0] == (b if forced is None else b * k) and rows[1] <= b * k
+        assert torch.equal(cached.tokens, full.tokens)
+        torch.testing.assert_close(cached.scores, full.scores, atol=1e-5, rtol=1e-5)
+
+
+def test_a_cache_branches_each_row_into_k():
+    """``KVCache.branch(k)``: each row's cached keys and values become k consecutive rows; the cross-attention's
+    stay one a sentence, shared by its k rows (``group``)."""
+    from transformer.network.kv_cache import KVCache
+
+    gen = torch.Generator().manual_seed(1)
+    cache = KVCache(2)
+    for layer in cache.layers:
+        layer.cross_k = torch.randn(3, 2, 5, 4, generator=gen)
+        layer.append(torch.randn(3, 2, 1, 4, generator=gen), torch.randn(3, 2, 1, 4, generator=gen))
+    before = [(layer.self_k.clone(), layer.self_v.clone(), layer.cross_k) for layer in cache.layers]
+    cache.branch(4)
+    for layer, (k, v, cross) in zip(cache.layers, before):
+        assert torch.equal(layer.self_k, k.repeat_interleave(4, 0))
+        assert torch.equal(layer.self_v, v.repeat_interleave(4, 0))
+        assert layer.cross_k is cross and layer.group == 4

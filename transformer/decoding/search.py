@@ -37,7 +37,7 @@ from torch import Tensor
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
 from .settings import DEFAULT_ALPHA, DEFAULTS, SCORINGS, DecodeSettings, length_penalty, output_limits
-from .step import best_pieces, by_blocks, force, next_logp
+from .step import best_pieces, by_blocks, force, never_ids, next_logp
 from .tree import BeamTree, NoTree, TreeRecorder
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -200,23 +200,39 @@ class _Beams:
                    torch.full((src.size(0) * k, 1), cfg.bos_id, dtype=torch.long, device=src.device),
                    output_limits(model, src, max_len_a, max_len_b),  # (B,) each sentence's own
                    forced.repeat_interleave(k, dim=0) if forced is not None else None,  # (B, P) -> (B*K, P)
-                   model.new_cache(memory, k) if use_cache else None, head_mask, {})  # cross K/V once a sentence
+                   model.new_cache(memory) if use_cache else None, head_mask, {})  # cross K/V once a sentence
 
     def expand(self, step: int, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The 2K best one-token extensions of each sentence's K beams, whose running log-probabilities are
-        ``scores (B, K)``: their scores, the beam each extends and its new token, ``(B, 2K)`` each."""
+        ``scores (B, K)``: their scores, the beam each extends and its new token, ``(B, 2K)`` each. The first step
+        with a cache runs one row a sentence (its K beams are the same, only the first live: the others' scores are
+        never), then the cache branches into the K rows (``KVCache.branch``); not where the first beam could offer
+        fewer than 2K possible pieces (a forced first token, a vocabulary under 2K), which the others' fill."""
         b, k = scores.shape
-        if by_blocks(self.model, self.cache, self.head_mask, self.forced, step, b * k):
-            hidden = self.model.decode_step(self.tokens[:, -1:], self.memory, self.src_mask, self.cache,
-                                            project=False)  # (B*K, D)
-            logp, ids = best_pieces(self.model, hidden, 2 * k, self.work)  # (B*K, 2K) each: a beam's 2K best
-            cand = (logp + scores.view(b * k, 1)).view(b, k * 2 * k)  # (B*K, 2K) -> (B, K*2K)
+        if self.cache is None or self.cache.length or k == 1:
+            return self._expand(step, scores, slice(None), k)
+        if self.forced is not None or self.model.config.tgt_vocab_size - len(never_ids(self.model)) < 2 * k:
+            self.cache.branch(k)  # every row from the first step on
+            return self._expand(step, scores, slice(None), k)
+        top = self._expand(step, scores[:, :1], slice(None, None, k), k)  # rows 0, K, 2K, ...: one a sentence
+        self.cache.branch(k)
+        return top
+
+    def _expand(self, step: int, scores: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`expand` over the beams ``scores (B, R)`` of the rows ``rows`` (R of each sentence's K)."""
+        b, r = scores.shape
+        tokens, memory, src_mask = self.tokens[rows], self.memory[rows], self.src_mask[rows]  # (B*R, ...)
+        forced = None if self.forced is None else self.forced[rows]
+        if by_blocks(self.model, self.cache, self.head_mask, forced, step, b * r):
+            hidden = self.model.decode_step(tokens[:, -1:], memory, src_mask, self.cache, project=False)  # (B*R, D)
+            logp, ids = best_pieces(self.model, hidden, 2 * k, self.work)  # (B*R, 2K) each: a beam's 2K best
+            cand = (logp + scores.reshape(b * r, 1)).view(b, r * 2 * k)  # (B*R, 2K) -> (B, R*2K)
             top_scores, pick = cand.topk(2 * k, dim=-1)  # (B, 2K): the sentence's 2K best are among them
-            return top_scores, pick // (2 * k), ids.view(b, k * 2 * k).gather(1, pick)
-        logp = force(next_logp(self.model, self.tokens, self.memory, self.src_mask, self.cache, self.head_mask,
-                            self.work), self.forced, step)  # (B*K, V)
+            return top_scores, pick // (2 * k), ids.view(b, r * 2 * k).gather(1, pick)
+        logp = force(next_logp(self.model, tokens, memory, src_mask, self.cache, self.head_mask, self.work), forced,
+                     step)  # (B*R, V)
         vocab = logp.size(-1)
-        cand = logp.add_(scores.view(b * k, 1)).view(b, k * vocab)  # (B*K, V) -> (B, K*V), in place
+        cand = logp.add_(scores.reshape(b * r, 1)).view(b, r * vocab)  # (B*R, V) -> (B, R*V), in place
         top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
         return top_scores, top_ids // vocab, top_ids % vocab
 

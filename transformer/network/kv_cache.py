@@ -129,6 +129,15 @@ class KVCache:
             if cross_rows is not None:
                 layer.select_cross(cross_rows)
 
+    def branch(self, k: int) -> None:
+        """Each row becomes ``k`` consecutive rows (beam search after its first step, run one row a sentence): the
+        self-attention keys and values repeated, the cross-attention's shared by the ``k`` (``LayerCache.group``)."""
+        for layer in self.layers:
+            if layer.length:
+                n = layer.buffer.size(1)
+                layer.reorder(torch.arange(n, device=layer.buffer.device).repeat_interleave(k))  # (N*k,)
+            layer.group *= k
+
     def select(self, rows: Tensor) -> None:
         """Keep only ``rows (N',)``, in that order, of everything cached (sentences leaving a batch)."""
         self.reorder(rows, rows)
