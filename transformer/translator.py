@@ -229,17 +229,16 @@ class Translator:
                 decoder_input_tokens=self.tokenizer.pieces(decoder_input(self.config.bos_id, target_ids)),
                 tree=trees[i] if trees else None, hit_max_len=not eos, settings=chosen, source_pieces=len(pieces[i]),
             )
-            if return_attention and found is not None:  # greedy search's own, the row's part
+            if return_attention:
                 s, t = len(src_ids), len(target_ids)
-                enc, dec, cross = found
-                result.encoder_attentions = tuple(a[i, :, :s, :s].to("cpu", copy=True) for a in enc)
-                result.decoder_attentions = tuple(a[i, :, :t, :t].to("cpu", copy=True) for a in dec)
-                result.cross_attentions = tuple(a[i, :, :t, :s].to("cpu", copy=True) for a in cross)
-            elif return_attention:  # beam search: the pass over the output
-                out = self.attentions(src_ids, target_ids[:-1], head_mask, logits=False)
-                result.encoder_attentions = tuple(a[0].cpu() for a in out.encoder_attentions)
-                result.decoder_attentions = tuple(a[0].cpu() for a in out.decoder_attentions)
-                result.cross_attentions = tuple(a[0].cpu() for a in out.cross_attentions)
+                if found is not None:  # greedy search's own: row i's part
+                    row, kinds = i, found
+                else:  # beam search: the pass over the output
+                    out = self.attentions(src_ids, target_ids[:-1], head_mask, logits=False)
+                    row, kinds = 0, (out.encoder_attentions, out.decoder_attentions, out.cross_attentions)
+                (result.encoder_attentions, result.decoder_attentions, result.cross_attentions) = (
+                    tuple(a[row, :, :q, :k].to("cpu", copy=True) for a in layers)
+                    for layers, (q, k) in zip(kinds, ((s, s), (t, t), (t, s))))
             results.append(result)
         return results
 

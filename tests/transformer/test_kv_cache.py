@@ -134,7 +134,8 @@ def test_a_cache_primed_with_the_memory_once_a_sentence_steps_as_the_full_forwar
         memory = model.encode(src, src_mask).last_hidden_state  # (B, S, D)
         rows, row_mask = memory.repeat_interleave(beams, 0), src_mask.repeat_interleave(beams, 0)  # (B*K, ...)
         full = model.decode(tgt, rows, row_mask).logits  # (B*K, T, V)
-        cache = model.new_cache(memory, beams)
+        cache = model.new_cache(memory)
+        cache.branch(beams)
         for layer, c in zip(model.decoder_layers, cache.layers):
             k, v = layer.cross_attn.project_kv(memory)  # once per sentence
             assert c.group == beams and c.cross_k.size(0) == src.size(0)
@@ -169,7 +170,9 @@ def test_grouped_cross_attention_returns_each_rows_own_weights():
         rows, row_mask = memory.repeat_interleave(g, 0), src_mask.repeat_interleave(g, 0)
         want, want_w = attn(query, rows, row_mask, need_weights=True)  # every row its own keys
         for need in (True, False):
-            c = model.new_cache(memory, g).layers[0]
+            cache = model.new_cache(memory)
+            cache.branch(g)
+            c = cache.layers[0]
             got, got_w = attn(query, rows, row_mask, need_weights=need, cache=c)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             if need:

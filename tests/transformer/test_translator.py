@@ -36,6 +36,16 @@ def check_attention_shapes(result: TranslationResult, cfg) -> None:
         torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5, rtol=0)
 
 
+def assert_same_attentions(result: TranslationResult, out, tol: float) -> None:
+    """A translation's attentions are those of ``out`` (a ``Seq2SeqOutput`` of one pair), layer by layer."""
+    for got, expected in [(result.encoder_attentions, out.encoder_attentions),
+                          (result.decoder_attentions, out.decoder_attentions),
+                          (result.cross_attentions, out.cross_attentions)]:
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e[0], atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_translate_returns_consistent_result(translator, beam_size):
     tok, cfg = translator.tokenizer, translator.config
@@ -63,12 +73,7 @@ def test_attentions_equal_a_teacher_forced_forward_pass(translator):
     tgt = torch.tensor([[cfg.bos_id, *result.target_ids[:-1]]])
     with torch.no_grad():
         out = translator.model(src, tgt, return_attention=True)
-    for got, expected in [(result.encoder_attentions, out.encoder_attentions),
-                          (result.decoder_attentions, out.decoder_attentions),
-                          (result.cross_attentions, out.cross_attentions)]:
-        assert len(got) == len(expected)
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e[0], atol=1e-6, rtol=1e-6)
+    assert_same_attentions(result, out, 1e-6)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -89,12 +94,7 @@ def test_greedy_attentions_from_its_steps_equal_the_pass_over_the_output(transla
                                              head_mask=head_mask)
         for r in results:
             want = translator.attentions(r.source_ids, r.target_ids[:-1], head_mask, logits=False)
-            for got, expected in [(r.encoder_attentions, want.encoder_attentions),
-                                  (r.decoder_attentions, want.decoder_attentions),
-                                  (r.cross_attentions, want.cross_attentions)]:
-                assert len(got) == len(expected)
-                for g, e in zip(got, expected):
-                    torch.testing.assert_close(g, e[0], atol=1e-5, rtol=1e-5)
+            assert_same_attentions(r, want, 1e-5)
             check_attention_shapes(r, cfg)
         assert any(r.hit_max_len for r in results)
 

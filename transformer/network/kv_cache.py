@@ -130,8 +130,10 @@ class KVCache:
                 layer.select_cross(cross_rows)
 
     def branch(self, k: int) -> None:
-        """Each row becomes ``k`` consecutive rows (beam search after its first step, run one row a sentence): the
-        self-attention keys and values repeated, the cross-attention's shared by the ``k`` (``LayerCache.group``)."""
+        """Each row becomes ``k`` consecutive rows (beam search's beams, after its first step ran one row a sentence,
+        or before any): the self-attention keys and values repeated, the cross-attention's shared by the ``k``
+        (``LayerCache.group``: they attend to them together, and the ``src_mask`` ``decode_step`` gets is read at
+        each group's first row)."""
         for layer in self.layers:
             if layer.length:
                 n = layer.buffer.size(1)

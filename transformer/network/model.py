@@ -282,18 +282,15 @@ class Transformer(nn.Module):
         return DecoderOutput(self.generator(h), x, tuple(self_attns), tuple(cross_attns), tuple(self_inputs),
                              tuple(cross_inputs), tuple(outputs))
 
-    def new_cache(self, memory: Tensor | None = None, repeats: int = 1) -> KVCache:
+    def new_cache(self, memory: Tensor | None = None) -> KVCache:
         """A key/value cache for :meth:`decode_step`, one :class:`~.kv_cache.LayerCache` per decoder layer (a
         search's own object: nothing is kept on the model). Empty, or with ``memory (B, S, D)``: every layer's
-        cross-attention keys and values projected now, once per sentence, ``(B, H, S, d)``, each shared by the
-        ``repeats`` consecutive rows of :meth:`decode_step` that continue that sentence (beam search's beams, whose
-        memory is the same ``repeats`` times over: they attend to it together, see ``LayerCache.group``; the
-        ``src_mask`` :meth:`decode_step` gets is then read at each sentence's first row)."""
+        cross-attention keys and values projected now, once per sentence, ``(B, H, S, d)`` (``KVCache.branch``
+        then shares each among a sentence's beams)."""
         cache = KVCache(len(self.decoder_layers), self.config.max_len)
         if memory is not None:
             for layer, c in zip(self.decoder_layers, cache.layers):
                 c.cross_k, c.cross_v = layer.cross_attn.project_kv(memory)  # (B, H, S, d) each
-                c.group = repeats
         return cache
 
     def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache,
