@@ -228,13 +228,18 @@ def list_checkpoints() -> list[CheckpointInfo]:
     if public_mode():  # allow-listed directories outside checkpoints/ are checked the same way
         listed += [(m, local_dir(m)) for m in allowed_models()
                    if not m.startswith("checkpoints/") and local_dir(m) is not None]
-    found: list[CheckpointInfo] = []
-    for name, folder in listed:
-        try:
-            found.append(_checkpoint_info(folder, name))
-        except Exception as err:  # any damage is one "unavailable" line
-            found.append(CheckpointInfo(name, "", "?", None, f"{type(err).__name__}: {err}"))
-    return found
+    return [_checked(str(folder), name, folder_stamp(folder)) for name, folder in listed]
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(folder: str, name: str, stamp: tuple[tuple[str, int, int, int], ...] | None) -> CheckpointInfo:
+    """:func:`_checkpoint_info` once per version of a folder's files (``stamp``, :func:`folder_stamp`): the model
+    list's refresh re-reads a folder only when a file in it changed (a planted header is parsed once, not every
+    30 s)."""
+    try:
+        return _checkpoint_info(Path(folder), name)
+    except Exception as err:  # any damage is one "unavailable" line
+        return CheckpointInfo(name, "", "?", None, f"{type(err).__name__}: {str(err)[:300]}")
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -265,16 +270,19 @@ def _checkpoint_info(folder: Path, name: str) -> CheckpointInfo:
                           float(bleu) if bleu is not None else None, problem)
 
 
-def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int], ...] | None:
-    """(name, mtime, size) of the files in a local checkpoint directory (the first 256 by name), to tell when they
-    changed; None for anything else (a Hub id)."""
+def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int, int], ...] | None:
+    """:func:`folder_stamp` of a local checkpoint directory; None for anything else (a Hub id)."""
     path = local_dir(checkpoint)
-    if path is None:
-        return None
+    return None if path is None else folder_stamp(path)
+
+
+def folder_stamp(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, mtime, size, inode) of the files in a directory (the first 256 by name), to tell when they changed
+    (a file replaced by another of the same size and time has another inode); () when it cannot be listed."""
     try:
         with os.scandir(path) as entries:
             names = sorted(e.name for e in entries)[:256]
-        return tuple((n, (st := (path / n).stat()).st_mtime_ns, st.st_size) for n in names)
+        return tuple((n, (st := (path / n).stat()).st_mtime_ns, st.st_size, st.st_ino) for n in names)
     except OSError:
         return ()
 
