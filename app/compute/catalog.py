@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import transformer
-from transformer import Translator, cli
+from transformer import Translator, cli, environment
 from transformer.checkpoint import families
 from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.checkpoint.mapped import DTYPES, resolve_dtype, weights_bytes
@@ -77,20 +77,17 @@ DEFAULT_MAX_MODEL_MB = 3000.0  # MB of 10^6 bytes: admits NLLB-200 600M (~2,460 
 
 def max_model_mb() -> float:
     """``$ATTN_MAX_MODEL_MB``: the largest model (parameters and buffers in the server's dtype, MB of 10^6 bytes)
-    this server loads; unset, empty or not a positive number: :data:`DEFAULT_MAX_MODEL_MB`. The app's limit only:
+    this server loads; unset: :data:`DEFAULT_MAX_MODEL_MB`; ``0`` or ``inf``: no limit; anything else but a
+    positive number is a ``SettingError`` naming it (``transformer.environment``). The app's limit only:
     ``transformer.load`` itself refuses only weights that cannot fit in the memory available."""
-    try:
-        value = float(os.environ.get("ATTN_MAX_MODEL_MB", ""))
-    except ValueError:
-        return DEFAULT_MAX_MODEL_MB
-    return value if value > 0 and value == value and value != float("inf") else DEFAULT_MAX_MODEL_MB
+    return environment.number("ATTN_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB, unlimited=True, unit="MB")
 
 
 def model_dtype() -> str:
     """``$ATTN_DTYPE``: the dtype this server keeps every model's weights in, ``float32`` (the default) or
-    ``bfloat16`` (half the memory; attention weights and every interpretation still in float32)."""
-    value = os.environ.get("ATTN_DTYPE", "").strip().lower() or "float32"
-    return value if value in DTYPES else "float32"
+    ``bfloat16`` (half the memory; attention weights and every interpretation still in float32); anything else is
+    a ``SettingError`` naming it."""
+    return environment.choice("ATTN_DTYPE", tuple(DTYPES), "float32")
 
 
 def check_model_size(path: Path, dtype: str) -> None:
@@ -106,8 +103,8 @@ def check_model_size(path: Path, dtype: str) -> None:
     size_mb, limit = weights_bytes(config, resolve_dtype(dtype)) / 1e6, max_model_mb()
     if size_mb > limit:
         raise transformer.CheckpointError(
-            f"the model would take {size_mb:,.0f} MB (parameters and buffers, {dtype}), over this server's limit of "
-            f"{limit:,.0f} MB (ATTN_MAX_MODEL_MB)")
+            f"the model would take {environment.amount(size_mb)} MB (parameters and buffers, {dtype}), over this "
+            f"server's limit of {environment.amount(limit)} MB (ATTN_MAX_MODEL_MB)")
 
 
 def load_translator(checkpoint: str, device: str) -> Translator:
@@ -350,7 +347,8 @@ def hub_label(repo_id: str) -> str:
         return f"{repo_id} ({model.what}, from the Hub)"
     limit = max_download_mb()
     if model.download_mb > limit and needs_download(repo_id):
-        return f"{repo_id} ({model.what}; about {model.download_mb:,} MB: over the {limit:,.0f} MB download limit, " \
+        return f"{repo_id} ({model.what}; about {model.download_mb:,} MB: over the {environment.amount(limit)} MB " \
+               "download limit, " \
                "raise ATTN_MAX_DOWNLOAD_MB)"
     return f"{repo_id} ({model.what}, about {model.download_mb:,} MB, from the Hub)"
 

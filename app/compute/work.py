@@ -15,13 +15,12 @@ snapshots subsampled.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from transformer import Translator
+from transformer import Translator, environment
 
 from .inference import DecodeSettings
 from .ledger import amount, left
@@ -50,11 +49,7 @@ DEFAULT_WORK_MB = 512.0
 
 def work_bytes() -> int:
     """``$ATTN_WORK_MB`` (default 512) in bytes: the memory one pass of an attribution may hold."""
-    try:
-        mb = float(os.environ.get("ATTN_WORK_MB", DEFAULT_WORK_MB))
-    except ValueError:
-        mb = DEFAULT_WORK_MB
-    return int((mb if mb > 0 and math.isfinite(mb) else DEFAULT_WORK_MB) * 1e6)
+    return int(environment.number("ATTN_WORK_MB", DEFAULT_WORK_MB, unit="MB") * 1e6)
 
 
 def parameters(tr: Translator) -> int:

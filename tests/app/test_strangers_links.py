@@ -120,3 +120,16 @@ def test_the_model_list_checks_a_folder_again_only_when_its_files_change(tmp_pat
     weights.write_bytes(data[: len(data) // 2])  # a changed file: checked again, and found damaged
     again = catalog.list_checkpoints()
     assert checked == ["checkpoints/tiny"] * 2 and "truncated or corrupt" in again[0].problem
+
+
+@pytest.mark.parametrize(("name", "raw"), [("ATTN_TORCH_THREADS", "²"), ("ATTN_HEAVY_JOBS", "²"),
+                                           ("ATTN_CACHE_MB", "inf"), ("ATTN_DTYPE", "float16")])
+def test_a_setting_the_server_does_not_understand_stops_the_page_with_one_line_naming_it(app_env, monkeypatch,
+                                                                                         name, raw):
+    from conftest import new_app, plain
+
+    monkeypatch.setenv(name, raw)
+    at = new_app()
+    assert not at.exception
+    said = [plain(e.value) for e in at.error]
+    assert len(said) == 1 and f"{name}='{raw}' is not understood" in said[0], said

@@ -60,9 +60,13 @@ def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypa
     assert ledger.max_work() == float("inf")
     monkeypatch.setenv("ATTN_PUBLIC", "1")
     assert ledger.max_work() == 1000
-    for raw, expected in (("250", 250), ("junk", 1000), ("-3", 1000), ("0", float("inf"))):
+    for raw, expected in (("250", 250), ("", 1000), ("0", float("inf")), ("inf", float("inf"))):
         monkeypatch.setenv("ATTN_MAX_WORK", raw)
         assert ledger.max_work() == expected
+    for raw in ("junk", "-3", "²"):  # never a silent default: a one-line message naming the variable
+        monkeypatch.setenv("ATTN_MAX_WORK", raw)
+        with pytest.raises(ValueError, match=f"^ATTN_MAX_WORK='{raw}' is not understood"):
+            ledger.max_work()
 
 
 def test_estimates_grow_with_every_factor(tr):
