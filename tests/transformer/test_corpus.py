@@ -285,3 +285,18 @@ def test_a_multilingual_model_takes_its_language_codes(tmp_path, tiny_corpus):
         assert row["source_pieces"] == len(o.source_ids) - 2  # the code and </s> left out
     manifest = json.loads((tmp_path / "t.manifest.json").read_text(encoding="utf-8"))
     assert manifest["settings"]["src_lang"] == "eng_Latn" and manifest["settings"]["tgt_lang"] == "fra_Latn"
+
+
+def test_a_refused_flag_json_stops_the_command_with_one_line(tiny_checkpoint, tmp_path, capsys):
+    """A flag.json with a 400-digit number (once a traceback of OverflowError) or too many conditions: the command
+    says so on one line and writes nothing, rather than a table flagged by the default rule in its place."""
+    import shutil
+
+    ckpt = Path(shutil.copytree(tiny_checkpoint, tmp_path / "ckpt"))
+    for planted in ('{"any": [{"column": "seq_logprob", "op": "<", "value": ' + "9" * 400 + "}]}",
+                    json.dumps({"any": [{"column": "seq_logprob", "op": "<", "value": -9}] * 33})):
+        (ckpt / flagging.FLAG_FILE).write_text(planted, encoding="utf-8")
+        assert corpus.main(command(ckpt, tmp_path)) == 1
+        said = capsys.readouterr().err.strip()
+        assert said.startswith("error: the checkpoint's flag.json is refused: ") and "\n" not in said
+        assert "9" * 20 not in said and not (tmp_path / "t.parquet").exists()
