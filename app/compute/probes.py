@@ -15,6 +15,7 @@ import torch
 
 import transformer
 from transformer import Transformer, Translator
+from transformer.checkpoint.files import safetensors_shapes
 from transformer.network.kinds import decoder_input
 from transformer.network.model import missing_weights
 
@@ -88,7 +89,7 @@ def list_snapshots(tr: Translator) -> list[Path]:
 
 def snapshot_step(path: Path | str) -> int:
     """The training step in a snapshot's file name (``step0000038.safetensors`` -> 38)."""
-    match = re.search(r"step(\d+)", Path(path).name)
+    match = re.search(r"step([0-9]+)", Path(path).name)
     return int(match.group(1)) if match else -1
 
 
@@ -96,6 +97,7 @@ def load_snapshot_model(tr: Translator, path: Path | str) -> Transformer:
     """A copy of the model with a snapshot's weights (tied embeddings are stored once, as ``src_embed.weight``)."""
     from safetensors.torch import load_file
 
+    safetensors_shapes(Path(path))  # a regular file (a FIFO never blocks), its header within MAX_HEADER_BYTES
     model = copy.deepcopy(tr.model)
     try:
         state = load_file(str(path), device="cpu")

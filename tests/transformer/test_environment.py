@@ -90,3 +90,13 @@ def test_every_number_the_app_reads_goes_through_the_one_reader(monkeypatch):
         text = path.read_text(encoding="utf-8")
         for name in readers:
             assert f'environ.get("{name}"' not in text, f"{path.name} reads {name} itself"
+
+
+def test_a_tiny_limit_is_said_as_it_is_never_as_0_mb(monkeypatch, tiny_checkpoint):
+    pytest.importorskip("streamlit")
+    from app.compute import catalog
+    from transformer import CheckpointError
+
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "1e-300")
+    with pytest.raises(CheckpointError, match=r"over this server's limit of 1e-300 MB \(ATTN_MAX_MODEL_MB\)"):
+        catalog.check_model_size(tiny_checkpoint, "float32")

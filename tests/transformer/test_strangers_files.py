@@ -230,3 +230,41 @@ def test_the_largest_rule_the_reader_takes_fits_every_cap(shipped_rule):
     assert len(text.encode()) + 13_000 < MAX_FLAG_BYTES  # with a calibration report as large as the shipped one's
     manifest = json.dumps({"model": {"flag_rule": rule.to_json()}}, indent=1)
     assert len(manifest.encode()) * 4 < corpus_files.MAX_MANIFEST_BYTES
+
+
+def returns_within(call, seconds: float = 5.0) -> BaseException | object:
+    """What ``call()`` returned or raised, or fail when it blocks (a FIFO opened for reading waits for a writer)."""
+    done: list = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except BaseException as err:  # noqa: BLE001 (what was raised is the answer)
+            done.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, "blocked on a FIFO"
+    return done[0]
+
+
+@pytest.mark.parametrize("name", ["tokenizer.model", "vocab.json", "source.spm"])
+def test_no_tokenizer_file_blocks_as_a_fifo_or_is_read_past_its_bound(tmp_path, name):
+    from transformer.checkpoint.tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_file
+
+    os.mkfifo(tmp_path / name)
+    got = returns_within(lambda: read_tokenizer_file(tmp_path / name))
+    assert isinstance(got, ValueError) and "not a regular file" in str(got)
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(MAX_TOKENIZER_BYTES + 1)  # sparse: nothing written, nothing read
+    with pytest.raises(ValueError, match="over the 64 MB"):
+        read_tokenizer_file(big)
+
+
+def test_a_checkpoint_whose_tokenizer_is_a_fifo_is_refused_at_once(ckpt):
+    (ckpt / "tokenizer.model").unlink()
+    os.mkfifo(ckpt / "tokenizer.model")
+    got = returns_within(lambda: check_checkpoint_dir(ckpt))
+    assert isinstance(got, CheckpointError) and "tokenizer.model" in str(got)
