@@ -39,7 +39,8 @@ FLOW_NODE, FLOW_EDGE = 1 / 100, 1 / 400  # units a node and an edge of one step'
 # build and to pick the drawn ones from (calibrated the same way, with the shipped model: docs/limits.md)
 RULE_CHECKS, RULE_FLOOR = 500_000, 20_000  # a flag rule's conditions tested on a table's lines: this many
 # line x condition tests a unit, and each condition counting at least this many lines (its column's conversion);
-# measured, a column at a time: 2.8 ms of CPU for 32 conditions x 20,000 lines, 2.7 ms for 32 x 3,000 (2.6 units)
+# measured, a column at a time: 2.8 ms of CPU for 32 conditions x 20,000 lines, 2.7 ms for 32 x 3,000; Whole test
+# set's whole note over 32 x 20,000: 7.7 ms for 2.56 units, 3 ms a unit as the other jobs (docs/limits.md)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0
