@@ -36,7 +36,7 @@ MODEL_FILES = tuple(sorted({CONFIG_FILE, WEIGHTS_FILE, "pytorch_model.bin", META
                                                                        *family.copied_files))}))
 CHUNK_BYTES = 1 << 20
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest, written and read (the app's bound too): the shipped ones are 8-10 kB, and
-# the flag rule it carries is bounded by flagging.MAX_CONDITIONS and MAX_KNOTS (the largest: about 50 kB)
+# the flag rule it carries is bounded by flagging.MAX_CONDITIONS and MAX_KNOTS (the largest: about 32 kB)
 PART_GLOB = "rank*.jsonl"
 
 
