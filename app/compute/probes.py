@@ -225,8 +225,10 @@ def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray
 
 
 def beam_tree(tr: Translator, analysis: Analysis) -> Any:
-    """The analysed sentence's beam search tree (None for greedy search)."""
+    """The analysed sentence's beam search tree (None for greedy search), recorded by the ``"gnmt"`` rules, the
+    only ones that record one (the Beam tree view says so for a model scored by other rules)."""
     s = analysis.settings
     if s.beam_size <= 1:
         return None
-    return tr.translate(analysis.text, model_settings(tr, s), return_attention=False, return_tree=True).tree
+    gnmt = model_settings(tr, s).but(scoring="gnmt")
+    return tr.translate(analysis.text, gnmt, return_attention=False, return_tree=True).tree
