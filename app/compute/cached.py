@@ -27,7 +27,7 @@ import streamlit as st
 import transformer
 from transformer import Transformer, Translator
 
-from . import catalog, inference, ledger, probes, work
+from . import catalog, inference, ledger, patching, probes, work
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey, Sentence
 
@@ -188,6 +188,12 @@ def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], t
     return inference.forced_logprob(Model(checkpoint, device).tr, list(source_ids), list(target_ids), ablated)
 
 
+@st.cache_data(show_spinner=False, max_entries=256)
+def _substitutes(checkpoint: str, device: str, text: str, word: int, src_lang: str | None) -> list[str]:
+    """A word's substitutes of the same piece count (``Model.substitutes``)."""
+    return patching.substitutes(Model(checkpoint, device).tr, text, word, src_lang=src_lang)
+
+
 def _quietly_heavy(make: Callable[[], Any], release: bool = True) -> Any:
     """``make()`` in a heavy slot, with no page element (a download's thread has none); ``release``: the memory
     handed back when the slot is freed (``ledger.HeavyJobs.slot``)."""
@@ -302,6 +308,29 @@ class Model:
 
         return RESULTS.get(self.key("snapshot", snapshot, source_ids, target_ids),
                            lambda: heavy(make, "Running a training snapshot…"))
+
+    def substitutes(self, text: str, word: int, src_lang: str | None = None) -> list[str]:
+        """Words to put in place of ``text``'s ``word``-th word (0-based) that keep its piece count
+        (``app.compute.patching.substitutes``; a few milliseconds, cached)."""
+        return _substitutes(self.checkpoint, self.device, text, word, src_lang)
+
+    def patching_npz(self, text: str, settings: DecodeSettings, args: tuple) -> bytes:
+        """The NPZ of one patching of an analysis (``beyond("patching", analysis, *args)``,
+        ``app.compute.patching.npz``), built when a visitor asks for the file, in a heavy slot and without any page
+        element, like :meth:`export` (the patching is the page's, from the cache, or made again)."""
+        def build() -> bytes:
+            tr = self.tr
+            analysis = RESULTS.get(self.key("analysis", text, settings, ()),
+                                   lambda: inference.analyse(tr, text, settings, ()))
+            patched = RESULTS.get(self.key("patching", analysis.text, analysis.settings, analysis.ablated, *args),
+                                  lambda: probes.PROBES["patching"].run(tr, analysis, *args))
+            return patching.npz(patched, analysis)
+
+        return _quietly_heavy(build, release=False)
+
+    def patching_file(self, text: str, settings: DecodeSettings, args: tuple) -> Callable[[], bytes]:
+        """The ``data`` of the patching's download button: built on the click (:meth:`patching_npz`)."""
+        return lambda: self.patching_npz(text, settings, tuple(args))
 
     def vocab_norms(self) -> np.ndarray:
         """Scaled embedding lengths over the vocabulary."""

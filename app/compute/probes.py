@@ -23,7 +23,7 @@ from transformer import Transformer, Translator
 from transformer.network.kinds import decoder_input
 from transformer.network.model import missing_weights
 
-from . import work
+from . import patching, work
 from .inference import Analysis, model_settings, stack_layers
 
 
@@ -263,6 +263,10 @@ def _attributions_cost(tr: Translator, a: Analysis, method: str, steps: int, spa
     return work.attribution_work(work.parameters(tr), len(a.source_ids), len(a.target_ids), end - first, method, steps)
 
 
+def _patching_cost(tr: Translator, a: Analysis, *args: Any) -> float:
+    return work.patching_work(tr, len(a.source_ids), len(a.target_ids), a.settings)
+
+
 def _beam_tree_cost(tr: Translator, a: Analysis) -> float:
     """The search again with its tree recorded (nothing for greedy search, which has none)."""
     return work.translation_work(tr, len(a.source_ids), a.settings) if a.settings.beam_size > 1 else 0.0
@@ -280,4 +284,5 @@ PROBES: dict[str, Probe] = {
                   "Measuring the contributions (ALTI+)…", heavy=True),
     "flow": Probe(flow, lambda tr, a, *args: work.flow_work(tr, len(a.source_ids), len(a.target_ids)),
                   "Following the information through every head…", heavy=True),
+    "patching": Probe(patching.run, _patching_cost, "Patching every layer, position and head…"),
 }

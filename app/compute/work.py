@@ -342,6 +342,25 @@ def plan_flow_graph(data: Any, step: int, threshold: float, ceiling: float | Non
         "units asked)"]
 
 
+def patching_work(tr: Translator, source: int, target: int, settings: DecodeSettings) -> float:
+    """Patching one edit of a sentence (``transformer.interpret.patching``, every site): the edited sentence's plain
+    translation (twice: the page's, and the library's for the default step), the two recorded runs, and each site's
+    row of the batch, at most a pass of the encoder and the decoder (an encoder site: the residual stream at a
+    position, a head) or of the decoder (a cross-attention reading, a head, the decoder's stream), over the whole
+    sentence."""
+    cfg = tr.config
+    heads, enc, dec = cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers
+    encoder_rows = (enc + 1) * source + enc * heads
+    decoder_rows = dec * source + 2 * dec * heads + (dec + 1) * target
+    rows = encoder_rows * (source + target) + decoder_rows * target
+    return 2 * plain_work(tr, source, settings) + forced_work(tr, source, target, 2) + units(parameters(tr), rows)
+
+
+def plan_patching(tr: Translator, source: int, target: int, settings: DecodeSettings) -> tuple[bool, list[str]]:
+    """Whether patching an edit of this sentence fits this server's work limit, and the notice when it does not."""
+    return _fits(patching_work(tr, source, target, settings), "patching (what carries the change)")
+
+
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
     return units(parameters(tr), 2 * source + target + target * decode_step(1))
