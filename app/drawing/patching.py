@@ -52,7 +52,8 @@ def layer_names(n: int, first: str | None = None) -> list[str]:
 
 
 def head_names(n: int) -> list[str]:
-    return [f"head {h}" for h in range(1, n + 1)]
+    """A heads chart's column names: the heads' numbers from 1 (the axis is titled "head"; upright, they fit)."""
+    return [str(h) for h in range(1, n + 1)]
 
 
 def head_pick(selection: dict | None) -> tuple[int, int] | None:

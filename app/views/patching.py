@@ -111,9 +111,14 @@ def render(ctx: ViewContext) -> None:
     args = (edited, None if step == AUTO else step, None if foil_id == AUTO else foil_id, direction)
     try:
         patched = ctx.model.beyond("patching", result, *args)
-    except ValueError as err:  # a step, target or foil the library refuses: one line, nothing lost
-        st.warning(f"Not patched: {err}", icon=":material/edit_off:")
-        return
+    except ValueError as err:  # a step or foil the library refuses (a link's): said in one line, back to auto
+        if args[1:3] == (None, None):
+            st.warning(f"Not patched: {err}", icon=":material/edit_off:")
+            return
+        st.warning(f"The step and foil are back to auto: {err}", icon=":material/edit_off:")
+        st.session_state[STEP], st.session_state[FOIL] = AUTO, AUTO
+        args = (edited, None, None, direction)
+        patched = ctx.model.beyond("patching", result, *args)
     st.session_state[LAST] = (result.text, result.settings, args)
     r = patched.result
     target, foil = tr.tokenizer.pieces([r.target, r.foil])

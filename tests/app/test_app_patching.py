@@ -116,6 +116,14 @@ def test_a_substitute_of_another_piece_count_says_why_in_one_line(app_env, tr):
     assert not [c for c in at.get("plotly_chart")]
     bad = new_app({"text": TEXT, "view": VIEW, "pw": "99", "ps": "<b>"})  # not understood: left at the defaults
     assert_clean(bad)
+    assert bad.selectbox(key="patch_word").value != 98 and bad.selectbox(key="patch_substitute").value != "<b>"
+    number, _, substitute = edit_for(tr)
+    ref = tr.translate(TEXT)
+    same = new_app({"text": TEXT, "view": VIEW, "pw": str(number), "ps": substitute, "pf": str(ref.target_ids[0]),
+                    "pt": "1"})  # a foil equal to the step's target: refused in one line, back to auto
+    assert_clean(same)
+    assert any("back to auto" in w.value and "\n" not in w.value for w in same.warning), [w.value for w in same.warning]
+    assert same.get("plotly_chart") and "pf" not in same.query_params
 
 
 def test_a_click_on_a_head_opens_its_attention(app_env, tr):
@@ -226,3 +234,16 @@ def test_show_draws_the_librarys_effects_in_a_notebook_and_the_offline_page(tr):
     assert "patching" in report.DEFAULT_VIEWS
     with pytest.raises(ValueError, match="translator"):
         show(result, "patching")
+
+
+def test_export_offers_the_last_patchings_numbers(app_env, tr):
+    fresh = set_view(translate(new_app(), TEXT), "export")
+    assert_clean(fresh)
+    assert any("Open What carries the change" in plain(c.value) for c in fresh.caption)
+    number, _, substitute = edit_for(tr)
+    at = new_app({"text": TEXT, "view": VIEW, "pw": str(number), "ps": substitute, "pd": "noise"})
+    assert_clean(at)
+    at = set_view(at, "export")
+    assert_clean(at)
+    said = [plain(c.value) for c in at.caption]
+    assert any("The last edit patched" in c and "(noise)" in c for c in said), said
