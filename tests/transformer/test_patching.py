@@ -465,3 +465,41 @@ def test_two_copy_heads_share_the_effect_and_back_each_other_up():
         pair = prepare(tr, "C A C", "C B C", target_ids=[3, 2], step=0, target=3)
         both = pair.metrics([[("cross_head", 0, 0), ("cross_head", 0, 1)]], direction)
         np.testing.assert_allclose(pair.effects(both, direction), [1.0], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ first order
+
+
+@torch.no_grad()
+def test_first_order_is_the_derivative_of_exact_patching(tr, prenorm_tr):
+    """Attribution patching's estimate for a site is the slope of exact patching along the way from the receiving
+    run's value to the donor's: exact patching of ``receiver + eps (donor - receiver)`` (every value of the donor
+    record moved that far, one site patched at a time) changes m by eps times the first-order change."""
+    from transformer.interpret.patching import Record, first_order, patched_metrics
+
+    eps = 1e-3
+    for t in (tr, prenorm_tr):
+        pair = prepare(t, CLEAN, EDITED)
+        for direction in ("denoise", "noise"):
+            receiver, donor = pair.receiver_donor(direction)
+            near = Record(*[[a + eps * (b - a) for a, b in zip(x, y)] if isinstance(x, list) else x + eps * (y - x)
+                            for x, y in zip(vars(receiver).values(), vars(donor).values())])
+            sites = pair.sites()
+            slope = (patched_metrics(t.model, pair.src[:1], pair.tgt, receiver, near, [[s] for s in sites],
+                                     pair.direction_m, pair.bias_m) - pair.m(1 if direction == "denoise" else 0)) / eps
+            estimate = first_order(pair, direction) - pair.m(1 if direction == "denoise" else 0)
+            np.testing.assert_allclose(estimate, slope, atol=5e-3 * max(1.0, np.abs(slope).max()), rtol=1e-2)
+
+
+def test_the_preview_patches_its_top_sites_exactly():
+    from transformer.interpret.patching import preview
+
+    tr = hand_built("decoy")
+    p = preview(tr, "C A C", "C B C", target_ids=[3, 2], step=0, target=3, top=3, sites=["cross_head", "cross_kv"])
+    assert set(p.estimate.effect) == {"cross_head", "cross_kv"} and len(p.sites) == 3
+    assert p.sites[0] in {("cross_head", 0, 0), ("cross_kv", 0, 1)}  # the copy head or the edited memory row
+    exact = patch(tr, "C A C", "C B C", target_ids=[3, 2], step=0, target=3, sites=["cross_head", "cross_kv"])
+    for site, value in zip(p.sites, p.exact):
+        assert value == pytest.approx(float(exact.effect[site[0]][site[1], site[2]]), abs=1e-5)
+    # the copy head's path is linear but for the centring norms: its first-order effect is its exact one
+    np.testing.assert_allclose(p.estimate.effect["cross_head"], exact.effect["cross_head"], atol=1e-3)
