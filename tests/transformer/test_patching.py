@@ -503,3 +503,13 @@ def test_the_preview_patches_its_top_sites_exactly():
         assert value == pytest.approx(float(exact.effect[site[0]][site[1], site[2]]), abs=1e-5)
     # the copy head's path is linear but for the centring norms: its first-order effect is its exact one
     np.testing.assert_allclose(p.estimate.effect["cross_head"], exact.effect["cross_head"], atol=1e-3)
+
+
+def test_rows_in_smaller_batches_give_the_same_arrays(tr, monkeypatch):
+    from transformer.interpret import patching
+
+    whole = patch(tr, CLEAN, EDITED, direction="noise")
+    monkeypatch.setattr(patching, "PATCH_BYTES", 1)  # one row a batch
+    alone = patch(tr, CLEAN, EDITED, direction="noise")
+    for kind in SITES:
+        np.testing.assert_allclose(alone.metric[kind], whole.metric[kind], atol=1e-5, err_msg=kind)

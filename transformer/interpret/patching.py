@@ -42,6 +42,7 @@ from .methods import full, require_eval
 SITES = ("enc_resid", "enc_head", "cross_kv", "cross_head", "dec_head", "dec_resid")
 ENCODER_SITES = ("enc_resid", "enc_head")  # the sites that change the memory (every decoder layer reads it)
 DIRECTIONS = ("denoise", "noise")
+PATCH_BYTES = 256_000_000  # rows patched in one batch: about this much working memory (rows are independent)
 MIN_CHANGE = 1e-3  # |m_clean - m_edit| below this (in logits) is too small to normalise: nothing is computed
 Site = tuple[str, int, int]  # (site kind, 0-based layer or row, position or head)
 
@@ -395,8 +396,12 @@ class Pair:
         with them set to zero instead."""
         receiver, donor = self.receiver_donor(direction)
         donor = receiver.zeros() if zero else donor
-        return patched_metrics(self.model, self.src[:1], self.tgt, receiver, donor, rows, self.direction_m,
-                               self.bias_m)
+        cfg = self.model.config
+        row_bytes = 16 * max(self.src.size(1), self.tgt.size(1)) * max(cfg.d_ff, 4 * cfg.d_model)  # a few live
+        chunk = max(1, PATCH_BYTES // row_bytes)  # float32 tensors of the widest sub-layer, per row
+        return np.concatenate([patched_metrics(self.model, self.src[:1], self.tgt, receiver, donor,
+                                               rows[i:i + chunk], self.direction_m, self.bias_m)
+                               for i in range(0, len(rows), chunk)] or [np.zeros(0)])
 
     def effects(self, m: np.ndarray, direction: str) -> np.ndarray:
         """The normalised effect of patched metrics ``m`` (see the module docstring)."""
