@@ -42,6 +42,7 @@ from .methods import full, require_eval
 SITES = ("enc_resid", "enc_head", "cross_kv", "cross_head", "dec_head", "dec_resid")
 ENCODER_SITES = ("enc_resid", "enc_head")  # the sites that change the memory (every decoder layer reads it)
 DIRECTIONS = ("denoise", "noise")
+PATCH_BYTES = 256_000_000  # rows patched in one batch: about this much working memory (rows are independent)
 MIN_CHANGE = 1e-3  # |m_clean - m_edit| below this (in logits) is too small to normalise: nothing is computed
 Site = tuple[str, int, int]  # (site kind, 0-based layer or row, position or head)
 
@@ -157,6 +158,29 @@ class Record:
                       [z(t) for t in self.self_z], [z(t) for t in self.cross_z], z(self.final))
 
 
+RECORD_FIELDS = tuple(Record.__dataclass_fields__)
+
+
+def site_value(run: Record, site: Site, step: int) -> Tensor:
+    """The value of ``run`` that ``site`` takes from the other run: a stream row ``(D,)``, a head's output ``(S, d)``
+    (encoder) or ``(d,)`` (at the step's query), a memory row's keys and values ``(2, H, d)``."""
+    kind, a, b = site
+    if kind == "enc_resid":
+        return run.enc_stream[a][b]
+    if kind == "enc_head":
+        return run.enc_z[a][b]
+    if kind == "cross_kv":
+        return torch.stack([run.cross_k[a][:, b], run.cross_v[a][:, b]])
+    if kind == "cross_head":
+        return run.cross_z[a][b, step]
+    if kind == "dec_head":
+        return run.self_z[a][b, step]
+    if kind == "dec_resid":
+        return run.dec_stream[a][b]
+    check_sites([kind])
+    raise AssertionError(kind)
+
+
 def final_stream(model: Transformer, x: Tensor) -> Tensor:
     """The decoder's last layer output ``(..., D)`` through the final norm of pre-norm (post-norm: as it is)."""
     return x if model.decoder_norm is None else layer_norm(model.decoder_norm, x)
@@ -167,9 +191,9 @@ def memory_of(model: Transformer, x: Tensor) -> Tensor:
     return x if model.encoder_norm is None else layer_norm(model.encoder_norm, x)
 
 
-@torch.no_grad()
-def record(model: Transformer, src: Tensor, tgt: Tensor) -> list[Record]:
-    """Every patchable value of the runs ``src (N, S)`` (unpadded), each teacher-forced on ``tgt (1, T)``."""
+def _run(model: Transformer, src: Tensor, tgt: Tensor) -> list[list[Tensor]]:
+    """The runs ``src (N, S)`` (unpadded), each teacher-forced on ``tgt (1, T)``, through :func:`encoder_layer` and
+    :func:`decoder_layer`: every patchable value, batched, in :class:`Record`'s field order."""
     n = src.size(0)
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
     self_mask = decoder_self_mask(tgt, model.config.pad_id)  # (1, 1, T, T)
@@ -187,10 +211,33 @@ def record(model: Transformer, src: Tensor, tgt: Tensor) -> list[Record]:
         y, zs, zc = decoder_layer(layer, y, self_mask, (k, v), src_mask)
         for seq, value in ((cross_k, k), (cross_v, v), (dec_stream, y), (self_z, zs), (cross_z, zc)):
             seq.append(value)
-    final = final_stream(model, y[:, -1])  # (N, D)
-    return [Record([t[i] for t in enc_stream], [t[i] for t in enc_z], memory[i], [t[i] for t in cross_k],
-                   [t[i] for t in cross_v], [t[i] for t in dec_stream], [t[i] for t in self_z],
-                   [t[i] for t in cross_z], final[i]) for i in range(n)]
+    return [enc_stream, enc_z, [memory], cross_k, cross_v, dec_stream, self_z, cross_z,
+            [final_stream(model, y[:, -1])]]  # the last: (N, D)
+
+
+def _records(fields: list[list[Tensor]], n: int) -> list[Record]:
+    """:func:`_run`'s batched values as one :class:`Record` per run."""
+    return [Record(*[f[0][i] if name in ("memory", "final") else [t[i] for t in f]
+                     for name, f in zip(RECORD_FIELDS, fields)]) for i in range(n)]
+
+
+@torch.no_grad()
+def record(model: Transformer, src: Tensor, tgt: Tensor) -> list[Record]:
+    """Every patchable value of the runs ``src (N, S)`` (unpadded), each teacher-forced on ``tgt (1, T)``."""
+    return _records(_run(model, src, tgt), src.size(0))
+
+
+def gradients(model: Transformer, src: Tensor, tgt: Tensor, direction_m: Tensor, bias_m: float) -> Record:
+    """The gradient of ``m`` with respect to every patchable value of the run ``src (1, S)`` (``torch.autograd.grad``:
+    nothing is written into the model's parameters)."""
+    with torch.enable_grad():
+        fields = _run(model, src, tgt)
+        m = full(fields[-1][0][0]) @ direction_m + bias_m
+        flat = [t for f in fields for t in f]
+        grads = torch.autograd.grad(m, flat, allow_unused=True)
+    grads = [torch.zeros_like(t) if g is None else g for t, g in zip(flat, grads)]
+    it = iter(grads)
+    return _records([[next(it) for _ in f] for f in fields], 1)[0]
 
 
 def _head_patch(rows: list[int], heads: list[int], donor: Tensor, query: int | None) -> HeadPatch | None:
@@ -332,14 +379,29 @@ class Pair:
         return {"enc_resid": (le + 1, s), "enc_head": (le, h), "cross_kv": (ld, s), "cross_head": (ld, h),
                 "dec_head": (ld, h), "dec_resid": (ld + 1, self.step + 1)}
 
+    def sites(self, kinds: Sequence[str] = SITES) -> list[Site]:
+        """Every site of ``kinds``, kind by kind in that order, each kind's array in row-major order."""
+        shapes = self.shapes()
+        return [(kind, a, b) for kind in kinds for a, b in np.ndindex(shapes[kind])]
+
+    def receiver_donor(self, direction: str) -> tuple[Record, Record]:
+        """The run patched and the run its values come from: denoise, the edited and the clean; noise, the other
+        way round."""
+        return (self.runs[1], self.runs[0]) if check_direction(direction) == "denoise" else (self.runs[0],
+                                                                                           self.runs[1])
+
     def metrics(self, rows: Sequence[Sequence[Site]], direction: str = "denoise", zero: bool = False) -> np.ndarray:
         """``m`` with each row's sites patched together, ``(len(rows),)``: denoise, the edited run with them from the
         clean run; noise, the clean run with them from the edited run; ``zero``: the ``direction``'s receiving run
         with them set to zero instead."""
-        receiver = self.runs[1] if check_direction(direction) == "denoise" else self.runs[0]
-        donor = receiver.zeros() if zero else self.runs[0] if direction == "denoise" else self.runs[1]
-        return patched_metrics(self.model, self.src[:1], self.tgt, receiver, donor, rows, self.direction_m,
-                               self.bias_m)
+        receiver, donor = self.receiver_donor(direction)
+        donor = receiver.zeros() if zero else donor
+        cfg = self.model.config
+        row_bytes = 16 * max(self.src.size(1), self.tgt.size(1)) * max(cfg.d_ff, 4 * cfg.d_model)  # a few live
+        chunk = max(1, PATCH_BYTES // row_bytes)  # float32 tensors of the widest sub-layer, per row
+        return np.concatenate([patched_metrics(self.model, self.src[:1], self.tgt, receiver, donor,
+                                               rows[i:i + chunk], self.direction_m, self.bias_m)
+                               for i in range(0, len(rows), chunk)] or [np.zeros(0)])
 
     def effects(self, m: np.ndarray, direction: str) -> np.ndarray:
         """The normalised effect of patched metrics ``m`` (see the module docstring)."""
@@ -424,6 +486,34 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
                 (float(logp[0, target]), float(logp[1, target])))
 
 
+def _begin(translator, source: str, edited: str, direction: str, sites, **chosen) -> tuple[Pair, PatchResult,
+                                                                                       tuple[str, ...]]:
+    """The pair, the result with its metrics and nothing patched yet (its ``note`` set when the change is too small
+    to normalise), and the site kinds asked for."""
+    check_direction(direction)
+    kinds = check_sites(sites)
+    pair = prepare(translator, source, edited, **chosen)
+    m_clean, m_edit = pair.m(0), pair.m(1)
+    result = PatchResult(m_clean, m_edit, pair.logp[0], pair.logp[1], pair.target, pair.foil, pair.step,
+                         pair.target_ids, direction, pair.edited_positions)
+    if abs(m_clean - m_edit) < MIN_CHANGE:
+        result.note = (f"the edit barely changes the metric (m_clean {m_clean:.4g}, m_edit {m_edit:.4g}: a "
+                       f"difference under {MIN_CHANGE}), too small to normalise: nothing was patched")
+    return pair, result, kinds
+
+
+def _fill(result: PatchResult, pair: Pair, kinds: tuple[str, ...], m: np.ndarray) -> PatchResult:
+    """``result`` with each kind's metric and effect arrays from ``m``, one value per site of ``pair.sites(kinds)``."""
+    shapes, start = pair.shapes(), 0
+    effect = pair.effects(m, result.direction)
+    for kind in kinds:
+        n = math.prod(shapes[kind])
+        result.metric[kind] = m[start:start + n].reshape(shapes[kind])  # (rows, columns)
+        result.effect[kind] = effect[start:start + n].reshape(shapes[kind])
+        start += n
+    return result
+
+
 def patch(translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
           step: int | None = None, target: int | None = None, foil: int | None = None, direction: str = "denoise",
           sites: Iterable[str] | str | None = None, src_lang: str | None = None,
@@ -438,26 +528,72 @@ def patch(translator, source: str, edited: str, *, target_ids: Sequence[int] | N
     edited run's top piece there, its second if that is ``target``) make the metric ``logit[target] -
     logit[foil]``. ``direction``: ``"denoise"`` or ``"noise"`` (see the module docstring). When ``|m_clean -
     m_edit|`` is below :data:`MIN_CHANGE`, nothing is patched: ``effect`` and ``metric`` are empty and ``note`` says
-    why."""
-    check_direction(direction)
-    kinds = check_sites(sites)
-    pair = prepare(translator, source, edited, target_ids=target_ids, step=step, target=target, foil=foil,
-                   src_lang=src_lang, tgt_lang=tgt_lang)
-    m_clean, m_edit = pair.m(0), pair.m(1)
-    result = PatchResult(m_clean, m_edit, pair.logp[0], pair.logp[1], pair.target, pair.foil, pair.step,
-                         pair.target_ids, direction, pair.edited_positions)
-    if abs(m_clean - m_edit) < MIN_CHANGE:
-        result.note = (f"the edit barely changes the metric (m_clean {m_clean:.4g}, m_edit {m_edit:.4g}: a "
-                       f"difference under {MIN_CHANGE}), too small to normalise: nothing was patched")
+    why. A site whose value is the same in both runs (an unedited piece's embedding, the decoder's input) gives the
+    receiving run's own ``m`` without a pass."""
+    pair, result, kinds = _begin(translator, source, edited, direction, sites, target_ids=target_ids, step=step,
+                                 target=target, foil=foil, src_lang=src_lang, tgt_lang=tgt_lang)
+    if result.note:
         return result
-    shapes = pair.shapes()
-    rows = [[(kind, a, b)] for kind in kinds for a in range(shapes[kind][0]) for b in range(shapes[kind][1])]
-    m = pair.metrics(rows, direction)
-    effect = pair.effects(m, direction)
-    start = 0
-    for kind in kinds:
-        n = math.prod(shapes[kind])
-        result.metric[kind] = m[start:start + n].reshape(shapes[kind])  # (rows, columns)
-        result.effect[kind] = effect[start:start + n].reshape(shapes[kind])
-        start += n
-    return result
+    receiver, donor = pair.receiver_donor(direction)
+    every = pair.sites(kinds)
+    moved = [i for i, site in enumerate(every)
+             if not torch.equal(site_value(receiver, site, pair.step), site_value(donor, site, pair.step))]
+    m = np.full(len(every), pair.m(1 if direction == "denoise" else 0))
+    m[moved] = pair.metrics([[every[i]] for i in moved], direction)
+    return _fill(result, pair, kinds, m)
+
+
+@dataclass
+class Preview:
+    """:func:`preview`'s answer: ``estimate``, every site's first-order effect (attribution patching: one forward
+    and one backward pass); ``sites``, the ``top`` sites by its absolute value; ``exact``, their effects patched
+    exactly, one at a time; ``agreement``, the Spearman rank correlation of the two over those sites (1: the same
+    order; nan when fewer than two sites or either side is constant)."""
+
+    estimate: PatchResult
+    sites: list[Site]
+    first_order: np.ndarray
+    exact: np.ndarray
+    agreement: float
+
+
+def first_order(pair: Pair, direction: str) -> np.ndarray:
+    """Attribution patching (Nanda 2023; Syed et al. 2023): each site's patched ``m`` to first order, ``m_receiver +
+    (donor - receiver) . dm/d(value)`` at the receiving run, for ``pair.sites()`` in order; one forward and one
+    backward pass whatever the number of sites."""
+    receiver, donor = pair.receiver_donor(direction)
+    run = 1 if direction == "denoise" else 0
+    grad = gradients(pair.model, pair.src[run:run + 1], pair.tgt, pair.direction_m, pair.bias_m)
+    step = pair.step
+    return pair.m(run) + np.array([float(((site_value(donor, s, step) - site_value(receiver, s, step)).double()
+                                          * site_value(grad, s, step).double()).sum()) for s in pair.sites()])
+
+
+def preview(translator, source: str, edited: str, *, top: int = 16, direction: str = "denoise",
+            sites: Iterable[str] | str | None = None, **chosen) -> Preview:
+    """For a model too large to patch every site exactly on a CPU (over a billion parameters): every site's
+    first-order effect (:func:`first_order`), then the ``top`` sites by its absolute value patched exactly, and how
+    well the two agree. ``chosen``: :func:`patch`'s ``target_ids``, ``step``, ``target``, ``foil``, ``src_lang``,
+    ``tgt_lang``. Nothing is estimated when the change is too small to normalise (``estimate.note``)."""
+    pair, result, kinds = _begin(translator, source, edited, direction, sites, **chosen)
+    if result.note:
+        return Preview(result, [], np.zeros(0), np.zeros(0), float("nan"))
+    every = pair.sites()
+    estimate = first_order(pair, direction)
+    asked = [i for i, s in enumerate(every) if s[0] in kinds]
+    _fill(result, pair, kinds, estimate[asked])
+    effect = pair.effects(estimate[asked], direction)
+    chosen_sites = [every[asked[i]] for i in np.argsort(-np.abs(effect), kind="stable")[:top]]
+    exact = pair.effects(pair.metrics([[s] for s in chosen_sites], direction), direction)
+    estimated = np.array([effect[asked.index(every.index(s))] for s in chosen_sites])
+    return Preview(result, chosen_sites, estimated, exact, spearman(estimated, exact))
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """The Spearman rank correlation of two equally long arrays (nan for fewer than two values or a constant one)."""
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = (np.argsort(np.argsort(x, kind="stable"), kind="stable").astype(float) for x in (a, b))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
