@@ -54,17 +54,29 @@ def word_index(text: str, word: Any) -> int | None:
     return found[0] if found else None
 
 
+def runs(a: Analysis, p: patching.Patched) -> list[tuple[str, str, str, float, float]]:
+    """Both runs as the view and the offline page show them: name, source, translation, ``m`` and ``log p(target)``."""
+    r = p.result
+    return [("Original", p.source, a.translation, r.m_clean, r.logp_clean),
+            ("Edited", p.edited, p.edited_translation, r.m_edit, r.logp_edit)]
+
+
+def metric_words(tr: Translator, a: Analysis, p: patching.Patched) -> str:
+    """What the metric compares at which step, in one line."""
+    r = p.result
+    target, foil = tr.tokenizer.pieces([r.target, r.foil])
+    at = a.target_tokens[r.step] if r.step < len(a.target_tokens) else target
+    return (f"Both runs read the original translation up to output step {r.step + 1} ({at}); there {METRIC} compares "
+            f"the target {target} with the foil {foil}.")
+
+
 def summary(tr: Translator, a: Analysis, p: patching.Patched) -> list[Part]:
     """Both sentences with their translations, ``m`` and ``p(target)``, and what the metric compares at which
     step."""
-    r = p.result
-    target, foil = tr.tokenizer.pieces([r.target, r.foil])
-    step_piece = a.target_tokens[r.step] if r.step < len(a.target_tokens) else target
-    rows = [["original", p.source, a.translation, f"{r.m_clean:+.3f}", f"{math.exp(r.logp_clean):.3f}"],
-            ["edited", p.edited, p.edited_translation, f"{r.m_edit:+.3f}", f"{math.exp(r.logp_edit):.3f}"]]
-    return [Table(["run", "source", "translation", METRIC, f"p({target})"], rows,
-                  f"Both runs read the original translation up to output step {r.step + 1} ({step_piece}); there "
-                  f"the metric compares the target {target} with the foil {foil}."),
+    target = tr.tokenizer.pieces([p.result.target])[0]
+    rows = [[name.lower(), source, translation, f"{m:+.3f}", f"{math.exp(logp):.3f}"]
+            for name, source, translation, m, logp in runs(a, p)]
+    return [Table(["run", "source", "translation", METRIC, f"p({target})"], rows, metric_words(tr, a, p)),
             *([Note(f"Nothing patched: {p.note}.", warning=True)] if p.note else [])]
 
 

@@ -11,13 +11,14 @@ import streamlit as st
 
 from ..compute import patching
 from ..drawing import patching as drawing
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, params
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
 from ..parts import patching as described  # this view's description (the offline page's and a notebook's too)
 
 WORD, SUBSTITUTE, STEP, FOIL, DIRECTION, HEAD = ("patch_word", "patch_substitute", "patch_step", "patch_foil",
                                                  "patch_direction", "patch_head")
+EDITED_TEXT = "_patch_text"  # the sentence the picked word and substitute belong to
 LAST = "patch_last"  # the last patching drawn: (text, settings, its arguments), for Export's file
 AUTO = -1  # the step or foil the library picks (the address leaves it out)
 HEAD_KINDS = {"cross_head": "cross", "dec_head": "decoder"}  # a heads chart's site kind -> its attention kind
@@ -55,6 +56,13 @@ def pick_edit(ctx: ViewContext) -> str | None:
         st.info("This sentence has no word to swap.", icon=":material/info:")
         return None
     src_lang = result.settings.src_lang
+    linked = st.session_state.get(params.FROM_LINK, {})
+    from_link = WORD in linked or SUBSTITUTE in linked  # a link's edit is this sentence's
+    linked.pop(SUBSTITUTE, None)
+    if st.session_state.get(EDITED_TEXT) != result.text and not from_link:  # another sentence: its own edit
+        for key in (WORD, SUBSTITUTE, STEP, FOIL):
+            st.session_state.pop(key, None)
+    st.session_state[EDITED_TEXT] = result.text
     first = described.default_edit(tr, result) if WORD not in st.session_state else None
     c1, c2 = st.columns(2, vertical_alignment="bottom")
     index = controls.choose(c1.selectbox, "Source word", list(range(len(spans))), WORD, first[0] if first else 0,
@@ -122,9 +130,7 @@ def render(ctx: ViewContext) -> None:
     st.session_state[LAST] = (result.text, result.settings, args)
     r = patched.result
     target, foil = tr.tokenizer.pieces([r.target, r.foil])
-    for name, source, translation, m, logp in (
-            ("Original", result.text, result.translation, r.m_clean, r.logp_clean),
-            ("Edited", patched.edited, patched.edited_translation, r.m_edit, r.logp_edit)):
+    for name, source, translation, m, logp in described.runs(result, patched):
         st.markdown(f"**{name}:** {controls.md_escape(source)} → {controls.md_escape(translation)}  \n"
                     f"m = {m:+.3f} · p({controls.md_escape(target)}) = {math.exp(logp):.3f}")
     c1, c2, c3 = st.columns([2, 2, 3], vertical_alignment="bottom")
@@ -143,8 +149,7 @@ def render(ctx: ViewContext) -> None:
     c3.segmented_control("Direction", list(patching.DIRECTIONS), key=DIRECTION, persist_state="session",
                          required=True, format_func=str.capitalize)
     st.caption(patching.DIRECTIONS[direction])
-    st.caption(f"Metric at output step {r.step + 1} ({controls.md_escape(outputs[r.step])}): {described.METRIC} "
-               f"with target {controls.md_escape(target)} and foil {controls.md_escape(foil)}.")
+    st.caption(controls.md_escape(described.metric_words(tr, result, patched)))
     if patched.note:
         st.warning(f"Nothing patched: {patched.note}.", icon=":material/info:")
         return

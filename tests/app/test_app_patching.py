@@ -247,3 +247,12 @@ def test_export_offers_the_last_patchings_numbers(app_env, tr):
     assert_clean(at)
     said = [plain(c.value) for c in at.caption]
     assert any("The last edit patched" in c and "(noise)" in c for c in said), said
+
+
+def test_another_sentence_gets_its_own_edit(app_env, tr):
+    at = new_app({"text": TEXT, "view": VIEW, "pw": "6", "ps": "car"})  # word 6 of TEXT, "bike"
+    assert_clean(at)
+    assert at.selectbox(key="patch_word").value == 5
+    at = translate(at, "A woman walks a small brown dog.")  # as many words: its own default edit, not TEXT's
+    assert_clean(at)
+    assert at.selectbox(key="patch_substitute").value != "car" and "ps=car" not in str(at.query_params)
