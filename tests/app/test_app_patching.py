@@ -256,3 +256,19 @@ def test_another_sentence_gets_its_own_edit(app_env, tr):
     at = translate(at, "A woman walks a small brown dog.")  # as many words: its own default edit, not TEXT's
     assert_clean(at)
     assert at.selectbox(key="patch_substitute").value != "car" and "ps=car" not in str(at.query_params)
+
+
+def test_every_suggestion_keeps_the_sentences_piece_count(tr):
+    from app.compute.patching import edited_text, substitutes, words
+
+    length = len(tr.encode_source(TEXT)[0])
+    offered = 0
+    for i, (_, _, word) in enumerate(words(TEXT)):
+        found = substitutes(tr, TEXT, i, 8)
+        offered += len(found)
+        assert len({f.casefold() for f in found}) == len(found) and word.casefold() not in {f.casefold() for f in found}
+        for other in found:
+            assert len(tr.encode_source(edited_text(TEXT, i, other))[0]) == length, (word, other)
+    assert offered  # the tiny vocabulary has some
+    assert [w for _, _, w in words("A dog's tail, well-kept: 3 cats.")] == ["A", "dog's", "tail", "well-kept", "cats"]
+    assert edited_text("A red car, a red bike.", 4, "blue") == "A red car, a blue bike."
