@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ import torch
 
 from transformer import Translator
 
+from . import work
 from .inference import Analysis, model_settings
 
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # a word of letters (with inner apostrophes or hyphens)
@@ -119,6 +120,8 @@ class Patched:
     edited: str
     edited_tokens: list[str]
     edited_translation: str
+    exact: list[tuple[str, int, int, float, float]] = field(default_factory=list)  # a preview's top sites
+    agreement: float | None = None  # a preview's Spearman agreement of its first-order and exact effects
 
     @property
     def note(self) -> str:
@@ -131,15 +134,23 @@ def run(tr: Translator, a: Analysis, edited: str, step: int | None = None, foil:
     """``transformer.interpret.patching.patch`` of the analysed sentence (teacher-forced on its translation) and
     ``edited``, every site, with the edited sentence's pieces and translation under the page's settings
     (``translated``, when known already; ``step`` and ``foil`` None: the contract's defaults)."""
-    from transformer.interpret.patching import patch
+    from transformer.interpret.patching import patch, preview
 
     s, text = a.settings, text_of(tr, a)
-    result = patch(tr, text, edited, target_ids=list(a.target_ids), step=step, foil=foil, direction=direction,
-                   src_lang=s.src_lang, tgt_lang=s.tgt_lang)
+    chosen = dict(target_ids=list(a.target_ids), step=step, foil=foil, direction=direction, src_lang=s.src_lang,
+                  tgt_lang=s.tgt_lang)
+    exact, agreement = [], None
+    if work.patching_preview(tr):
+        shown = preview(tr, text, edited, top=work.PREVIEW_TOP, **chosen)
+        result, agreement = shown.estimate, shown.agreement
+        exact = [(kind, row, column, float(e), float(x)) for (kind, row, column), e, x in
+                 zip(shown.sites, shown.first_order, shown.exact)]
+    else:
+        result = patch(tr, text, edited, **chosen)
     if translated is None:
         other = tr.translate(edited, model_settings(tr, s), return_attention=False)
         translated = (list(other.source_tokens), other.text)
-    return Patched(result, text, edited, *translated)
+    return Patched(result, text, edited, *translated, exact, agreement)
 
 
 def npz(p: Patched, a: Analysis) -> bytes:

@@ -80,6 +80,34 @@ def summary(tr: Translator, a: Analysis, p: patching.Patched) -> list[Part]:
             *([Note(f"Nothing patched: {p.note}.", warning=True)] if p.note else [])]
 
 
+def site_name(a: Analysis, kind: str, row: int, column: int) -> str:
+    """One site in words (layers, heads and positions from 1, the source piece named)."""
+    piece = a.source_tokens[column] if kind in ("enc_resid", "cross_kv") and column < len(a.source_tokens) else ""
+    layer = "the embeddings" if row == 0 else f"layer {row}"
+    return {"enc_resid": f"encoder {layer} at {column + 1}: {piece}",
+            "enc_head": f"encoder layer {row + 1}, head {column + 1}",
+            "cross_kv": f"decoder layer {row + 1} reading {column + 1}: {piece}",
+            "cross_head": f"cross-attention layer {row + 1}, head {column + 1}",
+            "dec_head": f"decoder self-attention layer {row + 1}, head {column + 1}",
+            "dec_resid": f"decoder {layer} at position {column}"}[kind]
+
+
+def preview_parts(a: Analysis, p: patching.Patched) -> list[Part]:
+    """A previewed model's (``work.patching_preview``) word on its charts, and its top sites, first-order beside
+    exact; nothing for a model patched exactly."""
+    if not p.exact:
+        return []
+    agree = "undefined (too few sites, or one side constant)" if p.agreement is None or math.isnan(p.agreement) \
+        else f"{p.agreement:.2f}"
+    return [Note(f"This model is too large to patch every site on a CPU: the charts show each site's first-order "
+                 f"effect (attribution patching: one forward and one backward pass), and the {len(p.exact)} strongest "
+                 f"were patched exactly (table). Rank agreement of the two over those sites (Spearman): {agree}.",
+                 warning=True),
+            Table(["site", "first-order effect", "exact effect"],
+                  [[site_name(a, kind, row, column), f"{e:+.3f}", f"{x:+.3f}"]
+                   for kind, row, column, e, x in p.exact])]
+
+
 def charts(a: Analysis, p: patching.Patched, n_layers: tuple[int, int]) -> list[Chart]:
     """The encoder's stream (layer x source piece, the edited piece outlined), the cross-attention's reading
     (decoder layer x source piece) and the heads (layer x head: cross-attention, decoder self-attention), on one
@@ -164,6 +192,7 @@ def describe(src: Source) -> list[Part]:
     first = runs[0]  # the second direction: the same step, foil and edited translation
     runs.append(run(tr, a, edited, first.result.step, first.result.foil, order[1],
                     (first.edited_tokens, first.edited_translation)))
-    options = [(d, [Note(patching.DIRECTIONS[d]), *charts(a, p, n_layers)]) for d, p in zip(order, runs)]
+    options = [(d, [Note(patching.DIRECTIONS[d]), *preview_parts(a, p), *charts(a, p, n_layers)])
+               for d, p in zip(order, runs)]
     return [*parts, Note(f"The edit: {word} → {substitute}."), *summary(tr, a, runs[0]),
             *([] if runs[0].note else [Note(SCALE), Choice("Direction", options, 0)])]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import streamlit as st
 
 from ..compute import patching
@@ -14,6 +15,7 @@ from ..drawing import patching as drawing
 from ..page import controls, heatmaps, params
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
+from ..parts import Table
 from ..parts import patching as described  # this view's description (the offline page's and a notebook's too)
 
 WORD, SUBSTITUTE, STEP, FOIL, DIRECTION, HEAD = ("patch_word", "patch_substitute", "patch_step", "patch_foil",
@@ -153,6 +155,11 @@ def render(ctx: ViewContext) -> None:
     if patched.note:
         st.warning(f"Nothing patched: {patched.note}.", icon=":material/info:")
         return
+    for part in described.preview_parts(result, patched):  # a large model's: first-order charts, its top sites
+        if isinstance(part, Table):
+            st.dataframe(pd.DataFrame(part.rows, columns=part.columns).set_index(part.columns[0]), width="stretch")
+        else:
+            st.info(controls.md_escape(part.text), icon=":material/speed:")
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
     charts = described.charts(result, patched, n_layers)
     st.caption(described.SCALE)

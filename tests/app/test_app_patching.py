@@ -272,3 +272,25 @@ def test_every_suggestion_keeps_the_sentences_piece_count(tr):
     assert offered  # the tiny vocabulary has some
     assert [w for _, _, w in words("A dog's tail, well-kept: 3 cats.")] == ["A", "dog's", "tail", "well-kept", "cats"]
     assert edited_text("A red car, a red bike.", 4, "blue") == "A red car, a blue bike."
+
+
+def test_a_model_too_large_to_patch_every_site_shows_the_preview(app_env, tr, monkeypatch):
+    """Over ``work.PREVIEW_PARAMETERS`` on a CPU (here lowered to the tiny model's size): the charts show the
+    library's first-order estimates, the top sites patched exactly beside them, with their agreement."""
+    from app.compute import cached, work
+    from transformer.interpret.patching import preview
+
+    monkeypatch.setattr(work, "PREVIEW_PARAMETERS", work.parameters(tr) - 1)
+    cached.RESULTS.clear()  # the exact patching of another test: the preview is a model's, never both
+    number, word, substitute = edit_for(tr)
+    at = new_app({"text": TEXT, "view": VIEW, "pw": str(number), "ps": substitute})
+    assert_clean(at)
+    ref = tr.translate(TEXT)
+    expected = preview(tr, TEXT, TEXT.replace(word, substitute, 1), top=work.PREVIEW_TOP, target_ids=ref.target_ids)
+    np.testing.assert_allclose(arr(chart(at, "Cross-attention reading")["data"][0]["z"]),
+                               expected.estimate.effect["cross_kv"], atol=1e-5)
+    assert any("first-order" in plain(i.value) for i in at.info)
+    table = at.dataframe[0].value
+    assert len(table) == len(expected.sites) and list(table.columns) == ["first-order effect", "exact effect"]
+    np.testing.assert_allclose(table["exact effect"].astype(float).to_numpy(), expected.exact, atol=2e-3)
+    cached.RESULTS.clear()
