@@ -114,7 +114,8 @@ def render(ctx: ViewContext) -> None:
     edited = pick_edit(ctx)
     if edited is None:
         return
-    steps = list(range(len(result.target_ids)))
+    forced = len(tr.tokenizer.target_prefix(result.settings.tgt_lang))  # a language code is no step
+    steps = list(range(forced, len(result.target_ids)))
     step = controls.settle(STEP, [AUTO, *steps], AUTO)
     foil_id = st.session_state.get(FOIL, AUTO)
     direction = controls.settle(DIRECTION, list(patching.DIRECTIONS), "denoise")
