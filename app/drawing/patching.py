@@ -32,14 +32,27 @@ def marked_tokens(tokens: Sequence[str], edited: Sequence[str], positions: Seque
 
 
 def effect_heatmap(effect: np.ndarray, rows: Sequence[str], columns: Sequence[str], title: str, row_title: str,
-                   column_title: str, bound: float, marked: Sequence[int] = ()) -> go.Figure:
+                   column_title: str, bound: float, marked: Sequence[int] = (), clickable: bool = False) -> go.Figure:
     """One site kind's effects ``(rows, columns)`` as a heatmap on the diverging scale ``[-bound, bound]`` (blue:
     the site carries the change, red: it works against it), the columns ``marked`` (the edited source pieces)
-    outlined."""
-    fig = figures.attention_heatmap(np.asarray(effect, dtype=np.float64), list(rows), list(columns), title=title,
-                                    query_title=row_title, key_title=column_title, zmin=-bound, zmax=bound,
-                                    colorscale=figures.DIVERGING, value_name=EFFECT)
+    outlined. ``clickable`` (a heads chart): an invisible marker on every cell carries its hover and lets a click
+    pick the cell (plotly heatmaps cannot be selected; scatter points can; :func:`head_pick`)."""
+    values = np.asarray(effect, dtype=np.float64)
+    fig = figures.attention_heatmap(values, list(rows), list(columns), title=title, query_title=row_title,
+                                    key_title=column_title, zmin=-bound, zmax=bound, colorscale=figures.DIVERGING,
+                                    value_name=EFFECT)
     n = len(rows)
+    if clickable:
+        r, c = np.indices(values.shape).reshape(2, -1)  # (2, rows * columns)
+        custom = [[int(i) + 1, int(j) + 1, float(v)] for i, j, v in zip(r, c, values.reshape(-1))]  # plain lists:
+        # a typed array's rows are not passed on by the page's selection event
+        invisible = dict(marker=dict(opacity=0))
+        fig.update_traces(hoverinfo="skip", hovertemplate=None, selector=dict(type="heatmap"))
+        fig.add_trace(dict(type="scatter", x=c.tolist(), y=r.tolist(), mode="markers", customdata=custom,
+                           marker=dict(symbol="square", size=24, opacity=0), selected=invisible,
+                           unselected=invisible, showlegend=False, name="cells",
+                           hovertemplate=f"{row_title} %{{customdata[0]}} · {column_title} %{{customdata[1]}}<br>"
+                                         f"{EFFECT} %{{customdata[2]:.3f}}: click to open<extra></extra>"))
     for j in marked:
         fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=-0.5, y1=n - 0.5, xref="x", yref="y",
                       line=dict(color=MARK, width=2), fillcolor="rgba(0,0,0,0)")

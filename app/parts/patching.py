@@ -138,7 +138,7 @@ def charts(a: Analysis, p: patching.Patched, n_layers: tuple[int, int]) -> list[
             out.append(Chart(drawing.effect_heatmap(heads, drawing.layer_names(heads.shape[0]),
                                                     drawing.head_names(heads.shape[1]),
                                                     f"{title} at output step {p.result.step + 1}", "decoder layer",
-                                                    "head", bound),
+                                                    "head", bound, clickable=True),
                              "", f"patching-{kind.replace('_', '-')}"))
     return out
 

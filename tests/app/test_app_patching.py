@@ -202,6 +202,11 @@ def test_the_effect_heatmap_is_one_diverging_scale_that_clips_nothing():
     (shape,) = fig["layout"]["shapes"]
     assert (shape["x0"], shape["x1"], shape["y0"], shape["y1"]) == (0.5, 1.5, -0.5, 1.5)
     assert drawing.head_pick({"points": [{"x": 3, "y": 1}]}) == (1, 3) and drawing.head_pick({"points": []}) is None
+    heads = drawing.effect_heatmap(np.zeros((2, 3)), ["layer 1", "layer 2"], ["1", "2", "3"], "t", "decoder layer",
+                                   "head", 1.0, clickable=True).to_plotly_json()
+    cells = heads["data"][1]  # a click target on every cell (a heatmap cannot be selected), named in its hover
+    assert sorted(zip(cells["y"], cells["x"])) == [(i, j) for i in range(2) for j in range(3)]
+    assert cells["customdata"][-1] == [2, 3, 0.0] and heads["data"][0]["hoverinfo"] == "skip"
     assert drawing.layer_names(3, "embeddings") == ["embeddings", "layer 1", "layer 2"]
 
 

@@ -2,7 +2,7 @@
 screens the app is made for (1600 x 1000, 1280 x 720, a 390 x 844 phone): the page drawn from a link without a
 trace, the encoder chart's column of the edited piece named by both pieces, the step's pieces named, no text off
 the screen or under 10 px (``test_layout_browser.CHECK_JS``), no two pieces of chart text over one another
-(``test_overlap_browser``). Screenshots: ``test-artifacts/patching-<screen>.png``."""
+(``test_overlap_browser``), a click (a tap) on a head's cell opens its attention. Screenshots: ``test-artifacts/patching-<screen>.png``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "A man in a red shirt rides a bike."
-QUERY = f"text={TEXT.replace(' ', '+')}&view=what_carries_the_change&pw=5&ps=blue&ph=cross.3.2"
+QUERY = f"text={TEXT.replace(' ', '+')}&view=what_carries_the_change&pw=5&ps=blue"
+CELL_JS = """title => { const c = [...document.querySelectorAll('[data-testid=stPlotlyChart] .js-plotly-plot')]
+  .find(p => (p.querySelector('.gtitle') || {}).textContent?.startsWith(title));
+  c.scrollIntoView({block: 'center'});
+  const xa = c._fullLayout.xaxis, ya = c._fullLayout.yaxis, box = c.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(2), box.top + ya._offset + ya.l2p(1)]; }"""  # layer 2, head 3
 ENCODER_TICKS_JS = """() => { const c = [...document.querySelectorAll('[data-testid=stPlotlyChart] .js-plotly-plot')]
   .find(p => (p.querySelector('.gtitle') || {}).textContent?.startsWith('Encoder'));
   return c ? [...c.querySelectorAll('.xtick text')].map(e => e.textContent) : null; }"""
@@ -42,5 +47,13 @@ def test_what_carries_the_change_reads_on_every_screen(shipped_server, browser, 
         assert not any(usable.values()), usable
         pairs, small = problems(page.evaluate(BOXES_JS))
         assert not pairs and not small, (pairs, small)
+        # a click (a tap on the phone) on the cross-attention heads' cell of layer 2, head 3 opens that head
+        x, y = page.evaluate(CELL_JS, "Cross-attention heads")
+        if SCREENS[screen][1]:
+            page.touchscreen.tap(x, y)
+        else:
+            page.mouse.click(x, y)
+        page.get_by_text("Cross-attention · layer 2 · head 3").first.wait_for(timeout=60_000)
+        assert "ph=cross.2.3" in page.url
     finally:
         context.close()
