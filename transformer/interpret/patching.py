@@ -426,6 +426,11 @@ def check_sites(sites: Iterable[str] | str | None) -> tuple[str, ...]:
     return tuple(s for s in SITES if s in asked)
 
 
+def _is_id(value: object) -> bool:
+    """An integer (Python's or NumPy's; not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _pieces_message(tr, source_ids: list[int], edited_ids: list[int]) -> str:
     a, b = tr.tokenizer.pieces(source_ids), tr.tokenizer.pieces(edited_ids)
     return f"source {a} ({len(a)} pieces) and edited {b} ({len(b)} pieces)"
@@ -448,8 +453,10 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
     needed = [text for text, missing in ((source, target_ids is None), (edited, step is None)) if missing]
     translations = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)]
     target_ids = list(translations[0] if target_ids is None else target_ids)
-    if not all(isinstance(t, int) and 0 <= t < cfg.tgt_vocab_size for t in target_ids):
-        raise ValueError(f"target_ids must be piece ids in [0, {cfg.tgt_vocab_size}), not {target_ids}")
+    for name, values in (("target_ids", target_ids), ("target", [target]), ("foil", [foil])):
+        if not all(v is None and name != "target_ids" or _is_id(v) and 0 <= v < cfg.tgt_vocab_size for v in values):
+            raise ValueError(f"{name} must be piece ids in [0, {cfg.tgt_vocab_size}), not {values}")
+    target_ids = [int(t) for t in target_ids]
     if len(target_ids) <= forced:
         raise ValueError(f"target_ids {target_ids} has no step after the forced language code")
     if len(target_ids) + 1 > cfg.max_len:
@@ -463,20 +470,19 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
             logp = full(model(src, tgt).logits).log_softmax(-1)  # (2, T, V)
             kl = (logp[0].exp() * (logp[0] - logp[1])).sum(-1)  # (T,)
             step = forced + int(kl[forced:].argmax())
-    if not (isinstance(step, int) and forced <= step < len(target_ids)):
+    if not (_is_id(step) and forced <= step < len(target_ids)):
         raise ValueError(f"step must be an output step in [{forced}, {len(target_ids)}), not {step!r}"
                          + (" (the forced language code is no step)" if forced else ""))
+    step = int(step)
     tgt = torch.tensor([[cfg.bos_id, *target_ids[:step]]], device=src.device)  # (1, step + 1)
     runs = record(model, src, tgt)
     logits = full(model.generator(torch.stack([r.final for r in runs])))  # (2, V): the two runs at the step
     logp = logits.log_softmax(-1)
-    target = target_ids[step] if target is None else target
+    target = target_ids[step] if target is None else int(target)
     if foil is None:
         top2 = logits[1].topk(2).indices.tolist()
         foil = top2[1] if top2[0] == target else top2[0]
-    for name, value in (("target", target), ("foil", foil)):
-        if not (isinstance(value, int) and 0 <= value < cfg.tgt_vocab_size):
-            raise ValueError(f"{name} must be a piece id in [0, {cfg.tgt_vocab_size}), not {value!r}")
+    foil = int(foil)
     if target == foil:
         raise ValueError(f"target and foil must be two pieces, not both {target}")
     weight = full(model.generator.weight[[target, foil]])  # (2, D): two rows of the output projection
