@@ -96,13 +96,16 @@ def attention_scores(pair, sites: list[tuple[str, int, int]]) -> np.ndarray:
 @torch.no_grad()
 def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Per direction and k, the mean recovery of the top-k components together and of the three baselines; the
-    pairs used and skipped; the mean single-site effect per site kind; CPU and wall seconds per default call."""
+    pairs used and skipped; the mean effect of the largest component and how often each kind is the largest; the
+    mean ``cross_kv`` effect at the edited pieces per decoder layer (denoise); CPU and wall seconds per call."""
     rng = random.Random(seed)
     rec = {d: {name: {k: [] for k in KS} for name in ("top", "random", "kind_matched", "attention")}
            for d in DIRECTIONS}
     kinds: dict[str, int] = {}
     largest: dict[str, list[float]] = {d: [] for d in DIRECTIONS}  # the largest single component's effect
     cpu, wall, patch_cpu, steps, skipped, used = [], [], [], [], 0, 0
+    top_kind = {d: dict.fromkeys(COMPONENTS, 0) for d in DIRECTIONS}  # the kind of each pair's largest component
+    at_edit: list[np.ndarray] = []
     for kind, source, edited in pairs:
         c0, w0 = time.process_time(), time.perf_counter()
         r = patch(tr, source, edited)  # the default call: both translations, every site
@@ -123,9 +126,12 @@ def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool
         pair = prepare(tr, source, edited, target_ids=r.target_ids, step=r.step, target=r.target, foil=r.foil)
         sites = [(k, a, b) for k in COMPONENTS for a, b in np.ndindex(r.effect[k].shape)]
         attention = attention_scores(pair, sites)
+        edits = r.edited_positions
+        at_edit.append(r.effect["cross_kv"][:, edits].sum(-1))  # (L_d,): each decoder layer's reading of the edit
         for direction, res in results.items():
             effect = np.concatenate([res.effect[k].ravel() for k in COMPONENTS])
             largest[direction].append(float(effect.max()))
+            top_kind[direction][sites[int(effect.argmax())][0]] += 1
             order = np.argsort(-effect, kind="stable")
             by_attention = np.lexsort((rng.sample(range(len(sites)), len(sites)), -attention))  # ties at random
             rows, names = [], []
@@ -144,6 +150,9 @@ def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool
                    for name, by_k in names_.items()} for d, names_ in rec.items()}
     return {"pairs": used, "skipped_too_small": skipped, "kinds": kinds, "recovery": summary,
             "largest_single_component": {d: round(float(np.mean(v)), 4) if v else None for d, v in largest.items()},
+            "largest_component_kind": top_kind,
+            "cross_kv_at_the_edit_by_layer": [round(float(x), 4) for x in np.mean(at_edit, axis=0)] if at_edit
+            else None,
             "cpu_s_per_call": round(float(np.median(cpu)), 3) if cpu else None,
             "cpu_s_patching_alone": round(float(np.median(patch_cpu)), 3) if patch_cpu else None,
             "mean_step": round(float(np.mean(steps)), 2) if steps else None,
