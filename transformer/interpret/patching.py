@@ -245,9 +245,8 @@ def _head_patch(rows: list[int], heads: list[int], donor: Tensor, query: int | N
     ``query`` only."""
     if not rows:
         return None
-    r, h = torch.tensor(rows), torch.tensor(heads)
-
     def replace(z: Tensor) -> Tensor:
+        r, h = torch.tensor(rows, device=z.device), torch.tensor(heads, device=z.device)
         z = z.clone()
         if query is None:
             z[r, h] = donor[h].to(z.dtype)
