@@ -16,8 +16,10 @@ once on test_2016_flickr with every k.
 
 ``--opus-size`` adds an OPUS-MT-sized Marian model (512 / 6+6 / 8 heads / 2048, 58,101 pieces) with **random
 weights** (``bench.marian.marian_dir``; no download; alone when no ``--checkpoint`` is named): the same measures on a
-few pairs of test_2016_flickr, and the time of one default call (both translations, every site) there. Times are
-CPU seconds of this process (``time.process_time``) and wall seconds, the median call.
+few pairs of test_2016_flickr, the time of one default call (both translations, every site) there, and of patching
+every site at step 12 of the clean translation. Times are
+CPU seconds of this process (``time.process_time``) and wall seconds, the median call; and the CPU seconds of
+patching alone (the noise call: the step and pieces given, nothing translated).
 
     python -m bench.patching --checkpoint checkpoints/multi30k-en-de --data-dir ../shared/data/multi30k
 """
@@ -49,6 +51,7 @@ PARTNER = {w: (kind, b if w == a else a) for kind, pairs in SWAPS.items() for a,
 COMPONENTS = ("enc_head", "cross_kv", "cross_head", "dec_head")
 KS = (1, 2, 4, 8, 16)
 TARGET_RECOVERY = 0.9
+TIMED_STEP = 12  # at OPUS-MT size, every site is also timed at this step (a later step costs more)
 _WORD = re.compile(r"[A-Za-z]+")
 
 
@@ -93,13 +96,16 @@ def attention_scores(pair, sites: list[tuple[str, int, int]]) -> np.ndarray:
 @torch.no_grad()
 def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Per direction and k, the mean recovery of the top-k components together and of the three baselines; the
-    pairs used and skipped; the mean single-site effect per site kind; CPU and wall seconds per default call."""
+    pairs used and skipped; the mean effect of the largest component and how often each kind is the largest; the
+    mean ``cross_kv`` effect at the edited pieces per decoder layer (denoise); CPU and wall seconds per call."""
     rng = random.Random(seed)
     rec = {d: {name: {k: [] for k in KS} for name in ("top", "random", "kind_matched", "attention")}
            for d in DIRECTIONS}
     kinds: dict[str, int] = {}
     largest: dict[str, list[float]] = {d: [] for d in DIRECTIONS}  # the largest single component's effect
-    cpu, wall, skipped, used = [], [], 0, 0
+    cpu, wall, patch_cpu, steps, skipped, used = [], [], [], [], 0, 0
+    top_kind = {d: dict.fromkeys(COMPONENTS, 0) for d in DIRECTIONS}  # the kind of each pair's largest component
+    at_edit: list[np.ndarray] = []
     for kind, source, edited in pairs:
         c0, w0 = time.process_time(), time.perf_counter()
         r = patch(tr, source, edited)  # the default call: both translations, every site
@@ -108,8 +114,11 @@ def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool
         if r.note:
             skipped += 1
             continue
+        c0 = time.process_time()
         results = {"denoise": r, "noise": patch(tr, source, edited, target_ids=r.target_ids, step=r.step,
                                                 target=r.target, foil=r.foil, direction="noise")}
+        patch_cpu.append(time.process_time() - c0)  # every site, nothing translated
+        steps.append(r.step)
         used += 1
         kinds[kind] = kinds.get(kind, 0) + 1
         if progress:
@@ -117,9 +126,12 @@ def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool
         pair = prepare(tr, source, edited, target_ids=r.target_ids, step=r.step, target=r.target, foil=r.foil)
         sites = [(k, a, b) for k in COMPONENTS for a, b in np.ndindex(r.effect[k].shape)]
         attention = attention_scores(pair, sites)
+        edits = r.edited_positions
+        at_edit.append(r.effect["cross_kv"][:, edits].sum(-1))  # (L_d,): each decoder layer's reading of the edit
         for direction, res in results.items():
             effect = np.concatenate([res.effect[k].ravel() for k in COMPONENTS])
             largest[direction].append(float(effect.max()))
+            top_kind[direction][sites[int(effect.argmax())][0]] += 1
             order = np.argsort(-effect, kind="stable")
             by_attention = np.lexsort((rng.sample(range(len(sites)), len(sites)), -attention))  # ties at random
             rows, names = [], []
@@ -138,7 +150,12 @@ def measure(tr, pairs: list[tuple[str, str, str]], seed: int = 0, progress: bool
                    for name, by_k in names_.items()} for d, names_ in rec.items()}
     return {"pairs": used, "skipped_too_small": skipped, "kinds": kinds, "recovery": summary,
             "largest_single_component": {d: round(float(np.mean(v)), 4) if v else None for d, v in largest.items()},
+            "largest_component_kind": top_kind,
+            "cross_kv_at_the_edit_by_layer": [round(float(x), 4) for x in np.mean(at_edit, axis=0)] if at_edit
+            else None,
             "cpu_s_per_call": round(float(np.median(cpu)), 3) if cpu else None,
+            "cpu_s_patching_alone": round(float(np.median(patch_cpu)), 3) if patch_cpu else None,
+            "mean_step": round(float(np.mean(steps)), 2) if steps else None,
             "wall_s_per_call": round(float(np.median(wall)), 3) if wall else None}
 
 
@@ -157,8 +174,16 @@ def opus_size(sentences: list[str], corpus: list[str], n_pairs: int, seed: int) 
         tr = load(marian_dir(Path(tmp), corpus, quick=False), device="cpu")
         pairs = minimal_pairs(tr, sentences, n_pairs)
         patch(tr, *pairs[0][1:], sites="dec_resid")  # warm
+        at_step = []  # every site at step TIMED_STEP, whatever the metric (random weights barely hear an edit)
+        for _, source, edited in pairs:
+            ids = tr.translate(source).target_ids
+            c0 = time.process_time()
+            pair = prepare(tr, source, edited, target_ids=ids, step=min(TIMED_STEP, len(ids) - 1))
+            pair.metrics([[site] for site in pair.sites()])
+            at_step.append(time.process_time() - c0)
         return {"model": "OPUS-MT size (512 / 6+6 / 8 heads / 2048, 58,101 pieces), random weights",
-                **measure(tr, pairs, seed)}
+                f"cpu_s_every_site_at_step_{TIMED_STEP}": round(float(np.median(at_step)), 3),
+                "source_pieces": [len(tr.encode_source(p[1])[0]) for p in pairs], **measure(tr, pairs, seed)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -513,3 +513,15 @@ def test_rows_in_smaller_batches_give_the_same_arrays(tr, monkeypatch):
     alone = patch(tr, CLEAN, EDITED, direction="noise")
     for kind in SITES:
         np.testing.assert_allclose(alone.metric[kind], whole.metric[kind], atol=1e-5, err_msg=kind)
+
+
+def test_numpy_integers_are_ids_and_a_bad_piece_is_named(tr):
+    r = patch(tr, CLEAN, EDITED, sites="dec_resid")
+    again = patch(tr, CLEAN, EDITED, target_ids=np.array(r.target_ids), step=np.int64(r.step),
+                  target=np.int64(r.target), foil=np.int64(r.foil), sites="dec_resid")
+    np.testing.assert_array_equal(again.metric["dec_resid"], r.metric["dec_resid"])
+    assert type(again.step) is int and all(type(t) is int for t in again.target_ids)
+    with pytest.raises(ValueError, match="foil must be piece ids"):
+        patch(tr, CLEAN, EDITED, step=0, foil=10 ** 6)
+    with pytest.raises(ValueError, match="target_ids must be piece ids"):
+        patch(tr, CLEAN, EDITED, target_ids=[1, -3], step=0)

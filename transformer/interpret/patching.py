@@ -35,8 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..network.attention import MultiHeadAttention
 from ..network.masks import decoder_self_mask, padding_mask
 from ..network.model import DecoderLayer, EncoderLayer, Transformer, layer_norm
+from ..translator import Translator
 from .methods import full, require_eval
 
 SITES = ("enc_resid", "enc_head", "cross_kv", "cross_head", "dec_head", "dec_resid")
@@ -77,7 +79,7 @@ class PatchResult:
 HeadPatch = Callable[[Tensor], Tensor]  # each head's output (N, H, Tq, d) -> the same with some rows replaced
 
 
-def attend(module, query: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None,
+def attend(module: MultiHeadAttention, query: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None,
            heads: HeadPatch | None = None) -> tuple[Tensor, Tensor]:
     """One attention sub-layer through the module's own projections: ``query (N, Tq, D)``, keys and values
     ``(N, H, Tk, d)`` -> the output ``(N, Tq, D)`` and every head's output before W_O ``(N, H, Tq, d)`` (``heads``
@@ -114,7 +116,7 @@ def decoder_layer(layer: DecoderLayer, x: Tensor, self_mask: Tensor, cross_kv: t
     ``DecoderLayer.forward`` runs it (in eval mode)."""
     seen = []
 
-    def attention(module, kv: Callable[[Tensor], tuple[Tensor, Tensor]], mask: Tensor | None,
+    def attention(module: MultiHeadAttention, kv: Callable[[Tensor], tuple[Tensor, Tensor]], mask: Tensor | None,
                   heads: HeadPatch | None) -> Callable[[Tensor], tuple[Tensor, None]]:
         def run(h: Tensor) -> tuple[Tensor, None]:
             out, z = attend(module, h, kv(h), mask, heads)
@@ -245,9 +247,8 @@ def _head_patch(rows: list[int], heads: list[int], donor: Tensor, query: int | N
     ``query`` only."""
     if not rows:
         return None
-    r, h = torch.tensor(rows), torch.tensor(heads)
-
     def replace(z: Tensor) -> Tensor:
+        r, h = torch.tensor(rows, device=z.device), torch.tensor(heads, device=z.device)
         z = z.clone()
         if query is None:
             z[r, h] = donor[h].to(z.dtype)
@@ -363,13 +364,16 @@ class Pair:
 
     @property
     def edited_positions(self) -> list[int]:
+        """The source positions whose ids differ."""
         return (self.src[0] != self.src[1]).nonzero()[:, 0].tolist()
 
     @property
     def step(self) -> int:
+        """The decoder position of the metric (the last of ``tgt``)."""
         return self.tgt.size(1) - 1
 
     def m(self, run: int) -> float:
+        """``logit[target] - logit[foil]`` of run ``run`` (0 clean, 1 edited), unpatched."""
         return float(full(self.runs[run].final) @ self.direction_m + self.bias_m)
 
     def shapes(self) -> dict[str, tuple[int, int]]:
@@ -410,6 +414,7 @@ class Pair:
 
 
 def check_direction(direction: str) -> str:
+    """``direction`` if it is one of :data:`DIRECTIONS`, else a ``ValueError`` that names them."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
     return direction
@@ -426,13 +431,18 @@ def check_sites(sites: Iterable[str] | str | None) -> tuple[str, ...]:
     return tuple(s for s in SITES if s in asked)
 
 
-def _pieces_message(tr, source_ids: list[int], edited_ids: list[int]) -> str:
+def _is_id(value: object) -> bool:
+    """An integer (Python's or NumPy's; not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _pieces_message(tr: Translator, source_ids: list[int], edited_ids: list[int]) -> str:
     a, b = tr.tokenizer.pieces(source_ids), tr.tokenizer.pieces(edited_ids)
     return f"source {a} ({len(a)} pieces) and edited {b} ({len(b)} pieces)"
 
 
 @torch.no_grad()
-def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
+def prepare(translator: Translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
             step: int | None = None, target: int | None = None, foil: int | None = None,
             src_lang: str | None = None, tgt_lang: str | None = None) -> Pair:
     """The :class:`Pair` :func:`patch` patches (its arguments, defaults and errors are :func:`patch`'s)."""
@@ -448,8 +458,10 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
     needed = [text for text, missing in ((source, target_ids is None), (edited, step is None)) if missing]
     translations = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)]
     target_ids = list(translations[0] if target_ids is None else target_ids)
-    if not all(isinstance(t, int) and 0 <= t < cfg.tgt_vocab_size for t in target_ids):
-        raise ValueError(f"target_ids must be piece ids in [0, {cfg.tgt_vocab_size}), not {target_ids}")
+    for name, values in (("target_ids", target_ids), ("target", [target]), ("foil", [foil])):
+        if not all(v is None and name != "target_ids" or _is_id(v) and 0 <= v < cfg.tgt_vocab_size for v in values):
+            raise ValueError(f"{name} must be piece ids in [0, {cfg.tgt_vocab_size}), not {values}")
+    target_ids = [int(t) for t in target_ids]
     if len(target_ids) <= forced:
         raise ValueError(f"target_ids {target_ids} has no step after the forced language code")
     if len(target_ids) + 1 > cfg.max_len:
@@ -463,20 +475,19 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
             logp = full(model(src, tgt).logits).log_softmax(-1)  # (2, T, V)
             kl = (logp[0].exp() * (logp[0] - logp[1])).sum(-1)  # (T,)
             step = forced + int(kl[forced:].argmax())
-    if not (isinstance(step, int) and forced <= step < len(target_ids)):
+    if not (_is_id(step) and forced <= step < len(target_ids)):
         raise ValueError(f"step must be an output step in [{forced}, {len(target_ids)}), not {step!r}"
                          + (" (the forced language code is no step)" if forced else ""))
+    step = int(step)
     tgt = torch.tensor([[cfg.bos_id, *target_ids[:step]]], device=src.device)  # (1, step + 1)
     runs = record(model, src, tgt)
     logits = full(model.generator(torch.stack([r.final for r in runs])))  # (2, V): the two runs at the step
     logp = logits.log_softmax(-1)
-    target = target_ids[step] if target is None else target
+    target = target_ids[step] if target is None else int(target)
     if foil is None:
         top2 = logits[1].topk(2).indices.tolist()
         foil = top2[1] if top2[0] == target else top2[0]
-    for name, value in (("target", target), ("foil", foil)):
-        if not (isinstance(value, int) and 0 <= value < cfg.tgt_vocab_size):
-            raise ValueError(f"{name} must be a piece id in [0, {cfg.tgt_vocab_size}), not {value!r}")
+    foil = int(foil)
     if target == foil:
         raise ValueError(f"target and foil must be two pieces, not both {target}")
     weight = full(model.generator.weight[[target, foil]])  # (2, D): two rows of the output projection
@@ -486,8 +497,8 @@ def prepare(translator, source: str, edited: str, *, target_ids: Sequence[int] |
                 (float(logp[0, target]), float(logp[1, target])))
 
 
-def _begin(translator, source: str, edited: str, direction: str, sites, **chosen) -> tuple[Pair, PatchResult,
-                                                                                       tuple[str, ...]]:
+def _begin(translator: Translator, source: str, edited: str, direction: str, sites: Iterable[str] | str | None,
+           **chosen: object) -> tuple[Pair, PatchResult, tuple[str, ...]]:
     """The pair, the result with its metrics and nothing patched yet (its ``note`` set when the change is too small
     to normalise), and the site kinds asked for."""
     check_direction(direction)
@@ -514,7 +525,7 @@ def _fill(result: PatchResult, pair: Pair, kinds: tuple[str, ...], m: np.ndarray
     return result
 
 
-def patch(translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
+def patch(translator: Translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
           step: int | None = None, target: int | None = None, foil: int | None = None, direction: str = "denoise",
           sites: Iterable[str] | str | None = None, src_lang: str | None = None,
           tgt_lang: str | None = None) -> PatchResult:
@@ -569,8 +580,8 @@ def first_order(pair: Pair, direction: str) -> np.ndarray:
                                           * site_value(grad, s, step).double()).sum()) for s in pair.sites()])
 
 
-def preview(translator, source: str, edited: str, *, top: int = 16, direction: str = "denoise",
-            sites: Iterable[str] | str | None = None, **chosen) -> Preview:
+def preview(translator: Translator, source: str, edited: str, *, top: int = 16, direction: str = "denoise",
+            sites: Iterable[str] | str | None = None, **chosen: object) -> Preview:
     """For a model too large to patch every site exactly on a CPU (over a billion parameters): every site's
     first-order effect (:func:`first_order`), then the ``top`` sites by its absolute value patched exactly, and how
     well the two agree. ``chosen``: :func:`patch`'s ``target_ids``, ``step``, ``target``, ``foil``, ``src_lang``,
