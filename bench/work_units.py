@@ -21,7 +21,7 @@ from typing import Any
 from .common import DEFAULT_CHECKPOINT
 
 SIZES = ((32, 31), (64, 63), (128, 127), (256, 255))  # (source, decoder input) positions
-CAPTION = "a man in a red shirt rides a bike past a green field with his dog"  # 16 words; the edit: red -> blue
+CAPTION = "a man in a red shirt rides a bike past a green field with his dog"  # 16 words; "red" is swapped
 PATCH_WORDS = (8, 16, 32)
 
 
@@ -70,12 +70,12 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
 
 def measure_patching(checkpoint: str, repeats: int = 3, words: tuple[int, ...] = PATCH_WORDS) -> list[dict[str, Any]]:
     """What carries the change's probe (``app.compute.probes.PROBES["patching"]``: the library's every site and the
-    edited sentence's translation) on captions of ``words`` words, one edit (``red`` -> ``blue``), CPU time per unit
-    of its record's estimate."""
+    edited sentence's translation) on captions of ``words`` words, one edit, CPU time per unit
+    of its record's estimate (the edit: ``red`` to its first substitute of the same piece count)."""
     import torch
 
     from app import report
-    from app.compute import catalog, probes
+    from app.compute import catalog, patching, probes
     from app.compute.inference import DecodeSettings
 
     torch.set_num_threads(1)
@@ -85,7 +85,9 @@ def measure_patching(checkpoint: str, repeats: int = 3, words: tuple[int, ...] =
         text = " ".join((CAPTION.split() * (n // 16 + 1))[:n])
         settings = DecodeSettings(beam_size=4, alpha=tr.default_alpha)
         a = report.analysis_for(tr.translate(text, settings, return_attention=True), tr, text, settings)
-        args = (text.replace("red", "blue", 1), None, None, "denoise")
+        red = [w for _, _, w in patching.words(text)].index("red")
+        swap = next(iter(patching.substitutes(tr, text, red, 1)), "blue")
+        args = (patching.edited_text(text, red, swap), None, None, "denoise")
         seconds, units = best_cpu_seconds(partial(probe.run, tr, a, *args), repeats), probe.cost(tr, a, *args)
         rows.append({"words": n, "source": len(a.source_ids), "target": len(a.target_ids), "patching_s": seconds,
                      "patching_units": units, "patching_ms_per_unit": 1000 * seconds / units})
