@@ -347,6 +347,39 @@ def plan_flow_graph(data: Any, step: int, threshold: float, ceiling: float | Non
         "units asked)"]
 
 
+PREVIEW_PARAMETERS = 1_000_000_000  # a model over this many parameters on a CPU: patching's first-order preview
+PREVIEW_TOP = 16  # the preview's sites patched exactly
+
+
+def patching_preview(tr: Translator) -> bool:
+    """Whether patching previews (``transformer.interpret.patching.preview``: every site to first order, one forward
+    and one backward pass, then the ``PREVIEW_TOP`` strongest exactly) instead of patching every site: a model over
+    ``PREVIEW_PARAMETERS`` on a CPU (issue #67)."""
+    return tr.device.type == "cpu" and parameters(tr) > PREVIEW_PARAMETERS
+
+
+def patching_work(tr: Translator, source: int, target: int, settings: DecodeSettings) -> float:
+    """Patching one edit of a sentence (``transformer.interpret.patching``, every site): the edited sentence's plain
+    translation (twice: the page's, and the library's for the default step), the two recorded runs, and each site's
+    row of the batch, at most a pass of the encoder and the decoder (an encoder site: the residual stream at a
+    position, a head) or of the decoder (a cross-attention reading, a head, the decoder's stream), over the whole
+    sentence. A previewed model (:func:`patching_preview`): a forward and a backward pass, then ``PREVIEW_TOP`` rows
+    instead of every site's."""
+    cfg = tr.config
+    heads, enc, dec = cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers
+    encoder_rows = (enc + 1) * source + enc * heads
+    decoder_rows = dec * source + 2 * dec * heads + (dec + 1) * target
+    rows = encoder_rows * (source + target) + decoder_rows * target
+    if patching_preview(tr):
+        rows = BACKWARD * (source + target) + PREVIEW_TOP * (source + target)
+    return 2 * plain_work(tr, source, settings) + forced_work(tr, source, target, 2) + units(parameters(tr), rows)
+
+
+def plan_patching(tr: Translator, source: int, target: int, settings: DecodeSettings) -> tuple[bool, list[str]]:
+    """Whether patching an edit of this sentence fits this server's work limit, and the notice when it does not."""
+    return _fits(patching_work(tr, source, target, settings), "patching (what carries the change)")
+
+
 def snapshot_work(tr: Translator, source: int, target: int) -> float:
     """One training snapshot on a sentence: the teacher-forced pass and its own greedy translation."""
     return units(parameters(tr), 2 * source + target + target * decode_step(1))

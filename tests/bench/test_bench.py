@@ -117,6 +117,13 @@ def test_work_units_bench_times_alti_beside_integrated_gradients(tiny_checkpoint
     assert row["alti_s"] > 0 and row["ig_s"] > 0 and row["ig_units"] > 0
 
 
+def test_work_units_bench_times_patching_per_unit_of_its_record(tiny_checkpoint):
+    from bench.work_units import measure_patching
+
+    (row,) = measure_patching(str(tiny_checkpoint), repeats=1, words=(8,))
+    assert row["patching_s"] > 0 and row["patching_units"] > 0 and row["source"] >= 9
+
+
 def _report_bench(argv: list[str], capsys) -> dict:
     from bench.report import main
 
@@ -172,3 +179,22 @@ def test_large_app_table_counts_each_views_own_units():
     assert "600 (500)" in beam and "| 2.00 |" in beam  # 1 CPU second for its own 500 units
     assert "This page did less" in beam and "info: new" in beam and "warning: cut" not in beam
     assert "| no |" in next(line for line in lines if line.startswith("| Heatmap"))
+
+
+def test_patching_bench_builds_pairs_blind_and_reports_recovery(tr):
+    from bench.patching import KS, PARTNER, chosen_k, measure, minimal_pairs
+
+    sentences = ["Two people are walking on the beach.", "A man rides a red bike.", "A girl plays with a blue ball."]
+    pairs = minimal_pairs(tr, sentences, 10)
+    assert pairs and all(len(tr.encode_source(a)[0]) == len(tr.encode_source(b)[0]) for _, a, b in pairs)
+    for kind, a, b in pairs:  # one word changed: the sentence's first swappable one, for its partner
+        wa, wb = a.rstrip(".").split(), b.rstrip(".").split()
+        changed = [i for i, (x, y) in enumerate(zip(wa, wb)) if x != y]
+        first = next(i for i, w in enumerate(wa) if w.lower() in PARTNER)
+        assert changed == [first] and PARTNER[wa[first].lower()] == (kind, wb[first].lower())
+    out = measure(tr, pairs, progress=False)
+    assert out["pairs"] + out["skipped_too_small"] == len(pairs)
+    for direction in ("denoise", "noise"):
+        for name in ("top", "random", "kind_matched", "attention"):
+            assert set(out["recovery"][direction][name]) == {str(k) for k in KS}
+    assert chosen_k(out) in KS

@@ -3,6 +3,8 @@
     flow.py     the information-flow graph (Ferrando and Voita 2024): each head's, residual's and feed-forward
                 block's importance for every query, and the graph followed back from one output step
     methods.py  one head's computation, value norms (Kobayashi et al.), attribution (captum), the logit lens
+    patching.py activation and path patching: which encoder streams and heads, which decoder layer's reading of
+                each source piece, which decoder heads and streams carry a one-word edit to the output
     alti.py     ALTI+ contributions (Ferrando et al. 2022): each output piece's shares of every source and
                 decoder-input piece, per layer and rolled out
     heads.py    ``python -m transformer.heads``: head importance, statistics, pruning curve, roles and the ALTI+
@@ -54,6 +56,8 @@ from .methods import (
     require_eval,
     value_norms,
 )
+from .patching import SITES as PATCH_SITES
+from .patching import PatchResult, Preview, patch, preview
 from .signals import (
     SIGNALS,
     looping,
@@ -70,4 +74,5 @@ __all__ = [
     "head_computation", "internals", "logit_lens", "logit_lens_chosen", "require_eval", "value_norms",
     "DEFAULT_RULE", "SIGNALS", "Condition", "FlagRule", "flag", "flag_rule", "looping", "pair_signals", "reason_text",
     "reasons", "repetition", "rule_text", "translation_row", "write_flag_rule", "flag_score",
+    "PATCH_SITES", "PatchResult", "Preview", "patch", "preview",
 ]
