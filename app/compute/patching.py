@@ -1,4 +1,4 @@
-"""The app's side of activation patching (``transformer.interpret.patching``, issue #67): the words of the analysed
+"""The app's side of activation patching (``transformer.interpret.patching``): the words of the analysed
 sentence, a word's substitutes of the same piece count, the edit, and the probe's run on an analysis as the views keep
 it (no Streamlit here; its record is ``app.compute.probes.PROBES["patching"]``)."""
 

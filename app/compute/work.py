@@ -354,7 +354,7 @@ PREVIEW_TOP = 16  # the preview's sites patched exactly
 def patching_preview(tr: Translator) -> bool:
     """Whether patching previews (``transformer.interpret.patching.preview``: every site to first order, one forward
     and one backward pass, then the ``PREVIEW_TOP`` strongest exactly) instead of patching every site: a model over
-    ``PREVIEW_PARAMETERS`` on a CPU (issue #67)."""
+    ``PREVIEW_PARAMETERS`` on a CPU."""
     return tr.device.type == "cpu" and parameters(tr) > PREVIEW_PARAMETERS
 
 

@@ -1,4 +1,4 @@
-"""What carries the change: activation and path patching (``transformer.interpret.patching``, issue #67). One
+"""What carries the change: activation and path patching (``transformer.interpret.patching``). One
 source word is swapped for another of the same piece count; each site (an encoder layer's stream at a source
 piece, a decoder layer's reading of a source piece, a head) takes its value from the other run, and its effect says
 how much of the change in the prediction it carries."""

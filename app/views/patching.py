@@ -1,4 +1,4 @@
-"""What carries the change: activation and path patching (``transformer.interpret.patching``, issue #67). Pick a
+"""What carries the change: activation and path patching (``transformer.interpret.patching``). Pick a
 source word and its substitute, read both translations with the metric, pick the step and the foil, and see which
 encoder layers and positions, which decoder layers' readings of the source and which heads carry the change; a
 click on a head opens its attention."""
