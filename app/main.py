@@ -7,7 +7,6 @@ directory or a Hugging Face Hub repo id.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import streamlit as st
@@ -21,15 +20,42 @@ if STARTING is not None:
 
 import torch  # noqa: E402 (after the notice above)
 
-from app.compute import cached, card, catalog, inference, ledger  # noqa: E402
+from app.compute import budget, cached, card, catalog, inference, ledger, work  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
 from app.views import GROUPS, VIEWS, render  # noqa: E402
+from transformer import environment  # noqa: E402
+from transformer.checkpoint import hub  # noqa: E402
 
-# One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
-# slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
-_threads = os.environ.get("ATTN_TORCH_THREADS", "1")
-torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
+
+def torch_threads() -> int:
+    """``$ATTN_TORCH_THREADS`` (a whole number from 1), else 1: on a small model several threads gain nothing, and
+    on a busy CPU their spinning slows decoding down many times over; visitors are served in parallel by Streamlit's
+    threads anyway."""
+    return int(environment.number("ATTN_TORCH_THREADS", 1, whole=True))
+
+
+# every number and choice this server reads from its environment (transformer.environment's rule: docs/limits.md)
+SETTINGS = (catalog.max_model_mb, catalog.model_dtype, hub.max_download_mb, budget.budget_bytes, ledger.max_work,
+            work.work_bytes, ledger.heavy_slots, torch_threads)
+
+
+def settings_problems() -> list[str]:
+    """What this server's environment holds that the app does not understand: one line each, naming the variable."""
+    problems = []
+    for read in SETTINGS:
+        try:
+            read()
+        except environment.SettingError as err:
+            problems.append(str(err))
+    return problems
+
+
+try:
+    _threads = torch_threads()
+except environment.SettingError:  # one thread, and the page says why
+    _threads = 1
+torch.set_num_threads(_threads)
 
 
 def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analysis | None:
@@ -64,6 +90,11 @@ def page(req: ledger.Request) -> None:
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
     if STARTING is not None:
         STARTING.empty()
+    problems = settings_problems()
+    if problems:  # never a silent default in their place
+        st.error("This server's settings are not understood, so the page stops here:\n\n"
+                 + "\n".join(f"- {md_escape(p)}" for p in problems), icon=":material/settings_alert:")
+        st.stop()
     frame.page_style()
     frame.page_name()
     state.start_run()

@@ -9,6 +9,7 @@
     show(result, "all_heads", kind="encoder")           # every layer x head on one colour scale (SVG)
     show(result, "lines")                               # one view of the offline page (app.parts), inline
     show(result, "step", translator=tr)                 # a view that needs the model: pass the translator
+    show(result, "patching", translator=tr, word="man", substitute="woman")   # what carries the change
     show(result, translator=tr)                         # every view of ``python -m app.report``, inline
     html = show(result, "heatmap", return_html=True)    # or: show(...).html
 
@@ -145,7 +146,8 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
     ``view``: ``None`` for every view of ``python -m app.report`` (those that need the model only with
     ``translator``), or one of ``"heatmap"`` (options ``kind``, ``layer``, ``head``), ``"all_heads"`` (``kind``),
     or a view of the offline page (``app.report.VIEWS``: ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``,
-    ``"lens"``, ``"source_prefix"``, ``"attribution"`` with option ``method``). ``kind``: ``"encoder"``,
+    ``"lens"``, ``"source_prefix"``, ``"attribution"`` with option ``method``, ``"patching"`` with options ``word``
+    (its number from 1, or the word), ``substitute`` and ``direction``). ``kind``: ``"encoder"``,
     ``"decoder"`` or ``"cross"`` (the default). ``height``: a box of that many pixels that scrolls. Returns an
     :class:`Inline` (the notebook draws it; ``.html`` is its HTML), or the HTML string with ``return_html=True``.
     """
@@ -160,7 +162,7 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
     else:
         if view is not None and view not in report.VIEWS:
             raise ValueError(f"unknown view {view!r}; choose from {', '.join(report.VIEWS)} (or None: every view)")
-        extra = set(options) - {"method", "steps", "model"}
+        extra = set(options) - {"method", "steps", "model", "word", "substitute", "direction"}
         if extra:
             raise TypeError(f"show(..., {view!r}) takes no option {', '.join(sorted(extra))}")
         views = report.DEFAULT_VIEWS if view is None else (view,)

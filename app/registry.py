@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from types import ModuleType
 
-from .parts import all_heads, drivers, flow, heatmap, layers, lines, masks, positional, source_prefix, step
+from .parts import all_heads, drivers, flow, heatmap, layers, lines, masks, patching, positional, source_prefix, step
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ VIEWS: dict[str, View] = {v.key: v for v in [
     View("how_each_word_is_built", "How each word is built", BEYOND, ":material/route:",
          "The route of one output piece through every layer and head (information-flow graph).", "flow", flow,
          work_share=0.5),
+    View("what_carries_the_change", "What carries the change", BEYOND, ":material/swap_horiz:",
+         "Swap one source word: which layers, positions and heads carry the change to the output (activation "
+         "patching).", "patching", patching, work_share=0.5),
     View("ablation", "Ablation", BEYOND, ":material/content_cut:",
          "Switch heads off, translate again, compare.", "ablation", work_share=0.5),
     View("heads_across_the_test_set", "Heads across the test set", DATA, ":material/query_stats:",

@@ -313,17 +313,18 @@ def analysis_for(result: TranslationResult | Analysis, translator: Translator | 
 def build_page(result: TranslationResult | Analysis, translator: Translator | None = None,
                views: Sequence[str] = DEFAULT_VIEWS, text: str = "", model: str = "",
                settings: DecodeSettings | None = None, method: str = "integrated_gradients", steps: int = 32,
-               notices: Sequence[str] = ()) -> str:
+               notices: Sequence[str] = (), **options: Any) -> str:
     """The page of one translation: a ``TranslationResult`` (with its attentions) or an app ``Analysis``.
     ``translator``: the model that made it (the views that need it are computed here; without it they are left
-    out)."""
+    out). ``options``: the descriptions' other options (What carries the change: ``word``, ``substitute``,
+    ``direction``)."""
     from plotly.offline import get_plotlyjs
 
     analysis = analysis_for(result, translator, text, settings)
     model = model or (str(translator.path) if translator is not None and translator.path else "")
     short = analysis.translation if len(analysis.translation) <= 80 else analysis.translation[:79] + "…"
     title = f"Attention explorer · {short}" if short else "Attention explorer"
-    body = fragment(analysis, translator, views, model, notices, method=method, steps=steps)
+    body = fragment(analysis, translator, views, model, notices, method=method, steps=steps, **options)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style>"

@@ -1,4 +1,5 @@
-"""``python -m bench.planted_tables``: the attacks of issue #54 on the Whole test set view and the flow graph, again.
+"""``python -m bench.planted_tables``: the attacks of issues #54 and #66 on the Whole test set view, the flow graph,
+the flag's rule and the model list, again.
 
 Each attack runs in a fresh process (so its time and peak memory are its own) against a public server's page
 (``ATTN_PUBLIC=1``, AppTest) serving a copy of the shipped checkpoint with planted tables, and prints one line: the
@@ -35,15 +36,17 @@ def record(path: Path) -> dict:
     return {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
-def plant(ckpt: Path, given: dict | None = None, table=None) -> None:
+def plant(ckpt: Path, given: dict | None = None, table=None, rule: str | None = None) -> None:
     """The shipped table of ``ckpt`` (or ``table``: a pyarrow table) with its manifest's ``input`` updated by
-    ``given``."""
+    ``given`` (and its ``flag_rule`` the JSON text ``rule``)."""
     import pyarrow.parquet as pq
 
     folder = ckpt / "tables"
     manifest = json.loads((folder / "test_2016_flickr.manifest.json").read_text())
     manifest["input"].update(given or {})
-    (folder / "test_2016_flickr.manifest.json").write_text(json.dumps(manifest))
+    text = json.dumps({**manifest, "model": {**manifest["model"], "flag_rule": "RULE"}})
+    (folder / "test_2016_flickr.manifest.json").write_text(text.replace('"RULE"', rule) if rule else
+                                                           json.dumps(manifest))
     if table is not None:
         pq.write_table(table, folder / "test_2016_flickr.parquet")
 
@@ -111,6 +114,34 @@ def attack(name: str, data_dir: Path, work: Path) -> str:
             os.mkfifo(data / "test_2016_flickr.en")
         else:
             (data / "test_2016_flickr.en").write_bytes(os.urandom(70_000))
+    elif name in ("rule-60000", "rule-400-digits"):  # issue #66: a manifest's rule, over 3,000 flagged lines
+        rng = np.random.default_rng(0)
+        m = 3000
+        conditions = [{"column": "seq_logprob", "op": "<=", "value": -5.0 - i / 1e4} for i in range(59_999)]
+        rule = json.dumps({"any": [*conditions, {"column": "source_share", "op": "<=", "value": 0.4}]})
+        if name == "rule-400-digits":
+            rule = '{"any": [{"column": "source_share", "op": "<=", "value": ' + "9" * 400 + "}]}"
+        plant(ckpt, rule=rule, table=pa.table({
+            "id": pa.array(np.arange(m)), "translation": pa.array([f"Satz {i}" for i in range(m)]),
+            "flag": pa.array(np.ones(m, dtype=bool)), "seq_logprob": pa.array(rng.uniform(-8, -1, m)),
+            "source_share": pa.array(rng.uniform(0, 1, m))}))
+        query["signal"] = "seq_logprob"
+    elif name == "header-94mb":  # issue #66: the served model's weights say their header is 94 MB
+        header = 94 * 2**20
+        with open(ckpt / "model.safetensors", "wb") as f:
+            f.write(header.to_bytes(8, "little") + b"{" + b" " * (header - 2) + b"}")
+        query = {}
+    elif name in ("flag-fifo", "flag-400-digits"):  # issue #66: the model's flag.json, on Source or prefix
+        (ckpt / "flag.json").unlink()
+        if name == "flag-fifo":
+            os.mkfifo(ckpt / "flag.json")
+        else:
+            (ckpt / "flag.json").write_text('{"any": [{"column": "seq_logprob", "op": "<", "value": ' + "9" * 400
+                                            + "}]}")
+        query = {"view": "source_or_prefix", "text": "A dog runs in the park."}
+    elif name in ("line-superscript", "cl-superscript"):  # issue #66: ² is a digit to str.isdigit, not to int()
+        query = {"view": "whole_test_set", "line": "²"} if name == "line-superscript" else {
+            "view": "source_or_prefix", "text": "A dog runs.", "cl": "²"}
     elif name.startswith("paste-"):
         query["table"] = "paste"
     elif name == "flow-0":
@@ -132,6 +163,15 @@ def attack(name: str, data_dir: Path, work: Path) -> str:
         key = rows_key("test_2016_flickr", "all", "")
         at.session_state[key] = {"selection": {"rows": rows, "columns": [], "cells": []}}
         at.run()
+    if name == "header-94mb":  # the model list's refresh: a second check of the same folder
+        from app.compute import catalog
+
+        again = time.perf_counter()
+        catalog.list_checkpoints()
+        return f"{said(at)} | the list again: {time.perf_counter() - again:.3f} s"
+    if name in ("flag-fifo", "flag-400-digits"):
+        found = [" ".join(str(e.value).split()) for e in [*at.warning, *at.caption] if "flag.json" in str(e.value)]
+        return ("EXCEPTION " if at.exception else "") + (found[0][-200:] if found else said(at))
     if name == "flow-0":
         found = [" ".join(str(e.value).split()) for e in [*at.info, *at.caption] if "threshold" in str(e.value)]
         again = time.perf_counter()
@@ -147,7 +187,8 @@ def attack(name: str, data_dir: Path, work: Path) -> str:
 
 ATTACKS = ("environ", "passwd", "million-rows", "30m-rows", "extra-column", "val-as-test", "val-as-test-recorded",
            "nonfinite-id", "string-flag", "binary-en", "fifo-en", "paste-1", "paste-20", 'selection-["x"]',
-           "selection-1.5", "selection-true", "selection-null", "flow-0")
+           "selection-1.5", "selection-true", "selection-null", "flow-0", "rule-60000", "rule-400-digits",
+           "header-94mb", "flag-fifo", "flag-400-digits", "line-superscript", "cl-superscript")
 
 
 def main(argv: list[str] | None = None) -> int:

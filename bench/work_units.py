@@ -1,7 +1,8 @@
 """``python -m bench.work_units``: what one work unit (``app.compute.work``) costs in CPU time, per kind of job, on
 the shipped model: ALTI+ (``app.compute.work.alti_work``) beside integrated gradients
 (``app.compute.work.attribution_work``, the reference the unit was calibrated on: 2.7-3 ms of one core), on sentences
-of 32 to 256 source pieces.
+of 32 to 256 source pieces; with ``--patching``, What carries the change (``app.compute.work.patching_work``: one edit,
+every site, the page's beam 4) on captions of ``PATCH_WORDS`` words instead.
 
 One process, one torch thread, CPU time (``time.process_time``: on a shared machine the wall clock measures the
 other tenants), the best of ``--repeats``; random token ids (the cost does not depend on them). Prints one line per
@@ -20,6 +21,8 @@ from typing import Any
 from .common import DEFAULT_CHECKPOINT
 
 SIZES = ((32, 31), (64, 63), (128, 127), (256, 255))  # (source, decoder input) positions
+CAPTION = "a man in a red shirt rides a bike past a green field with his dog"  # 16 words; "red" is swapped
+PATCH_WORDS = (8, 16, 32)
 
 
 def best_cpu_seconds(run: Callable[[], Any], repeats: int) -> float:
@@ -51,7 +54,7 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
         labels = torch.randint(4, vocab, (1, t))
         with torch.no_grad():
             alti_s = best_cpu_seconds(partial(contributions, model, src, tgt, max_bytes=work.work_bytes()), repeats)
-        alti_units = work.alti_work(tr, s, t)  # as app.compute.cached.beyond_work counts it (source, output pieces)
+        alti_units = work.alti_work(tr, s, t)  # as its probe record counts it (source, output pieces)
         span, steps = (0, 4), 8
         ig_s = best_cpu_seconds(partial(attribute, model, src, tgt, labels, "integrated_gradients", steps,
                                         max_batch_bytes=work.work_bytes(), output_span=span), repeats)
@@ -65,14 +68,43 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
     return rows
 
 
+def measure_patching(checkpoint: str, repeats: int = 3, words: tuple[int, ...] = PATCH_WORDS) -> list[dict[str, Any]]:
+    """What carries the change's probe (``app.compute.probes.PROBES["patching"]``: the library's every site and the
+    edited sentence's translation) on captions of ``words`` words, one edit, CPU time per unit
+    of its record's estimate (the edit: ``red`` to its first substitute of the same piece count)."""
+    import torch
+
+    from app import report
+    from app.compute import catalog, patching, probes
+    from app.compute.inference import DecodeSettings
+
+    torch.set_num_threads(1)
+    tr = catalog.load_translator(checkpoint, "cpu")
+    probe, rows = probes.PROBES["patching"], []
+    for n in words:
+        text = " ".join((CAPTION.split() * (n // 16 + 1))[:n])
+        settings = DecodeSettings(beam_size=4, alpha=tr.default_alpha)
+        a = report.analysis_for(tr.translate(text, settings, return_attention=True), tr, text, settings)
+        red = [w for _, _, w in patching.words(text)].index("red")
+        swap = next(iter(patching.substitutes(tr, text, red, 1)), "blue")
+        args = (patching.edited_text(text, red, swap), None, None, "denoise")
+        seconds, units = best_cpu_seconds(partial(probe.run, tr, a, *args), repeats), probe.cost(tr, a, *args)
+        rows.append({"words": n, "source": len(a.source_ids), "target": len(a.target_ids), "patching_s": seconds,
+                     "patching_units": units, "patching_ms_per_unit": 1000 * seconds / units})
+        print(f"{n:3d} words ({len(a.source_ids)} x {len(a.target_ids)} pieces): patching {seconds:.2f} s CPU for "
+              f"{units:6.1f} units = {1000 * seconds / units:5.2f} ms a unit", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.work_units", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--patching", action="store_true", help="What carries the change's patching instead")
     args = p.parse_args(argv)
-    rows = measure(args.checkpoint, args.repeats)
+    rows = (measure_patching if args.patching else measure)(args.checkpoint, args.repeats)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

@@ -184,5 +184,6 @@ def test_the_app_loads_in_its_dtype_and_applies_its_own_limit(ours, monkeypatch)
     monkeypatch.setenv("ATTN_MAX_MODEL_MB", "0.01")
     with pytest.raises(CheckpointError, match=r"MB \(parameters and buffers, bfloat16\), over this server's limit"):
         catalog.load_translator(str(ours[1]), "cpu")
-    monkeypatch.setenv("ATTN_DTYPE", "float64")  # not one the model runs in: the default
-    assert catalog.model_dtype() == "float32"
+    monkeypatch.setenv("ATTN_DTYPE", "float16")  # not one the model runs in: refused, never a silent float32
+    with pytest.raises(ValueError, match="ATTN_DTYPE='float16' is not understood: give float32 or bfloat16"):
+        catalog.model_dtype()

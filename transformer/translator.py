@@ -192,8 +192,9 @@ class Translator:
                   head_mask: dict[str, Tensor] | None = None, return_tree: bool = False,
                   pieces: Sequence[int] | None = None, **changes: Any) -> TranslationResult:
         """Translate one sentence; with its attentions unless ``return_attention=False``, and with beam search's
-        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` search). How to decode: ``settings``
-        (:class:`DecodeSettings`; None: the defaults), or any of its fields as keywords, which override it
+        tree of hypotheses when ``return_tree=True`` (recorded by the ``"gnmt"`` rules only: ``ValueError`` under
+        others). How to decode: ``settings`` (:class:`DecodeSettings`; None: the defaults), or any of its fields as
+        keywords, which override it
         (``translate(text, beam_size=5, alpha=1.0)``; also ``max_len_a``, ``max_len_b``, ``scoring``, ``src_lang``,
         ``tgt_lang``). ``alpha=None``: the checkpoint's length penalty (:attr:`default_alpha`). ``src_lang`` /
         ``tgt_lang``: language codes of a multilingual model (:attr:`languages`; None: the tokenizer's defaults); the

@@ -7,7 +7,6 @@ arrays, with the loaded models' weights counted against the same budget.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections import OrderedDict
@@ -16,17 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from transformer import environment
+
 DEFAULT_CACHE_MB = 1024.0
 LOW_WATERMARK = 0.8  # once over budget, evict down to this share of it
 
 
 def budget_bytes() -> int:
-    """``$ATTN_CACHE_MB`` in bytes (a positive number), else 1024 MB."""
-    try:
-        mb = float(os.environ.get("ATTN_CACHE_MB", DEFAULT_CACHE_MB))
-    except ValueError:
-        mb = DEFAULT_CACHE_MB
-    return int((mb if mb > 0 else DEFAULT_CACHE_MB) * 1e6)
+    """``$ATTN_CACHE_MB`` in bytes (a positive number of MB, never unlimited), else 1024 MB; anything else is a
+    ``SettingError`` naming it (``transformer.environment``)."""
+    return int(environment.number("ATTN_CACHE_MB", DEFAULT_CACHE_MB, unit="MB") * 1e6)
 
 
 def size_of(value: Any) -> int:

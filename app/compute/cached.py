@@ -27,7 +27,7 @@ import streamlit as st
 import transformer
 from transformer import Transformer, Translator
 
-from . import catalog, inference, ledger, probes, work
+from . import catalog, inference, ledger, patching, probes, work
 from .budget import ByteLRU, analysis_working_bytes
 from .inference import Analysis, DecodeSettings, HeadKey, Sentence
 
@@ -163,6 +163,12 @@ def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
         waiting.empty()
 
 
+def job(run: Callable[[], Any], working: str = "Working…", always_heavy: bool = False) -> Any:
+    """``run()``: at once while this request's work is light (``ledger.is_light``), else (or ``always_heavy``) in a
+    heavy slot with ``working`` as its spinner (a probe's: its record's ``working`` and ``heavy``)."""
+    return heavy(run, working) if always_heavy or not ledger.is_light(0.0) else run()
+
+
 @st.cache_data(show_spinner=False, ttl=30)
 def get_checkpoint_list() -> list[catalog.CheckpointInfo]:
     """The checkpoint directories under ``checkpoints/`` (re-read every 30 s)."""
@@ -180,6 +186,12 @@ def _forced_logprob(checkpoint: str, device: str, source_ids: tuple[int, ...], t
                     ablated: tuple[HeadKey, ...]) -> float:
     """Log-probability of a fixed translation with some heads switched off (teacher-forced)."""
     return inference.forced_logprob(Model(checkpoint, device).tr, list(source_ids), list(target_ids), ablated)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _substitutes(checkpoint: str, device: str, text: str, word: int, src_lang: str | None) -> list[str]:
+    """A word's substitutes of the same piece count (``Model.substitutes``)."""
+    return patching.substitutes(Model(checkpoint, device).tr, text, word, src_lang=src_lang)
 
 
 def _quietly_heavy(make: Callable[[], Any], release: bool = True) -> Any:
@@ -297,6 +309,29 @@ class Model:
         return RESULTS.get(self.key("snapshot", snapshot, source_ids, target_ids),
                            lambda: heavy(make, "Running a training snapshot…"))
 
+    def substitutes(self, text: str, word: int, src_lang: str | None = None) -> list[str]:
+        """Words to put in place of ``text``'s ``word``-th word (0-based) that keep its piece count
+        (``app.compute.patching.substitutes``; a few milliseconds, cached)."""
+        return _substitutes(self.checkpoint, self.device, text, word, src_lang)
+
+    def patching_npz(self, text: str, settings: DecodeSettings, args: tuple) -> bytes:
+        """The NPZ of one patching of an analysis (``beyond("patching", analysis, *args)``,
+        ``app.compute.patching.npz``), built when a visitor asks for the file, in a heavy slot and without any page
+        element, like :meth:`export` (the patching is the page's, from the cache, or made again)."""
+        def build() -> bytes:
+            tr = self.tr
+            analysis = RESULTS.get(self.key("analysis", text, settings, ()),
+                                   lambda: inference.analyse(tr, text, settings, ()))
+            patched = RESULTS.get(self.key("patching", analysis.text, analysis.settings, analysis.ablated, *args),
+                                  lambda: probes.PROBES["patching"].run(tr, analysis, *args))
+            return patching.npz(patched, analysis)
+
+        return _quietly_heavy(build, release=False)
+
+    def patching_file(self, text: str, settings: DecodeSettings, args: tuple) -> Callable[[], bytes]:
+        """The ``data`` of the patching's download button: built on the click (:meth:`patching_npz`)."""
+        return lambda: self.patching_npz(text, settings, tuple(args))
+
     def vocab_norms(self) -> np.ndarray:
         """Scaled embedding lengths over the vocabulary."""
         return _vocab_norms(self.checkpoint, self.device)
@@ -354,20 +389,16 @@ class Model:
         return _forced_logprob(self.checkpoint, self.device, source_ids, target_ids, ablated)
 
     def beyond(self, kind: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-        """``probes.inside_head`` / ``norm_attentions`` / ``attributions`` / ``lens`` / ``beam_tree`` / ``alti`` /
-        ``flow`` / ``flow_head`` of an analysed sentence, kept within the byte budget like the analyses. A
-        ``progress=`` callback (attributions) is passed on and is not part of the key."""
-        make = {"inside_head": probes.inside_head, "norms": probes.norm_attentions,
-                "attributions": probes.attributions, "lens": probes.lens, "beam_tree": probes.beam_tree,
-                "alti": probes.alti, "flow": probes.flow, "flow_head": probes.flow_head}[kind]
+        """The probe ``kind`` of :data:`app.compute.probes.PROBES` (inside a head, value norms, attributions, the
+        logit lens, the beam tree, ALTI+, the flow graph, one head's row) of an analysed sentence, its record's
+        estimate counted, kept within the byte budget like the analyses. A ``progress=`` callback (attributions) is
+        passed on and is not part of the key."""
+        probe = probes.PROBES[kind]
         key = self.key(kind, analysis.text, analysis.settings, analysis.ablated, *args)
         tr = self.tr
-        ledger.spend(beyond_work(tr, kind, analysis, *args))
-        run = lambda: make(tr, analysis, *args, **progress)
-        if kind in HEAVY_KINDS:
-            return RESULTS.get(key, lambda: heavy(run, HEAVY_KINDS[kind]))
-        return RESULTS.get(key, run) if ledger.is_light(0.0) else RESULTS.get(key, lambda: heavy(run, "Working…"))
-
+        ledger.spend(probe.cost(tr, analysis, *args))
+        run = lambda: probe.run(tr, analysis, *args, **progress)
+        return RESULTS.get(key, lambda: job(run, probe.working, probe.heavy))
 
     def flow_graph(self, analysis: Analysis, data: Any, step: int, threshold: float,
                    summary: Callable[[Any], Any]) -> Any:
@@ -378,27 +409,6 @@ class Model:
         key = self.key("flow graph", analysis.text, analysis.settings, analysis.ablated, step, threshold,
                        f"{summary.__module__}.{summary.__qualname__}")
         run = lambda: summary(data.graph(step, threshold))
-        return RESULTS.get(key, run if ledger.is_light(0.0) else lambda: heavy(run, HEAVY_KINDS["flow"]))
+        return RESULTS.get(key, lambda: job(run, probes.PROBES["flow"].working))
 
 
-def beyond_work(tr: Translator, kind: str, analysis: Analysis, *args: Any) -> float:
-    """The estimate of one of :meth:`Model.beyond`'s jobs (attributions: ``args`` = method, steps, span, ...)."""
-    source, target = len(analysis.source_ids), len(analysis.target_ids)
-    if kind == "attributions":
-        method, steps, span = args[:3]
-        first, end = span or (0, target)
-        return work.attribution_work(work.parameters(tr), source, target, end - first, method, steps)
-    if kind == "alti":
-        return work.alti_work(tr, source, target)
-    if kind == "flow":
-        return work.flow_work(tr, source, target)
-    if kind == "beam_tree":
-        return work.translation_work(tr, source, analysis.settings) if analysis.settings.beam_size > 1 else 0.0
-    if kind == "lens":
-        return work.lens_work(tr, source, target)
-    return work.forced_work(tr, source, target)
-
-
-HEAVY_KINDS = {"attributions": "Attributing…", "beam_tree": "Recording the beam search…",
-               "lens": "Reading every layer's predictions…", "alti": "Measuring the contributions (ALTI+)…",
-               "flow": "Following the information through every head…"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import transformer
-from transformer import Translator, cli
+from transformer import Translator, cli, environment
 from transformer.checkpoint import families
 from transformer.checkpoint.files import MAX_METADATA_BYTES, METADATA_FILE, read_json, read_metadata
 from transformer.checkpoint.mapped import DTYPES, resolve_dtype, weights_bytes
@@ -77,20 +77,17 @@ DEFAULT_MAX_MODEL_MB = 3000.0  # MB of 10^6 bytes: admits NLLB-200 600M (~2,460 
 
 def max_model_mb() -> float:
     """``$ATTN_MAX_MODEL_MB``: the largest model (parameters and buffers in the server's dtype, MB of 10^6 bytes)
-    this server loads; unset, empty or not a positive number: :data:`DEFAULT_MAX_MODEL_MB`. The app's limit only:
+    this server loads; unset: :data:`DEFAULT_MAX_MODEL_MB`; ``0`` or ``inf``: no limit; anything else but a
+    positive number is a ``SettingError`` naming it (``transformer.environment``). The app's limit only:
     ``transformer.load`` itself refuses only weights that cannot fit in the memory available."""
-    try:
-        value = float(os.environ.get("ATTN_MAX_MODEL_MB", ""))
-    except ValueError:
-        return DEFAULT_MAX_MODEL_MB
-    return value if value > 0 and value == value and value != float("inf") else DEFAULT_MAX_MODEL_MB
+    return environment.number("ATTN_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB, unlimited=True, unit="MB")
 
 
 def model_dtype() -> str:
     """``$ATTN_DTYPE``: the dtype this server keeps every model's weights in, ``float32`` (the default) or
-    ``bfloat16`` (half the memory; attention weights and every interpretation still in float32)."""
-    value = os.environ.get("ATTN_DTYPE", "").strip().lower() or "float32"
-    return value if value in DTYPES else "float32"
+    ``bfloat16`` (half the memory; attention weights and every interpretation still in float32); anything else is
+    a ``SettingError`` naming it."""
+    return environment.choice("ATTN_DTYPE", tuple(DTYPES), "float32")
 
 
 def check_model_size(path: Path, dtype: str) -> None:
@@ -106,8 +103,8 @@ def check_model_size(path: Path, dtype: str) -> None:
     size_mb, limit = weights_bytes(config, resolve_dtype(dtype)) / 1e6, max_model_mb()
     if size_mb > limit:
         raise transformer.CheckpointError(
-            f"the model would take {size_mb:,.0f} MB (parameters and buffers, {dtype}), over this server's limit of "
-            f"{limit:,.0f} MB (ATTN_MAX_MODEL_MB)")
+            f"the model would take {environment.amount(size_mb)} MB (parameters and buffers, {dtype}), over this "
+            f"server's limit of {environment.amount(limit)} MB (ATTN_MAX_MODEL_MB)")
 
 
 def load_translator(checkpoint: str, device: str) -> Translator:
@@ -228,13 +225,18 @@ def list_checkpoints() -> list[CheckpointInfo]:
     if public_mode():  # allow-listed directories outside checkpoints/ are checked the same way
         listed += [(m, local_dir(m)) for m in allowed_models()
                    if not m.startswith("checkpoints/") and local_dir(m) is not None]
-    found: list[CheckpointInfo] = []
-    for name, folder in listed:
-        try:
-            found.append(_checkpoint_info(folder, name))
-        except Exception as err:  # any damage is one "unavailable" line
-            found.append(CheckpointInfo(name, "", "?", None, f"{type(err).__name__}: {err}"))
-    return found
+    return [_checked(str(folder), name, folder_stamp(folder)) for name, folder in listed]
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(folder: str, name: str, stamp: tuple[tuple[str, int, int, int], ...] | None) -> CheckpointInfo:
+    """:func:`_checkpoint_info` once per version of a folder's files (``stamp``, :func:`folder_stamp`): the model
+    list's refresh re-reads a folder only when a file in it changed (a planted header is parsed once, not every
+    30 s)."""
+    try:
+        return _checkpoint_info(Path(folder), name)
+    except Exception as err:  # any damage is one "unavailable" line
+        return CheckpointInfo(name, "", "?", None, f"{type(err).__name__}: {str(err)[:300]}")
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -265,16 +267,19 @@ def _checkpoint_info(folder: Path, name: str) -> CheckpointInfo:
                           float(bleu) if bleu is not None else None, problem)
 
 
-def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int], ...] | None:
-    """(name, mtime, size) of the files in a local checkpoint directory (the first 256 by name), to tell when they
-    changed; None for anything else (a Hub id)."""
+def files_stamp(checkpoint: str) -> tuple[tuple[str, int, int, int], ...] | None:
+    """:func:`folder_stamp` of a local checkpoint directory; None for anything else (a Hub id)."""
     path = local_dir(checkpoint)
-    if path is None:
-        return None
+    return None if path is None else folder_stamp(path)
+
+
+def folder_stamp(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, mtime, size, inode) of the files in a directory (the first 256 by name), to tell when they changed
+    (a file replaced by another of the same size and time has another inode); () when it cannot be listed."""
     try:
         with os.scandir(path) as entries:
             names = sorted(e.name for e in entries)[:256]
-        return tuple((n, (st := (path / n).stat()).st_mtime_ns, st.st_size) for n in names)
+        return tuple((n, (st := (path / n).stat()).st_mtime_ns, st.st_size, st.st_ino) for n in names)
     except OSError:
         return ()
 
@@ -342,7 +347,8 @@ def hub_label(repo_id: str) -> str:
         return f"{repo_id} ({model.what}, from the Hub)"
     limit = max_download_mb()
     if model.download_mb > limit and needs_download(repo_id):
-        return f"{repo_id} ({model.what}; about {model.download_mb:,} MB: over the {limit:,.0f} MB download limit, " \
+        return f"{repo_id} ({model.what}; about {model.download_mb:,} MB: over the {environment.amount(limit)} MB " \
+               "download limit, " \
                "raise ATTN_MAX_DOWNLOAD_MB)"
     return f"{repo_id} ({model.what}, about {model.download_mb:,} MB, from the Hub)"
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from transformer import environment
+
 from .budget import release_freed_memory
 from .catalog import public_mode
 
@@ -32,17 +34,9 @@ LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues 
 
 def max_work() -> float:
     """``$ATTN_MAX_WORK`` (units; ``0``, ``none`` or ``inf``: unlimited), else 1000 in public mode, unlimited
-    otherwise."""
-    raw = os.environ.get("ATTN_MAX_WORK", "").strip().lower()
-    if raw in ("0", "none", "inf", "unlimited"):
-        return math.inf
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if value > 0 and math.isfinite(value):
-        return value
-    return PUBLIC_MAX_WORK if public_mode() else math.inf
+    otherwise; anything else is a ``SettingError`` naming it (``transformer.environment``)."""
+    return environment.number("ATTN_MAX_WORK", PUBLIC_MAX_WORK if public_mode() else math.inf, unlimited=True,
+                              unit="work units")
 
 
 def amount(value: float) -> str:
@@ -136,11 +130,10 @@ def is_light(estimate: float) -> bool:
 
 
 def heavy_slots() -> int:
-    """``$ATTN_HEAVY_JOBS`` (a positive integer), else 1 in public mode and the CPU count otherwise."""
-    raw = os.environ.get("ATTN_HEAVY_JOBS", "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    return 1 if public_mode() else max(1, os.cpu_count() or 1)
+    """``$ATTN_HEAVY_JOBS`` (a whole number from 1), else 1 in public mode and the CPU count otherwise; anything
+    else is a ``SettingError`` naming it."""
+    return int(environment.number("ATTN_HEAVY_JOBS", 1 if public_mode() else max(1, os.cpu_count() or 1),
+                                  whole=True))
 
 
 def release_memory() -> None:

@@ -1,12 +1,17 @@
 """What the views probe beyond one analysis: masks and positional encodings, training snapshots, and
-``transformer.interpret`` (inside a head, value norms, attributions, the logit lens, the beam tree), all as numpy
-(no Streamlit here; ``app.compute.cached`` adds the caches)."""
+``transformer.interpret`` (inside a head, value norms, attributions, the logit lens, the beam tree, ALTI+, the flow
+graph), all as numpy (no Streamlit here; ``app.compute.cached`` adds the caches).
+
+Each probe of an analysed sentence is one record of :data:`PROBES` (:class:`Probe`: what runs it, what it costs,
+the page's words while it runs, whether it always takes a heavy slot), read by the model handle
+(``app.compute.cached.Model.beyond``), the request's ledger and the views."""
 
 from __future__ import annotations
 
 import copy
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +20,11 @@ import torch
 
 import transformer
 from transformer import Transformer, Translator
+from transformer.checkpoint.files import safetensors_shapes
 from transformer.network.kinds import decoder_input
 from transformer.network.model import missing_weights
 
+from . import patching, work
 from .inference import Analysis, model_settings, stack_layers
 
 
@@ -88,7 +95,7 @@ def list_snapshots(tr: Translator) -> list[Path]:
 
 def snapshot_step(path: Path | str) -> int:
     """The training step in a snapshot's file name (``step0000038.safetensors`` -> 38)."""
-    match = re.search(r"step(\d+)", Path(path).name)
+    match = re.search(r"step([0-9]+)", Path(path).name)
     return int(match.group(1)) if match else -1
 
 
@@ -96,6 +103,7 @@ def load_snapshot_model(tr: Translator, path: Path | str) -> Transformer:
     """A copy of the model with a snapshot's weights (tied embeddings are stored once, as ``src_embed.weight``)."""
     from safetensors.torch import load_file
 
+    safetensors_shapes(Path(path))  # a regular file (a FIFO never blocks), its header within MAX_HEADER_BYTES
     model = copy.deepcopy(tr.model)
     try:
         state = load_file(str(path), device="cpu")
@@ -223,8 +231,62 @@ def lens(tr: Translator, analysis: Analysis, k: int = 5) -> dict[str, np.ndarray
 
 
 def beam_tree(tr: Translator, analysis: Analysis) -> Any:
-    """The analysed sentence's beam search tree (None for greedy search)."""
+    """The analysed sentence's beam search tree (None for greedy search), recorded by the ``"gnmt"`` rules, the
+    only ones that record one (the Beam tree view says so for a model scored by other rules)."""
     s = analysis.settings
     if s.beam_size <= 1:
         return None
-    return tr.translate(analysis.text, model_settings(tr, s), return_attention=False, return_tree=True).tree
+    gnmt = model_settings(tr, s).but(scoring="gnmt")
+    return tr.translate(analysis.text, gnmt, return_attention=False, return_tree=True).tree
+
+
+# ------------------------------------------------------------------------------------------------ the records
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe of an analysed sentence, described once: ``run(tr, analysis, *args, **progress)`` makes its result,
+    ``cost(tr, analysis, *args)`` is its estimate in work units (:mod:`app.compute.work`, counted against the
+    request's work), ``working`` the page's words while it runs in a heavy slot, and ``heavy`` whether it always
+    takes one (else only once the request's work is no longer light, ``app.compute.ledger.is_light``)."""
+
+    run: Callable[..., Any]
+    cost: Callable[..., float]
+    working: str = "Working…"
+    heavy: bool = False
+
+
+def _forced(tr: Translator, a: Analysis, *args: Any) -> float:
+    """One teacher-forced pass over the analysed sentence (inside a head, value norms, one head's row)."""
+    return work.forced_work(tr, len(a.source_ids), len(a.target_ids))
+
+
+def _attributions_cost(tr: Translator, a: Analysis, method: str, steps: int, span: tuple[int, int] | None,
+                       *rest: Any) -> float:
+    first, end = span or (0, len(a.target_ids))
+    return work.attribution_work(work.parameters(tr), len(a.source_ids), len(a.target_ids), end - first, method, steps)
+
+
+def _patching_cost(tr: Translator, a: Analysis, *args: Any) -> float:
+    return work.patching_work(tr, len(a.source_ids), len(a.target_ids), a.settings)
+
+
+def _beam_tree_cost(tr: Translator, a: Analysis) -> float:
+    """The search again with its tree recorded (nothing for greedy search, which has none)."""
+    return work.translation_work(tr, len(a.source_ids), a.settings) if a.settings.beam_size > 1 else 0.0
+
+
+PROBES: dict[str, Probe] = {
+    "inside_head": Probe(inside_head, _forced),
+    "norms": Probe(norm_attentions, _forced),
+    "flow_head": Probe(flow_head, _forced),
+    "attributions": Probe(attributions, _attributions_cost, "Attributing…", heavy=True),
+    "beam_tree": Probe(beam_tree, _beam_tree_cost, "Recording the beam search…", heavy=True),
+    "lens": Probe(lens, lambda tr, a, *args: work.lens_work(tr, len(a.source_ids), len(a.target_ids)),
+                  "Reading every layer's predictions…"),
+    "alti": Probe(alti, lambda tr, a, *args: work.alti_work(tr, len(a.source_ids), len(a.target_ids)),
+                  "Measuring the contributions (ALTI+)…", heavy=True),
+    "flow": Probe(flow, lambda tr, a, *args: work.flow_work(tr, len(a.source_ids), len(a.target_ids)),
+                  "Following the information through every head…", heavy=True),
+    "patching": Probe(patching.run, _patching_cost, "Patching every layer, position and head…"),
+}

@@ -11,9 +11,7 @@ columns, types, decompressed sizes), each bounded before any data is read, then 
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transformer.checkpoint.files import MAX_METADATA_BYTES, read_json
+from transformer.checkpoint.files import read_json
 from transformer.interpret.columns import COLUMNS as DESCRIBED
+from transformer.interpret.corpus_files import MAX_MANIFEST_BYTES
+from transformer.interpret.flagging import FlagRule
 
 from . import safe_read
 from .table_inputs import data_roots, join_inputs, same_input  # noqa: F401 (the view's one import)
@@ -118,13 +118,11 @@ def manifest_path(table: Path) -> Path:
 
 
 def read_manifest(table: Path) -> dict:
-    """The table's manifest, or {} when it is absent or unusable (a regular file only; size and nesting bounded
-    as metadata.json's)."""
+    """The table's manifest, or {} when it is absent or unusable (a regular file only, read_json's; size bounded as
+    the corpus command bounds what it writes, ``MAX_MANIFEST_BYTES``)."""
     path = manifest_path(table)
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the page
-            return {}
-        data = read_json(path, MAX_METADATA_BYTES)
+        data = read_json(path, MAX_MANIFEST_BYTES)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -339,10 +337,28 @@ def pages(frame: pd.DataFrame, columns: Sequence[str], most_bytes: int = PAGE_BY
 
 def rule_of(manifest: dict) -> dict:
     """The flag's rule a table was made with (``model`` -> ``flag_rule`` of its manifest: ``{"any": [{"column",
-    "op", "value"}, ...], "rule": "..."}``), or {}."""
+    "op", "value"}, ...], "rule": "..."}``), or {} when it has none or one ``FlagRule.from_json`` refuses
+    (:func:`rule_problem`)."""
+    rule = _manifest_rule(manifest)
+    return rule if rule is not None and rule_problem(manifest) is None else {}
+
+
+def _manifest_rule(manifest: dict) -> object | None:
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
-    rule = model.get("flag_rule", manifest.get("flag_rule"))
-    return rule if isinstance(rule, dict) and isinstance(rule.get("any"), list) else {}
+    return model.get("flag_rule", manifest.get("flag_rule"))
+
+
+def rule_problem(manifest: dict) -> str | None:
+    """Why the manifest's flag rule is refused (one short line; over ``MAX_CONDITIONS`` conditions, a column the
+    table lacks, a number no float holds, ...), or None: it reads, or there is none."""
+    rule = _manifest_rule(manifest)
+    if rule is None:
+        return None
+    try:
+        FlagRule.from_json(rule)
+    except ValueError as err:
+        return str(err)[:200]
+    return None
 
 
 def thresholds(rule: dict) -> dict[str, float]:

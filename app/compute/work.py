@@ -15,13 +15,12 @@ snapshots subsampled.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from transformer import Translator
+from transformer import Translator, environment
 
 from .inference import DecodeSettings
 from .ledger import amount, left
@@ -38,6 +37,10 @@ FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each e
 # (both calibrated with python -m bench.work_units so that a unit costs about what the others do: docs/limits.md)
 FLOW_NODE, FLOW_EDGE = 1 / 100, 1 / 400  # units a node and an edge of one step's information-flow graph cost to
 # build and to pick the drawn ones from (calibrated the same way, with the shipped model: docs/limits.md)
+RULE_CHECKS, RULE_FLOOR = 500_000, 20_000  # a flag rule's conditions tested on a table's lines: this many
+# line x condition tests a unit, and each condition counting at least this many lines (its column's conversion);
+# measured, a column at a time: 2.8 ms of CPU for 32 conditions x 20,000 lines, 2.7 ms for 32 x 3,000; Whole test
+# set's whole note over 32 x 20,000: 7.7 ms for 2.56 units, 3 ms a unit as the other jobs (docs/limits.md)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0
@@ -47,11 +50,7 @@ DEFAULT_WORK_MB = 512.0
 
 def work_bytes() -> int:
     """``$ATTN_WORK_MB`` (default 512) in bytes: the memory one pass of an attribution may hold."""
-    try:
-        mb = float(os.environ.get("ATTN_WORK_MB", DEFAULT_WORK_MB))
-    except ValueError:
-        mb = DEFAULT_WORK_MB
-    return int((mb if mb > 0 and math.isfinite(mb) else DEFAULT_WORK_MB) * 1e6)
+    return int(environment.number("ATTN_WORK_MB", DEFAULT_WORK_MB, unit="MB") * 1e6)
 
 
 def parameters(tr: Translator) -> int:
@@ -271,6 +270,12 @@ def table_lines(tr: Translator, sentences: list[str], settings: DecodeSettings,
     return len(sentences), total
 
 
+def rule_work(rows: int, conditions: int) -> float:
+    """A flag rule's ``conditions`` each tested on ``rows`` lines of a table (what Whole test set says of the lines
+    beyond a threshold's line)."""
+    return conditions * (rows + RULE_FLOOR) / RULE_CHECKS
+
+
 def flow_work(tr: Translator, source: int, target: int) -> float:
     """The information-flow graph of a sentence: the teacher-forced pass, per attention block each head's terms
     (``H`` times ALTI+'s per query and key) and per layer the feed-forward block again."""
@@ -340,6 +345,39 @@ def plan_flow_graph(data: Any, step: int, threshold: float, ceiling: float | Non
     return chosen, flow_graph_work(data, step, chosen), [
         f"the information-flow graph drawn at threshold {chosen:g} instead of {threshold:g} (about {amount(asked)} "
         "units asked)"]
+
+
+PREVIEW_PARAMETERS = 1_000_000_000  # a model over this many parameters on a CPU: patching's first-order preview
+PREVIEW_TOP = 16  # the preview's sites patched exactly
+
+
+def patching_preview(tr: Translator) -> bool:
+    """Whether patching previews (``transformer.interpret.patching.preview``: every site to first order, one forward
+    and one backward pass, then the ``PREVIEW_TOP`` strongest exactly) instead of patching every site: a model over
+    ``PREVIEW_PARAMETERS`` on a CPU (issue #67)."""
+    return tr.device.type == "cpu" and parameters(tr) > PREVIEW_PARAMETERS
+
+
+def patching_work(tr: Translator, source: int, target: int, settings: DecodeSettings) -> float:
+    """Patching one edit of a sentence (``transformer.interpret.patching``, every site): the edited sentence's plain
+    translation (twice: the page's, and the library's for the default step), the two recorded runs, and each site's
+    row of the batch, at most a pass of the encoder and the decoder (an encoder site: the residual stream at a
+    position, a head) or of the decoder (a cross-attention reading, a head, the decoder's stream), over the whole
+    sentence. A previewed model (:func:`patching_preview`): a forward and a backward pass, then ``PREVIEW_TOP`` rows
+    instead of every site's."""
+    cfg = tr.config
+    heads, enc, dec = cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers
+    encoder_rows = (enc + 1) * source + enc * heads
+    decoder_rows = dec * source + 2 * dec * heads + (dec + 1) * target
+    rows = encoder_rows * (source + target) + decoder_rows * target
+    if patching_preview(tr):
+        rows = BACKWARD * (source + target) + PREVIEW_TOP * (source + target)
+    return 2 * plain_work(tr, source, settings) + forced_work(tr, source, target, 2) + units(parameters(tr), rows)
+
+
+def plan_patching(tr: Translator, source: int, target: int, settings: DecodeSettings) -> tuple[bool, list[str]]:
+    """Whether patching an edit of this sentence fits this server's work limit, and the notice when it does not."""
+    return _fits(patching_work(tr, source, target, settings), "patching (what carries the change)")
 
 
 def snapshot_work(tr: Translator, source: int, target: int) -> float:

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..compute import cached, ledger
+from ..compute import cached, ledger, probes
 from ..parts import Chart, Choice, Note, Part, Source, Table
 from . import controls
 from .params import Param, int_in
@@ -52,17 +52,15 @@ def _option_from_one(text: str) -> int | None:
 
 
 def parts_of(ctx: ViewContext, description: ModuleType) -> list[Part]:
-    """``description.describe`` of the shown sentence, kept with the other results (within the byte budget). Its
-    ``cost(tr, analysis)``, when it has one, is counted against the request's work (work units), and a job that is
-    not light runs in a heavy slot with ``description.WORKING`` as its spinner."""
+    """``description.describe`` of the shown sentence, kept with the other results (within the byte budget). The
+    probe it runs (``description.PROBE``, a key of ``app.compute.probes.PROBES``), when it names one, is counted
+    against the request's work and says what the page shows while it runs (``cached.job``)."""
     tr, a = ctx.tr, ctx.result
-    estimate = float(description.cost(tr, a)) if hasattr(description, "cost") else 0.0
-    ledger.spend(estimate)
+    probe = probes.PROBES[description.PROBE] if hasattr(description, "PROBE") else None
+    ledger.spend(probe.cost(tr, a) if probe else 0.0)
     key = ctx.model.key("described", description.KEY, a.text, a.settings, a.ablated)
     run = lambda: description.describe(Source(a, tr))
-    if ledger.is_light(0.0):
-        return cached.RESULTS.get(key, run)
-    return cached.RESULTS.get(key, lambda: cached.heavy(run, getattr(description, "WORKING", "Working…")))
+    return cached.RESULTS.get(key, lambda: cached.job(run, probe.working, probe.heavy) if probe else cached.job(run))
 
 
 class _Drawing:

@@ -46,12 +46,17 @@ class Param:
         return self.dump(value)
 
     def take(self, text: str, state: MutableMapping[str, Any]) -> str | None:
-        """Adopt a link's ``text`` into ``state``: None when taken, else why not ("": not understood)."""
-        value = self.parse(text)
-        if value is None:
+        """Adopt a link's ``text`` into ``state``: None when taken, else why not ("": not understood, also when
+        parsing or adopting it raised: a link never replaces the page with an error)."""
+        try:
+            value = self.parse(text)
+            if value is None:
+                return ""
+            if self.adopt is not None:
+                return self.adopt(value, state)
+        except Exception:  # a parser's or an adopter's slip on a stranger's text: not understood, as any other
+            state.pop(self.key, None)
             return ""
-        if self.adopt is not None:
-            return self.adopt(value, state)
         state[self.key] = value
         return None
 

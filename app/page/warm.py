@@ -9,7 +9,6 @@ import gc
 import transformer
 
 from ..compute import cached, catalog, inference
-from ..compute.inference import DecodeSettings
 from ..drawing import svg
 from . import preload, state
 
@@ -27,9 +26,8 @@ def warm_up() -> None:
         device = str(transformer.resolve_device(state.DEFAULTS[state.DEVICE]))
     except transformer.CheckpointError:
         device = "cpu"
-    d = state.DEFAULTS
-    settings = DecodeSettings(beam_size=int(d[state.BEAM]), alpha=float(catalog.model_alpha(checkpoint)),
-                              max_len_a=float(d[state.MAX_A]), max_len_b=int(d[state.MAX_B]))
+    # the settings of the page's first run: the sidebar's defaults with the model's own length penalty
+    settings = state.settings_from_state({**state.DEFAULTS, state.ALPHA: catalog.model_alpha(checkpoint)})
     cached.get_checkpoint_list()  # the sidebar's list: it checks each checkpoint (and imports torch's compiler)
     text = state.EXAMPLES[0]
     inference.split_sentences(text)  # the sentence splitter and the language identifier load on first use

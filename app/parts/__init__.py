@@ -3,8 +3,9 @@ three places that draw it: the Streamlit page (``app/views/``), the offline page
 notebook (``app.notebook.show``). No Streamlit here.
 
 A view that works offline has a module here with ``KEY`` (its short name for ``--views`` and ``show``), ``INTRO`` (one
-caption) and ``describe(src: Source) -> list[Part]``; optionally ``cost(tr, analysis)`` (the work units of
-``describe``, counted against a page request's work) and ``WORKING`` (the page's spinner while it runs). Its line in
+caption) and ``describe(src: Source) -> list[Part]``; optionally ``PROBE``, the key of the probe ``describe`` runs in
+``app.compute.probes.PROBES`` (its record's cost is counted against a page request's work, its words are the page's
+spinner while it runs). Its line in
 the registry (:mod:`app.registry`, ``described=``) names it; the page draws its parts itself
 (:mod:`app.page.described`) unless the view has a module of its own in ``app/views/`` that adds widgets (it then
 calls the same functions for the same charts).

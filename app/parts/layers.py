@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from transformer import Translator
-
-from ..compute import probes, work
+from ..compute import probes
 from ..compute.inference import Analysis
 from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
 KEY = "lens"
-WORKING = "Reading every layer's predictions…"
+PROBE = "lens"  # what it runs: its record in app.compute.probes.PROBES (cost, the page's words)
 INTRO = ("The logit lens: each decoder layer's output sent straight through the final norm and the output "
          "projection, as if it were the last layer. Where does each output piece become the top prediction?")
 
@@ -58,10 +56,5 @@ def parts(a: Analysis, data: dict, pieces) -> list[Part]:
                  + (f"; on average they stay on top from layer {np.mean(settled):.1f}." if settled else "."))]
 
 
-def cost(tr: Translator, a: Analysis) -> float:
-    """The work of :func:`describe` (units): :func:`app.compute.work.lens_work`."""
-    return work.lens_work(tr, len(a.source_ids), len(a.target_ids))
-
-
 def describe(src: Source) -> list[Part]:
-    return parts(src.analysis, probes.lens(src.tr, src.analysis, 5), src.tr.tokenizer.pieces)
+    return parts(src.analysis, probes.PROBES[PROBE].run(src.tr, src.analysis, 5), src.tr.tokenizer.pieces)

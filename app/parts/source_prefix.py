@@ -61,7 +61,9 @@ def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float 
     row = row_of(tr, a, share)
     why = reasons(row, rule)
     origin = ("this model's rule, chosen on the validation set" if rule.origin != "default"
-              else "this model has no rule chosen on the validation set yet, so only looping output is flagged")
+              else f"this model's flag.json is there but was refused ({rule.refused}), so only looping output is "
+                   "flagged" if rule.refused else
+              "this model has no rule chosen on the validation set yet, so only looping output is flagged")
     threshold = next((c.value for c in rule.conditions if c.column == "source_share"), None)
     far = score_text(row, rule)
     far = f" {far[0].upper()}{far[1:]}." if far else ""

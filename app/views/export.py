@@ -8,8 +8,9 @@ from transformer import Translator
 
 from .. import report
 from ..compute.inference import Analysis
-from ..page import state
+from ..page import controls, state
 from ..page.state import ViewContext
+from . import patching
 
 PARAMS = ()  # no choices of its own
 
@@ -42,6 +43,24 @@ def render(ctx: ViewContext) -> None:
             base = ""
         st.code(f"{base}?{state.share_query(previous)}", language=None, wrap_lines=True)
     offline_page(ctx)
+    patching_numbers(ctx)
+
+
+def patching_numbers(ctx: ViewContext) -> None:
+    """What carries the change's numbers as NPZ: the last edit patched on this sentence (built on the click)."""
+    with st.container(border=True):
+        st.markdown("**What carries the change**")
+        last = st.session_state.get(patching.LAST)
+        if not last or last[:2] != (ctx.result.text, ctx.result.settings):
+            st.caption("Open What carries the change and pick an edit of this sentence: its numbers (every site's "
+                       "effect and patched metric, the step, target and foil) are then here as NPZ.")
+            return
+        edited, step, foil, direction = last[2]
+        st.caption(f"The last edit patched: {controls.md_escape(edited)} ({direction}); every site's effect and "
+                   "patched metric, the step, target and foil, and both sentences' pieces.")
+        st.download_button("Download NPZ (numpy)", ctx.model.patching_file(*last), file_name="patching.npz",
+                           mime="application/octet-stream", key="download_patching_export",
+                           icon=":material/download:", on_click="ignore")
 
 
 def page_html(tr: Translator, analysis: Analysis, checkpoint: str) -> str:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from ..compute import work
 from ..page import controls, heatmaps
-from ..page.params import Param
+from ..page.params import Param, int_in
 from ..page.state import ViewContext
 from ..parts import source_prefix as described  # this view's description (the offline page's too)
 
@@ -19,7 +19,7 @@ threshold_of = described.threshold_of
 def _layer(value: str) -> str | int | None:
     if value == ALL:
         return ALL
-    return int(value) if value.isdigit() and 1 <= int(value) <= 64 else None
+    return int_in(1, 64)(value)
 
 
 PARAMS = (Param("cl", "source_prefix_layer", _layer), *heatmaps.window_params("source_prefix_chart"))

@@ -353,22 +353,33 @@ def rule_words(rule: dict) -> str | None:
 
 def beyond_the_line(frame: pd.DataFrame, rule: dict, columns: list[str]) -> list[str]:
     """For each of ``columns`` with a threshold drawn: how many flagged lines lie on the unsuspicious side of its line,
-    and the other parts of the rule that flagged them."""
+    and the other parts of the rule that flagged them. Each condition is tested on every flagged line once, a column
+    at a time, counted against the request's work (``work.rule_work``); over what is left, nothing is said but the
+    notice."""
     try:
-        parsed = FlagRule.from_json(rule)
+        parsed = FlagRule.from_json(rule)  # at most MAX_CONDITIONS conditions
     except ValueError:
         return []
+    flagged = frame[frame["flag"]]
+    estimate = work.rule_work(len(flagged), len(parsed.conditions))
+    if estimate > ledger.left():
+        ledger.cut([f"which flagged lines lie beyond the flag's lines is not said ({ledger.amount(estimate)} units "
+                    "asked)"])
+        return []
+    ledger.spend(estimate)
+    holds = {c: c.holds_where(pd.to_numeric(flagged[c.column], errors="coerce").to_numpy(dtype=float))
+             if c.column in flagged else np.zeros(len(flagged), dtype=bool) for c in parsed.conditions}
     said = []
     for column in dict.fromkeys(columns):
         mine = [c for c in parsed.conditions if c.column == column]
         others = [c for c in parsed.conditions if c.column != column]
         if not mine or not others or column not in frame:
             continue
-        rows = frame[frame["flag"]].to_dict("records")
-        beyond = [r for r in rows if not any(c.holds(r) for c in mine)]
-        if beyond:
-            fired = [c for c in others if any(c.holds(r) for r in beyond)]
-            said.append(f"{len(beyond):,} flagged {'line lies' if len(beyond) == 1 else 'lines lie'} on the other "
+        beyond = ~np.logical_or.reduce([holds[c] for c in mine])  # (flagged lines,)
+        if beyond.any():
+            count = int(beyond.sum())
+            fired = [c for c in others if holds[c][beyond].any()]
+            said.append(f"{count:,} flagged {'line lies' if count == 1 else 'lines lie'} on the other "
                         f"side of the {LABELS.get(column, column)} line: "
                         + (" or ".join(controls.md_escape(condition_text(c)) for c in fired) or "another condition")
                         + ".")
@@ -423,7 +434,10 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
     words = rule_words(rule)
+    problem = tables.rule_problem(manifest)
     notes = [f"Flagged (may be a hallucination) when {controls.md_escape(tables.short(words, 300))}." if words else
+             f"This table's manifest names a flag rule that was refused ({controls.md_escape(problem)}); its lines "
+             "are flagged as the table says." if problem else
              "This table's manifest does not say how its lines were flagged."]
     if limits:
         notes.append("A dotted “flag threshold” is one of that rule's limits; a flagged line on the unsuspicious side "

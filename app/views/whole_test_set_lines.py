@@ -13,6 +13,7 @@ import streamlit as st
 
 from .. import registry
 from ..page import state
+from ..page.params import int_in
 
 OPENED = "_testset_opened"  # (table name, line id, source text or None) the last line opened
 SEEN = "_testset_seen"  # (table key, selected rows) last followed, so a selection opens its line once
@@ -24,9 +25,8 @@ MAX_LINE = 10**9
 
 
 def line_of(text: str) -> int | None:
-    """A link's ``line=``: a line id (a whole number from 0), else None."""
-    text = text.strip()
-    return int(text) if text.isdigit() and len(text) <= 9 else None
+    """A link's ``line=``: a line id (a whole number from 0, in ASCII digits), else None."""
+    return int_in(0, MAX_LINE - 1)(text.strip())
 
 
 def open_id(ss: Mapping[str, Any], choice: object) -> int | None:

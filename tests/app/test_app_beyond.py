@@ -204,12 +204,13 @@ def alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, rule):
     return path
 
 
-@pytest.mark.parametrize("rule", ["always", "never", None])
+@pytest.mark.parametrize("rule", ["always", "never", None, "refused"])
 def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoint, tmp_path, monkeypatch, tr, rule):
     from transformer.interpret import contributions, looping
 
     conditions = {"always": [{"column": "source_share", "op": "<", "value": 1.01}],
-                  "never": [{"column": "seq_logprob", "op": "<", "value": -1000}], None: None}[rule]
+                  "never": [{"column": "seq_logprob", "op": "<", "value": -1000}], None: None,
+                  "refused": [{"column": "seq_logprob", "op": "<", "value": -1000}] * 33}[rule]
     alti_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, conditions)
     at = set_view(translate(new_app(), TEXT), "source_or_prefix")
     assert_clean(at)
@@ -233,6 +234,9 @@ def test_source_or_prefix_shows_alti_and_the_hallucination_notice(tiny_checkpoin
         assert "chosen on the validation set" in warned[0]
     elif rule == "never":
         assert not warned and "Not flagged" in said and "chosen on the validation set" in said
+    elif rule == "refused":  # a flag.json the reader refuses (33 conditions): said, not taken for a missing one
+        assert bool(warned) == looping(ref.text) and "no rule chosen" not in said
+        assert "flag.json is there but was refused (a flag rule has at most 32 conditions, not 33)" in said
     else:  # no flag.json: looping outputs only
         assert bool(warned) == looping(ref.text) and "no rule chosen on the validation set yet" in said
     # the layer to compare with is the view's own address parameter

@@ -14,6 +14,7 @@ pytest.importorskip("streamlit")
 from conftest import arr, assert_clean, chart, new_app, set_view, translate  # noqa: E402
 
 import transformer  # noqa: E402
+from transformer.decoding import DecodeSettings  # noqa: E402
 from transformer.interpret.heads import KINDS, ranked_heads, run  # noqa: E402
 
 torch.set_num_threads(1)
@@ -26,7 +27,7 @@ def with_heads(tiny_checkpoint, tiny_corpus, tmp_path, monkeypatch):
     tr = transformer.load(ckpt, device="cpu")
     sources = (tiny_corpus / "test.en").read_text().splitlines()[:8]
     refs = (tiny_corpus / "test.de").read_text().splitlines()[:8]
-    data = run(tr, sources, refs, "de", beam=2, batch_size=8)
+    data = run(tr, sources, refs, "de", DecodeSettings(beam_size=2), batch_size=8)
     data.update(split="test", checkpoint=str(ckpt))
     (ckpt / "heads.json").write_text(json.dumps(data))
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))

@@ -108,6 +108,7 @@ def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus,
     import shutil
 
     import transformer
+    from transformer.decoding import DecodeSettings
     from transformer.interpret.heads import run
 
     ckpt = tmp_path / "tiny"
@@ -115,7 +116,7 @@ def test_heads_json_carries_the_sentences_it_cites(tiny_checkpoint, tiny_corpus,
     tr = transformer.load(ckpt, device="cpu")
     sources = (tiny_corpus / "test.en").read_text().splitlines()[:8]
     refs = (tiny_corpus / "test.de").read_text().splitlines()[:8]
-    data = run(tr, sources, refs, "de", beam=2, batch_size=8)
+    data = run(tr, sources, refs, "de", DecodeSettings(beam_size=2), batch_size=8)
     cited = {i for rows in data["most_confident"].values() for row in rows for top in row for i in top}
     assert data["cited_sentences"] == {str(i): sources[i] for i in sorted(cited)}
     data.update(split="test_nowhere", checkpoint=str(ckpt))

@@ -34,7 +34,14 @@ CHANGES: dict[str, object] = {
     "testset_path": "runs/no-such-table.parquet",
     "flow_step": 2, "flow_threshold": 0.1, "flow_head": lambda widget: flow_ref(widget.options[0]),  # in the graph
     "flow_compare": 2,
+    "patch_word": 4, "patch_substitute": "blue", "patch_step": 2, "patch_direction": "noise",
+    "patch_foil": lambda widget: piece_id(widget, widget.options[2]), "patch_head": "decoder.2.3",
 }
+
+
+def piece_id(widget, label: str) -> int:
+    """The id of the piece a picker of piece ids shows as ``label`` (its own format)."""
+    return next(i for i in range(10_000) if widget.format_func(i) == label)
 
 
 def flow_ref(label: str) -> str:

@@ -458,8 +458,12 @@ def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
     assert len(cache) == 1 and cache.get("e", lambda: make(-1)) is not None
     monkeypatch.setenv("ATTN_CACHE_MB", "2")
     assert budget_bytes() == 2_000_000
-    monkeypatch.setenv("ATTN_CACHE_MB", "-1")
+    monkeypatch.setenv("ATTN_CACHE_MB", "")
     assert budget_bytes() == 1_024_000_000
+    for raw in ("-1", "0", "inf"):  # a cache is never unlimited: refused, naming the variable
+        monkeypatch.setenv("ATTN_CACHE_MB", raw)
+        with pytest.raises(ValueError, match="ATTN_CACHE_MB"):
+            budget_bytes()
 
 
 def test_analysis_size_counts_its_arrays(tiny_checkpoint):

@@ -114,6 +114,7 @@ def test_listing_marks_every_broken_folder_unavailable_and_survives_anything(rep
     real = checkpoint.check_checkpoint_dir
     monkeypatch.setattr(checkpoint, "check_checkpoint_dir",
                         lambda p: real(p) if Path(p).name != "other" else {}["boom"])
+    catalog._checked.cache_clear()  # a folder is checked again only when its files change: as if they had
     infos = {i.path: i for i in catalog.list_checkpoints()}
     assert "KeyError" in infos["checkpoints/other"].problem and infos["checkpoints/good"].problem is None
 

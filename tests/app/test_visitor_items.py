@@ -161,13 +161,15 @@ def test_heads_view_numbers_lines_from_0_and_says_why_a_cell_is_a_dash(tiny_chec
     import shutil
 
     import transformer
+    from transformer.decoding import DecodeSettings
     from transformer.interpret.heads import run
 
     ckpt = tmp_path / "tiny"
     shutil.copytree(tiny_checkpoint, ckpt)
     tr = transformer.load(ckpt, device="cpu")
     sources = (tiny_corpus / "test.en").read_text().splitlines()[:6]
-    data = run(tr, sources, (tiny_corpus / "test.de").read_text().splitlines()[:6], "de", beam=1, batch_size=6)
+    data = run(tr, sources, (tiny_corpus / "test.de").read_text().splitlines()[:6], "de", DecodeSettings(beam_size=1),
+               batch_size=6)
     data.update(split="test", checkpoint=str(ckpt))
     (ckpt / "heads.json").write_text(json.dumps(data))
     monkeypatch.setenv("ATTN_CHECKPOINT", str(ckpt))

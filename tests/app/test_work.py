@@ -60,9 +60,13 @@ def test_the_ceiling_is_1000_units_in_public_mode_and_unlimited_locally(monkeypa
     assert ledger.max_work() == float("inf")
     monkeypatch.setenv("ATTN_PUBLIC", "1")
     assert ledger.max_work() == 1000
-    for raw, expected in (("250", 250), ("junk", 1000), ("-3", 1000), ("0", float("inf"))):
+    for raw, expected in (("250", 250), ("", 1000), ("0", float("inf")), ("inf", float("inf"))):
         monkeypatch.setenv("ATTN_MAX_WORK", raw)
         assert ledger.max_work() == expected
+    for raw in ("junk", "-3", "²"):  # never a silent default: a one-line message naming the variable
+        monkeypatch.setenv("ATTN_MAX_WORK", raw)
+        with pytest.raises(ValueError, match=f"^ATTN_MAX_WORK='{raw}' is not understood"):
+            ledger.max_work()
 
 
 def test_estimates_grow_with_every_factor(tr):
@@ -556,3 +560,36 @@ def test_one_model_handle_serves_every_visitor(app_env):
     kept = [cell.cell_contents for cell in click.__closure__]
     assert a in kept and all(isinstance(x, (cached.Model, str, DecodeSettings, tuple)) for x in kept), kept
     assert not any(isinstance(x, (Translator, Transformer, Analysis, bytes)) for x in kept)
+
+
+# ------------------------------------------------------------------------------------------------ probe records
+
+
+def test_a_probe_is_one_record_its_run_its_cost_its_words(app_env, tr, monkeypatch):
+    """``Model.beyond`` reads everything of a probe from its record: the run, the estimate it counts, the words of a
+    heavy slot and whether it always takes one; a cached result counts its estimate again and does not run."""
+    from app import report
+    from app.compute import probes
+
+    a = report.analysis_for(tr.translate("A man rides a red bike.", return_attention=True), tr, "A man rides.")
+    ran, slots = [], []
+    monkeypatch.setattr(cached, "heavy", lambda run, what: slots.append(what) or run())
+    monkeypatch.setitem(probes.PROBES, "light_spy", probes.Probe(lambda t, x, n: ran.append(n) or 2 * n,
+                                                                 lambda t, x, n: 7.0, "Spying…"))
+    monkeypatch.setitem(probes.PROBES, "heavy_spy", probes.Probe(lambda t, x, n: ran.append(-n) or -n,
+                                                                 lambda t, x, n: 3.0, "Spying hard…", heavy=True))
+    model = cached.Model(str(app_env), "cpu")
+    cached.RESULTS.clear()
+    with ledger.request() as req:
+        assert model.beyond("light_spy", a, 21) == 42 and req.spent == 7.0 and slots == []  # light: at once
+        assert model.beyond("light_spy", a, 21) == 42 and req.spent == 14.0 and ran == [21]  # cached, counted
+        assert model.beyond("heavy_spy", a, 5) == -5 and slots == ["Spying hard…"] and req.spent == 17.0
+    with pytest.MonkeyPatch.context() as m, ledger.request():
+        m.setattr(ledger, "LIGHT_WORK", 0.0)  # no longer light: the light probe waits for a slot too, in its words
+        assert model.beyond("light_spy", a, 22) == 44 and slots[-1] == "Spying…"
+    cached.RESULTS.clear()
+    assert all(p.cost(tr, a, *args) >= 0 for p, args in [
+        (probes.PROBES["lens"], ()), (probes.PROBES["alti"], ()), (probes.PROBES["flow"], ()),
+        (probes.PROBES["norms"], ()), (probes.PROBES["beam_tree"], ()),
+        (probes.PROBES["attributions"], ("integrated_gradients", 8, None)),
+        (probes.PROBES["patching"], ("A man rides.", None, None, "denoise"))])

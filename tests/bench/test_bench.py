@@ -117,6 +117,13 @@ def test_work_units_bench_times_alti_beside_integrated_gradients(tiny_checkpoint
     assert row["alti_s"] > 0 and row["ig_s"] > 0 and row["ig_units"] > 0
 
 
+def test_work_units_bench_times_patching_per_unit_of_its_record(tiny_checkpoint):
+    from bench.work_units import measure_patching
+
+    (row,) = measure_patching(str(tiny_checkpoint), repeats=1, words=(8,))
+    assert row["patching_s"] > 0 and row["patching_units"] > 0 and row["source"] >= 9
+
+
 def _report_bench(argv: list[str], capsys) -> dict:
     from bench.report import main
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import tiny_model
 
@@ -76,3 +77,20 @@ def test_translator_returns_the_tree(tiny_checkpoint):
     assert result.tree is not None and result.tree.nodes[result.tree.best].score == result.score
     assert tr.translate("A man rides a bike.", beam_size=3).tree is None
     assert tr.translate("A man rides a bike.", beam_size=1, return_tree=True).tree is None  # greedy: no tree
+
+
+def test_a_tree_under_other_rules_is_refused_everywhere_alike(tiny_checkpoint):
+    """A tree is recorded by the "gnmt" rules only: asking for one under transformers' rules raises the same error
+    through ``beam_search``, ``search`` and the translator (it was silently switched to "gnmt" in ``search``)."""
+    from transformer.decoding import DecodeSettings
+    from transformer.decoding.search import search
+
+    tr = transformer.load(tiny_checkpoint, device="cpu")
+    src = torch.tensor([tr.encode_source("A man rides a bike.")[0]])  # (1, S)
+    settings = DecodeSettings(beam_size=3, alpha=1.0, scoring="transformers")
+    for call in (lambda: beam_search(tr.model, src, 3, 1.0, scoring="transformers", record_tree=True),
+                 lambda: search(tr.model, src, settings, record_tree=True),
+                 lambda: tr.translate("A man rides a bike.", settings, return_tree=True)):
+        with pytest.raises(ValueError, match="gnmt"):
+            call()
+    assert tr.translate("A man rides a bike.", settings.but(scoring="gnmt"), return_tree=True).tree is not None

@@ -267,8 +267,11 @@ def test_the_apps_model_limit_admits_the_real_models_it_offers_and_a_library_loa
     with pytest.raises(CheckpointError, match="ATTN_MAX_MODEL_MB"):  # the app's limit, applied by the app
         check_model_size(ckpt, "float32")
     assert transformer.load(ckpt, device="cpu").model is not None  # a library call loads what it is asked
-    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "nonsense")
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "inf")  # no limit, as 0 (transformer.environment's rule)
     check_model_size(ckpt, "float32")
+    monkeypatch.setenv("ATTN_MAX_MODEL_MB", "nonsense")
+    with pytest.raises(ValueError, match="ATTN_MAX_MODEL_MB='nonsense' is not understood"):
+        check_model_size(ckpt, "float32")
 
 
 @pytest.mark.parametrize("metadata", [

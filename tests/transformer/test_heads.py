@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import transformer
 import transformer.interpret.heads as heads
 from transformer import Tokenizer, Transformer, TransformerConfig
+from transformer.decoding import DecodeSettings
 from transformer.interpret.heads import KINDS, analyse_heads, head_mask_off, main, reference_ids, role, run
 from transformer.training.evaluate import score, translate_all
 
@@ -40,8 +41,8 @@ def test_a_head_with_a_zero_output_slice_has_no_importance_and_no_effect(tiny_ch
     for k in KINDS:  # normalised per layer: each layer's vector has unit l2 norm
         for row in result["importance"][k]:
             assert math.isclose(sum(v * v for v in row), 1.0, rel_tol=1e-5)
-    plain = translate_all(tr, sources, beam=3, batch_size=8, alpha=0.6, progress=False)
-    off = translate_all(tr, sources, beam=3, batch_size=8, alpha=0.6, progress=False,
+    plain = translate_all(tr, sources, DecodeSettings(beam_size=3, alpha=0.6), batch_size=8, progress=False)
+    off = translate_all(tr, sources, DecodeSettings(beam_size=3, alpha=0.6), batch_size=8, progress=False,
                         head_mask=head_mask_off(tr, [("encoder", 0, 1)]))
     assert off == plain
 
@@ -207,8 +208,9 @@ def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_
         return original(*args, **kwargs)
 
     monkeypatch.setattr(heads, "translate_all", spy)
-    result = run(tr, sources, refs, "de", beam=2, batch_size=64)
-    expected = score(translate_all(tr, sources, beam=2, batch_size=64, alpha=0.6, progress=False), refs, "de")["bleu"]
+    result = run(tr, sources, refs, "de", DecodeSettings(beam_size=2), batch_size=64)
+    expected = score(translate_all(tr, sources, DecodeSettings(beam_size=2, alpha=0.6), progress=False), refs,
+                     "de")["bleu"]
     assert result["pruning"][0]["heads_off"] == 0 and result["pruning"][0]["bleu"] == result["baseline_bleu"]
     assert result["baseline_bleu"] == expected
     total = sum(len(row) for k in KINDS for row in result["importance"][k])
@@ -231,7 +233,8 @@ def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_
             for h in range(len(row)) if [k, layer, h] not in point["off"]]
     assert max(imp) <= min(rest)
     mask = head_mask_off(tr, [tuple(x) for x in point["off"]])
-    assert point["bleu"] == score(translate_all(tr, sources, 2, 64, 0.6, progress=False, head_mask=mask), refs,
+    settings = DecodeSettings(beam_size=2, alpha=0.6)
+    assert point["bleu"] == score(translate_all(tr, sources, settings, progress=False, head_mask=mask), refs,
                                   "de")["bleu"]
     for name, curve in [("pooled", result["pruning"])] + list(result["pruning_by_type"].items()):
         n = result["heads_off_within_1_bleu"][name]
@@ -346,7 +349,7 @@ def test_the_threshold_is_the_stated_percentile_of_the_val_shares(tiny_checkpoin
     assert written["importance"] == {"x": 1}
     tr = transformer.load(tiny_checkpoint)
     val = corpus(tiny_corpus, "val")[0][:5]
-    mine = heads.mean_source_shares(tr, val, beam=1, alpha=tr.default_alpha)
+    mine = heads.mean_source_shares(tr, val, DecodeSettings(beam_size=1))
     assert written["alti"]["hallucination_threshold"] == pytest.approx(
         sorted(mine)[0] + (sorted(mine)[1] - sorted(mine)[0]) * 0.04)  # 1st percentile of 5: 4% of the first gap
     assert "hallucination threshold" in capsys.readouterr().out

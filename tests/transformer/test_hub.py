@@ -43,7 +43,8 @@ def test_a_repo_over_the_limit_is_refused(monkeypatch):
     monkeypatch.setenv("ATTN_MAX_DOWNLOAD_MB", "2500")
     assert max_download_mb() == 2500 and check_repo_size("user/huge", api=api) == pytest.approx(2000)
     monkeypatch.setenv("ATTN_MAX_DOWNLOAD_MB", "lots")
-    assert max_download_mb() == 1500
+    with pytest.raises(ValueError, match="ATTN_MAX_DOWNLOAD_MB='lots' is not understood"):
+        max_download_mb()
 
 
 def test_only_the_files_a_load_reads_are_counted_and_fetched():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import transformer
+from transformer.decoding import DecodeSettings
 from transformer.training.data import read_parallel
 from transformer.training.evaluate import score, translate_all
 
@@ -33,7 +34,8 @@ def test_card_scores_are_the_models(ckpt: Path, multi30k_dir: Path) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        result = score(translate_all(tr, sources, reported["beam"], 64, alpha, progress=False), refs, "de")
+        settings = DecodeSettings(beam_size=reported["beam"], alpha=alpha)
+        result = score(translate_all(tr, sources, settings, progress=False), refs, "de")
     finally:
         torch.set_num_threads(threads)
     # float rounding on another CPU may flip a close beam decision in a sentence or two

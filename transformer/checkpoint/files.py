@@ -7,12 +7,14 @@ each family's checkpoints) both build on this module; it imports neither.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
 
 from ..network.config import check_loadable
 from ..network.model import Transformer, TransformerConfig, tied_weights
+from .regular import megabytes, open_regular, read_regular
 from .tokenizer import Tokenizer, TokenizerProtocol
 
 CONFIG_FILE = "config.json"
@@ -23,6 +25,8 @@ REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few hundred bytes (a Hugging Face one a few kB)
 MAX_METADATA_BYTES = 4_000_000  # a metadata.json with a long training history: tens of kB
 MAX_JSON_DEPTH = 32  # objects and lists inside each other (ours: 3)
+MAX_HEADER_BYTES = 4 * 2**20  # a safetensors header: NLLB-200 3.3B's, the largest model a family here opens, is
+# 123 kB (1,016 tensors; built from transformers' M2M100 at its sizes on the meta device): 4 MB is 30 times that
 
 
 class CheckpointError(Exception):
@@ -55,14 +59,9 @@ def json_depth(data: object) -> int:
 
 def read_json(path: Path, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> object:
     """A small JSON file, parsed: ``ValueError`` saying why when it is larger than ``max_bytes``, not UTF-8 JSON, or
-    nested deeper than ``max_depth`` (Python's parser would hit its recursion limit); ``OSError`` when unreadable."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise ValueError(f"{path.name} is {size:,} bytes, over the {max_bytes:,} it may hold")
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:  # grew since
-        raise ValueError(f"{path.name} is over the {max_bytes:,} bytes it may hold")
+    nested deeper than ``max_depth`` (Python's parser would hit its recursion limit) or not a regular file
+    (:class:`FileRefused`, a ``ValueError``: a FIFO never blocks); ``FileNotFoundError`` when absent."""
+    raw = read_regular(path, max_bytes, path.name)
     try:
         data = json.loads(raw.decode("utf-8"))
     except RecursionError as err:
@@ -93,24 +92,39 @@ def load_config(path: Path) -> TransformerConfig:
     return loadable(config, str(path / CONFIG_FILE))
 
 
-def check_weights(weights: Path, config: TransformerConfig) -> None:
-    """The safetensors header of ``weights`` against the tensors ``config`` builds (no data read)."""
+def safetensors_shapes(weights: Path) -> dict[str, list[int]]:
+    """The names and shapes of the tensors in the safetensors file ``weights``, from its header alone (no data
+    read): ``CheckpointError`` when it is not a regular file, its header is over ``MAX_HEADER_BYTES`` (read no
+    further), malformed, or names more data than the file holds."""
+    name = weights.name
     try:
-        with open(weights, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
+        with open_regular(weights, 2**62, name) as f:
+            size, file_size = int.from_bytes(f.read(8), "little"), os.fstat(f.fileno()).st_size
+            if 8 + size > file_size:
+                raise CheckpointError(f"{name} is truncated or corrupt (a header of {size:,} bytes in a file of "
+                                      f"{file_size:,})")
+            if size > MAX_HEADER_BYTES:
+                raise CheckpointError(f"{name} has a header of {megabytes(size)}, over the "
+                                      f"{megabytes(MAX_HEADER_BYTES)} a checkpoint needs (NLLB-200 3.3B's: 123 kB)")
+            header = json.loads(f.read(size))
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"{WEIGHTS_FILE} is not a safetensors file: {err}") from err
+        raise CheckpointError(f"{name} is truncated or corrupt: {str(err)[:200]}") from err
     if not isinstance(header, dict):
-        raise CheckpointError(f"{WEIGHTS_FILE} is not a safetensors file")
+        raise CheckpointError(f"{name} is truncated or corrupt (its header is not a JSON object)")
     header.pop("__metadata__", None)
     try:
         end = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
         stored = {k: [int(n) for n in v["shape"]] for k, v in header.items()}
     except (TypeError, KeyError, IndexError, ValueError) as err:
-        raise CheckpointError(f"{WEIGHTS_FILE} has a malformed header ({type(err).__name__}: {err})") from err
-    if 8 + size + end > weights.stat().st_size:
-        raise CheckpointError(f"{WEIGHTS_FILE} is truncated ({weights.stat().st_size:,} of {8 + size + end:,} bytes)")
+        raise CheckpointError(f"{name} is truncated or corrupt (a malformed header: {type(err).__name__})") from err
+    if 8 + size + end > file_size:
+        raise CheckpointError(f"{name} is truncated or corrupt ({file_size:,} of {8 + size + end:,} bytes)")
+    return stored
+
+
+def check_weights(weights: Path, config: TransformerConfig) -> None:
+    """The safetensors header of ``weights`` against the tensors ``config`` builds (no data read)."""
+    stored = safetensors_shapes(weights)
     with torch.device("meta"):
         expected = {k: list(v.shape) for k, v in Transformer(config).state_dict().items()}
     # tied weights are stored once, under any one of their names

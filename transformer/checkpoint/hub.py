@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import environment
 from .files import REQUIRED_FILES, CheckpointError
 
 DEFAULT_MAX_DOWNLOAD_MB = 1500.0
@@ -20,12 +21,9 @@ Progress = Callable[[int, int, str], None]  # (bytes done, bytes in all, file no
 
 
 def max_download_mb() -> float:
-    """``$ATTN_MAX_DOWNLOAD_MB`` (a positive number), else 1500."""
-    try:
-        value = float(os.environ.get("ATTN_MAX_DOWNLOAD_MB", DEFAULT_MAX_DOWNLOAD_MB))
-    except ValueError:
-        return DEFAULT_MAX_DOWNLOAD_MB
-    return value if value > 0 else DEFAULT_MAX_DOWNLOAD_MB
+    """``$ATTN_MAX_DOWNLOAD_MB`` (a positive number of MB; ``0`` or ``inf``: no limit), else 1500; anything else is
+    a ``SettingError`` naming it (``transformer.environment``)."""
+    return environment.number("ATTN_MAX_DOWNLOAD_MB", DEFAULT_MAX_DOWNLOAD_MB, unlimited=True, unit="MB")
 
 
 def files_to_fetch(siblings: list[Any]) -> list[tuple[str, int]]:
@@ -57,7 +55,7 @@ def _refuse_if_too_large(repo_id: str, size_mb: float, max_mb: float | None) -> 
     limit = max_download_mb() if max_mb is None else max_mb
     if size_mb > limit:
         raise CheckpointError(f"'{repo_id}' is {size_mb:,.0f} MB on the Hugging Face Hub, over this server's download "
-                              f"limit of {limit:,.0f} MB (ATTN_MAX_DOWNLOAD_MB); it was not downloaded")
+                              f"limit of {environment.amount(limit)} MB (ATTN_MAX_DOWNLOAD_MB); it was not downloaded")
 
 
 def check_repo_size(repo_id: str, max_mb: float | None = None, api: Any = None) -> float:

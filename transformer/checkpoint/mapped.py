@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import pickle
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ from torch import Tensor
 
 from ..network.config import model_bytes
 from ..network.model import TIED_WEIGHTS, Transformer, TransformerConfig, missing_weights, positional_table
-from .files import CheckpointError
+from .files import CheckpointError, safetensors_shapes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # what ``transformer.load(dtype=...)`` takes
 
@@ -95,6 +96,7 @@ def map_weights(path: Path) -> dict[str, Tensor]:
     one-line ``CheckpointError``."""
     weights = path / "model.safetensors"
     if weights.is_file():
+        safetensors_shapes(weights)  # a regular file, its header within MAX_HEADER_BYTES, before safetensors maps it
         try:
             return load_file(str(weights))
         except (SafetensorError, OSError, ValueError) as err:
@@ -103,8 +105,11 @@ def map_weights(path: Path) -> dict[str, Tensor]:
     if weights.is_file():
         try:
             state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as err:  # a damaged zip or pickle: torch raises several types
-            raise CheckpointError(f"{weights} is truncated or corrupt: {type(err).__name__}: {err}") from err
+        except pickle.UnpicklingError as err:  # torch's message advises weights_only=False: never repeated here
+            raise CheckpointError(f"{weights.name} holds more than tensors (code or objects), so it is not "
+                                  "loaded") from err
+        except Exception as err:  # a damaged zip: torch raises several types
+            raise CheckpointError(f"{weights.name} is truncated or corrupt ({type(err).__name__})") from err
         if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
             raise CheckpointError(f"{weights} does not hold a dictionary of tensors")
         return state

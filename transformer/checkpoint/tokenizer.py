@@ -10,7 +10,17 @@ from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from .regular import read_regular
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+MAX_TOKENIZER_BYTES = 64 * 2**20  # a tokenizer file, at most: NLLB-200's tokenizer.json is 17 MB, its
+# sentencepiece model 4.9 MB; ours 0.3-0.4 MB
+
+
+def read_tokenizer_file(path: str | Path) -> bytes:
+    """A tokenizer file's bytes: a regular file of at most ``MAX_TOKENIZER_BYTES`` (``regular.FileRefused``, a
+    ``ValueError``, otherwise; a FIFO never blocks)."""
+    return read_regular(path, MAX_TOKENIZER_BYTES, Path(path).name)
 
 
 @runtime_checkable
@@ -87,7 +97,7 @@ class Tokenizer(Framing):
         if model_proto is None:
             if model_file is None:
                 raise ValueError("give model_file or model_proto")
-            model_proto = Path(model_file).read_bytes()
+            model_proto = read_tokenizer_file(model_file)
         self.model_proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
@@ -149,8 +159,8 @@ class SplitTokenizer(Framing):
 
     def __init__(self, source_model: str | Path, target_model: str | Path, vocab: dict[str, int],
                  source_lang: str = "en", pad: str = "<pad>", eos: str = "</s>", unk: str = "<unk>") -> None:
-        self.source = spm.SentencePieceProcessor(model_file=str(source_model))
-        self.target = spm.SentencePieceProcessor(model_file=str(target_model))
+        self.source = spm.SentencePieceProcessor(model_proto=read_tokenizer_file(source_model))
+        self.target = spm.SentencePieceProcessor(model_proto=read_tokenizer_file(target_model))
         self.vocab = dict(vocab)
         self.inverse = {i: p for p, i in self.vocab.items()}
         self.pad_id, self.eos_id, self.unk_id = self.vocab[pad], self.vocab[eos], self.vocab[unk]
@@ -169,11 +179,11 @@ class SplitTokenizer(Framing):
         path = Path(path)
         import json
 
-        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        vocab = json.loads(read_tokenizer_file(path / "vocab.json").decode("utf-8"))
         lang = "en"
         config = path / "tokenizer_config.json"
         if config.is_file():
-            lang = json.loads(config.read_text(encoding="utf-8")).get("source_lang") or lang
+            lang = json.loads(read_tokenizer_file(config).decode("utf-8")).get("source_lang") or lang
         return cls(path / "source.spm", path / "target.spm", vocab, source_lang=lang)
 
     def __len__(self) -> int:

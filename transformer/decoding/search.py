@@ -135,7 +135,7 @@ def _step_attentions(steps: list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]]
 def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask: dict[str, Tensor] | None = None,
            record_tree: bool = False, forced: Tensor | None = None, return_attention: bool = False) -> Hypotheses:
     """Decode ``src (B, S)`` as ``settings`` say: greedy search for beam size 1, else beam search under its scoring
-    rules (a tree is recorded by the ``"gnmt"`` rules: with ``record_tree`` they are used). What ``settings`` leave
+    rules (``record_tree``: the ``"gnmt"`` rules only, as :func:`beam_search` says). What ``settings`` leave
     None is filled as :meth:`DecodeSettings.filled` says (``Translator.settings`` fills in the checkpoint's own).
     ``return_attention``: greedy search's own attentions (``Hypotheses.attentions``); beam search returns none."""
     if settings.beam_size <= 1:
@@ -143,8 +143,7 @@ def search(model: Transformer, src: Tensor, settings: DecodeSettings, head_mask:
                              return_attention=return_attention)
     settings = settings.filled()
     return beam_search(model, src, settings.beam_size, settings.alpha, settings.max_len_a, settings.max_len_b,
-                       head_mask=head_mask, record_tree=record_tree, forced=forced,
-                       scoring="gnmt" if record_tree else settings.scoring)
+                       head_mask=head_mask, record_tree=record_tree, forced=forced, scoring=settings.scoring)
 
 
 @_inference

@@ -311,6 +311,10 @@ def prepare(args: argparse.Namespace, device: torch.device) -> tuple[Translator,
                                                                       DecodeSettings, dict[str, Any]]:
     """The translator, the input, the settings and the run's description (:func:`describe_run`)."""
     translator = load(args.checkpoint, device=device, dtype=args.dtype)
+    refused = flag_rule(translator.path).refused
+    if refused:  # never a table flagged by the default rule in its place
+        raise CorpusError(f"the checkpoint's flag.json is refused: {refused}; fix or remove it (python -m "
+                          "transformer.detect writes one)")
     sources, references, info = read_input(args, language_pair(translator))
     try:
         settings = translator.settings(beam_size=args.beam, alpha=args.alpha, src_lang=args.src_lang,

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..checkpoint.families import FAMILIES
-from ..checkpoint.files import CONFIG_FILE, METADATA_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from ..checkpoint.files import CONFIG_FILE, METADATA_FILE, TOKENIZER_FILE, WEIGHTS_FILE, read_json
 from .flagging import FLAG_FILE
 from .table import arrow_schema, atomic_write
 
@@ -35,6 +35,8 @@ MODEL_FILES = tuple(sorted({CONFIG_FILE, WEIGHTS_FILE, "pytorch_model.bin", META
                             *(name for family in FAMILIES for name in (*family.tokenizer_files,
                                                                        *family.copied_files))}))
 CHUNK_BYTES = 1 << 20
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest, written and read (the app's bound too): the shipped ones are 8-10 kB, and
+# the flag rule it carries is bounded by flagging.MAX_CONDITIONS and MAX_KNOTS (the largest: about 32 kB)
 PART_GLOB = "rank*.jsonl"
 
 
@@ -124,15 +126,19 @@ def check_out(out: Path) -> None:
 
 
 def write_manifest(out: Path, record: dict[str, Any]) -> None:
-    """The manifest beside ``out``, written atomically."""
+    """The manifest beside ``out``, written atomically; ``CorpusError`` when it would be over ``MAX_MANIFEST_BYTES``
+    (the app would refuse it)."""
     text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+    if len(text.encode("utf-8")) > MAX_MANIFEST_BYTES:
+        raise CorpusError(f"the manifest would be {len(text.encode('utf-8')):,} bytes, over the "
+                          f"{MAX_MANIFEST_BYTES:,} the app reads")
     atomic_write(manifest_path(out), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
     """The manifest beside ``out`` as a dict; None when absent, unreadable or not a JSON object."""
     try:
-        data = json.loads(manifest_path(out).read_text(encoding="utf-8"))
+        data = read_json(manifest_path(out), MAX_MANIFEST_BYTES)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

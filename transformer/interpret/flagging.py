@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,15 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint.files import MAX_METADATA_BYTES, read_json
+from ..checkpoint.files import read_json
 from .columns import COLUMNS, SIGNAL_COLUMNS
 from .signals import LOOP_REPEATS, repetition
 
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 MAX_KNOTS = 64  # a stored score's knots per signal, at most
+MAX_CONDITIONS = 32  # a stored rule's conditions, at most (detect writes one per signal and the loop's: 9 at most)
+MIN_TAIL = 1e-9  # a stored knot's share, at least (1 in a billion ordinary outputs: 10 ** its score stays finite)
+MAX_FLAG_BYTES = 256 * 2**10  # flag.json, at most: the shipped ones are 12-13 kB (most of it the calibration report);
+# a rule of MAX_CONDITIONS conditions and every signal's MAX_KNOTS knots fits in about 40 kB
 SCORE_TAILS = tuple(10 ** (-k / 10) for k in range(41))  # the shares of ordinary outputs a score's knots sit at
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,39}")
-OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}  # on floats and arrays
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,11 @@ class Condition:
     def holds(self, row: Mapping[str, Any]) -> bool:
         x = _value(row, self.column)
         return x is not None and OPS[self.op](x, float(self.value))
+
+    def holds_where(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`holds` over a whole column at once: ``values`` as floats (NaN: missing, never holds)."""
+        with np.errstate(invalid="ignore"):
+            return np.asarray(OPS[self.op](np.asarray(values, dtype=np.float64), float(self.value)), dtype=bool)
 
     def __str__(self) -> str:
         return f"{self.column} {self.op} {round(self.value, 4):g}"
@@ -174,28 +184,38 @@ class FlagScore:
                     <= MAX_KNOTS and all(map(_number, values + tails))):
                 raise ValueError(f"{name}: values and tails are lists of up to {MAX_KNOTS} numbers, as long")
             knot = Knots(tuple(map(float, values)), tuple(map(float, tails)))
-            if not (np.all(np.diff(knot.oriented(name)) > 0) and all(0 < t <= 1 for t in knot.tails)
+            if not (np.all(np.diff(knot.oriented(name)) > 0) and all(MIN_TAIL <= t <= 1 for t in knot.tails)
                     and np.all(np.diff(knot.tails) < 0)):
-                raise ValueError(f"{name}: values rise toward its suspicious end as the shares fall, from 1 to > 0")
+                raise ValueError(f"{name}: values rise toward its suspicious end as the shares fall, from 1 to "
+                                 f"{MIN_TAIL:g} or more")
             knots.append((name, knot))
         return cls(tuple(knots), float(data["threshold"]))
 
 
 def _number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """Whether parsed JSON ``x`` is a finite number a float holds (a 400-digit integer is not: never an
+    ``OverflowError``)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
 class FlagRule:
     """"May be a hallucination": a row is flagged when any of ``conditions`` holds. ``score``: the score the
     conditions on signals threshold (None: the rule has none); ``origin``: the file it was read from, or
-    ``"default"``; ``calibration``: how it was chosen (split, rates, command), as written. Two rules are equal when
+    ``"default"``; ``calibration``: how it was chosen (split, rates, command), as written; ``refused``: why the
+    checkpoint's ``flag.json``, which is there, was not read (the rule is then the default). Two rules are equal when
     their conditions and scores are."""
 
     conditions: tuple[Condition, ...] = (LOOP_CONDITION,)
     score: FlagScore | None = None
     origin: str = field(default="default", compare=False)
     calibration: dict[str, Any] = field(default_factory=dict, compare=False)
+    refused: str | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         """The rule in words: ``repetition >= 6 or seq_logprob < -2.1``."""
@@ -208,15 +228,20 @@ class FlagRule:
 
     @classmethod
     def from_json(cls, data: object, origin: str = "default") -> FlagRule:
-        """The rule of ``flag.json``'s object (``{"any": [{"column", "op", "value"}, ...], "score": {...}}``);
-        ``ValueError`` saying why when it is not one."""
+        """The rule of ``flag.json``'s object (``{"any": [{"column", "op", "value"}, ...], "score": {...}}``), or of
+        a table manifest's ``flag_rule``; ``ValueError`` saying why in one short line when it is not one (more than
+        ``MAX_CONDITIONS`` conditions, a column the table does not have, a value no float holds, ...)."""
         if not isinstance(data, dict) or not isinstance(data.get("any"), list):
             raise ValueError('a flag rule is a JSON object with a list "any" of {"column", "op", "value"}')
+        if len(data["any"]) > MAX_CONDITIONS:
+            raise ValueError(f"a flag rule has at most {MAX_CONDITIONS} conditions, not {len(data['any']):,}")
         conditions = []
         for c in data["any"]:
             if not (isinstance(c, dict) and isinstance(c.get("column"), str) and isinstance(c.get("op"), str)
                     and _number(c.get("value"))):
-                raise ValueError(f"a condition needs a column, an op and a number: {c!r}")
+                raise ValueError('a condition is {"column": name, "op": "<=", "value": a finite number}')
+            if c["column"] not in COLUMNS:
+                raise ValueError(f"a condition's column is one of the table's, not {c['column'][:40]!r}")
             conditions.append(Condition(c["column"], c["op"], float(c["value"])))
         score = FlagScore.from_json(data["score"]) if "score" in data else None
         calibration = data.get("calibration")
@@ -309,14 +334,18 @@ def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
 
 def flag_rule(checkpoint_dir: str | Path | None) -> FlagRule:
     """The rule stored beside a checkpoint (``<dir>/flag.json``), else :data:`DEFAULT_RULE` (looping outputs only):
-    also for a Hub id, a missing directory, or a file that is not a rule."""
+    also for a Hub id or a missing directory or file. A ``flag.json`` that is there but not a rule (not a regular
+    file, over ``MAX_FLAG_BYTES``, not a rule :meth:`FlagRule.from_json` reads) gives the default rule with
+    ``refused``: why."""
     if checkpoint_dir is None:
         return DEFAULT_RULE
     path = Path(checkpoint_dir) / FLAG_FILE
     try:
-        return FlagRule.from_json(read_json(path, MAX_METADATA_BYTES), str(path))
-    except (OSError, ValueError):
+        return FlagRule.from_json(read_json(path, MAX_FLAG_BYTES), str(path))
+    except FileNotFoundError:
         return DEFAULT_RULE
+    except (OSError, ValueError) as err:
+        return FlagRule(refused=str(err)[:200] or type(err).__name__)
 
 
 def write_flag_rule(checkpoint_dir: str | Path, rule: FlagRule) -> Path:

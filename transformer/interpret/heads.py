@@ -35,8 +35,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .. import cli
 from ..checkpoint.files import CheckpointError
 from ..cli import add_decoding_arguments, error, non_negative, use_threads
+from ..decoding.settings import DEFAULTS, DecodeSettings
 from ..network.kinds import KINDS as KINDS  # re-exported: heads.KINDS, heads.offset_weight
 from ..network.kinds import decoder_input, head_mask, query_stats, special_key
 from ..network.kinds import layer_counts as _layer_counts
@@ -242,13 +244,14 @@ def alti_summary(tr: Translator, sources: Sequence[str], references: Sequence[st
             "alti_note": ALTI_NOTE}
 
 
-def mean_source_shares(tr: Translator, sources: Sequence[str], beam: int, alpha: float, batch_size: int = 64,
-                       progress: bool = False) -> list[float]:
-    """Each sentence's mean source share (ALTI+, mean over its output steps) on the model's own translation."""
+def mean_source_shares(tr: Translator, sources: Sequence[str], settings: DecodeSettings = DEFAULTS,
+                       batch_size: int = 64, progress: bool = False) -> list[float]:
+    """Each sentence's mean source share (ALTI+, mean over its output steps) on the model's own translation under
+    ``settings``."""
     cfg, shares = tr.model.config, []
     for start in tqdm(range(0, len(sources), batch_size), desc="calibration", unit="batch", disable=not progress,
                       file=sys.stderr):
-        for r in tr.translate_batch(list(sources[start:start + batch_size]), beam_size=beam, alpha=alpha):
+        for r in tr.translate_batch(list(sources[start:start + batch_size]), settings):
             src = torch.tensor([r.source_ids], device=tr.device)  # (1, S)
             tgt = torch.tensor([[cfg.bos_id, *r.target_ids[:-1]]], device=tr.device)  # (1, T): the decoder input
             shares.append(float(contributions(tr.model, src, tgt).source_share[0].mean()))
@@ -281,7 +284,7 @@ def curve_counts(total: int) -> list[int]:
 
 
 def pruning_curves(tr: Translator, sources: Sequence[str], references: Sequence[str],
-                   orders: dict[str, list[tuple[str, int, int]]], tgt_lang: str, beam: int, alpha: float,
+                   orders: dict[str, list[tuple[str, int, int]]], tgt_lang: str, settings: DecodeSettings,
                    batch_size: int, progress: bool = False) -> dict[str, list[dict]]:
     """One curve per named order: BLEU with its first ``n`` heads switched off, ``n`` from 0 to all (see
     ``curve_counts``). The same set of heads is decoded once (every curve starts at the baseline)."""
@@ -290,7 +293,7 @@ def pruning_curves(tr: Translator, sources: Sequence[str], references: Sequence[
     bleu: dict[frozenset, float] = {}
     for off in tqdm(todo, desc="pruning", unit="decode", disable=not progress, file=sys.stderr):
         mask = head_mask_off(tr, sorted(off)) if off else None
-        hyps = translate_all(tr, sources, beam, batch_size, alpha, progress=False, head_mask=mask)
+        hyps = translate_all(tr, sources, settings, batch_size, progress=False, head_mask=mask)
         bleu[off] = score(hyps, references, tgt_lang)["bleu"]
     return {name: [{"fraction": round(n / len(orders[name]), 4), "heads_off": n, "bleu": bleu[frozenset(off)],
                     "off": [list(x) for x in off]} for n, off in plan] for name, plan in plans.items()}
@@ -306,21 +309,21 @@ def within(curve: Sequence[dict], drop: float = DROP) -> int:
     return best
 
 
-def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_lang: str, beam: int = 5,
-        alpha: float | None = None, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
-    """Everything ``python -m transformer.heads`` reports, for one model on one split (``alpha=None``: the
-    checkpoint's length penalty)."""
-    alpha = tr.default_alpha if alpha is None else alpha
+def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_lang: str,
+        settings: DecodeSettings = DEFAULTS, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
+    """Everything ``python -m transformer.heads`` reports, for one model on one split, decoding as ``settings`` say
+    (what they leave None: the checkpoint's own)."""
+    settings = tr.settings(settings)
     start = time.perf_counter()
     result = analyse_heads(tr, sources, references, progress=progress)
     analysed = time.perf_counter()
     orders = {"pooled": ranked_heads(result["importance"], KINDS),
               **{k: ranked_heads(result["importance"], [k]) for k in KINDS}}
-    curves = pruning_curves(tr, sources, references, orders, tgt_lang, beam, alpha, batch_size, progress)
+    curves = pruning_curves(tr, sources, references, orders, tgt_lang, settings, batch_size, progress)
     pooled = curves.pop("pooled")
     result.update(baseline_bleu=pooled[0]["bleu"], pruning=pooled, pruning_by_type=curves, pruning_note=PRUNING_NOTE,
                   heads_off_within_1_bleu={"pooled": within(pooled), **{k: within(v) for k, v in curves.items()}},
-                  beam=beam, alpha=alpha, batch_size=batch_size, sentences=len(sources),
+                  beam=settings.beam_size, alpha=settings.alpha, batch_size=batch_size, sentences=len(sources),
                   seconds_importance=round(analysed - start, 1),
                   seconds_pruning=round(time.perf_counter() - analysed, 1))
     result["cited_sentences"] = cited_sentences(result["most_confident"], sources)
@@ -335,13 +338,13 @@ def cited_sentences(most_confident: dict[str, list], sources: Sequence[str]) -> 
 
 
 def alti_section(tr: Translator, sources: Sequence[str], references: Sequence[str], calibration: Sequence[str],
-                 calibration_split: str, beam: int, alpha: float, batch_size: int = 64,
+                 calibration_split: str, settings: DecodeSettings = DEFAULTS, batch_size: int = 64,
                  progress: bool = False) -> dict[str, Any]:
     """heads.json's ``alti``: :func:`alti_summary` on the split and the hallucination threshold chosen on the
     calibration sentences (the model's own translations)."""
     start = time.perf_counter()
     section = alti_summary(tr, sources, references, progress)
-    shares = mean_source_shares(tr, calibration, beam, alpha, batch_size, progress)
+    shares = mean_source_shares(tr, calibration, tr.settings(settings), batch_size, progress)
     section.update(hallucination_threshold=hallucination_threshold(shares), threshold_percentile=ALTI_PERCENTILE,
                    threshold_split=calibration_split, threshold_sentences=len(shares),
                    threshold_note=THRESHOLD_NOTE, seconds=round(time.perf_counter() - start, 1))
@@ -400,21 +403,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out and not Path(args.out).parent.is_dir():
         return error(f"cannot write {args.out}: no such directory {Path(args.out).parent}")
     command = "python -m transformer.heads " + " ".join(sys.argv[1:] if argv is None else argv)
-    alpha = tr.default_alpha if args.alpha is None else args.alpha
+    chosen = tr.settings(cli.settings(args))  # the checkpoint's own length penalty where --alpha names none
     start = time.perf_counter()
-    alti = alti_section(tr, sources, refs, calibration, args.calibration_split, args.beam, alpha, args.batch_size,
+    alti = alti_section(tr, sources, refs, calibration, args.calibration_split, chosen, args.batch_size,
                         progress=not args.no_progress)
     alti.update(split=args.split, command=command)
     if previous is not None:
         result = {**previous, "alti": alti}
     else:
-        result = run(tr, sources, refs, args.tgt, args.beam, args.alpha, args.batch_size,
+        result = run(tr, sources, refs, args.tgt, chosen, args.batch_size,
                      progress=not args.no_progress)
         result.update(alti=alti, split=args.split, src=args.src, tgt=args.tgt, checkpoint=str(args.checkpoint),
                       seconds=round(time.perf_counter() - start, 1), torch_threads=torch.get_num_threads(),
                       command=command)
         print(f"{args.split}: {len(sources)} sentences, baseline BLEU {result['baseline_bleu']:.2f} (beam "
-              f"{args.beam}), {result['seconds']} s (importance {result['seconds_importance']} s, pruning "
+              f"{chosen.beam_size}), {result['seconds']} s (importance {result['seconds_importance']} s, pruning "
               f"{result['seconds_pruning']} s)")
         print(IMPORTANCE_NOTE)
         for point in result["pruning"]:

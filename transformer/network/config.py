@@ -10,6 +10,13 @@ from typing import Any
 
 ACTIVATIONS = ("relu", "swish", "silu", "gelu")  # the feed-forward's (SiLU is Marian's "swish")
 POSITIONAL_LAYOUTS = ("interleaved", "halves", "fairseq")
+MAX_INT = 10**18  # a size or id at least this large is refused before any arithmetic (a config may be a stranger's)
+
+
+def _shown(value: object) -> str:
+    """A config value as a message repeats it: cut when long (a 4,000-digit number is never echoed)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"a value of {len(text):,} characters"
 
 
 @dataclass
@@ -43,12 +50,12 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_INT:
+                raise ValueError(f"{name} must be a positive integer below 10^18, not {_shown(value)}")
         for name in ("n_encoder_layers", "n_decoder_layers", "pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_INT:
+                raise ValueError(f"{name} must be a non-negative integer below 10^18, not {_shown(value)}")
         for name in ("pad_id", "bos_id", "eos_id"):
             if getattr(self, name) >= self.tgt_vocab_size:
                 raise ValueError(f"{name} ({getattr(self, name)}) is outside the vocabulary ({self.tgt_vocab_size})")
@@ -56,24 +63,26 @@ class TransformerConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0.0 <= value < 1.0):
-                raise ValueError(f"{name} must be a number in [0, 1), not {value!r}")
+                raise ValueError(f"{name} must be a number in [0, 1), not {_shown(value)}")
         if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
                 or not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be a positive number, not {self.layer_norm_eps!r}")
+            raise ValueError(f"layer_norm_eps must be a positive number, not {_shown(self.layer_norm_eps)}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {_shown(self.activation)}")
         if self.positional_layout not in POSITIONAL_LAYOUTS:
-            raise ValueError(f"positional_layout must be one of {POSITIONAL_LAYOUTS}, not {self.positional_layout!r}")
+            raise ValueError(f"positional_layout must be one of {POSITIONAL_LAYOUTS}, not "
+                             f"{_shown(self.positional_layout)}")
         if isinstance(self.position_offset, bool) or not isinstance(self.position_offset, int) \
-                or self.position_offset < 0:
-            raise ValueError(f"position_offset must be a non-negative integer, not {self.position_offset!r}")
+                or not 0 <= self.position_offset < MAX_INT:
+            raise ValueError(f"position_offset must be a non-negative integer below 10^18, not "
+                             f"{_shown(self.position_offset)}")
         for name in ("norm_first", "share_embeddings", "final_logits_bias", "scale_embedding"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, not {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be true or false, not {_shown(getattr(self, name))}")
 
     @property
     def d_head(self) -> int:
@@ -99,7 +108,8 @@ class TransformerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {unknown}")
+            more = f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
+            raise ValueError(f"unknown TransformerConfig fields: {_shown(unknown[:3])}{more}")
         return cls(**data)
 
     def save(self, path: str | Path) -> None:

@@ -17,8 +17,10 @@ from pathlib import Path
 import sacrebleu
 from tqdm import tqdm
 
+from .. import cli
 from ..checkpoint.files import CheckpointError
 from ..cli import add_decoding_arguments, error, use_threads
+from ..decoding.settings import DEFAULTS, DecodeSettings
 from ..translator import Translator, load
 from .data import DataError, read_parallel
 
@@ -44,17 +46,17 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, 
             "signature": str(bleu.get_signature())}
 
 
-def translate_all(translator: Translator, sources: Sequence[str], beam: int, batch_size: int,
-                  alpha: float | None = None, progress: bool = True, head_mask: dict | None = None) -> list[str]:
-    """Translate in length-sorted batches (less padding), returning outputs in input order (``alpha=None``: the
-    checkpoint's own, as ``Translator.translate_batch`` takes it; ``head_mask``: heads switched off)."""
+def translate_all(translator: Translator, sources: Sequence[str], settings: DecodeSettings = DEFAULTS,
+                  batch_size: int = 64, progress: bool = True, head_mask: dict | None = None) -> list[str]:
+    """Translate in length-sorted batches (less padding) as ``settings`` say (what they leave None: the checkpoint's
+    own, as ``Translator.translate_batch`` fills it), returning outputs in input order (``head_mask``: heads switched
+    off)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list[str] = [""] * len(sources)
     with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr) as bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            results = translator.translate_batch([sources[i] for i in chunk], beam_size=beam, alpha=alpha,
-                                                 head_mask=head_mask)
+            results = translator.translate_batch([sources[i] for i in chunk], settings, head_mask=head_mask)
             for i, r in zip(chunk, results):
                 outputs[i] = r.text
             bar.update(len(chunk))
@@ -77,18 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         translator = load(args.checkpoint, device=args.device)
     except (DataError, CheckpointError) as err:
         return error(err)
-    if args.alpha is None:
-        args.alpha = translator.default_alpha
+    chosen = translator.settings(cli.settings(args))  # the checkpoint's own length penalty where --alpha names none
     start = time.perf_counter()
-    hyps = translate_all(translator, sources, args.beam, args.batch_size, args.alpha, not args.no_progress)
+    hyps = translate_all(translator, sources, chosen, args.batch_size, not args.no_progress)
     seconds = time.perf_counter() - start
     if args.output:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     result = score(hyps, refs, args.tgt)
-    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=args.beam, alpha=args.alpha,
+    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=chosen.beam_size,
+                  alpha=chosen.alpha,
                   checkpoint=str(args.checkpoint))
-    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {args.beam}, alpha {args.alpha:g}, "
-          f"{seconds:.1f} s")
+    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {chosen.beam_size}, "
+          f"alpha {chosen.alpha:g}, {seconds:.1f} s")
     print(f"BLEU {result['bleu']:.2f}  ({result['signature']})")
     print(f"chrF {result['chrf']:.2f}")
     print(f"BLEU lowercased, Moses-tokenized {result['bleu_lc_tok']:.2f}")

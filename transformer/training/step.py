@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint.tokenizer import Tokenizer
+from ..decoding.settings import DEFAULTS
 from ..network.masks import pad_sequences
 from ..network.model import Transformer
 from ..translator import Translator
@@ -153,7 +154,8 @@ def validate(model: Transformer, tokenizer: Tokenizer, val_pairs: tuple[list[lis
         total_loss += loss.item()
         total_tokens += int((tgt[:, 1:] != cfg.pad_id).sum())
     n = len(val_refs) if bleu_sentences <= 0 else min(bleu_sentences, len(val_refs))
-    hyps = translate_all(Translator(model, tokenizer), val_sources[:n], beam=1, batch_size=128, progress=False)
+    hyps = translate_all(Translator(model, tokenizer), val_sources[:n], DEFAULTS.but(beam_size=1), batch_size=128,
+                         progress=False)
     model.train()
     val_loss = total_loss / max(total_tokens, 1)
     return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50)), "val_bleu": corpus_bleu(hyps, val_refs[:n])}

@@ -15,7 +15,8 @@ from typing import Any
 
 import sentencepiece as spm
 
-from ..tokenizer import Framing, Tokenizer
+from ..regular import FileRefused
+from ..tokenizer import Framing, Tokenizer, read_tokenizer_file
 from .fairseq_codes import M2M100_CODES, NLLB_CODES, WMT21_CODES
 
 SPM_FILE = "sentencepiece.bpe.model"
@@ -24,7 +25,9 @@ FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_tokenizer_file(path).decode("utf-8"))
+    except FileRefused:  # there but not read (a FIFO, over the bound): said, never taken for absent
+        raise
     except (OSError, ValueError):
         return None
 
@@ -37,7 +40,7 @@ class FairseqTokenizer(Framing):
     def __init__(self, spm_file: str | Path, lang_ids: dict[str, int], lang_tokens: dict[str, str],
                  vocab: dict[str, int] | None = None, specials: dict[str, int] | None = None,
                  src_lang: str | None = None, tgt_lang: str | None = None, legacy: bool = False) -> None:
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+        self.sp = spm.SentencePieceProcessor(model_proto=read_tokenizer_file(spm_file))
         self.vocab = vocab  # M2M100: piece -> id; None: NLLB's sentencepiece id + 1
         self.inverse = {i: p for p, i in (vocab or {}).items()}
         self.specials = dict(specials or FAIRSEQ_SPECIALS)
@@ -67,7 +70,7 @@ class FairseqTokenizer(Framing):
             lang_ids = {c: len(vocab) + i for i, c in enumerate(codes)}
             specials = {name: int(vocab[name]) for name in FAIRSEQ_SPECIALS if name in vocab}
             return cls(path / SPM_FILE, lang_ids, {c: f"__{c}__" for c in codes}, vocab, specials, src, tgt)
-        sp_size = spm.SentencePieceProcessor(model_file=str(path / SPM_FILE)).get_piece_size()
+        sp_size = spm.SentencePieceProcessor(model_proto=read_tokenizer_file(path / SPM_FILE)).get_piece_size()
         added: dict[str, int] = {}
         tokenizer_json = _json(path / "tokenizer.json") or {}
         for token in tokenizer_json.get("added_tokens") or []:
