@@ -18,8 +18,8 @@ once on test_2016_flickr with every k.
 weights** (``bench.marian.marian_dir``; no download; alone when no ``--checkpoint`` is named): the same measures on a
 few pairs of test_2016_flickr, the time of one default call (both translations, every site) there, and of patching
 every site at step 12 of the clean translation. Times are
-CPU seconds of this process (``time.process_time``) and wall seconds, the median call; and the CPU seconds of
-patching alone (the noise call: the step and pieces given, nothing translated).
+CPU seconds of this process (``time.process_time``) and wall seconds, the median call; the CPU seconds of patching
+alone (the noise call: the step and pieces given, nothing translated); and of every site at step 12 (20 test pairs).
 
     python -m bench.patching --checkpoint checkpoints/multi30k-en-de --data-dir ../shared/data/multi30k
 """
@@ -51,7 +51,8 @@ PARTNER = {w: (kind, b if w == a else a) for kind, pairs in SWAPS.items() for a,
 COMPONENTS = ("enc_head", "cross_kv", "cross_head", "dec_head")
 KS = (1, 2, 4, 8, 16)
 TARGET_RECOVERY = 0.9
-TIMED_STEP = 12  # at OPUS-MT size, every site is also timed at this step (a later step costs more)
+TIMED_STEP = 12  # every site is also timed at this step (a later step costs more) ...
+TIMED_PAIRS = 20  # ... on this many test pairs of a checkpoint (all of OPUS-MT size's)
 _WORD = re.compile(r"[A-Za-z]+")
 
 
@@ -174,16 +175,24 @@ def opus_size(sentences: list[str], corpus: list[str], n_pairs: int, seed: int) 
         tr = load(marian_dir(Path(tmp), corpus, quick=False), device="cpu")
         pairs = minimal_pairs(tr, sentences, n_pairs)
         patch(tr, *pairs[0][1:], sites="dec_resid")  # warm
-        at_step = []  # every site at step TIMED_STEP, whatever the metric (random weights barely hear an edit)
-        for _, source, edited in pairs:
-            ids = tr.translate(source).target_ids
-            c0 = time.process_time()
-            pair = prepare(tr, source, edited, target_ids=ids, step=min(TIMED_STEP, len(ids) - 1))
-            pair.metrics([[site] for site in pair.sites()])
-            at_step.append(time.process_time() - c0)
         return {"model": "OPUS-MT size (512 / 6+6 / 8 heads / 2048, 58,101 pieces), random weights",
-                f"cpu_s_every_site_at_step_{TIMED_STEP}": round(float(np.median(at_step)), 3),
-                "source_pieces": [len(tr.encode_source(p[1])[0]) for p in pairs], **measure(tr, pairs, seed)}
+                **at_step(tr, pairs), **measure(tr, pairs, seed)}
+
+
+@torch.no_grad()
+def at_step(tr, pairs: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The median CPU seconds of patching every site at step :data:`TIMED_STEP` of the clean translation (or its
+    last step), whatever the metric (random weights barely hear an edit), and the pairs' source lengths."""
+    times, lengths = [], []
+    for _, source, edited in pairs:
+        ids = tr.translate(source).target_ids
+        c0 = time.process_time()
+        pair = prepare(tr, source, edited, target_ids=ids, step=min(TIMED_STEP, len(ids) - 1))
+        pair.metrics([[site] for site in pair.sites()])
+        times.append(time.process_time() - c0)
+        lengths.append(pair.src.size(1))
+    return {f"cpu_s_every_site_at_step_{TIMED_STEP}": round(float(np.median(times)), 3) if times else None,
+            "timed_source_pieces": [min(lengths, default=0), max(lengths, default=0)]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         tr = load(Path(checkpoint), device="cpu")
         on_val = measure(tr, minimal_pairs(tr, val, args.val_pairs), args.seed)
         on_test = measure(tr, minimal_pairs(tr, test, args.test_pairs), args.seed)
-        out["models"][checkpoint] = {"val": on_val, "k": chosen_k(on_val), "test": on_test}
+        out["models"][checkpoint] = {"val": on_val, "k": chosen_k(on_val), "test": on_test,
+                                     **at_step(tr, minimal_pairs(tr, test, TIMED_PAIRS))}
     if args.opus_size:
         corpus = (read_sentences(args.data_dir, "train") or [])[:3000] + val
         out["opus_size"] = opus_size(test, corpus, args.opus_pairs, args.seed)
