@@ -172,3 +172,19 @@ def test_large_app_table_counts_each_views_own_units():
     assert "600 (500)" in beam and "| 2.00 |" in beam  # 1 CPU second for its own 500 units
     assert "This page did less" in beam and "info: new" in beam and "warning: cut" not in beam
     assert "| no |" in next(line for line in lines if line.startswith("| Heatmap"))
+
+
+@pytest.mark.slow  # two fresh interpreters
+def test_a_side_process_reads_its_own_peak_memory_not_its_parents():
+    """``bench.common.peak_rss_mb`` (``bench.large``'s sides, ``bench.app_cost``): a process started by one that
+    held 600 MB reads the same peak as one started by a small parent (``ru_maxrss`` carried the parent's over)."""
+    root = Path(__file__).resolve().parents[2]
+    child = "from bench.common import peak_rss_mb; print(peak_rss_mb())"
+    parent = ("import subprocess, sys\n"
+              "held = bytearray({mb} << 20)\n"
+              "held[::4096] = b'x' * len(held[::4096])  # resident\n"
+              f"print(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True, check=True,"
+              " cwd=sys.argv[1]).stdout)")
+    small, large = (float(subprocess.run([sys.executable, "-c", parent.format(mb=mb), str(root)], capture_output=True,
+                                         text=True, check=True, cwd=root).stdout.split()[-1]) for mb in (1, 600))
+    assert abs(large - small) < 100, (small, large)
