@@ -7,6 +7,7 @@ whichever threads ask."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -269,3 +270,54 @@ def test_onednn_capped_below_its_bfloat16_instructions_counts_as_without_them():
     emulated = subprocess.run([sys.executable, "-c", code], env={**env, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
                               capture_output=True, text=True, check=True)
     assert emulated.stdout.split()[0] == "False"
+
+
+EMULATED_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+AVX2_CHECK = """
+import json, os, torch
+torch.set_num_threads(1)
+from transformer import Transformer, TransformerConfig, beam_search, greedy_decode
+from transformer.network import linear
+from transformer.network.weights import decoding_layout
+torch.manual_seed(0)
+cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2,
+                        n_decoder_layers=2, d_ff=64, max_len=64)
+plain = Transformer(cfg).eval()
+src = torch.randint(4, 40, (3, 7)); src[:, -1] = 3
+out = {"native": linear.bf16_matmul_native(), "fast": linear.bf16_matmul_fast()}
+def run(m):
+    with torch.no_grad():
+        return [greedy_decode(m, src, max_len_a=0.0, max_len_b=8).tokens.tolist(),
+                beam_search(m, src, 3, 0.6, max_len_a=0.0, max_len_b=8).tokens.tolist()]
+out["plain"] = run(plain)
+for route in ("mkl", "onednn", "auto"):
+    os.environ["ATTN_GEMM"] = route
+    fast = Transformer(cfg).eval(); fast.load_state_dict(plain.state_dict()); decoding_layout(fast)
+    out[route] = run(fast)
+    out[route + "_packed"] = sum(m.packed is not None for m in fast.modules() if isinstance(m, linear.Linear))
+half = Transformer(cfg).eval(); half.load_state_dict(plain.state_dict())
+half = decoding_layout(half.to(torch.bfloat16))
+out["half_row_major"] = half.generator.weight.is_contiguous()
+out["half_routes"] = sorted({m.routes for m in linear.measured_routes() if m.dtype == "bfloat16"})
+src1 = src[:1]
+with torch.no_grad():
+    tgt = torch.tensor([[2, 5, 6, 7]])
+    out["half_close"] = bool(torch.allclose(half(src1, tgt).logits.float(), plain(src1, tgt).logits, atol=0.08,
+                                            rtol=0.05))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter with both libraries capped
+def test_on_an_emulated_avx2_cpu_every_route_gives_the_same_translations():
+    """With oneDNN, MKL and PyTorch's kernels capped at AVX2 (as on an AMD EPYC before Zen 4): each forced float32
+    route and the measured one give the plain model's tokens; a bfloat16 model keeps its weights row-major (its
+    native product's layout), measures float32 against the native product, and stays within bfloat16's rounding."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DNNL_MAX_CPU_ISA", "ATTN_GEMM")}, **EMULATED_AVX2}
+    proc = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True, text=True, check=True)
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["native"] is False and out["fast"] is False
+    for route in ("mkl", "onednn", "auto"):
+        assert out[route] == out["plain"], route
+    assert out["mkl_packed"] == 0 and out["onednn_packed"] == 2 * 4 + 2 * 8 + 2 * 2 + 2 * 2 + 1
+    assert out["half_row_major"] and out["half_routes"] == [["float32", "native"]] and out["half_close"]
