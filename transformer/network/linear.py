@@ -239,21 +239,23 @@ def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
             or not _onednn_linear()):
         return None
     key = _key(weight, bias is not None)
-    with _LOCK, torch.no_grad():
-        measured = _MEASURED.get(key)
-        if setting == "auto" and measured is not None and "onednn" not in measured.chosen:
-            return None  # no copy made
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-        if setting == "onednn":
-            onednn = (True,) * len(BUCKET_ROWS)
-        else:
-            if measured is None:
-                w, b = weight.detach(), None if bias is None else bias.detach()
-                measured = _MEASURED[key] = _measure(
-                    w, b, ("mkl", "onednn"),
-                    lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
-                    give_up=False, margin=ONEDNN_MARGIN)
-            onednn = tuple(route == "onednn" for route in measured.chosen)
+    measured = _MEASURED.get(key)
+    if setting == "auto" and measured is not None and "onednn" not in measured.chosen:
+        return None  # no copy made
+    w, b = weight.detach(), None if bias is None else bias.detach()
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    if setting == "onednn":
+        onednn = (True,) * len(BUCKET_ROWS)
+    else:
+        if measured is None:
+            with _LOCK:
+                measured = _MEASURED.get(key)  # another thread's, measured while this one waited
+                if measured is None:
+                    measured = _MEASURED[key] = _measure(
+                        w, b, ("mkl", "onednn"),
+                        lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
+                        give_up=False, margin=ONEDNN_MARGIN)
+        onednn = tuple(route == "onednn" for route in measured.chosen)
     if not any(onednn):
         return None
     return Packed(packed, None if weight.is_inference() else weight._version, weight.data_ptr(), onednn)
