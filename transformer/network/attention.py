@@ -72,9 +72,14 @@ class MultiHeadAttention(nn.Module):
     def fused_qkv(self) -> tuple[Tensor, Tensor]:
         """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
         projects all three with one matmul (a cache builds it once per search, for a model up to
-        :data:`FUSE_QKV_MAX_D` wide). The weight is the transpose of a contiguous ``(D, 3D)`` tensor (column-major,
-        as ``weights.column_major_weights`` lays out a small model's matrices for the fast GEMM path)."""
-        weight = torch.cat([self.q_proj.weight.t(), self.k_proj.weight.t(), self.v_proj.weight.t()], dim=1).t()
+        :data:`FUSE_QKV_MAX_D` wide). Laid out as the projections are: the transpose of a contiguous ``(D, 3D)``
+        tensor where they are column-major (as ``weights.column_major_weights`` lays out a small model's matrices
+        for the fast GEMM path), else row-major."""
+        parts = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        if parts[0].is_contiguous():
+            weight = torch.cat(parts, dim=0)  # (3D, D)
+        else:
+            weight = torch.cat([w.t() for w in parts], dim=1).t()  # (D, 3D) -> (3D, D), column-major
         return weight, torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
 
     def _cached_qkv(self, query: Tensor, key_value: Tensor | None, cache: LayerCache) -> tuple[Tensor, Tensor, Tensor]:

@@ -149,7 +149,10 @@ def _key(weight: Tensor, bias: bool) -> tuple:
 
 
 def _race(plain: Callable[[], object], other: Callable[[], object]) -> tuple[float, float]:
-    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike)."""
+    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike). With one
+    thread, in this thread's CPU time (the time a busy machine keeps it waiting for a core is not the product's);
+    with more, in wall time (the other threads' work is the product's too)."""
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     start = time.perf_counter()
     plain(), other()  # warm: first calls allocate and pack
     least = MIN_REPEATS if time.perf_counter() - start < SLOW_SECONDS else 1  # a slow product: timed once more
@@ -157,9 +160,9 @@ def _race(plain: Callable[[], object], other: Callable[[], object]) -> tuple[flo
     start = time.perf_counter()
     while len(times[0]) < MAX_REPEATS and (len(times[0]) < least or time.perf_counter() - start < MIN_SECONDS):
         for fn, got in zip((plain, other), times):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            got.append(time.perf_counter() - t0)
+            got.append(clock() - t0)
     return min(times[0]), min(times[1])
 
 
