@@ -353,16 +353,23 @@ def test_one_output_length_formula_for_ints_and_batches():
     assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1
 
 
-@pytest.mark.parametrize("pads,group", [(False, 64), (True, 64), (False, 2), (True, 2)])
-def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads, group):
+@pytest.mark.parametrize("pads,group,route", [(False, 64, "onednn"), (True, 64, "mkl"), (False, 2, "mkl"),
+                                              (True, 2, "onednn")])
+def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads, group, route):
     """Over a vocabulary of several blocks, a search of several rows takes each step's best pieces a block at a time
     (``step.best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
     over a vocabulary of one block), greedy and both beam rules; padding and BOS still never come out, even where
     they are the most probable. ``group`` 2: the blocks searched the last time (20 pieces) are ranked in groups of 2
-    (``step._topk_by_groups``); 64, never."""
+    (``step._topk_by_groups``); 64, never. ``route`` (``ATTN_GEMM``): with oneDNN each block has a prepacked copy of
+    its own, used while the blocks are the size they were packed at."""
     from transformer.decoding import step as search_module
+    from transformer.network import linear as linear_module
     from transformer.network import projection
     from transformer.network.weights import decoding_layout
+
+    monkeypatch.setenv("ATTN_GEMM", route)
+    if route == "onednn" and not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
 
     monkeypatch.setattr(search_module, "TOPK_GROUP", group)
 
@@ -381,7 +388,15 @@ def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monk
     assert not search_module.by_blocks(fast, fast.new_cache(), None, torch.ones(4, 1), 1, 4)  # a forced step
     assert not search_module.by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
     x = torch.randn(5, plain.config.d_model)
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(1) or product(*a))
     with torch.no_grad():
+        joined = torch.cat([logits for _, logits in fast.generator.blocks(x)], dim=-1)
+        torch.testing.assert_close(joined, torch.nn.functional.linear(x, plain.generator.weight, plain.generator.bias),
+                                   atol=1e-5, rtol=1e-5)
+        assert len(calls) == (6 if route == "onednn" else 0)  # each block through its own copy
+        assert (fast.generator.packed_blocks is None) == (route == "mkl")
         gen = projection.OutputProjection(plain.config.d_model, 40)
         gen.weight.copy_(plain.generator.weight)
         for bias in (None, torch.zeros(40), torch.arange(40.0)):  # zeros are left out
