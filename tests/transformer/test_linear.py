@@ -98,6 +98,10 @@ def test_attn_gemm_is_auto_mkl_or_onednn_and_anything_else_one_line_naming_it(mo
         gemm_setting()
     with pytest.raises(ValueError, match="ATTN_GEMM"):  # a load refuses it before measuring anything
         decoding_layout(_tiny_bf16()[0])
+    from transformer import CheckpointError, load
+
+    with pytest.raises(CheckpointError, match=r"^ATTN_GEMM='fastest' is not one of auto, mkl, onednn$"):
+        load("no/such/checkpoint")  # before anything is read: the commands' one-line error
 
 
 def test_the_faster_library_is_kept_for_each_row_bucket_once_per_class(fresh, monkeypatch):
