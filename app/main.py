@@ -26,6 +26,7 @@ from app.page.controls import md_escape  # noqa: E402
 from app.views import GROUPS, VIEWS, render  # noqa: E402
 from transformer import environment  # noqa: E402
 from transformer.checkpoint import hub  # noqa: E402
+from transformer.network import linear  # noqa: E402
 
 
 def torch_threads() -> int:
@@ -35,9 +36,18 @@ def torch_threads() -> int:
     return int(environment.number("ATTN_TORCH_THREADS", 1, whole=True))
 
 
+def gemm() -> str:
+    """``$ATTN_GEMM``, read where every product reads it (``transformer.network.linear.gemm_setting``: the network
+    imports nothing above it); a value it refuses is this module's one line naming the variable."""
+    try:
+        return linear.gemm_setting()
+    except ValueError as err:
+        raise environment.SettingError(str(err)) from None
+
+
 # every number and choice this server reads from its environment (transformer.environment's rule: docs/limits.md)
 SETTINGS = (catalog.max_model_mb, catalog.model_dtype, hub.max_download_mb, budget.budget_bytes, ledger.max_work,
-            work.work_bytes, ledger.heavy_slots, torch_threads)
+            work.work_bytes, ledger.heavy_slots, torch_threads, gemm)
 
 
 def settings_problems() -> list[str]:

@@ -19,6 +19,7 @@ from app.page.preload import PreloadFirstScreen
 @asynccontextmanager
 async def _warm(_app):
     from app import views as _views  # noqa: F401  (every view module and what it imports: plotly, pandas...)
+    from app.page import frame, languages, selector, sidebar  # noqa: F401  (the page's own: not on a first visit)
     from app.page.warm import warm_up  # here, not at the top: the page's modules load in the server's process
 
     await asyncio.to_thread(warm_up)

@@ -14,30 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory, MiB.
-
-    Linux: ``VmHWM`` of ``/proc/self/status`` (per address space, so it starts afresh at ``exec``;
-    ``ru_maxrss`` would carry over the parent's peak from ``fork``).
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 1024 if sys.platform != "darwin" else peak / 2**20  # KiB on Linux, bytes on macOS
-    except ImportError:  # pragma: no cover - Windows
-        import psutil
-
-        return psutil.Process().memory_info().peak_wset / 2**20
+from .common import REPO_ROOT, peak_rss_mb
 
 
 def long_input(translator: Any, n_tokens: int, sentences: list[str]) -> str:
@@ -61,7 +38,7 @@ def measure(checkpoint: str, device: str, n_tokens: int, threads: int, sentences
     import transformer
 
     torch.set_num_threads(threads)
-    rss_imports = _peak_rss_mb()
+    rss_imports = peak_rss_mb()
     times = []
     translator = None
     for _ in range(loads):
@@ -75,7 +52,7 @@ def measure(checkpoint: str, device: str, n_tokens: int, threads: int, sentences
     return {
         "load_s": sorted(times)[len(times) // 2],
         "load_s_first": times[0],
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "rss_after_imports_mb": rss_imports,
         "peak_rss_input_tokens": len(result.source_ids) - 1,
         "peak_rss_output_tokens": len(result.target_ids),

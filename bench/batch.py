@@ -170,8 +170,10 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(job["threads"])
     if job["side"] == "ours":
         import transformer
+        from transformer.network.linear import measured_routes
 
         fn = OursBatch(transformer.load(job["checkpoint"], device=device), size)
+        routes = [m.line() for m in measured_routes()]  # what this process chose at load (the bench prints it)
     else:
         import ctranslate2
         import sentencepiece as spm
@@ -192,7 +194,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         fn(sentences)
         sync(device)
         seconds.append(time.perf_counter() - t0)
-    return {"seconds": seconds}
+    return {"seconds": seconds, **({"gemm": routes} if job["side"] == "ours" else {})}
 
 
 def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 64, repeat: int = 2,
@@ -220,7 +222,10 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
                                            **ct2_plan(translator, list(sentences)))
             for _ in range(repeat):  # one run a process, the sides taking turns: a change of load hits both
                 for side, side_job in jobs.items():
-                    times[side] += in_own_process("bench.batch", side_job)["seconds"]
+                    got = in_own_process("bench.batch", side_job)
+                    times[side] += got["seconds"]
+                    if "gemm" in got:
+                        result["batch_gemm"] = got["gemm"]  # the timed process's own product routes
         result["batch_sent_s"] = len(sentences) / median(times["ours"])
         if ct2_dir is None:
             result.update(batch_sent_s_ctranslate2=None, ctranslate2_ratio=None, ctranslate2_identical=None,

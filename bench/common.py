@@ -222,3 +222,27 @@ def sentence_of_words(n_words: int, sentences: list[str] | None = None) -> str:
             break
     words = (words * n_words)[:n_words]
     return " ".join(words).rstrip(".") + "."
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, MiB (memory-mapped pages included).
+
+    Linux: ``VmHWM`` of ``/proc/self/status`` (per address space, so it starts afresh at ``exec``;
+    ``ru_maxrss`` would carry over the parent's peak from ``fork``: a bench that built a model before starting
+    its sides' processes would read at least that model's size in each).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 1024 if sys.platform != "darwin" else peak / 2**20  # KiB on Linux, bytes on macOS
+    except ImportError:  # pragma: no cover - Windows
+        import psutil
+
+        return psutil.Process().memory_info().peak_wset / 2**20

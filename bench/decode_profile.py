@@ -7,7 +7,8 @@
 2. The OPUS-MT-sized model of :mod:`bench.marian` (512 wide, 6 + 6 layers, 8 heads, feed-forward 2048, 58,101 pieces;
    random weights) opened by ``transformer.load``; ``torch.profiler`` over one greedy translation of a 20-word
    sentence (20 steps) and one batch of 64 sentences at beam 4 (the bench's workload): the operators by self CPU time;
-   and the same two in bfloat16 (``dtype="bfloat16"``), timed.
+   and the same two in bfloat16 (``dtype="bfloat16"``), timed; each product class's route as measured at load
+   (``transformer.network.linear``: both routes' times per row bucket).
 3. Every linear layer of one decoding step at that size, timed alone (``torch.nn.functional.linear`` on the step's
    rows: 1 for greedy, 256 for a batch of 64 at beam 4): its FLOPs and bytes (weights once, plus inputs and
    outputs), the time the roofline allows (the larger of FLOPs / peak and bytes / bandwidth) and the time it takes.
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from transformer.network.linear import measured_routes
 
 from .common import cpu_name, synthetic_sentences
 
@@ -152,6 +155,9 @@ def report(result: dict[str, Any]) -> str:
                 f"{r['bound_by']} | {r['roofline_ms']:.3f} | {r['measured_ms']:.3f} | "
                 f"{r['roofline_ms'] / r['measured_ms']:.0%} |" for r in lines]
         out.append("")
+    if result.get("gemm"):
+        out += ["Each product class's route, timed once at load in this process (both routes' least time per row "
+                "bucket, and the one kept):", ""] + [f"- {line}" for line in result["gemm"]] + [""]
     return "\n".join(out)
 
 
@@ -165,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     peak = probes(args.quick)
     result = {"cpu": cpu_name(), "threads": args.threads, "probes": peak,
               "roofline": {rows: roofline(peak, rows, 5 if args.quick else 20) for rows in (1, 256)},
-              "profile": profile(args.threads, args.quick)}
+              "profile": profile(args.threads, args.quick),
+              "gemm": [m.line() for m in measured_routes()]}
     print(report(result))
     if args.json:
         print(json.dumps(result))

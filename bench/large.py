@@ -10,9 +10,10 @@ after the file was read through once (so each finds it in the page cache):
 - ``transformers``: ``M2M100ForConditionalGeneration.from_pretrained(dir)`` + ``generate``.
 
 Each reports seconds to load, to load and translate one sentence greedily (20 pieces at most, the target language
-forced first), and one beam-4 translation once warm, and its peak memory (``ru_maxrss``: resident pages, the
-memory-mapped file's included) after the first translation and at the end. The output ids of ours (float32) and
-transformers' are compared. The table is printed as Markdown; ``--json`` prints the numbers.
+forced first), and one beam-4 translation once warm, and its peak memory (``VmHWM``, ``bench.common.peak_rss_mb``:
+resident pages, the memory-mapped file's included, of that process alone: the model is built in a process of its
+own and ``ru_maxrss`` would carry a parent's peak over) after the first translation and at the end. The output ids
+of ours (float32) and transformers' are compared. The table is printed as Markdown; ``--json`` prints the numbers.
 
 Run it alone on the machine (it needs the weights' size in memory, three times in a row): timings on a shared
 machine are noisy, compare the columns of one run.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -83,13 +83,11 @@ def build(directory: Path, size: str) -> Path:
     return out
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux -> MiB (close to MB)
-
-
 def worker(side: str, path: Path, threads: int) -> dict[str, Any]:
     """One side's numbers, in this process (``side``: ours, ours-bf16, transformers)."""
     import torch
+
+    from .common import peak_rss_mb
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -122,13 +120,13 @@ def worker(side: str, path: Path, threads: int) -> dict[str, Any]:
                                alpha=1.0)[0][0]
     ids = translate(1)
     first = time.perf_counter()
-    peak_first = _peak_mb()
+    peak_first = peak_rss_mb()
     translate(4)  # warm
     t0 = time.perf_counter()
     beam_ids = translate(4)
     beam = time.perf_counter() - t0
     return {"side": side, "load_s": loaded - start, "first_s": first - start, "beam4_s": beam,
-            "peak_first_mb": peak_first, "peak_mb": _peak_mb(), "greedy_ids": ids, "beam_ids": beam_ids}
+            "peak_first_mb": peak_first, "peak_mb": peak_rss_mb(), "greedy_ids": ids, "beam_ids": beam_ids}
 
 
 def warm_page_cache(path: Path, chunk: int = 64 << 20) -> None:
@@ -140,8 +138,11 @@ def warm_page_cache(path: Path, chunk: int = 64 << 20) -> None:
 
 
 def run(size: str, directory: Path, threads: int, sides: tuple[str, ...]) -> dict[str, Any]:
-    """Build the model if needed, then each side in its own process, one after the other."""
-    path = build(directory, size)
+    """Build the model if needed, then each side in its own process, one after the other. The build runs in a
+    process of its own too: this one stays small (no torch, no model), so no side starts from its memory."""
+    subprocess.run([sys.executable, "-m", "bench.large", "--build-only", "--size", size, "--dir", str(directory)],
+                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+    path = directory / f"nllb-{size}"
     weights_mb = (path / "model.safetensors").stat().st_size / 2**20
     rows = []
     for side in sides:

@@ -179,8 +179,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 errors["m2m100"] = f"{type(err).__name__}: {err}"
         if torch.cuda.is_available() and not args.no_cuda:
             result["cuda"] = run_device("cuda", args, checkpoint, sentences, lines, errors)
+    result["gemm"] = gemm_report()
     result["errors"] = errors
     return result
+
+
+def gemm_report() -> dict[str, Any]:
+    """Each product class this process measured at load (``transformer.network.linear``): both routes' times per
+    row bucket and the one kept (float32: MKL or oneDNN; bfloat16 without its instructions: float32 or native)."""
+    from transformer.network.linear import gemm_setting, measured_routes
+
+    return {"setting": gemm_setting(), "routes": [m.line() for m in measured_routes()]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,6 +277,13 @@ def report(result: dict[str, Any]) -> str:
     parts = [head, table(result, "CPU")]
     if "cuda" in result:
         parts.append(table(result["cuda"], f"CUDA ({m.get('cuda_device')})"))
+    gemm = result.get("gemm")
+    if gemm:
+        parts.append(f"product routes (ATTN_GEMM={gemm['setting']}; each class timed once at load, least of the "
+                     "repeats):\n" + "\n".join(f"  {line}" for line in gemm["routes"] or ["(none measured)"]))
+    if result.get("batch_gemm"):
+        parts.append("product routes of the batch section's timed process:\n"
+                     + "\n".join(f"  {line}" for line in result["batch_gemm"]))
     if result["errors"]:
         parts.append("errors:\n" + "\n".join(f"  {k}: {v}" for k, v in result["errors"].items()))
     return "\n\n".join(parts)

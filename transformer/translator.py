@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint.families import family_of_dir
-from .checkpoint.files import resolve_device
+from .checkpoint.files import CheckpointError, resolve_device
 from .checkpoint.hub import resolve_checkpoint_dir
 from .checkpoint.mapped import resolve_dtype
 from .checkpoint.tokenizer import TokenizerProtocol
@@ -19,6 +19,7 @@ from .decoding.search import search
 from .decoding.settings import DEFAULT_ALPHA, SCORINGS, DecodeSettings, chosen_alpha, chosen_scoring
 from .decoding.tree import BeamTree
 from .network.kinds import decoder_input
+from .network.linear import gemm_setting
 from .network.masks import pad_sequences
 from .network.model import Transformer
 from .network.weights import decoding_layout
@@ -255,8 +256,13 @@ def load(path_or_hub_id: str | Path, device: str | torch.device = "auto",
     (``checkpoint.mapped``); ``dtype="bfloat16"`` keeps them in bfloat16 (half the memory; attention weights are
     still computed and returned in float32). A model whose weights cannot fit in the memory available is refused
     before anything is allocated; no other size limit applies here. A Hub download calls
-    ``progress(done_bytes, total_bytes, file)`` as it goes. Raises ``CheckpointError`` with a clear message.
+    ``progress(done_bytes, total_bytes, file)`` as it goes. Raises ``CheckpointError`` with a clear message (a bad
+    ``ATTN_GEMM`` too, before anything is read).
     """
+    try:
+        gemm_setting()
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
     dev = resolve_device(device)
     chosen = resolve_dtype(dtype)
     path = resolve_checkpoint_dir(path_or_hub_id, progress)

@@ -26,6 +26,7 @@ import streamlit as st
 
 import transformer
 from transformer import Transformer, Translator
+from transformer.network.weights import packed_bytes
 
 from . import catalog, inference, ledger, patching, probes, work
 from .budget import ByteLRU, analysis_working_bytes
@@ -33,7 +34,7 @@ from .inference import Analysis, DecodeSettings, HeadKey, Sentence
 
 PageBuilder = Callable[[Translator, Analysis, str], str]  # (translator, analysis, checkpoint) -> HTML
 
-# id of each loaded model -> its weights' bytes (with the prepacked output projection) plus the working memory of
+# id of each loaded model -> its weights' bytes (with the prepacked copies) plus the working memory of
 # one analysis on it, counted against the budget (results kept = budget - these)
 MODEL_BYTES: dict[int, int] = {}
 
@@ -46,7 +47,7 @@ def _released(tr: Translator) -> None:
 def get_translator(checkpoint: str, device: str) -> Translator:
     """The loaded model (raises ``CheckpointError``; failures are not cached)."""
     tr = catalog.load_translator(checkpoint, device)
-    weights = sum(p.numel() * p.element_size() for p in tr.model.parameters()) + tr.model.generator.packed_bytes()
+    weights = sum(p.numel() * p.element_size() for p in tr.model.parameters()) + packed_bytes(tr.model)
     MODEL_BYTES[id(tr)] = weights + analysis_working_bytes(tr.config)
     return tr
 

@@ -11,6 +11,7 @@ import torch
 
 import transformer
 from transformer import Translator
+from transformer.network.weights import packed_bytes
 
 from ..compute import cached, card, catalog
 from . import state
@@ -180,6 +181,10 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
             dtype = str(next(tr.model.parameters()).dtype).removeprefix("torch.")
             st.caption(f"Weights in {dtype} (the server's ATTN_DTYPE); attention weights and interpretations in "
                        "float32")
+            packed = packed_bytes(tr.model)
+            if packed:  # the products where oneDNN measured faster than MKL on this CPU (ATTN_GEMM)
+                st.caption(f"Plus {packed / 1e6:,.1f} MB of them prepacked for oneDNN's product, for the layers where "
+                           "it measured faster than MKL's on this CPU (or ATTN_GEMM=onednn)")
 
 
 def fallback_model(broken: cached.Model) -> str | None:

@@ -16,10 +16,13 @@ from . import preload, state
 def warm_up() -> None:
     """Load the default checkpoint and analyse the first screen's sentence with the default settings, as the
     page's first run would (a failure is left for the page to report)."""
-    from streamlit.string_util import is_emoji
+    from streamlit.string_util import is_emoji, is_material_icon
 
     is_emoji("🔭")  # the page icon: the check loads Streamlit's table of emoji
+    is_material_icon("translate")  # the page's ":material/...:" icons: the same for Streamlit's table of them
     preload.link_header()  # the first screen's scripts, read from Streamlit's bundle once
+    for repo_id in catalog.hub_models():  # the model picker's labels: the first looks in the Hub's local cache with
+        catalog.hub_label(repo_id)  # the Hugging Face library, which imports in about 0.3 s of CPU
 
     checkpoint = catalog.default_checkpoint()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +20,9 @@ def test_after_warm_up_the_first_visit_runs_no_model(app_env, monkeypatch):
     from app.page import state, warm
 
     warm.warm_up()
+    from app.page import frame, languages, selector, sidebar  # noqa: F401  (as app/serve.py imports them)
+
+    warmed = set(sys.modules)
 
     def fail(*args, **kwargs):
         raise AssertionError("the model ran on the first visit")
@@ -30,6 +34,8 @@ def test_after_warm_up_the_first_visit_runs_no_model(app_env, monkeypatch):
     conftest.assert_clean(at)
     assert at.text_area(key="source_text").value == state.EXAMPLES[0]
     assert any(c.value.startswith("Translation · score") for c in at.caption)
+    # nor does it import what a warm server has (the Hub's library for the model picker's labels: about 0.3 s)
+    assert not [m for m in set(sys.modules) - warmed if m.startswith(("huggingface_hub", "app.", "yaml"))]
 
 
 def test_the_entry_point_is_a_streamlit_app_with_a_warming_lifespan():

@@ -198,3 +198,19 @@ def test_patching_bench_builds_pairs_blind_and_reports_recovery(tr):
         for name in ("top", "random", "kind_matched", "attention"):
             assert set(out["recovery"][direction][name]) == {str(k) for k in KS}
     assert chosen_k(out) in KS
+
+
+@pytest.mark.slow  # two fresh interpreters
+def test_a_side_process_reads_its_own_peak_memory_not_its_parents():
+    """``bench.common.peak_rss_mb`` (``bench.large``'s sides, ``bench.app_cost``): a process started by one that
+    held 600 MB reads the same peak as one started by a small parent (``ru_maxrss`` carried the parent's over)."""
+    root = Path(__file__).resolve().parents[2]
+    child = "from bench.common import peak_rss_mb; print(peak_rss_mb())"
+    parent = ("import subprocess, sys\n"
+              "held = bytearray({mb} << 20)\n"
+              "held[::4096] = b'x' * len(held[::4096])  # resident\n"
+              f"print(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True, check=True,"
+              " cwd=sys.argv[1]).stdout)")
+    small, large = (float(subprocess.run([sys.executable, "-c", parent.format(mb=mb), str(root)], capture_output=True,
+                                         text=True, check=True, cwd=root).stdout.split()[-1]) for mb in (1, 600))
+    assert abs(large - small) < 100, (small, large)

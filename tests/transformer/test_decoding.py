@@ -285,41 +285,59 @@ def test_column_major_layout_and_step_buffers_change_nothing(name, tmp_path):
         assert torch.equal(v, plain.state_dict()[k]), k
 
 
+@pytest.mark.parametrize("route", ["onednn", "mkl"])
 @pytest.mark.parametrize("name", MODELS)
-def test_prepacked_output_projection_agrees_and_steps_aside(name):
-    """``OutputProjection.pack`` (oneDNN's prepacked GEMM for CPU decoding) gives the plain layer's numbers and the
-    same translations; it is not used with gradients, after the weight changes in place, or in a copy."""
-    from transformer.network.weights import decoding_layout
+def test_either_gemm_route_agrees_with_the_plain_path_and_steps_aside(monkeypatch, name, route):
+    """``ATTN_GEMM`` forces each float32 product's library (``linear.pack``): oneDNN's prepacked copies for every
+    linear layer (and each search's fused Q|K|V), or none; either gives the plain model's numbers and the same
+    translations. A copy is not used with gradients, after the weight changes in place, or in a copy."""
+    from transformer.network import linear as linear_module
+    from transformer.network.weights import decoding_layout, packed_bytes
 
+    monkeypatch.setenv("ATTN_GEMM", route)
+    if route == "onednn" and not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
     plain = make_model(12, **MODELS[name])
     fast = decoding_layout(copy.deepcopy(plain))
-    if fast.generator.packed is None:
-        pytest.skip("oneDNN's packed linear is not in this torch build")
-    assert fast.generator.packed_bytes() >= fast.generator.weight.numel() * 4
+    linears = [m for m in fast.modules() if isinstance(m, linear_module.Linear)]
+    if route == "mkl":
+        assert all(m.packed is None for m in linears) and packed_bytes(fast) == 0
+        assert "gemm=" not in repr(fast)
+    else:
+        assert all(m.packed is not None and all(m.packed.onednn) for m in linears)
+        assert packed_bytes(fast) >= sum(m.weight.numel() * 4 for m in linears)
+        assert "gemm=onednn|onednn|onednn" in repr(fast.generator)
     src = make_src(plain.config, seed=12)
     tgt = torch.randint(4, plain.config.tgt_vocab_size, (src.size(0), 5), generator=torch.Generator().manual_seed(2))
     tgt[:, 0] = BOS
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(1) or product(*a))
     x = torch.randn(3, 7, plain.config.d_model)
     with torch.no_grad():
-        torch.testing.assert_close(fast.generator(x), torch.nn.functional.linear(x, plain.generator.weight,
-                                                                                 plain.generator.bias),
-                                   atol=1e-5, rtol=1e-5)
+        for rows in (x[0, :1], x[0], x):  # each row bucket
+            torch.testing.assert_close(fast.generator(rows), torch.nn.functional.linear(rows, plain.generator.weight,
+                                                                                        plain.generator.bias),
+                                       atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(fast(src, tgt).logits, plain(src, tgt).logits, atol=1e-5, rtol=1e-5)
     for search in (lambda m: greedy_decode(m, src), lambda m: beam_search(m, src, 3, 0.6)):
         p, f = search(plain), search(fast)
         assert torch.equal(p.tokens, f.tokens)
         torch.testing.assert_close(p.scores, f.scores, atol=1e-4, rtol=1e-5)
+    assert bool(calls) == (route == "onednn")  # the forced route is the one taken
+    calls.clear()
     # with gradients: the plain path, and gradients reach the weight
     fast.generator(x).sum().backward()
-    assert fast.generator.weight.grad is not None
+    assert fast.generator.weight.grad is not None and not calls
     # a copy decodes on the plain path, with the same numbers
     clone = copy.deepcopy(fast)
-    assert clone.generator.packed is None
+    assert all(m.packed is None for m in clone.modules() if isinstance(m, linear_module.Linear))
     # an in-place change of the weight (an optimizer step, load_state_dict) makes the packed copy stale
     with torch.no_grad():
         fast.generator.weight.mul_(2.0)
         torch.testing.assert_close(fast.generator(x), torch.nn.functional.linear(x, fast.generator.weight,
                                                                                  fast.generator.bias))
+    assert not calls
 
 
 def test_one_output_length_formula_for_ints_and_batches():
@@ -335,16 +353,23 @@ def test_one_output_length_formula_for_ints_and_batches():
     assert max_output_length(model, 100, 1.0, 0) == 29  # never past max_len - 1
 
 
-@pytest.mark.parametrize("pads,group", [(False, 64), (True, 64), (False, 2), (True, 2)])
-def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads, group):
+@pytest.mark.parametrize("pads,group,route", [(False, 64, "onednn"), (True, 64, "mkl"), (False, 2, "mkl"),
+                                              (True, 2, "onednn")])
+def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monkeypatch, pads, group, route):
     """Over a vocabulary of several blocks, a search of several rows takes each step's best pieces a block at a time
     (``step.best_pieces``): the same outputs and scores as the whole ``(N, V)`` log-softmax (the plain model
     over a vocabulary of one block), greedy and both beam rules; padding and BOS still never come out, even where
     they are the most probable. ``group`` 2: the blocks searched the last time (20 pieces) are ranked in groups of 2
-    (``step._topk_by_groups``); 64, never."""
+    (``step._topk_by_groups``); 64, never. ``route`` (``ATTN_GEMM``): with oneDNN each block has a prepacked copy of
+    its own, used while the blocks are the size they were packed at."""
     from transformer.decoding import step as search_module
+    from transformer.network import linear as linear_module
     from transformer.network import projection
     from transformer.network.weights import decoding_layout
+
+    monkeypatch.setenv("ATTN_GEMM", route)
+    if route == "onednn" and not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
 
     monkeypatch.setattr(search_module, "TOPK_GROUP", group)
 
@@ -363,7 +388,15 @@ def test_a_search_reading_the_logits_by_blocks_equals_the_whole_log_softmax(monk
     assert not search_module.by_blocks(fast, fast.new_cache(), None, torch.ones(4, 1), 1, 4)  # a forced step
     assert not search_module.by_blocks(fast, fast.new_cache(), {"decoder": torch.ones(2, 4)}, None, 1, 4)
     x = torch.randn(5, plain.config.d_model)
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(1) or product(*a))
     with torch.no_grad():
+        joined = torch.cat([logits for _, logits in fast.generator.blocks(x)], dim=-1)
+        torch.testing.assert_close(joined, torch.nn.functional.linear(x, plain.generator.weight, plain.generator.bias),
+                                   atol=1e-5, rtol=1e-5)
+        assert len(calls) == (6 if route == "onednn" else 0)  # each block through its own copy
+        assert (fast.generator.packed_blocks is None) == (route == "mkl")
         gen = projection.OutputProjection(plain.config.d_model, 40)
         gen.weight.copy_(plain.generator.weight)
         for bias in (None, torch.zeros(40), torch.arange(40.0)):  # zeros are left out

@@ -1,13 +1,18 @@
-"""``transformer.network.linear``: a bfloat16 model on a CPU without oneDNN's bfloat16 product (AVX2 and older)
-computes its linear layers in float32, block by block, and rounds back: the same numbers as the native product,
-checked here against a float64 oracle and against the native path (which this machine may have: the branch is
-forced by replacing ``bf16_matmul_native``)."""
+"""``transformer.network.linear``: each product's route chosen by measurement, once per product class and row bucket
+(float32: MKL's ``F.linear`` or oneDNN's prepacked product; bfloat16 on a CPU without its instructions: the native
+product or float32 from float32 copies, block by block, rounded back), ``ATTN_GEMM`` forcing the float32 library.
+The routes give the same numbers (checked against a float64 oracle and the plain path); the choice follows the
+timings (given here by a stand-in for the race, since this machine's own are what they are) and is made once,
+whichever threads ask."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -16,15 +21,41 @@ import torch.nn.functional as F
 from transformer import Transformer, TransformerConfig
 from transformer.decoding.search import greedy_decode
 from transformer.network import linear as linear_module
-from transformer.network.linear import in_float32, linear
+from transformer.network.linear import gemm_setting, in_float32, linear, measured_routes, pack
 
 BF16_ULP = 2.0 ** -7  # bfloat16 keeps 8 significant bits: one unit in the last place, relative, at worst
 
 
+def without_bf16_instructions(monkeypatch: pytest.MonkeyPatch, float32: tuple[bool, ...] = (True,) * 3,
+                              native: bool = False) -> None:
+    """This process behaves as on a CPU without bfloat16 instructions (``native``: oneDNN converts in software;
+    else no bfloat16 product at all), whose measurement chose float32 for the buckets ``float32`` says."""
+    monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: native)
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)
+    monkeypatch.setattr(linear_module, "bfloat16_routes", lambda weight: float32)
+
+
 @pytest.fixture
 def no_native(monkeypatch):
-    """This process behaves as on a CPU without oneDNN's bfloat16 product."""
-    monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: False)
+    without_bf16_instructions(monkeypatch)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Nothing measured yet in this process, ``ATTN_GEMM`` unset, and a stand-in for the race: ``races`` (a list
+    the test fills) gives each timing in turn, ``(plain route's seconds, the other's)``, after running both calls
+    once (they must work); ``raced`` counts them."""
+    monkeypatch.setattr(linear_module, "_MEASURED", {})
+    monkeypatch.delenv("ATTN_GEMM", raising=False)
+    state = {"races": [], "raced": 0}
+
+    def race(plain, other):
+        plain(), other()
+        state["raced"] += 1
+        return state["races"].pop(0)
+
+    monkeypatch.setattr(linear_module, "_race", race)
+    return state
 
 
 @pytest.mark.parametrize("column_major", [False, True])
@@ -54,21 +85,141 @@ def test_a_float32_weight_or_a_native_cpu_takes_the_plain_product(monkeypatch):
     assert not in_float32(weight.to(torch.bfloat16))
 
 
-def test_where_bfloat16_is_converted_in_software_many_rows_run_in_float32(monkeypatch):
-    monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: True)
-    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)  # AVX-512 without its bfloat16 instructions
+def test_attn_gemm_is_auto_mkl_or_onednn_and_anything_else_one_line_naming_it(monkeypatch):
+    from transformer.network.weights import decoding_layout
+
+    for raw, value in (("", "auto"), ("AUTO", "auto"), (" mkl ", "mkl"), ("oneDNN", "onednn")):
+        monkeypatch.setenv("ATTN_GEMM", raw)
+        assert gemm_setting() == value
+    monkeypatch.delenv("ATTN_GEMM")
+    assert gemm_setting() == "auto"
+    monkeypatch.setenv("ATTN_GEMM", "fastest")
+    refused = r"^ATTN_GEMM='fastest' is not understood: give auto or mkl or onednn, or leave it unset for auto$"
+    with pytest.raises(ValueError, match=refused):
+        gemm_setting()
+    with pytest.raises(ValueError, match="ATTN_GEMM"):  # a load refuses it before measuring anything
+        decoding_layout(_tiny_bf16()[0])
+    from transformer import CheckpointError, load
+
+    with pytest.raises(CheckpointError, match=refused):
+        load("no/such/checkpoint")  # before anything is read: the commands' one-line error
+
+
+def test_the_faster_library_is_kept_for_each_row_bucket_once_per_class(fresh, monkeypatch):
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+    torch.manual_seed(0)
+    weight, bias = torch.randn(24, 16).t().contiguous().t(), torch.randn(24)  # column-major, as a loaded model's
+    # oneDNN faster for one row, slower for a few, faster for many but by less than the margin
+    fresh["races"] += [(2.0, 1.0), (1.0, 2.0), (1.0, 1.0 - (1 - linear_module.ONEDNN_MARGIN) / 2)]
+    packed = pack(weight, bias)
+    assert packed.onednn == (True, False, False) and packed.route() == "onednn|mkl|mkl" and fresh["raced"] == 3
+    (measured,) = measured_routes()
+    assert measured.chosen == ("onednn", "mkl", "mkl") and measured.column_major and measured.bias
+    assert "24" in measured.line() and "onednn" in measured.line()
+    # the same class again (another layer's weight): the measurement kept, not taken again
+    other = pack(torch.randn(24, 16).t().contiguous().t(), torch.randn(24))
+    assert other.onednn == packed.onednn and fresh["raced"] == 3
+    # each bucket takes its route, with the plain product's numbers
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(a[0].size(0)) or product(*a))
+    with torch.no_grad():
+        for rows in (1, 3, 40):
+            x = torch.randn(rows, 16)
+            torch.testing.assert_close(linear(x, weight, bias, packed), F.linear(x, weight, bias), atol=1e-5,
+                                       rtol=1e-5)
+    assert calls == [1]
+    # MKL faster everywhere: no copy kept, and a later weight of that class is not packed or timed again
+    fresh["races"] += [(1.0, 2.0)] * 3
+    assert pack(torch.randn(8, 16), None) is None and fresh["raced"] == 6
+    assert pack(torch.randn(8, 16), None) is None and fresh["raced"] == 6
+    # forced: every bucket, or none, without timing anything
+    monkeypatch.setenv("ATTN_GEMM", "onednn")
+    assert pack(torch.randn(5, 16)).onednn == (True, True, True)
+    monkeypatch.setenv("ATTN_GEMM", "mkl")
+    assert pack(weight, bias) is None and fresh["raced"] == 6
+    # never a copy for bfloat16 or for a weight off the CPU's float32
+    monkeypatch.setenv("ATTN_GEMM", "onednn")
+    assert pack(weight.to(torch.bfloat16)) is None and pack(weight.double()) is None
+
+
+def test_a_class_is_measured_once_whichever_threads_ask_at_once(fresh, monkeypatch):
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+
+    def slow_race(plain, other):  # long enough for every thread to arrive while the first measures
+        time.sleep(0.02)
+        fresh["raced"] += 1
+        return (2.0, 1.0)
+
+    monkeypatch.setattr(linear_module, "_race", slow_race)
+    weights = [torch.randn(12, 8) for _ in range(6)]
+    got: list = [None] * len(weights)
+
+    def run(i: int) -> None:
+        got[i] = pack(weights[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(weights))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fresh["raced"] == len(linear_module.BUCKET_ROWS)  # one measurement: a race per bucket
+    assert all(p is not None and p.onednn == (True, True, True) for p in got)
+    assert len(measured_routes()) == 1
+
+
+def test_without_bfloat16_instructions_each_bucket_takes_the_faster_product(fresh, monkeypatch):
+    monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: False)
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)
     torch.manual_seed(0)
     weight = torch.randn(9, 16).to(torch.bfloat16)
-    few = linear_module.FLOAT32_MIN_ROWS - 1
-    assert not in_float32(weight) and not in_float32(weight, few) and in_float32(weight, few + 1)
-    for rows in (few, few + 1):
+    fresh["races"] += [(1.0, 0.8), (1.0, 1.5), (1.0, 3.0)]  # (float32, native): native only for one row
+    assert not in_float32(weight, 1) and in_float32(weight, 4) and in_float32(weight, 40)
+    assert fresh["raced"] == 3 and in_float32(weight, 2) and fresh["raced"] == 3  # measured once
+    assert in_float32(weight) and not in_float32(weight.float(), 4)  # attention's (no rows): float32 here
+    for rows in (1, 4):
         x = torch.randn(rows, 16).to(torch.bfloat16)
         got = linear(x, weight)
-        if rows == few:
-            assert torch.equal(got, F.linear(x, weight))  # oneDNN's own product
+        if rows == 1:
+            assert torch.equal(got, F.linear(x, weight))  # the native product itself
         torch.testing.assert_close(got.double(), F.linear(x.double(), weight.double()), rtol=BF16_ULP, atol=1e-6)
+    (measured,) = measured_routes()
+    assert measured.routes == ("float32", "native") and measured.chosen == ("native", "float32", "float32")
+    # a native product far slower at one row is not timed at more (one call at a batch's rows can take seconds)
+    fresh["races"] += [(1.0, linear_module.GIVE_UP * 1.5)]
+    assert in_float32(torch.randn(7, 16).to(torch.bfloat16), 1) and fresh["raced"] == 4
+    slow = next(m for m in measured_routes() if m.out_features == 7)
+    assert slow.chosen == ("float32",) * 3 and all(x != x for pair in slow.seconds[1:] for x in pair)  # nan
+    # with bfloat16 instructions: the native product, nothing timed
     monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: True)
-    assert not in_float32(weight, 10_000)
+    assert not in_float32(torch.randn(5, 16).to(torch.bfloat16), 64) and fresh["raced"] == 4
+
+
+def test_the_model_repr_shows_each_measured_route(fresh, monkeypatch):
+    from transformer.network.weights import decoding_layout, packed_bytes
+
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+    full, half = _tiny_bf16()
+    fresh["races"] += [(2.0, 1.0), (1.0, 2.0), (1.0, 2.0)] * 8  # oneDNN for one row, every class
+    decoding_layout(full)
+    assert "gemm=onednn|mkl|mkl" in repr(full.generator) and "gemm=onednn|mkl|mkl" in repr(full.encoder_layers[0])
+    assert packed_bytes(full) == sum(m.packed.nbytes for m in full.modules() if getattr(m, "packed", None))
+    assert packed_bytes(full) >= 4 * sum(m.weight.numel() for m in full.modules() if getattr(m, "packed", None))
+    # a model too large to copy (memory-mapped weights): no prepacked copies, its routes still measured
+    from transformer.network import weights
+
+    monkeypatch.setattr(weights, "COLUMN_MAJOR_MAX_BYTES", 0)
+    monkeypatch.setenv("ATTN_GEMM", "onednn")
+    big = weights.decoding_layout(_tiny_bf16()[0])
+    assert packed_bytes(big) == 0 and "gemm=" not in repr(big)
+    monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: False)
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)
+    fresh["races"] += [(1.0, 0.5), (1.0, 3.0)] * 8  # bfloat16: native for one row, float32 from a few on
+    weights.decoding_layout(half)
+    assert "bfloat16=native|float32|float32" in repr(half.generator)
 
 
 def _tiny_bf16() -> tuple[Transformer, Transformer]:
@@ -89,7 +240,7 @@ def test_a_bfloat16_model_computed_in_float32_matches_the_native_product_and_flo
         oracle = full(src, tgt).logits
     monkeypatch = pytest.MonkeyPatch()
     try:
-        monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: False)
+        without_bf16_instructions(monkeypatch)
         assert in_float32(half.generator.weight)
         with torch.no_grad():
             out = half(src, tgt, return_attention=True)
@@ -124,3 +275,54 @@ def test_onednn_capped_below_its_bfloat16_instructions_counts_as_without_them():
     emulated = subprocess.run([sys.executable, "-c", code], env={**env, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
                               capture_output=True, text=True, check=True)
     assert emulated.stdout.split()[0] == "False"
+
+
+EMULATED_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+AVX2_CHECK = """
+import json, os, torch
+torch.set_num_threads(1)
+from transformer import Transformer, TransformerConfig, beam_search, greedy_decode
+from transformer.network import linear
+from transformer.network.weights import decoding_layout
+torch.manual_seed(0)
+cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2,
+                        n_decoder_layers=2, d_ff=64, max_len=64)
+plain = Transformer(cfg).eval()
+src = torch.randint(4, 40, (3, 7)); src[:, -1] = 3
+out = {"native": linear.bf16_matmul_native(), "fast": linear.bf16_matmul_fast()}
+def run(m):
+    with torch.no_grad():
+        return [greedy_decode(m, src, max_len_a=0.0, max_len_b=8).tokens.tolist(),
+                beam_search(m, src, 3, 0.6, max_len_a=0.0, max_len_b=8).tokens.tolist()]
+out["plain"] = run(plain)
+for route in ("mkl", "onednn", "auto"):
+    os.environ["ATTN_GEMM"] = route
+    fast = Transformer(cfg).eval(); fast.load_state_dict(plain.state_dict()); decoding_layout(fast)
+    out[route] = run(fast)
+    out[route + "_packed"] = sum(m.packed is not None for m in fast.modules() if isinstance(m, linear.Linear))
+half = Transformer(cfg).eval(); half.load_state_dict(plain.state_dict())
+half = decoding_layout(half.to(torch.bfloat16))
+out["half_row_major"] = half.generator.weight.is_contiguous()
+out["half_routes"] = sorted({m.routes for m in linear.measured_routes() if m.dtype == "bfloat16"})
+src1 = src[:1]
+with torch.no_grad():
+    tgt = torch.tensor([[2, 5, 6, 7]])
+    out["half_close"] = bool(torch.allclose(half(src1, tgt).logits.float(), plain(src1, tgt).logits, atol=0.08,
+                                            rtol=0.05))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter with both libraries capped
+def test_on_an_emulated_avx2_cpu_every_route_gives_the_same_translations():
+    """With oneDNN, MKL and PyTorch's kernels capped at AVX2 (as on an AMD EPYC before Zen 4): each forced float32
+    route and the measured one give the plain model's tokens; a bfloat16 model keeps its weights row-major (its
+    native product's layout), measures float32 against the native product, and stays within bfloat16's rounding."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DNNL_MAX_CPU_ISA", "ATTN_GEMM")}, **EMULATED_AVX2}
+    proc = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True, text=True, check=True)
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["native"] is False and out["fast"] is False
+    for route in ("mkl", "onednn", "auto"):
+        assert out[route] == out["plain"], route
+    assert out["mkl_packed"] == 0 and out["onednn_packed"] == 2 * 4 + 2 * 8 + 2 * 2 + 2 * 2 + 1
+    assert out["half_row_major"] and out["half_routes"] == [["float32", "native"]] and out["half_close"]

@@ -552,6 +552,11 @@ def test_one_attention_with_and_without_a_cache():
     weight, bias = sa.fused_qkv()
     torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias),
                                torch.cat([sa.q_proj(x), sa.k_proj(x), sa.v_proj(x)], dim=-1))
+    from transformer.network.weights import column_major_weights
+
+    assert weight.is_contiguous()  # laid out as the projections: row-major here, column-major after the layout
+    column_major_weights(model)
+    assert not sa.fused_qkv()[0].is_contiguous() and torch.equal(sa.fused_qkv()[0], weight)
     full, self_w, cross_w = layer(x, memory, causal_mask(5), None, need_weights=True)
     cache = LayerCache(max_len=32)
     for t in range(5):

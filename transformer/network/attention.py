@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .kv_cache import LayerCache
-from .linear import Linear, in_float32, linear
+from .linear import Linear, in_float32, linear, pack
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -47,6 +47,9 @@ FUSE_QKV_MAX_D = 512  # up to this width a decoding self-attention projects Q, K
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with separate Q, K, V and output projections."""
 
+    prepack = False  # whether a search's fused Q|K|V (:meth:`fused_qkv`) is prepacked for oneDNN where its product
+    # measured faster (``linear.pack``; set with the projections' own copies by ``weights.decoding_layout``)
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -69,9 +72,14 @@ class MultiHeadAttention(nn.Module):
     def fused_qkv(self) -> tuple[Tensor, Tensor]:
         """The Q, K and V projections as one matrix: weight ``(3D, D)`` and bias ``(3D,)``, so a self-attention
         projects all three with one matmul (a cache builds it once per search, for a model up to
-        :data:`FUSE_QKV_MAX_D` wide). The weight is the transpose of a contiguous ``(D, 3D)`` tensor (column-major,
-        as ``weights.column_major_weights`` lays out a small model's matrices for the fast GEMM path)."""
-        weight = torch.cat([self.q_proj.weight.t(), self.k_proj.weight.t(), self.v_proj.weight.t()], dim=1).t()
+        :data:`FUSE_QKV_MAX_D` wide). Laid out as the projections are: the transpose of a contiguous ``(D, 3D)``
+        tensor where they are column-major (as ``weights.column_major_weights`` lays out a small model's matrices
+        for the fast GEMM path), else row-major."""
+        parts = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        if parts[0].is_contiguous():
+            weight = torch.cat(parts, dim=0)  # (3D, D)
+        else:
+            weight = torch.cat([w.t() for w in parts], dim=1).t()  # (D, 3D) -> (3D, D), column-major
         return weight, torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
 
     def _cached_qkv(self, query: Tensor, key_value: Tensor | None, cache: LayerCache) -> tuple[Tensor, Tensor, Tensor]:
@@ -81,20 +89,24 @@ class MultiHeadAttention(nn.Module):
         where ``cache.group`` g rows share them, the g rows' queries together, ``(N/g, H, g*T, d)``."""
         n, new, d_model = query.shape
         if key_value is None and d_model > FUSE_QKV_MAX_D:  # three matmuls: no per-search copy of the weights
-            q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n, new, self.n_heads, self.d_head)
+            q = linear(query, self.q_proj.weight, self.q_proj.bias, self.q_proj.packed)
+            q = q.view(n, new, self.n_heads, self.d_head)  # (N, T, D) -> (N, T, H, d)
             k, v = cache.append(*self.project_kv(query))  # (N, H, t, d) each, written in place
             return q.transpose(1, 2), k, v  # (N, T, H, d) -> (N, H, T, d)
         if key_value is None:
             if cache.qkv_weight is None:
                 cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
-            qkv = linear(query, cache.qkv_weight, cache.qkv_bias)  # (N, T, 3D)
+                if self.prepack:  # oneDNN's copy where its product measured faster
+                    cache.qkv_packed = pack(cache.qkv_weight, cache.qkv_bias)
+            qkv = linear(query, cache.qkv_weight, cache.qkv_bias, cache.qkv_packed)  # (N, T, 3D)
             q, k, v = qkv.view(n, new, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
             k, v = cache.append(k, v)  # (N, H, t, d) each, written in place
             return q, k, v
         if cache.cross_k is None:
             cache.cross_k, cache.cross_v = self.project_kv(key_value)  # (N, H, S, d) each, once
         g = cache.group  # rows a cross_k row serves: their queries together, (N/g, g*T, H, d), row-major as (N, T)
-        q = linear(query, self.q_proj.weight, self.q_proj.bias).view(n // g, g * new, self.n_heads, self.d_head)
+        q = linear(query, self.q_proj.weight, self.q_proj.bias, self.q_proj.packed)
+        q = q.view(n // g, g * new, self.n_heads, self.d_head)  # (N, T, D) -> (N/g, g*T, H, d)
         return q.transpose(1, 2), cache.cross_k, cache.cross_v  # (N/g, g*T, H, d) -> (N/g, H, g*T, d)
 
     def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
@@ -104,7 +116,7 @@ class MultiHeadAttention(nn.Module):
             out = out * head_mask.to(out.dtype)[None, :, None, None]
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
-        return linear(out, self.out_proj.weight, self.out_proj.bias)
+        return linear(out, self.out_proj.weight, self.out_proj.bias, self.out_proj.packed)
 
     def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
                 need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,

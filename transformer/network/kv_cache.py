@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .linear import Packed
+
 
 class LayerCache:
     """One decoder layer's cache.
@@ -27,11 +29,12 @@ class LayerCache:
     ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, capacity, H, d)``, ``t = length``;
     ``cross_k``/``cross_v`` ``(N / group, H, S, d)``: the encoder output's keys and values, one row for each
     ``group`` consecutive rows (a sentence's beams; 1: a row each); ``qkv_weight`` ``(3D, D)`` and ``qkv_bias``
-    ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step).
+    ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step), ``qkv_packed`` its
+    oneDNN copy where that product measured faster (``linear.pack``).
     """
 
     __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "group", "qkv_weight",
-                 "qkv_bias", "max_len")
+                 "qkv_bias", "qkv_packed", "max_len")
 
     def __init__(self, max_len: int | None = None) -> None:
         self.max_len = max_len  # the most positions it will hold (the model's max_len): the buffer grows no further
@@ -45,6 +48,7 @@ class LayerCache:
         self.group = 1
         self.qkv_weight: Tensor | None = None
         self.qkv_bias: Tensor | None = None
+        self.qkv_packed: Packed | None = None
 
     def append(self, k: Tensor, v: Tensor, max_len: int | None = None) -> tuple[Tensor, Tensor]:
         """Append new positions' keys and values ``(N, H, T, d)``; returns all cached ``(N, H, t + T, d)`` (views).

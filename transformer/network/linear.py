@@ -1,19 +1,34 @@
-"""The one linear map every layer of the model runs through (``x W^T + b``), with a float32 branch for bfloat16
-weights on a CPU where oneDNN's bfloat16 product is slow.
+"""The one linear map every layer of the model runs through (``x W^T + b``), its product's route on a CPU chosen by
+measurement.
 
-PyTorch multiplies bfloat16 matrices on a CPU with oneDNN. With ``avx512_bf16`` or AMX that is several times faster
-than float32. With AVX-512 but without those instructions (Intel Skylake to Ice Lake) oneDNN converts in software:
-several times slower than float32, which a product of many rows (a batch, a beam) feels and one row (a greedy
-step, bounded by reading the weights) does not. Without AVX-512 (AVX2 only: most laptops, AMD before Zen 4) oneDNN
-has no bfloat16 product and PyTorch falls back to a plain single-threaded loop, tens of times slower than float32
-(measured in docs/families.md). In those cases :func:`linear`
-computes in float32 from float32 copies of the operands and rounds the result back to bfloat16: the arithmetic of
-oneDNN's bfloat16 product (float32 accumulation, one rounding at the end), at float32 speed plus the copies.
+**Float32: MKL or oneDNN.** PyTorch's ``F.linear`` is MKL's GEMM on every x86 CPU; oneDNN's
+(``torch.ops.mkldnn._linear_pointwise`` on a weight prepacked by ``_reorder_linear_weight``) is faster on some CPUs
+and shapes and slower on others (an AMD EPYC's output projection at one row: 2x faster; this Intel Xeon's small
+products: 2-3x slower, oneDNN's cost per call). Neither the vendor nor the shape decides: :func:`pack` times both,
+once per product class (the weight's shape and layout, with or without a bias, the thread count) and row bucket
+(:data:`BUCKET_ROWS`: one row, a greedy step; a few, a sentence's beams; many, a beam batch), as oneDNN's and
+cuDNN's benchmark modes do, and keeps a prepacked copy where oneDNN won a bucket. ``ATTN_GEMM=mkl|onednn`` forces
+a route (:func:`gemm_setting`). Gradients (attributions) always take the plain ``F.linear``.
+
+**bfloat16 without bfloat16 instructions.** PyTorch multiplies bfloat16 matrices on a CPU with oneDNN. With
+``avx512_bf16`` or AMX that is several times faster than float32. With AVX-512 but without those instructions (Intel
+Skylake to Ice Lake) oneDNN converts in software; without AVX-512 (AVX2 only: most laptops, AMD before Zen 4) oneDNN
+has no bfloat16 product and PyTorch falls back to a plain loop. Either is fine for a row or a few (bounded by
+reading the weights, where bfloat16's half the bytes helps) and several times slower than float32 for many. There,
+for each product class and row bucket, :func:`in_float32` chooses by measurement between that native product and
+float32 from float32 copies of the operands rounded back to bfloat16 (the arithmetic of oneDNN's bfloat16 product:
+float32 accumulation, one rounding at the end), the weight converted a block at a time (measured in
+docs/families.md).
 """
 from __future__ import annotations
 
 import functools
+import math
 import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,10 +45,25 @@ def _onednn_cap() -> str:
     return (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
 
 
+GEMM_SETTINGS = ("auto", "mkl", "onednn")
+
+
+def gemm_setting() -> str:
+    """``ATTN_GEMM``: "auto" (unset: each float32 product's library measured, :func:`pack`), "mkl" (``F.linear``
+    only, no prepacked copies) or "onednn" (every float32 CPU product through oneDNN's prepacked weights). Anything
+    else raises ValueError, one line naming the variable."""
+    raw = os.environ.get("ATTN_GEMM", "")
+    value = raw.strip().lower() or "auto"
+    if value not in GEMM_SETTINGS:
+        raise ValueError(f"ATTN_GEMM={raw[:24]!r} is not understood: give {' or '.join(GEMM_SETTINGS)}, or leave it "
+                         "unset for auto")  # the words of transformer.environment's refusals
+    return value
+
+
 @functools.cache
 def bf16_matmul_native() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in oneDNN (AVX-512 and newer, not capped below it by
-    ``ONEDNN_MAX_CPU_ISA``); False: PyTorch's slow fallback, which :func:`linear` avoids."""
+    ``ONEDNN_MAX_CPU_ISA``); False: PyTorch's own loop."""
     if _onednn_cap() in _BELOW_AVX512:
         return False
     try:
@@ -53,31 +83,228 @@ def bf16_matmul_fast() -> bool:
                                                                       "_is_amx_tile_supported"))
 
 
-FLOAT32_MIN_ROWS = 32  # where oneDNN converts bfloat16 in software, products of this many rows or more run in float32
-# (there the copy of the weight costs about what a few tens of rows of the slow product do)
+# ----------------------------------------------------------------------------------------------
+# Row buckets and the measurement
+
+
+BUCKET_ROWS = (1, 4, 64)  # the rows each bucket is timed at: one (a greedy step), a few (up to FEW_ROWS: a sentence's
+# beams, a small batch), many (a beam batch)
+FEW_ROWS = 16
+BUCKET_NAMES = ("1 row", f"2-{FEW_ROWS} rows", f"over {FEW_ROWS} rows")
+
+
+def row_bucket(rows: int) -> int:
+    """The bucket of a product of ``rows`` rows: 0 (one), 1 (up to :data:`FEW_ROWS`), 2 (more)."""
+    return 0 if rows <= 1 else 1 if rows <= FEW_ROWS else 2
+
+
+ONEDNN_MARGIN = 0.95  # oneDNN is kept for a bucket where it took at most this share of MKL's time: less is within a
+# shared machine's noise and not worth the prepacked copy's memory
+GIVE_UP = 2.0  # bfloat16's native product, this many times slower than float32 at a bucket, is not timed at the next
+# (it only loses more with more rows, and one call of it at a beam batch's rows can take seconds)
+MIN_REPEATS, MAX_REPEATS, MIN_SECONDS = 3, 50, 0.05  # each route is timed at least 3 times, then until 50 ms
+# (at most 50): the least of many short calls is the one a shared machine disturbed least
+SLOW_SECONDS = 0.2  # ... but once where the two first calls took this long (a large model's batch product)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One product class's measurement: ``routes`` (the two timed, the plain one first), the least seconds of each at
+    each bucket's rows (``nan``: not timed) and the route kept for each bucket."""
+
+    dtype: str
+    out_features: int
+    in_features: int
+    column_major: bool
+    bias: bool
+    threads: int
+    routes: tuple[str, str]
+    seconds: tuple[tuple[float, float], ...]
+    chosen: tuple[str, ...]
+
+    def line(self) -> str:
+        """One line for the bench: the class, each bucket's two times and the route kept."""
+        cells = []
+        for name, rows, seconds, pick in zip(BUCKET_NAMES, BUCKET_ROWS, self.seconds, self.chosen):
+            times = ", ".join(f"{route} {'-' if math.isnan(s) else f'{s * 1e6:.0f} us'}"
+                              for route, s in zip(self.routes, seconds))
+            cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
+        layout = "column-major" if self.column_major else "row-major"
+        return (f"{self.dtype} {self.in_features} -> {self.out_features} ({layout}{', bias' if self.bias else ''}, "
+                f"{self.threads} threads): " + "; ".join(cells))
+
+
+_MEASURED: dict[tuple, Measured] = {}  # product class -> its measurement, once per process (a CPU's property)
+_LOCK = threading.Lock()  # one measurement at a time, each made once, whichever thread asks first
+
+
+def measured_routes() -> list[Measured]:
+    """Every product class measured in this process so far (the bench prints them)."""
+    with _LOCK:
+        return list(_MEASURED.values())
+
+
+def _key(weight: Tensor, bias: bool) -> tuple:
+    """A product class: dtype, shape, layout, bias, threads (a measurement holds for all weights alike)."""
+    return (weight.dtype, *weight.shape, weight.stride(), bias, torch.get_num_threads())
+
+
+def _race(plain: Callable[[], object], other: Callable[[], object]) -> tuple[float, float]:
+    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike). With one
+    thread, in this thread's CPU time (the time a busy machine keeps it waiting for a core is not the product's);
+    with more, in wall time (the other threads' work is the product's too)."""
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+    start = time.perf_counter()
+    plain(), other()  # warm: first calls allocate and pack
+    least = MIN_REPEATS if time.perf_counter() - start < SLOW_SECONDS else 1  # a slow product: timed once more
+    times: tuple[list[float], list[float]] = ([], [])
+    start = time.perf_counter()
+    while len(times[0]) < MAX_REPEATS and (len(times[0]) < least or time.perf_counter() - start < MIN_SECONDS):
+        for fn, got in zip((plain, other), times):
+            t0 = clock()
+            fn()
+            got.append(clock() - t0)
+    return min(times[0]), min(times[1])
+
+
+def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
+             products: Callable[[Tensor], tuple[Callable[[], object], Callable[[], object]]], give_up: bool,
+             margin: float) -> Measured:
+    """Time ``products(x)`` (the plain route's call and the other's) at each bucket's rows; the other route is
+    kept where it took at most ``margin`` of the plain one's time. ``give_up``: once the other took :data:`GIVE_UP`
+    times the plain one's, the larger buckets are not timed (plain)."""
+    seconds, chosen, lost = [], [], False
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for rows in BUCKET_ROWS:
+            if lost:
+                seconds.append((math.nan, math.nan))
+                chosen.append(routes[0])
+                continue
+            x = torch.randn(rows, weight.size(1), generator=gen).to(weight.dtype)
+            plain, other = _race(*products(x))
+            seconds.append((plain, other))
+            chosen.append(routes[1] if other <= margin * plain else routes[0])
+            lost = give_up and other > GIVE_UP * plain
+    return Measured(str(weight.dtype).removeprefix("torch."), weight.size(0), weight.size(1),
+                    weight.dim() == 2 and weight.stride(0) == 1 and weight.size(1) > 1, bias is not None,
+                    torch.get_num_threads(), routes, tuple(seconds), tuple(chosen))
+
+
+# ----------------------------------------------------------------------------------------------
+# Float32: MKL or oneDNN's prepacked product
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A weight prepacked by oneDNN (``weight``), the weight's ``version`` and ``data_ptr`` when packed (a change
+    since makes the copy stale; an inference tensor has no version: None), and for each row bucket whether products
+    run through it (``onednn``)."""
+
+    weight: Tensor
+    version: int | None
+    data_ptr: int
+    onednn: tuple[bool, ...]
+
+    def runs(self, weight: Tensor, rows: int) -> bool:
+        """Whether a product of ``rows`` rows with ``weight`` goes through this copy: oneDNN's bucket, no
+        gradients, and the weight unchanged since (same storage, no in-place change: an optimizer step or
+        ``load_state_dict`` makes the copy stale)."""
+        return (self.onednn[row_bucket(rows)] and not torch.is_grad_enabled()
+                and weight.data_ptr() == self.data_ptr and (self.version is None or weight._version == self.version))
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+    def route(self) -> str:
+        """The route of each bucket, ``mkl|onednn|onednn`` (the model's repr)."""
+        return "|".join("onednn" if o else "mkl" for o in self.onednn)
+
+
+def _onednn_linear() -> bool:
+    ops = getattr(torch.ops, "mkldnn", None)
+    return (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
+            and hasattr(ops, "_linear_pointwise"))
+
+
+def _onednn_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """oneDNN's product of ``x (N, in)`` with a prepacked weight: ``(N, out)``."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
+    """oneDNN's prepacked copy of a float32 CPU ``weight (out, in)`` for the row buckets where its product measured
+    faster than MKL's (the class measured on first sight, once per process, under a lock), or for all with
+    ``ATTN_GEMM=onednn``; None where MKL won every bucket, with ``ATTN_GEMM=mkl``, for any other weight, or where
+    this torch lacks oneDNN's packed linear."""
+    setting = gemm_setting()
+    if (setting == "mkl" or weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2
+            or not _onednn_linear()):
+        return None
+    key = _key(weight, bias is not None)
+    measured = _MEASURED.get(key)
+    if setting == "auto" and measured is not None and "onednn" not in measured.chosen:
+        return None  # no copy made
+    w, b = weight.detach(), None if bias is None else bias.detach()
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    if setting == "onednn":
+        onednn = (True,) * len(BUCKET_ROWS)
+    else:
+        if measured is None:
+            with _LOCK:
+                measured = _MEASURED.get(key)  # another thread's, measured while this one waited
+                if measured is None:
+                    measured = _MEASURED[key] = _measure(
+                        w, b, ("mkl", "onednn"),
+                        lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
+                        give_up=False, margin=ONEDNN_MARGIN)
+        onednn = tuple(route == "onednn" for route in measured.chosen)
+    if not any(onednn):
+        return None
+    return Packed(packed, None if weight.is_inference() else weight._version, weight.data_ptr(), onednn)
+
+
+# ----------------------------------------------------------------------------------------------
+# bfloat16: the native product or float32
 
 
 def in_float32(weight: Tensor, rows: int | None = None) -> bool:
-    """Whether a product of ``rows`` rows (None: a few) with ``weight`` runs in float32 here (:func:`linear`'s
-    branch): a bfloat16 weight on a CPU without :func:`bf16_matmul_native`, or without :func:`bf16_matmul_fast`
-    for :data:`FLOAT32_MIN_ROWS` rows or more."""
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+    """Whether a product of ``rows`` rows with the bfloat16 ``weight`` runs in float32 here (:func:`linear`'s
+    branch; None: not a weight's product, attention's: float32 where the CPU has no bfloat16 product at all). On a
+    CPU with :func:`bf16_matmul_fast`, never; elsewhere as measured for the weight's class and the rows' bucket
+    (:func:`bfloat16_routes`)."""
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_matmul_fast():
         return False
-    if not bf16_matmul_native():
-        return True
-    return rows is not None and rows >= FLOAT32_MIN_ROWS and not bf16_matmul_fast()
+    if rows is None:
+        return not bf16_matmul_native()
+    return bfloat16_routes(weight)[row_bucket(rows)]
+
+
+def bfloat16_routes(weight: Tensor) -> tuple[bool, ...]:
+    """For each row bucket, whether a bfloat16 ``weight (out, in)`` on this CPU (without bfloat16 instructions) runs
+    its products in float32: the faster of that and the native product, measured once per class and process."""
+    key = _key(weight, False)
+    measured = _MEASURED.get(key)
+    if measured is None:
+        with _LOCK:
+            measured = _MEASURED.get(key)
+            if measured is None:
+                w = weight.detach()
+                measured = _MEASURED[key] = _measure(
+                    w, None, ("float32", "native"),
+                    lambda x: (lambda: _float32_product(x, w, None), lambda: F.linear(x, w)),
+                    give_up=True, margin=1.0)
+    return tuple(route == "float32" for route in measured.chosen)
 
 
 CHUNK_BYTES = 1 << 21  # the float32 branch converts this much of a weight at a time (it stays in a core's cache)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear(x, weight, bias)``: ``x (..., in)``, ``weight (out, in)`` -> ``(..., out)`` in ``x``'s dtype; for a
-    bfloat16 weight where :func:`in_float32` says so, computed in float32 and rounded back, a block of
-    output features at a time (a float32 copy of the whole weight would cost more memory traffic than the product:
-    each block is converted, used and dropped while it is still in cache)."""
-    if weight.dtype != torch.bfloat16 or not in_float32(weight, x.numel() // max(x.size(-1), 1)):
-        return F.linear(x, weight, bias)
+def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear`` of a bfloat16 ``weight`` computed in float32 and rounded back, a block of output features at a
+    time (a float32 copy of the whole weight would cost more memory traffic than the product: each block is
+    converted, used and dropped while it is still in cache)."""
     n_out, n_in = weight.shape
     step = max(1, CHUNK_BYTES // (4 * n_in))  # output features a block
     flat = x.reshape(-1, n_in).float()  # (..., in) -> (N, in)
@@ -96,9 +323,59 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y.to(x.dtype).view(*x.shape[:-1], n_out)  # (N, out) -> (..., out)
 
 
+# ----------------------------------------------------------------------------------------------
+# The linear map
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``: ``x (..., in)``, ``weight (out, in)`` -> ``(..., out)`` in ``x``'s dtype, by
+    the route measured for this product (see the module's text): oneDNN's product where ``packed``
+    (:func:`pack`) runs this many rows; a bfloat16 weight in float32 where :func:`in_float32` says so; else
+    ``F.linear``."""
+    if packed is not None:
+        rows = x.numel() // max(x.size(-1), 1)
+        if packed.runs(weight, rows) and x.dtype == torch.float32:
+            y = _onednn_product(x.reshape(rows, x.size(-1)), packed.weight, bias)  # (..., in) -> (N, in): (N, out)
+            return y.view(*x.shape[:-1], y.size(-1))  # (N, out) -> (..., out)
+    elif weight.dtype == torch.bfloat16 and in_float32(weight, x.numel() // max(x.size(-1), 1)):
+        return _float32_product(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` whose forward is :func:`linear` (the model's projections: called as modules, or through
-    :func:`linear` with their weights, the same product)."""
+    :func:`linear` with their weights and ``packed``, the same product). :meth:`pack` keeps oneDNN's prepacked
+    copy where its product measured faster (CPU decoding, float32)."""
+
+    packed: Packed | None = None
+
+    @torch.no_grad()
+    def pack(self) -> bool:
+        """Prepack the weight where oneDNN's product measured faster for some row bucket (:func:`pack`); False:
+        no copy kept."""
+        self.packed = pack(self.weight, self.bias)
+        return self.packed is not None
+
+    def packed_bytes(self) -> int:
+        """Bytes of the prepacked copy (0 when there is none)."""
+        return 0 if self.packed is None else self.packed.nbytes
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packed copy behind (an opaque oneDNN tensor); they run on the plain path."""
+        state = dict(super().__getstate__())
+        state.pop("packed", None)
+        return state
+
+    def extra_repr(self) -> str:
+        """nn.Linear's, and the product's route per row bucket where it is not the plain one everywhere."""
+        extra = super().extra_repr()
+        if self.packed is not None:
+            extra += f", gemm={self.packed.route()}"
+        elif self.weight.dtype == torch.bfloat16 and self.weight.device.type == "cpu" and not bf16_matmul_fast():
+            measured = _MEASURED.get(_key(self.weight, False))
+            if measured is not None:
+                extra += f", bfloat16={'|'.join(measured.chosen)}"
+        return extra
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.packed)

@@ -47,8 +47,9 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.activation(linear(x, self.linear1.weight, self.linear1.bias))
-        return linear(self.dropout(h) if self.training else h, self.linear2.weight, self.linear2.bias)
+        first, second = self.linear1, self.linear2
+        h = self.activation(linear(x, first.weight, first.bias, first.packed))
+        return linear(self.dropout(h) if self.training else h, second.weight, second.bias, second.packed)
 
 
 def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
@@ -338,10 +339,10 @@ class Transformer(nn.Module):
 
     def _project(self, last: Tensor, out: Tensor | None) -> Tensor:
         """The logits ``(N, V)`` of the last positions' outputs ``last (N, D)`` (into ``out`` where it can)."""
-        if (out is None or (self.generator.packed is not None and last.size(0) > 1)  # prepacked: its own output
-                or in_float32(self.generator.weight, last.size(0))):  # bfloat16 computed in float32
+        weight, bias, packed = self.generator.weight, self.generator.bias, self.generator.packed  # (V, D), (V,)
+        if (out is None or (packed is not None and packed.runs(weight, last.size(0)))  # oneDNN: its own output
+                or in_float32(weight, last.size(0))):  # bfloat16 computed in float32
             return self.generator(last)
-        weight, bias = self.generator.weight, self.generator.bias  # (V, D), (V,) or None
         if bias is None:
             return torch.mm(last, weight.t(), out=out)  # (N, D) @ (D, V)
         return torch.addmm(bias, last, weight.t(), out=out)

@@ -1,11 +1,13 @@
-"""Operations on a built model's weights: the decoding layout (column-major matrices, the prepacked output
-projection) and the post-norm initialisation scale."""
+"""Operations on a built model's weights: the decoding layout (column-major matrices, each product's route measured,
+prepacked copies where oneDNN won) and the post-norm initialisation scale."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .attention import FUSE_QKV_MAX_D, MultiHeadAttention
+from .linear import Linear, bf16_matmul_fast, in_float32, pack
 from .model import Transformer
 
 
@@ -32,12 +34,44 @@ def decoding_layout(model: Transformer) -> Transformer:
     """The layout a loaded model decodes fastest in: a model of up to :data:`COLUMN_MAJOR_MAX_BYTES` gets
     :func:`column_major_weights` (1.05-1.08x faster decoding at OPUS-MT's size on an AVX-512 CPU, more on AVX2); a
     larger one keeps its weights as loaded, memory-mapped from the checkpoint (the copy would cost seconds and the
-    model's size again for a few percent). Then the output projection is prepacked for CPU decoding
-    (``OutputProjection.pack``; float32 only). Values, parameters and results are unchanged."""
-    if sum(p.numel() * p.element_size() for p in model.parameters()) <= COLUMN_MAJOR_MAX_BYTES:
+    model's size again for a few percent), and so does a bfloat16 model on a CPU without bfloat16 instructions
+    (PyTorch's own bfloat16 product, its route for a row or a few, reads a column-major weight 10-60x slower than
+    a row-major one: docs/families.md). Then each product's route on this CPU (:func:`choose_routes`; prepacked
+    copies only for a model of our own copies). Values, parameters and results are unchanged (up to float
+    rounding)."""
+    own = sum(p.numel() * p.element_size() for p in model.parameters()) <= COLUMN_MAJOR_MAX_BYTES
+    slow_bf16 = not bf16_matmul_fast() and any(p.dtype == torch.bfloat16 and p.device.type == "cpu"
+                                                for p in model.parameters())
+    if own and not slow_bf16:
         column_major_weights(model)
-    model.generator.pack()
+    choose_routes(model, prepack=own)
     return model
+
+
+def choose_routes(model: nn.Module, prepack: bool = True) -> None:
+    """Each linear product's route on this CPU, measured now (once per product class and process: ``linear``)
+    rather than at a first request: with ``prepack``, float32 weights get oneDNN's prepacked copy where its product
+    measured faster than MKL's (``Linear.pack``; a decoding self-attention's fused Q|K|V at each search likewise);
+    not for memory-mapped weights, whose copy would double the resident weights. bfloat16 weights on a CPU without
+    bfloat16 instructions: the native or the float32 product (``linear.in_float32``)."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            fused = module.fused_qkv() if module.q_proj.in_features <= FUSE_QKV_MAX_D else None
+            if fused is not None and fused[0].dtype == torch.bfloat16:
+                in_float32(fused[0], 1)
+            elif fused is not None and prepack:
+                pack(*fused)  # its class measured; the copy is made per search
+            module.prepack = prepack
+        elif isinstance(module, Linear):
+            if module.weight.dtype == torch.bfloat16:
+                in_float32(module.weight, 1)
+            elif prepack:
+                module.pack()
+
+
+def packed_bytes(model: nn.Module) -> int:
+    """Bytes of every prepacked copy the model's linear layers hold (``Linear.packed_bytes``)."""
+    return sum(m.packed_bytes() for m in model.modules() if isinstance(m, Linear))
 
 
 @torch.no_grad()
