@@ -1,7 +1,8 @@
 """Names that say one thing and code that is used: a module-level name of the project means one thing (the attention
 kinds are ``KINDS``; detection's pair kinds are ``PAIR_KINDS``), every public function and class of ``app/`` and
 ``transformer/`` is used or named somewhere else (the code, the benches, the tests, the docs), and no docstring or
-comment names an issue (a number that goes out of date). Read from the source with ``ast``, nothing imported."""
+comment names an issue or states a measured speed (numbers that go out of date). Read from the source with
+``ast``, nothing imported."""
 
 from __future__ import annotations
 
@@ -58,17 +59,38 @@ def test_every_public_function_and_class_is_used_or_named_elsewhere():
 
 
 ISSUE = re.compile(r"\b(?:issue|PR|pull request)s? ?#?\d+", re.IGNORECASE)
+# a measured speed: a ratio ("1.05-1.08x faster", "2x"), a time ("8.9 ms", "40 µs", "0.2 s of CPU"), a percentage
+SPEED = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x(?=[ ,;:)]|$)|\d x (?:faster|slower)"
+                   r"|\b\d+(?:\.\d+)? ?(?:ms|µs)\b|\d ?s of CPU|\d% (?:less|more|faster|slower)", re.IGNORECASE)
+
+
+@functools.cache
+def words_of(path: Path) -> list[str]:
+    """A module's docstrings and comments."""
+    text, tree = parsed(path)
+    docs = [n.body[0].value.value for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+            and isinstance(n.body[0].value.value, str)]
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    return docs + comments
 
 
 def test_no_docstring_or_comment_names_an_issue():
-    found = []
-    for path in sources(*PACKAGES):
-        text, tree = parsed(path)
-        docs = [n.body[0].value.value for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
-                and isinstance(n.body[0].value.value, str)]
-        comments = [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
-                    if t.type == tokenize.COMMENT]
-        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for words in docs + comments for m in ISSUE.finditer(words)]
+    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in sources(*PACKAGES) for words in words_of(path)
+             for m in ISSUE.finditer(words)]
     assert not found, found
+
+
+def test_no_docstring_or_comment_states_a_speed():
+    """A measured speed goes out of date in the code: the figures live in docs/benchmarks.md (or the doc that
+    measured them) with their machine and command, and the code says why, pointing there."""
+    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in sources(*PACKAGES) for words in words_of(path)
+             for m in SPEED.finditer(words)]
+    assert not found, found
+    for figure in ("1.05-1.08x faster", "2x faster than 4096", "8.9 ms of CPU", "40 µs", "0.2 s of CPU", "3% less",
+                   "a 2-3x slower product", "2.3 ms a unit"):  # what it finds, and what it leaves
+        assert SPEED.search(figure), figure
+    for other in ("32 x 20,000 lines", "a 4 x 6 grid", "trace.x is None", "transformers 4.5x-5.x", "(L, H, Q, K)",
+                  "waits 0.12 s", "measured faster than MKL"):
+        assert not SPEED.search(other), other

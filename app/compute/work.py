@@ -29,8 +29,8 @@ UNIT = 2.5e8  # parameters x token positions per work unit
 DECODE_STEP = 10  # positions one decoding step counts, per beam
 STEP_OVERHEAD = 40  # and once per step, beams or not (calibrated: docs/limits.md)
 FORCED_FLOOR = 96  # positions a teacher-forced pass counts at least: over few positions a pass costs the read of
-# every weight (measured at NLLB-200-3.3B's sizes, one pass over 31 positions: 8.9 ms of CPU a unit in float32 and
-# 6.5 in bfloat16 counted without this floor, against attribution's 2.5; docs/limits.md)
+# every weight (measured at NLLB-200-3.3B's sizes, one pass over 31 positions: counted without this floor, a unit
+# cost several times attribution's; docs/limits.md)
 BACKWARD = 3  # a forward and a backward pass count three forwards
 ALTI_TERM = 90  # ALTI+'s per-token terms: each element counts this many parameter x position products
 FLOW_TERM = 2 * ALTI_TERM  # the information-flow graph's per-head terms, each element this many products
@@ -39,8 +39,9 @@ FLOW_NODE, FLOW_EDGE = 1 / 100, 1 / 400  # units a node and an edge of one step'
 # build and to pick the drawn ones from (calibrated the same way, with the shipped model: docs/limits.md)
 RULE_CHECKS, RULE_FLOOR = 500_000, 20_000  # a flag rule's conditions tested on a table's lines: this many
 # line x condition tests a unit, and each condition counting at least this many lines (its column's conversion);
-# measured, a column at a time: 2.8 ms of CPU for 32 conditions x 20,000 lines, 2.7 ms for 32 x 3,000; Whole test
-# set's whole note over 32 x 20,000: 7.7 ms for 2.56 units, 3 ms a unit as the other jobs (docs/limits.md)
+# measured a column at a time, the floor for the conversion that a short column costs as much as a long one;
+# Whole test set's whole note then costs a unit what the other jobs do (docs/limits.md; the times:
+# docs/benchmarks.md#figures-behind-the-codes-comments)
 IG_STEPS = (32, 16, 8)  # integrated gradients' steps, tried in turn
 MIN_IG_SPAN = 8  # integrated gradients cover at least this many output pieces before input x gradient is used
 DEFAULT_WORK_MB = 512.0

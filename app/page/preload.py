@@ -22,8 +22,7 @@ from typing import Any
 # picture's (``st.html``), so that the picture keeps its least width in the frame it first shows in. Not the input
 # row's, the view selector's, the sidebar's nor the view's controls: they are drawn after the picture, and fetching
 # their scripts with the page makes the websocket open later and the picture come later (measured in turns against
-# a bare page, 30 visitors per server on each screen: 1.05-1.07x with ``Html`` alone, 1.08-1.11x with the input
-# row's and the view selector's too; docs/speed-app.md).
+# a bare page: ``Html`` alone the nearest to it; docs/benchmarks.md#figures-behind-the-codes-comments).
 FIRST_SCREEN = ("Html",)
 IMPORT = re.compile(r"import\(`\./([\w.\-]+\.js)`\)(?:\.then\([^()]*(?:\([^()]*\))?[^()]*\))?,"
                     r"__vite__mapDeps\(\[([\d,]*)\]\)")  # a lazy import and the files it needs

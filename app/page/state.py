@@ -327,7 +327,7 @@ def let_the_browser_paint() -> None:
     """Once, on a session's first run, right after its picture was sent: wait ``FIRST_PAINT_S``, so that the browser
     paints the picture before the rest of the page arrives. Without it the rest (~45 elements, and the scripts of
     their kinds) reaches the browser while it is still drawing the picture, and building it holds the picture's
-    first paint back by ~200 ms; the rest itself comes no later than it did (docs/speed-app.md). Later runs (the
+    first paint back; the rest itself comes no later than it did (docs/speed-app.md). Later runs (the
     browser has every script then) and first runs with no picture do not wait."""
     if st.session_state.get(FIRST_RUN):
         st.session_state[FIRST_RUN] = False

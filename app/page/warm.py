@@ -22,7 +22,8 @@ def warm_up() -> None:
     is_material_icon("translate")  # the page's ":material/...:" icons: the same for Streamlit's table of them
     preload.link_header()  # the first screen's scripts, read from Streamlit's bundle once
     for repo_id in catalog.hub_models():  # the model picker's labels: the first looks in the Hub's local cache with
-        catalog.hub_label(repo_id)  # the Hugging Face library, which imports in about 0.3 s of CPU
+        catalog.hub_label(repo_id)  # the Hugging Face library, whose import costs a first run
+        # measurably (docs/benchmarks.md#figures-behind-the-codes-comments)
 
     checkpoint = catalog.default_checkpoint()
     try:
@@ -43,6 +44,7 @@ def warm_up() -> None:
         pass
     # Everything loaded so far (torch, plotly, the model...) lives as long as the server: out of the garbage
     # collector's sight, so the full collection Streamlit runs after every script run (runner.postScriptGC) walks
-    # only what the runs made, a few ms instead of ~0.2 s of CPU per click.
+    # only what the runs made: most of a click's server CPU before (docs/speed-app.md#warmed-at-start-and-the-collector-
+    # kept-off-the-lasting-heap-issue-38-2026-11-26).
     gc.collect()
     gc.freeze()

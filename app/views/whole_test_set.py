@@ -43,7 +43,7 @@ PAGED = "_testset_paged"
 MAX_LIST = 200  # lines of a pasted list (the work limit may allow fewer)
 MAX_LINK_LIST = 20_000  # characters of a pasted list a link may carry
 # of a request's work (ATTN_MAX_WORK), kept for the pasted list (the registry's): 800 units in public mode, about 28
-# Multi30k captions at beam 4 with the shipped model (2.3 ms a unit on one core: about 2 s)
+# Multi30k captions at beam 4 with the shipped model (a unit's time: docs/limits.md)
 WORK_SHARE = registry.VIEWS["whole_test_set"].work_share
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 

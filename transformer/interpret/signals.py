@@ -35,7 +35,8 @@ from .methods import require_eval
 SIGNALS = ("seq_logprob", "min_piece_logprob", "source_share", "source_share_min", "eos_attention", "omission")
 LOOP_REPEATS = 4  # a stretch repeated this many times in a row is a looping output (the rule without flag.json)
 SPELLED_RUN = 3  # German spells one letter up to this many times in a row: such a run is not a loop
-DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (a CPU: ~2x faster than 4096)
+DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (measured faster than 4096 on a CPU:
+# docs/benchmarks.md#figures-behind-the-codes-comments)
 _WORD_EDGE = re.compile(r"^\W+|\W+$")  # a word's leading and trailing punctuation
 Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 

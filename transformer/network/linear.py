@@ -3,9 +3,10 @@ measurement.
 
 **Float32: MKL or oneDNN.** PyTorch's ``F.linear`` is MKL's GEMM on every x86 CPU; oneDNN's
 (``torch.ops.mkldnn._linear_pointwise`` on a weight prepacked by ``_reorder_linear_weight``) is faster on some CPUs
-and shapes and slower on others (an AMD EPYC's output projection at one row: 2x faster; this Intel Xeon's small
-products: 2-3x slower, oneDNN's cost per call). Neither the vendor nor the shape decides: :func:`pack` times both,
-once per product class (the weight's shape and layout, with or without a bias, the thread count) and row bucket
+and shapes and slower on others (faster for an AMD EPYC's output projection at one row, slower for this Intel Xeon's
+small products, oneDNN's cost per call: docs/benchmarks.md, "Each product's library chosen by measurement").
+Neither the vendor nor the shape decides: :func:`pack` times both, once per product class (the weight's shape and
+layout, with or without a bias, the thread count) and row bucket
 (:data:`BUCKET_ROWS`: one row, a greedy step; a few, a sentence's beams; many, a beam batch), as oneDNN's and
 cuDNN's benchmark modes do, and keeps a prepacked copy where oneDNN won a bucket. ``ATTN_GEMM=mkl|onednn`` forces
 a route (:func:`gemm_setting`). Gradients (attributions) always take the plain ``F.linear``.
@@ -102,8 +103,8 @@ ONEDNN_MARGIN = 0.95  # oneDNN is kept for a bucket where it took at most this s
 # shared machine's noise and not worth the prepacked copy's memory
 GIVE_UP = 2.0  # bfloat16's native product, this many times slower than float32 at a bucket, is not timed at the next
 # (it only loses more with more rows, and one call of it at a beam batch's rows can take seconds)
-MIN_REPEATS, MAX_REPEATS, MIN_SECONDS = 3, 50, 0.05  # each route is timed at least 3 times, then until 50 ms
-# (at most 50): the least of many short calls is the one a shared machine disturbed least
+MIN_REPEATS, MAX_REPEATS, MIN_SECONDS = 3, 50, 0.05  # each route is timed at least 3 times, then until
+# MIN_SECONDS (at most 50 times): the least of many short calls is the one a shared machine disturbed least
 SLOW_SECONDS = 0.2  # ... but once where the two first calls took this long (a large model's batch product)
 
 

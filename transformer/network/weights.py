@@ -32,11 +32,11 @@ COLUMN_MAJOR_MAX_BYTES = 1 << 30  # models up to this size are laid out column-m
 
 def decoding_layout(model: Transformer) -> Transformer:
     """The layout a loaded model decodes fastest in: a model of up to :data:`COLUMN_MAJOR_MAX_BYTES` gets
-    :func:`column_major_weights` (1.05-1.08x faster decoding at OPUS-MT's size on an AVX-512 CPU, more on AVX2); a
+    :func:`column_major_weights` (measured faster decoding at OPUS-MT's size: docs/benchmarks.md); a
     larger one keeps its weights as loaded, memory-mapped from the checkpoint (the copy would cost seconds and the
     model's size again for a few percent), and so does a bfloat16 model on a CPU without bfloat16 instructions
-    (PyTorch's own bfloat16 product, its route for a row or a few, reads a column-major weight 10-60x slower than
-    a row-major one: docs/families.md). Then each product's route on this CPU (:func:`choose_routes`; prepacked
+    (PyTorch's own bfloat16 product, its route for a row or a few, reads a column-major weight many times slower
+    than a row-major one: docs/families.md). Then each product's route on this CPU (:func:`choose_routes`; prepacked
     copies only for a model of our own copies). Values, parameters and results are unchanged (up to float
     rounding)."""
     own = sum(p.numel() * p.element_size() for p in model.parameters()) <= COLUMN_MAJOR_MAX_BYTES
