@@ -8,8 +8,8 @@
     show(result, "heatmap", kind="cross", layer=2)      # one head or the mean, as an SVG (no JavaScript)
     show(result, "all_heads", kind="encoder")           # every layer x head on one colour scale (SVG)
     show(result, "lines")                               # one view of the offline page (app.parts), inline
-    show(result, "step", translator=tr)                 # a view that needs the model: pass the translator
-    show(result, "patching", translator=tr, word="man", substitute="woman")   # what carries the change
+    show(result, "step_through", translator=tr)         # a view that needs the model: pass the translator
+    show(result, "what_carries_the_change", translator=tr, word="man", substitute="woman")
     show(result, translator=tr)                         # every view of ``python -m app.report``, inline
     html = show(result, "heatmap", return_html=True)    # or: show(...).html
 
@@ -145,12 +145,16 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
 
     ``view``: ``None`` for every view of ``python -m app.report`` (those that need the model only with
     ``translator``), or one of ``"heatmap"`` (options ``kind``, ``layer``, ``head``), ``"all_heads"`` (``kind``),
-    or a view of the offline page (``app.report.VIEWS``: ``"lines"``, ``"step"``, ``"masks"``, ``"positional"``,
-    ``"lens"``, ``"source_prefix"``, ``"attribution"`` with option ``method``, ``"patching"`` with options ``word``
-    (its number from 1, or the word), ``substitute`` and ``direction``). ``kind``: ``"encoder"``,
-    ``"decoder"`` or ``"cross"`` (the default). ``height``: a box of that many pixels that scrolls. Returns an
-    :class:`Inline` (the notebook draws it; ``.html`` is its HTML), or the HTML string with ``return_html=True``.
+    or a view of the offline page by its key (``app.report.OFFLINE_VIEWS``: ``"lines"``, ``"step_through"``,
+    ``"masks"``, ``"positional_encoding"``, ``"layer_by_layer"``, ``"source_or_prefix"``, ``"what_drives_each_word"``
+    with option ``method``, ``"what_carries_the_change"`` with options ``word`` (its number from 1, or the word),
+    ``substitute`` and ``direction``; an old short name, ``"step"``, still works: ``app.registry.ALIASES``).
+    ``kind``: ``"encoder"``, ``"decoder"`` or ``"cross"`` (the default). ``height``: a box of that many pixels that
+    scrolls. Returns an :class:`Inline` (the notebook draws it; ``.html`` is its HTML), or the HTML string with
+    ``return_html=True``.
     """
+    if view is not None:
+        view = report.view_keys([view])[0]
     a = _analysis(result) if translator is None or view in SVG_VIEWS else report.analysis_for(result, translator)
     if view in SVG_VIEWS:
         allowed = {"heatmap": {"kind", "layer", "head"}, "all_heads": {"kind"}}[view]
@@ -160,8 +164,6 @@ def show(result: TranslationResult | Analysis, view: str | None = None, *, trans
         out = heatmap_html(a, **options) if view == "heatmap" else all_heads_html(a, **options)
         shown = Inline(out)
     else:
-        if view is not None and view not in report.VIEWS:
-            raise ValueError(f"unknown view {view!r}; choose from {', '.join(report.VIEWS)} (or None: every view)")
         extra = set(options) - {"method", "steps", "model", "word", "substitute", "direction"}
         if extra:
             raise TypeError(f"show(..., {view!r}) takes no option {', '.join(sorted(extra))}")

@@ -105,17 +105,26 @@ GROUPS: dict[str, list[str]] = {}  # each group's views, by key
 for _view in VIEWS.values():
     GROUPS.setdefault(_view.group, []).append(_view.key)
 _BY_TITLE = {v.title.casefold(): v.key for v in VIEWS.values()}
+# the short names the descriptions had before each view had one name (``show(result, "step")``, ``--views lens``,
+# an old link's ``view=step``): still accepted, each resolved to its view's key by :func:`view_key`, never shown
+ALIASES: dict[str, str] = {"step": "step_through", "lens": "layer_by_layer", "attribution": "what_drives_each_word",
+                           "positional": "positional_encoding", "source_prefix": "source_or_prefix",
+                           "flow": "how_each_word_is_built", "patching": "what_carries_the_change"}
+assert set(ALIASES.values()) <= set(VIEWS) and not set(ALIASES) & set(VIEWS)
 
-# the descriptions by their short names (``--views``, ``show(result, "step")``), in the registry's order
-DESCRIBED: dict[str, ModuleType] = {v.described.KEY: v.described for v in VIEWS.values() if v.described}
-TITLES: dict[str, str] = {v.described.KEY: v.title for v in VIEWS.values() if v.described}
+# the views with a description (the offline page's, ``--views``, ``show(result, "step_through")``), by key, in the
+# registry's order
+DESCRIBED: dict[str, ModuleType] = {v.key: v.described for v in VIEWS.values() if v.described}
+TITLES: dict[str, str] = {v.key: v.title for v in VIEWS.values() if v.described}
 
 
 def view_key(text: str) -> str | None:
-    """The key of the view ``text`` names: its key, or its title (a link written before the keys, or by hand:
-    ``view=Whole+test+set``; any case); None for anything else."""
+    """The key of the view ``text`` names: its key, an old short name (:data:`ALIASES`: ``step``), or its title (a
+    link written before the keys, or by hand: ``view=Whole+test+set``; any case); None for anything else."""
     text = str(text).strip()
-    return text if text in VIEWS else _BY_TITLE.get(text.casefold())
+    if text in VIEWS:
+        return text
+    return ALIASES.get(text) or _BY_TITLE.get(text.casefold())
 
 
 def group_of(view: str) -> str:

@@ -42,9 +42,9 @@ from .compute.inference import (
 from .drawing import figures
 from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table, plain
 
-VIEWS = tuple(registry.DESCRIBED)  # every view the page can draw (app.parts), in the registry's order
+OFFLINE_VIEWS = tuple(registry.DESCRIBED)  # the keys of the views this page draws (app.parts), in the registry's order
 # attribution runs the model 32 times, flow draws one graph per output piece: only where asked
-DEFAULT_VIEWS = tuple(v for v in VIEWS if v not in ("attribution", "flow"))
+DEFAULT_VIEWS = tuple(v for v in OFFLINE_VIEWS if v not in ("what_drives_each_word", "how_each_word_is_built"))
 VIEW_TITLES = registry.TITLES  # key -> the view's name in the app
 DECIMALS = 3  # decimals a chart's numbers keep on the page (more where its largest value is below 1)
 PHONE_PX = 700  # narrower screens: no plotly toolbar (it would sit on the charts), the charts scroll sideways
@@ -196,15 +196,24 @@ class _Html:
         raise TypeError(f"not a part: {type(p).__name__}")
 
 
+def view_keys(names: Sequence[str]) -> list[str]:
+    """The keys of the offline views ``names`` name (a key, an old short name of ``registry.ALIASES`` or a title);
+    a ``ValueError`` naming those that are none."""
+    keys = [registry.view_key(name) for name in names]
+    unknown = [name for name, key in zip(names, keys) if key not in registry.DESCRIBED]
+    if unknown:
+        raise ValueError(f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(OFFLINE_VIEWS)}")
+    return [key for key in keys if key]
+
+
 def describe(analysis: Analysis, translator: Translator | None = None, views: Sequence[str] = DEFAULT_VIEWS,
              **options: Any) -> tuple[list[tuple[str, list[Part]]], list[str]]:
-    """Each view's parts (``app.parts``), and the views left out (they need the translator, and there is none)."""
-    unknown = [v for v in views if v not in VIEWS]
-    if unknown:
-        raise ValueError(f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}")
+    """Each view's parts (``app.parts``), and the views left out (they need the translator, and there is none).
+    ``views``: keys of the registry, or their old short names (``registry.ALIASES``)."""
+    views = view_keys(views)
     src = Source(analysis, translator, options)
     drawn, left_out = [], []
-    for key in (v for v in VIEWS if v in views):
+    for key in (v for v in OFFLINE_VIEWS if v in views):
         try:
             drawn.append((key, registry.DESCRIBED[key].describe(src)))
         except NeedsModel:
@@ -341,9 +350,9 @@ def command_line() -> argparse.ArgumentParser:
     cli.add_checkpoint(parser)
     cli.add_decoding(parser, languages=True)
     parser.add_argument("--views", default=",".join(DEFAULT_VIEWS),
-                        help=f"comma-separated views among {', '.join(VIEWS)} (default: %(default)s)")
+                        help=f"comma-separated views among {', '.join(OFFLINE_VIEWS)} (default: %(default)s)")
     parser.add_argument("--method", default="integrated_gradients", choices=("integrated_gradients",
-                        "input_x_gradient"), help="attribution method (with --views ...,attribution)")
+                        "input_x_gradient"), help="attribution method (with --views ...,what_drives_each_word)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
     cli.add_threads(parser)
     return parser
@@ -353,10 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = command_line()
     args = parser.parse_args(argv)
     cli.use_threads(args)
-    views = [v.strip() for v in args.views.split(",") if v.strip()]
-    bad = [v for v in views if v not in VIEWS]
-    if bad:
-        parser.error(f"unknown view(s) {', '.join(bad)}; choose from {', '.join(VIEWS)}")
+    try:
+        views = view_keys([v.strip() for v in args.views.split(",") if v.strip()])
+    except ValueError as e:
+        parser.error(str(e))
     text = clean_text(args.text).strip()
     if not text:
         parser.error("the text is empty: give a sentence to translate")

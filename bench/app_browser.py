@@ -172,10 +172,11 @@ def first_visits(checkpoint: str | Path, visitors: int = 5, timeout_s: float = 1
 
 
 def view_keys(text: str) -> list[str]:
-    """``--only``'s value: view keys separated by commas, each a key of ``app.views.VIEWS``."""
-    from app.views import VIEWS
+    """``--only``'s value: view keys separated by commas, each a key of ``app.views.VIEWS`` (an old short name of
+    ``app.registry.ALIASES``: its key)."""
+    from app.registry import ALIASES, VIEWS
 
-    keys = [k.strip() for k in text.split(",") if k.strip()]
+    keys = [ALIASES.get(k.strip(), k.strip()) for k in text.split(",") if k.strip()]
     unknown = [k for k in keys if k not in VIEWS]
     if unknown or not keys:
         raise argparse.ArgumentTypeError(f"not a view key: {', '.join(unknown) or repr(text)} "

@@ -25,21 +25,21 @@ SHORT = 24  # characters of the longest option of a row of buttons
 
 class Page:
     """The page's side of a described view: ``PARAMS`` (one per picker, its option counted from 1) and
-    ``render(ctx)``."""
+    ``render(ctx)``. ``view``: the view's key in the registry (its widgets' keys start with it)."""
 
-    def __init__(self, description: ModuleType) -> None:
-        self.description = description
+    def __init__(self, view: str, description: ModuleType) -> None:
+        self.view, self.description = view, description
         self.PARAMS = tuple(Param(f"c{i + 1}", self.key(i), _option_from_one, None, lambda v: str(int(v) + 1))
                             for i in range(CHOICES))
 
     def key(self, i: int) -> str:
         """The widget key of the description's ``i``-th picker (0-based, in drawing order)."""
-        return f"{self.description.KEY}_choice{i + 1}"
+        return f"{self.view}_choice{i + 1}"
 
     def render(self, ctx: ViewContext) -> None:
         """The description's intro, then its parts (computed once per sentence, within the request's work)."""
         st.caption(controls.md_escape(self.description.INTRO))
-        self.draw(parts_of(ctx, self.description))
+        self.draw(parts_of(ctx, self.view, self.description))
 
     def draw(self, parts: list[Part]) -> None:
         """Draw ``parts`` (a description's) with this view's widget keys."""
@@ -51,14 +51,14 @@ def _option_from_one(text: str) -> int | None:
     return None if value is None else value - 1
 
 
-def parts_of(ctx: ViewContext, description: ModuleType) -> list[Part]:
-    """``description.describe`` of the shown sentence, kept with the other results (within the byte budget). The
-    probe it runs (``description.PROBE``, a key of ``app.compute.probes.PROBES``), when it names one, is counted
-    against the request's work and says what the page shows while it runs (``cached.job``)."""
+def parts_of(ctx: ViewContext, view: str, description: ModuleType) -> list[Part]:
+    """``description.describe`` (the view ``view``'s) of the shown sentence, kept with the other results (within the
+    byte budget). The probe it runs (``description.PROBE``, a key of ``app.compute.probes.PROBES``), when it names
+    one, is counted against the request's work and says what the page shows while it runs (``cached.job``)."""
     tr, a = ctx.tr, ctx.result
     probe = probes.PROBES[description.PROBE] if hasattr(description, "PROBE") else None
     ledger.spend(probe.cost(tr, a) if probe else 0.0)
-    key = ctx.model.key("described", description.KEY, a.text, a.settings, a.ablated)
+    key = ctx.model.key("described", view, a.text, a.settings, a.ablated)
     run = lambda: description.describe(Source(a, tr))
     return cached.RESULTS.get(key, lambda: cached.job(run, probe.working, probe.heavy) if probe else cached.job(run))
 
@@ -105,7 +105,7 @@ class _Drawing:
 
     def chart(self, part: Chart) -> None:
         self.charts += 1
-        name = f"{self.page.description.KEY}_{self.charts}_{part.name}".replace("-", "_")
+        name = f"{self.page.view}_{self.charts}_{part.name}".replace("-", "_")
         fig = part.figure if isinstance(part.figure, go.Figure) else go.Figure(part.figure)  # a variant: its JSON
         controls.chart(fig, part.name, name)
         if part.caption:

@@ -2,8 +2,8 @@
 three places that draw it: the Streamlit page (``app/views/``), the offline page (``python -m app.report``) and a
 notebook (``app.notebook.show``). No Streamlit here.
 
-A view that works offline has a module here with ``KEY`` (its short name for ``--views`` and ``show``), ``INTRO`` (one
-caption) and ``describe(src: Source) -> list[Part]``; optionally ``PROBE``, the key of the probe ``describe`` runs in
+A view that works offline has a module here with ``INTRO`` (one caption) and ``describe(src: Source) -> list[Part]``
+(named in the registry by the view's key alone); optionally ``PROBE``, the key of the probe ``describe`` runs in
 ``app.compute.probes.PROBES`` (its record's cost is counted against a page request's work, its words are the page's
 spinner while it runs). Its line in
 the registry (:mod:`app.registry`, ``described=``) names it; the page draws its parts itself

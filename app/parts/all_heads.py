@@ -7,7 +7,6 @@ from ..drawing import grid
 from ..drawing.analysis import KIND_NAMES, KINDS
 from . import Chart, Choice, Part, Source
 
-KEY = "all_heads"
 INTRO = ("Every head of one attention type at a glance, on one shared colour scale (0 to 1), so strong and diffuse "
          "heads compare fairly; rows are layers, columns heads.")
 

@@ -7,7 +7,6 @@ from ..compute.inference import Analysis
 from ..drawing import contributions, figures
 from . import Chart, Note, Part, Source, Table
 
-KEY = "attribution"
 INTRO = ("For each output piece, how much each source piece and each earlier output piece pushed the model towards "
          f"it: {figures.DIVERGING_WORDS}. Unlike attention weights, these follow the whole network.")
 HELP = ("Gradient attributions over the token embeddings, computed with the captum library: input × gradient, or "

@@ -7,7 +7,6 @@ from ..compute import probes, work
 from ..drawing import flowgraph
 from . import Chart, Choice, Note, Part, Source
 
-KEY = "flow"
 INTRO = ("Which heads carry what decides an output piece? Every block's output is split into its terms (each head's "
          "share from each position, the feed-forward block, the residual), each weighted by how close it is to the "
          "block's output (Ferrando and Voita, 2024); the graph follows the terms at or above the threshold back from "

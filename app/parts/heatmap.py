@@ -7,7 +7,6 @@ from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_title, one_head
 from . import Chart, Choice, Note, Part, Source, as_json, variant
 
-KEY = "heatmap"
 INTRO = "Rows are queries, columns keys; hover a cell for both tokens and the weight (colours from 0 to 1)."
 READING = {
     "encoder": "Each row is a source piece building its new representation; the colours along the row say how "

@@ -9,7 +9,6 @@ from ..compute.inference import Analysis
 from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
-KEY = "lens"
 PROBE = "lens"  # what it runs: its record in app.compute.probes.PROBES (cost, the page's words)
 INTRO = ("The logit lens: each decoder layer's output sent straight through the final norm and the output "
          "projection, as if it were the last layer. Where does each output piece become the top prediction?")

@@ -9,7 +9,6 @@ from ..drawing import figures
 from ..drawing.analysis import KIND_NAMES, KINDS, first_numbers
 from . import Chart, Choice, Part, Source
 
-KEY = "lines"
 INTRO = ("Token-to-token lines for one layer, one colour per head (like BertViz's head view): queries on the left, "
          "keys on the right; stronger weights draw darker, thicker lines. Hover a token to see where each head sends "
          "it; click a head in the legend to hide it. Weights below 0.05 draw no line.")

@@ -10,7 +10,6 @@ from ..drawing import figures
 from ..drawing.analysis import masked_weight
 from . import Chart, Choice, Note, Part, Source
 
-KEY = "masks"
 INTRO = ("The masks decide which keys a query may see: a blocked key's score is set to −∞ before the softmax, so its "
          "weight is exactly 0. Add padding to see the sentence as it sits in a batch next to longer ones.")
 # each panel: its mask, title, whether its queries / keys are the source (else the decoder input), and its caption

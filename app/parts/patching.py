@@ -17,7 +17,6 @@ from ..compute.inference import Analysis
 from ..drawing import patching as drawing
 from . import Chart, Choice, Note, Part, Source, Table
 
-KEY = "patching"
 PROBE = "patching"  # its record in app.compute.probes.PROBES (cost, the page's words)
 INTRO = ("If this source word were another, which layers, positions and heads would carry the change to the output? "
          "Activation patching (causal tracing): the sentence and an edited copy, one word swapped for another of "

@@ -11,7 +11,6 @@ from ..compute.inference import Analysis
 from ..drawing import positional as pe
 from . import Chart, Part, Source
 
-KEY = "positional"
 INTRO = ("The sinusoidal positional encoding added to every token embedding: PE[pos, 2i] = sin(pos / 10000^(2i/d)), "
          "PE[pos, 2i+1] = cos(pos / 10000^(2i/d)). Each pair of dimensions is a wave; wavelengths grow geometrically "
          "from 2π to 10000·2π, so nearby positions get similar codes.")

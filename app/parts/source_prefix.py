@@ -15,7 +15,6 @@ from ..compute.inference import Analysis
 from ..drawing import contributions, figures
 from . import Chart, Choice, Note, Part, Source
 
-KEY = "source_prefix"
 INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "
          "al., 2022) splits every attention block's output into one term per input piece (the residual included, "
          "through the layer norm), measures each piece's contribution by how close its term is to the output, and "

@@ -9,7 +9,6 @@ from ..drawing import figures
 from ..drawing.analysis import escape
 from . import Chart, Choice, Note, Part, Source, as_json, variant
 
-KEY = "step"
 INTRO = ("Step-through decoding: at each output step, the model's top candidates for the next piece with their "
          "probabilities (given the pieces before it), and where that step's cross-attention looked.")
 TOP_K = 8

@@ -19,7 +19,7 @@ def _page(view: View) -> ModuleType | described.Page:
     """What draws ``view`` on the page: its module in this package, else its description."""
     if view.page:
         return import_module(f"{__name__}.{view.page}")
-    return described.Page(view.described)
+    return described.Page(view.key, view.described)
 
 
 PAGES: dict[str, ModuleType | described.Page] = {key: _page(view) for key, view in VIEWS.items()}  # by view key

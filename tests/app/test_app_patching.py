@@ -224,7 +224,7 @@ def test_show_draws_the_librarys_effects_in_a_notebook_and_the_offline_page(tr):
 
     number, word, substitute = edit_for(tr)
     result = tr.translate(TEXT, return_attention=True)
-    html = show(result, "patching", translator=tr, word=number, substitute=substitute, return_html=True)
+    html = show(result, "what_carries_the_change", translator=tr, word=number, substitute=substitute, return_html=True)
     data = json.loads(zlib.decompress(base64.b64decode(re.search(
         r'<script type="application/octet-stream" id="[^"]+-data">([^<]+)</script>', html).group(1))))
     text = tr.tokenizer.decode(result.source_ids)  # a notebook's translation carries no text: its pieces decoded
@@ -236,9 +236,9 @@ def test_show_draws_the_librarys_effects_in_a_notebook_and_the_offline_page(tr):
                                                                                atol=2e-3) for a in z), direction
         # both directions behind the picker, rounded to 3 decimals on the page
     assert "Cross-attention reading" in html and "Encoder: one layer" in html
-    assert "patching" in report.DEFAULT_VIEWS
+    assert "what_carries_the_change" in report.DEFAULT_VIEWS
     with pytest.raises(ValueError, match="translator"):
-        show(result, "patching")
+        show(result, "what_carries_the_change")
 
 
 def test_export_offers_the_last_patchings_numbers(app_env, tr):

@@ -25,9 +25,9 @@ def _toy_page_script() -> None:
     from app.page import described
     from app.parts import Chart, Choice, Note, Table
 
-    toy = types.SimpleNamespace(KEY="toy", INTRO="A toy view.")
+    toy = types.SimpleNamespace(INTRO="A toy view.")
     bar = lambda title: go.Figure(go.Bar(x=["a", "b"], y=[1, 2]), layout={"title": {"text": title}})
-    described.Page(toy).draw([
+    described.Page("toy", toy).draw([
         Choice("Type", [
             ("first", [Choice("Layer", [("layer 1", [Note("first, layer 1")]),
                                         ("layer 2", [Chart(bar("first L2"), "*not emphasis*", "bar-1")])], 1)]),
@@ -67,9 +67,9 @@ def test_a_described_views_pickers_are_address_parameters_counted_from_one():
     assert isinstance(page, described.Page) and VIEWS["layer_by_layer"].page is None  # its description alone
     assert params.of_view("layer_by_layer") == page.PARAMS
     first = page.PARAMS[0]
-    assert (first.name, first.key) == ("c1", "lens_choice1")
+    assert (first.name, first.key) == ("c1", "layer_by_layer_choice1")
     state: dict = {}
-    assert first.take("2", state) is None and state["lens_choice1"] == 1  # option 2 in the address, 1 in the widget
+    assert first.take("2", state) is None and state["layer_by_layer_choice1"] == 1  # option 2 in the address, 1 there
     assert first.text(1) == "2"
     for bad in ("0", "-1", "x", "1e3"):
         assert first.take(bad, {}) is not None

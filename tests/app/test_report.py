@@ -62,10 +62,10 @@ def test_every_view_with_a_description_is_offline_in_the_registry():
     assert VIEWS is registry.VIEWS  # one list of views, read by the page, the offline page and a notebook
     assert list(PAGES) == list(VIEWS)  # each one drawn on the page
     offline = [v for v in VIEWS.values() if v.offline]
-    assert [v.described.KEY for v in offline] == list(report.VIEWS)  # the offline page's, in the registry's order
-    assert [report.VIEW_TITLES[v.described.KEY] for v in offline] == [v.title for v in offline]
+    assert [v.key for v in offline] == list(report.OFFLINE_VIEWS)  # the offline page's, in the registry's order
+    assert [report.VIEW_TITLES[v.key] for v in offline] == [v.title for v in offline]
     assert VIEWS["source_or_prefix"].offline and not VIEWS["ablation"].offline
-    assert "source_prefix" in report.DEFAULT_VIEWS
+    assert "source_or_prefix" in report.DEFAULT_VIEWS
 
 
 @pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
@@ -75,8 +75,8 @@ def test_the_page_draws_the_builders_figures_of_the_model_s_own_numbers(tr):
 
     text = "Two dogs play in the park."
     result = tr.translate(text, beam_size=2)
-    page = report.build_page(result, tr, report.VIEWS, text=text, method="input_x_gradient")
-    assert views_of(page) == (list(report.VIEWS), [])
+    page = report.build_page(result, tr, report.OFFLINE_VIEWS, text=text, method="input_x_gradient")
+    assert views_of(page) == (list(report.OFFLINE_VIEWS), [])
     for kind, attns in (("encoder", result.encoder_attentions), ("decoder", result.decoder_attentions),
                         ("cross", result.cross_attentions)):
         own = np.stack([a.numpy() for a in attns])  # (L, H, Q, K), the translation's own
@@ -152,7 +152,7 @@ def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
         assert isinstance(chart.figure, dict), f"{name}: a copy, not a figure built again"
         assert spec == report.figure_json(built.pop(name).figure), name
     assert not built, f"not on the page: {sorted(built)}"
-    page = report.build_page(a, tr, ("heatmap", "step"))
+    page = report.build_page(a, tr, ("heatmap", "step_through"))
     for on_page, spec, chart in zip(page_figures(page), shown, charts, strict=True):
         assert {k: v for k, v in on_page.items() if k != "config"} == {k: v for k, v in spec.items() if k != "title"}, \
             chart.name
@@ -230,9 +230,9 @@ def test_show_draws_one_view_or_every_view(tr):
                                     [v for v in report.DEFAULT_VIEWS if v not in ("heatmap", "all_heads", "lines")])
     # the Source row is the sentence, not the pieces joined
     assert "<th>Source</th><td>A woman plays with a ball.</td>" in alone.html
-    step = notebook.show(result, "step", translator=tr)
-    assert views_of(step.html) == (["step"], []) and named(step.html, "step1-topk")
-    assert views_of(step.page) == (["step"], [])  # .save() writes the same view as a page
+    step = notebook.show(result, "step_through", translator=tr)
+    assert views_of(step.html) == (["step_through"], []) and named(step.html, "step1-topk")
+    assert views_of(step.page) == (["step_through"], [])  # .save() writes the same view as a page
     with pytest.raises(ValueError, match="translator"):
         notebook.show(result, "step")
     with pytest.raises(ValueError, match="layer counts from 1 to 2"):
@@ -297,7 +297,7 @@ def test_show_takes_every_family(tmp_path, tiny_corpus):
                         "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn", "--views", "heatmap,step"]) == 0
     page = out.read_text(encoding="utf-8")
     assert "<th>Languages</th><td>eng_Latn → fra_Latn</td>" in page
-    assert views_of(page) == (["heatmap", "step"], [])
+    assert views_of(page) == (["heatmap", "step_through"], [])
 
 
 @pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
@@ -326,7 +326,7 @@ def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     out = tmp_path / "page.html"  # HTML-like text, quotes and a U+202E in one sentence
     subprocess.run([sys.executable, "-m", "app.report", REVERSED, "--out", str(out), "--checkpoint", str(SHIPPED),
-                    "--views", ",".join(report.VIEWS), "--method", "input_x_gradient"],
+                    "--views", ",".join(report.OFFLINE_VIEWS), "--method", "input_x_gradient"],
                    cwd=ROOT, check=True, capture_output=True, timeout=600)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -353,7 +353,7 @@ def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
                                                             d.dismiss()))
                 page.goto(out.as_uri())
                 page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === "
-                                       f"{len(report.VIEWS)}", timeout=120_000)
+                                       f"{len(report.OFFLINE_VIEWS)}", timeout=120_000)
                 where = f"{width}x{height}"
                 crossing = page.evaluate_handle("""() => {  // the counter itself: two labels on one spot do cross
                     const div = document.createElement("div"); document.body.appendChild(div);
@@ -362,7 +362,7 @@ def test_the_page_draws_offline_in_chromium_on_every_screen(tmp_path):
                                           .then(() => div); }""")
                 assert len(page.evaluate(OVERLAPS, crossing)) == 1
                 page.evaluate("(div) => div.remove()", crossing)
-                for view in report.VIEWS:  # every section drew its charts, and no chart text sits on another
+                for view in report.OFFLINE_VIEWS:  # every section drew its charts, and no chart text sits on another
                     section = page.locator(f"#{view}")
                     assert section.locator(".js-plotly-plot .main-svg").count() >= 1, (view, where)
                     assert page.evaluate(OVERLAPS, section.element_handle()) == [], (view, where)
@@ -416,7 +416,7 @@ def test_the_docs_notebook_runs_in_a_real_kernel():
     from plotly.offline import get_plotlyjs
 
     drawn = [h for h in shown if 'class="attn-report"' in h]
-    assert [views_of(h)[0] for h in drawn] == [list(report.DEFAULT_VIEWS), ["step"]]  # every view, then one alone
+    assert [views_of(h)[0] for h in drawn] == [list(report.DEFAULT_VIEWS), ["step_through"]]  # every view, one alone
     assert sum(h.count(get_plotlyjs()[:200]) for h in shown) == 1  # plotly.js once per notebook
     assert sum(len(h) for h in shown) < len(get_plotlyjs()) + 1_500_000  # the rest: a few figures
     assert "<th>Source</th><td>Two young men are playing soccer on a green field.</td>" in drawn[0]

@@ -9,7 +9,7 @@ import pytest
 
 st = pytest.importorskip("streamlit")
 
-from app.registry import GROUPS, VIEWS, view_key  # noqa: E402
+from app.registry import ALIASES, DESCRIBED, GROUPS, TITLES, VIEWS, view_key  # noqa: E402
 
 
 def test_every_view_has_a_lower_case_key_and_its_own_title():
@@ -24,8 +24,30 @@ def test_a_key_or_a_title_names_a_view_and_nothing_else_does():
     for key, view in VIEWS.items():
         assert view_key(key) == key
         assert view_key(view.title) == view_key(view.title.upper()) == view_key(f" {view.title} ") == key
-    for other in ("", "heat map", "Whole+test+set", "../../etc", "<x>", "heatmap2", "VIEWS"):
+    for other in ("", "heat map", "Whole+test+set", "../../etc", "<x>", "heatmap2", "VIEWS", "Step", "inside_head"):
         assert view_key(other) is None, other
+
+
+def test_every_view_has_one_name_and_the_old_short_names_are_aliases():
+    """The registry key is a view's one name: the offline views and their titles are keyed by it, and the short names
+    the descriptions had (``step``, ``lens``, ...) are aliases only, each resolved to one view's key."""
+    assert list(DESCRIBED) == [k for k, v in VIEWS.items() if v.described] == list(TITLES)
+    assert all(TITLES[k] == VIEWS[k].title for k in TITLES)
+    assert not set(ALIASES) & set(VIEWS)  # an alias never shadows a key
+    for alias, key in ALIASES.items():
+        assert view_key(alias) == key and VIEWS[key].offline, alias
+    assert view_key("step") == "step_through" and view_key("lens") == "layer_by_layer"
+    assert all(not hasattr(module, "KEY") for module in DESCRIBED.values())  # no second name in a description
+
+
+def test_an_old_short_name_in_the_offline_page_and_a_notebook_is_its_key():
+    from app import report
+
+    assert report.view_keys(["step", "lens", "heatmap", "Masks"]) == ["step_through", "layer_by_layer", "heatmap",
+                                                                      "masks"]
+    for bad in (["nope"], ["ablation"], ["step", "whole_test_set"]):  # unknown, or a view the offline page lacks
+        with pytest.raises(ValueError, match="unknown view"):
+            report.view_keys(bad)
 
 
 @pytest.fixture()
@@ -37,7 +59,7 @@ def session(monkeypatch: pytest.MonkeyPatch):
     st.session_state.clear()
 
 
-@pytest.mark.parametrize("given", ["Source or prefix", "source or prefix", "source_or_prefix"])
+@pytest.mark.parametrize("given", ["Source or prefix", "source or prefix", "source_or_prefix", "source_prefix"])
 def test_a_link_with_a_title_or_a_key_opens_the_view_and_the_address_writes_its_key(session, given):
     from app import views  # noqa: F401 (registers every view's parameters)
     from app.page import state

@@ -139,7 +139,7 @@ def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
 
     tr = transformer.load(SHIPPED, device="cpu")
     out = tmp_path / "page.html"
-    out.write_text(report.build_page(tr.translate(TEXT, return_attention=True), tr, ("lens",), text=TEXT))
+    out.write_text(report.build_page(tr.translate(TEXT, return_attention=True), tr, ("layer_by_layer",), text=TEXT))
     page = new_context(browser, "phone").new_page()
     page.goto(out.as_uri())
     page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === 1", timeout=60_000)

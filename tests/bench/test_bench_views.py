@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bench.app_browser import CHROMIUM, main
+from bench.app_browser import CHROMIUM, main, view_keys
 
 
 def _needs_browser() -> None:
@@ -32,6 +32,7 @@ def test_only_takes_view_keys_and_goes_with_views(capsys):
     err = capsys.readouterr().err
     assert bad_key.value.code == 2 and without_views.value.code == 2
     assert "not a view key: Heatmap" in err and "--only goes with --views" in err
+    assert view_keys("all_heads, step") == ["all_heads", "step_through"]  # an old short name is its key
 
 
 @pytest.mark.browser
