@@ -18,7 +18,7 @@ __all__ = ["GROUPS", "PAGES", "VIEWS", "View", "group_of", "render"]
 def _page(view: View) -> ModuleType | described.Page:
     """What draws ``view`` on the page: its module in this package, else its description."""
     if view.page:
-        return import_module(f"{__name__}.{view.page}")
+        return import_module(f"{__name__}.{view.key}")
     return described.Page(view.key, view.described)
 
 

@@ -10,7 +10,7 @@ from .. import report
 from ..compute.inference import Analysis
 from ..page import controls, state
 from ..page.state import ViewContext
-from . import patching
+from . import what_carries_the_change as patching
 
 PARAMS = ()  # no choices of its own
 

@@ -136,7 +136,8 @@ def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
     from app import notebook, parts, report
 
     result = tr.translate(TEXT)
-    described = parts.flow.describe(parts.Source(report.analysis_for(result, tr), tr))  # the one description
+    # the one description
+    described = parts.how_each_word_is_built.describe(parts.Source(report.analysis_for(result, tr), tr))
     choice = next(p for p in described if isinstance(p, parts.Choice))
     assert len(choice.options) == len(result.target_ids)
     src = torch.tensor([result.source_ids])
@@ -240,7 +241,7 @@ def test_each_side_has_its_rows_and_a_step_is_named_by_its_piece_everywhere():
     output step (the piece it produces) in the rows, the hovers and the head picker; a note where no source term
     reaches the piece; columns far enough apart, and targets large enough, for a finger."""
     from app.drawing.figures import min_width
-    from app.views.flow import query_name
+    from app.views.how_each_word_is_built import query_name
 
     g = small_graph()
     fig = flowgraph.flow_figure(g, ["▁a", "▁b", "<x>", "</s>"], ["▁c", "▁d"], (1, 1))

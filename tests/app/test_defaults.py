@@ -62,7 +62,7 @@ def test_every_default_path_names_the_post_norm_default(monkeypatch):
 def test_compare_models_pairs_the_default_with_the_other_layout():
     pytest.importorskip("streamlit")
     from app.compute import catalog
-    from app.views.compare import partner
+    from app.views.compare_models import partner
 
     infos = catalog.list_checkpoints()
     assert partner("checkpoints/multi30k-en-de", infos) == \

@@ -64,7 +64,7 @@ def test_a_described_views_pickers_are_address_parameters_counted_from_one():
     from app.views import PAGES, VIEWS
 
     page = PAGES["layer_by_layer"]
-    assert isinstance(page, described.Page) and VIEWS["layer_by_layer"].page is None  # its description alone
+    assert isinstance(page, described.Page) and not VIEWS["layer_by_layer"].page  # its description alone
     assert params.of_view("layer_by_layer") == page.PARAMS
     first = page.PARAMS[0]
     assert (first.name, first.key) == ("c1", "layer_by_layer_choice1")
@@ -77,7 +77,8 @@ def test_a_described_views_pickers_are_address_parameters_counted_from_one():
 
 def test_a_described_view_on_the_page_is_the_description_the_offline_page_draws(app_env, tr):
     from app import report
-    from app.parts import Chart, Source, Table, layers
+    from app.parts import Chart, Source, Table
+    from app.parts import layer_by_layer as layers
 
     at = set_view(translate(new_app(), TEXT), "layer_by_layer")
     assert_clean(at)

@@ -130,7 +130,7 @@ def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
     text = "Two dogs play in the park."
     a = report.analysis_for(tr.translate(text, beam_size=2), tr, text)
     src = parts.Source(a, tr)
-    charts = [c for described in (parts.heatmap, parts.step) for c in charts_of(described.describe(src))]
+    charts = [c for described in (parts.heatmap, parts.step_through) for c in charts_of(described.describe(src))]
     shown = [report.figure_json(c.figure) for c in charts]
     n_layers = a.cross.shape[0]
     built = {}  # the builders' own charts, by name (a step's cross-attention: by name and layer)
@@ -141,7 +141,7 @@ def test_every_copy_of_a_chart_is_what_the_builder_draws(tr):
                     parts.heatmap.chart(a, kind, layer, head)
     for t in range(len(a.target_tokens)):
         for layer in range(1, n_layers + 1):
-            built[f"step{t + 1}-cross {layer}"] = parts.step.looked(a, t, layer, (0.0, 1.0))
+            built[f"step{t + 1}-cross {layer}"] = parts.step_through.looked(a, t, layer, (0.0, 1.0))
     copies = [(c, spec) for c, spec in zip(charts, shown) if c.name in built or c.name.endswith("-cross")]
     step_seen: dict[str, int] = {}
     for chart, spec in copies:

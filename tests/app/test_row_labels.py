@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 
 from app.drawing import figures, row_labels, svg
-from app.views.heads import importance_figure
+from app.views.heads_across_the_test_set import importance_figure
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 QUERIES = ["▁Ein", "▁junges", "▁Mädchen", "▁rennt", "▁mit", "▁ihrem", "▁Hund", "▁im", "▁Park", "▁ihrem", "."]

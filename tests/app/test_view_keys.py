@@ -40,6 +40,19 @@ def test_every_view_has_one_name_and_the_old_short_names_are_aliases():
     assert all(not hasattr(module, "KEY") for module in DESCRIBED.values())  # no second name in a description
 
 
+def test_a_view_s_modules_are_named_by_its_key():
+    """``app/views/<key>.py`` and ``app/parts/<key>.py``: the registry needs no second name to find them."""
+    from pathlib import Path
+
+    import app
+
+    root = Path(app.__file__).parent
+    pages = {p.stem for p in (root / "views").glob("*.py")} - {"__init__", "whole_test_set_lines"}  # a helper
+    parts = {p.stem for p in (root / "parts").glob("*.py")} - {"__init__"}
+    assert pages == {k for k, v in VIEWS.items() if v.page}
+    assert parts == set(DESCRIBED) and all(m.__name__ == f"app.parts.{k}" for k, m in DESCRIBED.items())
+
+
 def test_an_old_short_name_in_the_offline_page_and_a_notebook_is_its_key():
     from app import report
 

@@ -75,7 +75,8 @@ def test_on_top_from_layer_is_the_layer_from_which_the_piece_stays_on_top(tr):
     top at layer 2, not at 3, and again at 4 is on top from layer 4), read against the lens's own top pieces."""
     from app import report
     from app.compute import probes
-    from app.parts import Table, layers
+    from app.parts import Table
+    from app.parts import layer_by_layer as layers
 
     assert layers.stays_top_from(np.array([0, 1, 0, 0])) == 3
     assert layers.stays_top_from(np.array([1, 0, 1])) is None and layers.stays_top_from(np.array([0, 0])) == 1
@@ -120,7 +121,7 @@ def test_the_positional_view_says_the_table_equals_the_formula(tr):
     """Issue 57 §10: no "differs by 0.0e+00": equal to float precision, said so; a table that differs says by how
     much."""
     from app.compute import probes
-    from app.parts import positional
+    from app.parts import positional_encoding as positional
 
     diff = float(np.abs(probes.model_pe(tr) - probes.positional_table(*probes.model_pe(tr).shape)).max())
     assert diff <= positional.FLOAT_PRECISION

@@ -35,7 +35,7 @@ def test_the_diverging_colours_are_described_as_they_are_drawn():
     assert words.index("blue") < words.index("positive") < words.index("red") < words.index("negative")
     from app import parts  # the one description the app, the notebook and the offline page draw
 
-    assert words in parts.drivers.INTRO
+    assert words in parts.what_drives_each_word.INTRO
     assert "red positive" not in (ROOT / "app" / "report.js").read_text()
 
 
@@ -149,7 +149,7 @@ def test_min_width_gives_every_label_its_room():
 
 
 def test_a_number_in_the_lens_table_says_what_it_is():
-    from app.parts.layers import top_cell
+    from app.parts.layer_by_layer import top_cell
 
     assert top_cell("▁Jemand", 0.0004) == "▁Jemand (probability 0.000)"
 
@@ -157,7 +157,7 @@ def test_a_number_in_the_lens_table_says_what_it_is():
 def test_the_heads_table_shows_a_dash_where_a_statistic_does_not_apply():
     import json
 
-    from app.views.heads import head_rows, styled
+    from app.views.heads_across_the_test_set import head_rows, styled
 
     data = json.loads((ROOT / "checkpoints" / "multi30k-en-de" / "heads.json").read_text())
     frame = head_rows(data)

@@ -13,7 +13,7 @@ from ..drawing import positional as pe
 from ..page import controls
 from ..page.params import Param, int_in, int_list, join
 from ..page.state import ViewContext
-from ..parts import positional as described  # this view's description (the offline page's too)
+from ..parts import positional_encoding as described  # this view's description (the offline page's too)
 
 PE_CELLS = 33_000  # each table's heatmap draws at most about this many cells (every n-th position and dimension;
 # the shipped models' own table, 256 x 128, whole)

@@ -7,7 +7,7 @@ import streamlit as st
 from ..page import controls
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
-from ..parts import step as described  # this view's description (the offline page's too)
+from ..parts import step_through as described  # this view's description (the offline page's too)
 
 PARAMS = (Param("step", "step", int_in(1, 1000), 1), Param("k", "topk", int_in(3, 100), 8),
           Param("sl", "step_layer", int_in(1, 64)))

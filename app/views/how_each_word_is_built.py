@@ -19,7 +19,7 @@ from ..drawing.analysis import KIND_NAMES, escape, first_numbers
 from ..page import controls, heatmaps
 from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext
-from ..parts import flow as described  # this view's description (the offline page's too)
+from ..parts import how_each_word_is_built as described  # this view's description (the offline page's too)
 
 STEP, THRESHOLD, HEAD, WINDOW, COMPARE = "flow_step", "flow_threshold", "flow_head", "flow_swin", "flow_compare"
 DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD

@@ -16,7 +16,7 @@ from ..page import controls, heatmaps, params
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
 from ..parts import Table
-from ..parts import patching as described  # this view's description (the offline page's and a notebook's too)
+from ..parts import what_carries_the_change as described  # its description (the offline page's, a notebook's)
 
 WORD, SUBSTITUTE, STEP, FOIL, DIRECTION, HEAD = ("patch_word", "patch_substitute", "patch_step", "patch_foil",
                                                  "patch_direction", "patch_head")

@@ -9,7 +9,7 @@ from ..drawing import figures
 from ..page import controls, heatmaps
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
-from ..parts import drivers as described  # this view's description (the offline page's too)
+from ..parts import what_drives_each_word as described  # this view's description (the offline page's too)
 
 METHODS = described.METHODS
 SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)
