@@ -206,7 +206,7 @@ def view_keys(names: Sequence[str]) -> list[str]:
     return [key for key in keys if key]
 
 
-def describe(analysis: Analysis, translator: Translator | None = None, views: Sequence[str] = DEFAULT_VIEWS,
+def views_parts(analysis: Analysis, translator: Translator | None = None, views: Sequence[str] = DEFAULT_VIEWS,
              **options: Any) -> tuple[list[tuple[str, list[Part]]], list[str]]:
     """Each view's parts (``app.parts``), and the views left out (they need the translator, and there is none).
     ``views``: keys of the registry, or their old short names (``registry.ALIASES``)."""
@@ -285,7 +285,7 @@ def fragment(analysis: Analysis, translator: Translator | None = None, views: Se
              model: str = "", notices: Sequence[str] = (), summary: bool = True, **options: Any) -> str:
     """The views as one block of HTML (its own style, data and script; plotly.js not included: the page or the
     notebook brings it once)."""
-    drawn, left_out = describe(analysis, translator, views, **options)
+    drawn, left_out = views_parts(analysis, translator, views, **options)
     out = _Html()
     sections = "".join(f'<section id="{key}" class="view"><h2>{html.escape(VIEW_TITLES[key])}</h2>'
                        f'<p class="note">{html.escape(registry.DESCRIBED[key].INTRO)}</p>{out.parts(items)}</section>'

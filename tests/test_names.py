@@ -46,6 +46,27 @@ def test_kinds_is_the_attention_kinds_only():
     assert "PAIR_KINDS" in assigned(ROOT / "transformer" / "interpret" / "constructed.py")  # detection's pair kinds
 
 
+# the names every module of a kind defines by design, each meaning the same thing in each: a view's address
+# parameters (app/views), a description's caption and probe (app/parts), a model family's record (families/)
+PROTOCOL = {"PARAMS": "app/views/", "INTRO": "app/parts/", "PROBE": "app/parts/",
+            "FAMILY": "transformer/checkpoint/families/"}
+
+
+def test_each_module_level_constant_is_defined_once():
+    """A module-level UPPER_CASE name of app/ or transformer/ is assigned in one module: a constant that means the
+    same elsewhere is imported from there, one that means something else has a name of its own (``SIGNAL_HELP``
+    beside ``signals.SIGNALS``, ``SIDEBAR_DEFAULTS`` beside ``decoding.DEFAULTS``)."""
+    homes: dict[str, list[str]] = {}
+    for path in sources(*PACKAGES):
+        for name in assigned(path):
+            if name.isupper() and len(name) > 1:
+                homes.setdefault(name, []).append(path.relative_to(ROOT).as_posix())
+    twice = {name: where for name, where in homes.items() if len(where) > 1
+             and not (name in PROTOCOL and all(w.startswith(PROTOCOL[name]) for w in where))}
+    assert not twice, twice
+    assert len(homes["PARAMS"]) > 10 and len(homes["INTRO"]) > 5  # the protocol names are there, where they belong
+
+
 def test_every_public_function_and_class_is_used_or_named_elsewhere():
     read = [*sources(*PACKAGES, "bench", "tests", "docs"), ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     words = Counter(w for p in read for w in re.findall(r"\w+", p.read_text(encoding="utf-8")))

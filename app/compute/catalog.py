@@ -30,7 +30,6 @@ def _repo_root() -> Path:
 REPO_ROOT = _repo_root()
 
 
-DEFAULT_CHECKPOINT = cli.DEFAULT_CHECKPOINT
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
@@ -377,7 +376,7 @@ def model_allowed(checkpoint: str) -> bool:
 
 def default_checkpoint() -> str:
     """``$ATTN_CHECKPOINT`` or ``checkpoints/multi30k-en-de``."""
-    return os.environ.get("ATTN_CHECKPOINT", "").strip() or DEFAULT_CHECKPOINT
+    return os.environ.get("ATTN_CHECKPOINT", "").strip() or cli.DEFAULT_CHECKPOINT
 
 
 _URL = re.compile(r"\b(?:https?|ftp|file|wss?)://[^\s'\"<>)\]]+", re.IGNORECASE)

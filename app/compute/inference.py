@@ -23,7 +23,7 @@ from transformer.network import kinds
 from transformer.network.kinds import HeadKey as HeadKey  # re-exported: app.compute.inference.HeadKey
 from transformer.network.kinds import all_heads as _all_heads
 
-TOP_K = 10
+ANALYSIS_TOP_K = 10
 MAX_INPUT_CHARS = 5000
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # Unicode's Bidi_Control characters
@@ -150,7 +150,8 @@ def stack_layers(attns: tuple[torch.Tensor, ...]) -> np.ndarray:
 
 @torch.no_grad()
 def analyse(tr: Translator, text: str, settings: DecodeSettings | None = None,
-            ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, pieces: tuple[int, ...] | None = None) -> Analysis:
+            ablated: tuple[HeadKey, ...] = (), top_k: int = ANALYSIS_TOP_K,
+            pieces: tuple[int, ...] | None = None) -> Analysis:
     """Translate ``text`` and collect every attention weight and the per-step candidates (``settings`` None: the
     defaults; ``pieces``: the text's pieces when the caller has them, :class:`Sentence`)."""
     settings = settings or DecodeSettings()
@@ -163,7 +164,7 @@ def analyse(tr: Translator, text: str, settings: DecodeSettings | None = None,
 
 @torch.no_grad()
 def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: DecodeSettings | None = None,
-                ablated: tuple[HeadKey, ...] = (), top_k: int = TOP_K, start: float | None = None) -> Analysis:
+                ablated: tuple[HeadKey, ...] = (), top_k: int = ANALYSIS_TOP_K, start: float | None = None) -> Analysis:
     """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
     every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
     settings = settings or DecodeSettings()

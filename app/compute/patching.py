@@ -28,7 +28,7 @@ COMMON = frozenset([  # the words a caption swaps most often (Multi30k's domain)
     "shirt", "dress", "hat", "jacket", "street", "beach", "water", "snow", "grass", "field", "road", "table", "red",
     "blue", "green", "black", "white", "yellow", "orange", "pink", "purple", "brown", "gray", "grey", "young", "old",
     "small", "large", "big", "little"])
-DIRECTIONS = {"denoise": "Denoise: the edited run, one site at a time taken from the original run; 1 = that site "
+DIRECTION_WORDS = {"denoise": "Denoise: the edited run, one site at a time taken from the original run; 1 = that site "
                          "alone brings the original prediction back.",
               "noise": "Noise: the original run, one site at a time taken from the edited run; 1 = that site alone "
                        "carries the edit's whole change."}

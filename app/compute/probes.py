@@ -69,7 +69,7 @@ def embedding_norms(tr: Translator, ids: list[int]) -> np.ndarray:
     return (weight[torch.tensor(ids, dtype=torch.long)].norm(dim=-1) * tr.model.embedding_scale).numpy()
 
 
-VOCAB_BLOCK = 16_384  # rows of the embedding table converted to float32 at a time
+EMBEDDING_BLOCK = 16_384  # rows of the embedding table converted to float32 at a time
 
 
 def vocab_embedding_norms(tr: Translator) -> np.ndarray:
@@ -78,7 +78,7 @@ def vocab_embedding_norms(tr: Translator) -> np.ndarray:
     2,048, twice over before)."""
     weight = tr.model.src_embed.weight.detach()
     with torch.no_grad():
-        norms = torch.cat([block.float().norm(dim=-1) for block in weight.split(VOCAB_BLOCK)]).cpu()  # (V,)
+        norms = torch.cat([block.float().norm(dim=-1) for block in weight.split(EMBEDDING_BLOCK)]).cpu()  # (V,)
     pad = tr.config.pad_id
     return (torch.cat([norms[:pad], norms[pad + 1:]]) * tr.model.embedding_scale).numpy()
 

@@ -31,7 +31,7 @@ from transformer import cli
 
 from . import catalog, safe_read
 
-DATA_DIR = cli.DEFAULT_DATA_DIR  # where the README's `python -m transformer.data --download data/multi30k` puts it
+# where the README's `python -m transformer.data --download data/multi30k` puts it
 MAX_INPUT_BYTES = 16 * 2**20  # a data file larger than this is not read (Multi30k's largest, train.de: 2.2 MB)
 MAX_INPUT_LINES = 1_000_000
 NAME_PART = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a split or a language, as a file name holds it
@@ -42,7 +42,8 @@ ONLY_IDS = "Only line ids, translations and signals are shown."
 def data_roots() -> list[Path]:
     """Where a copy of the data set may be, in order: ``$ATTN_DATA_DIR``, ``data/multi30k`` in the working directory,
     and in the repository."""
-    roots = [os.environ.get("ATTN_DATA_DIR", "").strip(), DATA_DIR, str(catalog.REPO_ROOT / DATA_DIR)]
+    roots = [os.environ.get("ATTN_DATA_DIR", "").strip(), cli.DEFAULT_DATA_DIR,
+             str(catalog.REPO_ROOT / cli.DEFAULT_DATA_DIR)]
     return [Path(r) for r in dict.fromkeys(roots) if r]
 
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transformer.checkpoint.files import read_json
-from transformer.interpret.columns import COLUMNS as DESCRIBED
+from transformer.interpret.columns import COLUMNS
 from transformer.interpret.corpus_files import MAX_MANIFEST_BYTES
 from transformer.interpret.flagging import FlagRule
 
@@ -34,8 +34,9 @@ from .table_inputs import data_roots, join_inputs, same_input  # noqa: F401 (the
 TABLES = "tables"  # a checkpoint's folder of shipped tables
 TEXTS = ("source", "translation", "reference")
 # the view's columns first; the contract's others (transformer.interpret.table.COLUMNS) after
-COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min", "eos_attention",
-           "repetition", "min_piece_logprob", "omission", "length_ratio", "hit_max_len", "unk", "flag", "flag_score")
+VIEW_COLUMNS = ("id", *TEXTS, "score", "seq_logprob", "chrf", "bleu", "source_share", "source_share_min",
+                "eos_attention", "repetition", "min_piece_logprob", "omission", "length_ratio", "hit_max_len", "unk",
+                "flag", "flag_score")
 REQUIRED = ("id", "translation")
 TEXT_COLUMNS = (*TEXTS, "note")  # the contract's columns of text; of true / false; the others numbers
 BOOL_COLUMNS = ("flag", "hit_max_len", "truncated")
@@ -51,7 +52,7 @@ PAGE_BYTES = 1_000_000  # what one page of the table sends at most, about (every
 PAGE_ROWS = 1_000  # and its rows at most
 
 # The columns a histogram can show: column -> its one plain sentence (transformer.interpret.columns.COLUMNS)
-SIGNALS: dict[str, str] = {name: DESCRIBED[name].help for name in (
+SIGNAL_HELP: dict[str, str] = {name: COLUMNS[name].help for name in (
     "chrf", "bleu", "source_share", "source_share_min", "seq_logprob", "min_piece_logprob", "omission", "score",
     "eos_attention", "repetition", "length_ratio", "flag_score")}
 SHARES = ("source_share", "source_share_min", "eos_attention")  # shares in [0, 1], drawn as bars
@@ -260,7 +261,7 @@ def cut_texts(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
 
 
 def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
-    """The contract's columns, in the view's order (``COLUMNS`` first; a missing one added empty), nothing else;
+    """The contract's columns, in the view's order (``VIEW_COLUMNS`` first; a missing one added empty), nothing else;
     ids whole numbers from 0 (else :class:`TableError`), ``flag`` true / false, texts str or None."""
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
@@ -268,7 +269,7 @@ def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
     if len(frame) > MAX_ROWS:
         raise TableError(f"{name} has {len(frame):,} rows, over the {MAX_ROWS:,} this page shows")
     frame = frame.copy()
-    for column in COLUMNS:
+    for column in VIEW_COLUMNS:
         if column not in frame.columns:
             frame[column] = None if column in TEXTS else (False if column == "flag" else np.nan)
     ids = pd.to_numeric(frame["id"], errors="coerce").astype("float64").to_numpy()
@@ -284,7 +285,7 @@ def normalise(frame: pd.DataFrame, name: str = "the table") -> pd.DataFrame:
     for column in (*TEXTS, "note"):
         if column in frame.columns:
             frame[column] = frame[column].astype("object").where(frame[column].notna(), None)
-    order = [*COLUMNS, *(c for c in contract() if c not in COLUMNS)]
+    order = [*VIEW_COLUMNS, *(c for c in contract() if c not in VIEW_COLUMNS)]
     return frame[[c for c in order if c in frame.columns]].reset_index(drop=True)
 
 
@@ -391,7 +392,7 @@ def short(value: object, most: int = 80) -> str:
     return text if len(text) <= most else text[:most - 1] + "…"
 
 
-def describe(manifest: dict, rows: int) -> str:
+def table_caption(manifest: dict, rows: int) -> str:
     """One line on where a table comes from: its rows, input, model and decoding settings, as the manifest says
     (each value cut to 80 characters)."""
     given = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}

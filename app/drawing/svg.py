@@ -23,12 +23,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .analysis import unique_labels
-from .figures import ATTENTION_SCALE, short_title
+from .figures import ATTENTION_SCALE, MIN_FONT, short_title
 
-FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
+CSS_FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
 LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)
 COLOURBAR_W = 12
-MIN_FONT = 10  # px: the smallest label, also as drawn: the chart never shrinks below it (it scrolls sideways)
+# MIN_FONT (from figures): the smallest label, also as drawn: the chart never shrinks below it (it scrolls sideways)
 
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -114,7 +114,7 @@ def heatmap_svg(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     fill = colours(w, zmin, zmax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-heatmap" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;min-width:{width * MIN_FONT / font:.0f}px;'
-           f'height:auto" font-family="{escape(FONT)}" '
+           f'height:auto" font-family="{escape(CSS_FONT)}" '
            f'role="img" aria-label="{escape(title)}" data-zmin="{zmin:.6g}" data-zmax="{zmax:.6g}">']
     if title:
         out.append(f'<text class="title" x="0" y="18" font-size="15" font-weight="600">{escape(title)}</text>')
@@ -165,7 +165,7 @@ def _rows_band(ylabels: list[str], qtext: list[str], font: int, left: float, top
     """The picture's left band (``heatmap_svg(rows_only=True)``): white along the rows, the row labels and the query
     axis' title where the picture has them; ``left`` px wide, as tall as the picture."""
     return "\n".join([f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-row-labels" width="{left}" '
-                      f'height="{height:.0f}" viewBox="0 0 {left} {height:.0f}" font-family="{escape(FONT)}">',
+                      f'height="{height:.0f}" viewBox="0 0 {left} {height:.0f}" font-family="{escape(CSS_FONT)}">',
                       f'<rect x="0" y="{_n(top)}" width="{left}" height="{_n(grid_h)}" fill="#ffffff"/>',
                       *_row_texts(ylabels, qtext, font, left, top, ch), _query_title(query_title, cy), "</svg>"])
 

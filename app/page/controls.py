@@ -19,7 +19,6 @@ from ..compute import ledger, work
 from ..compute.inference import HeadKey
 from ..drawing import figures, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS, head_title
-from ..parts import heatmap as described_heatmap  # how to read a heatmap, described once
 from . import state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -36,8 +35,7 @@ MEASURE_PARAM = Param("m", MEASURE, one_of("weights", "norms"), "weights")
 KIND_LABELS = {"encoder": "Encoder", "decoder": "Decoder self", "cross": "Cross"}
 
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=])")
-READING = described_heatmap.READING  # how to read a row of each type (described once, in app.parts)
-REPEATS = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
+REPEATS_NOTE = ("A piece that occurs more than once carries its number after a dot (▁a·3 is the piece ▁a at position "
            "3), so each keeps its own row and column. Source pieces and output steps count from 1; the decoder "
            "input counts from 0 (<s> is 0), so decoder input t is the piece output step t produced, with the same "
            "number.")
@@ -330,7 +328,7 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
         fig = go.Figure(fig).update_yaxes(fixedrange=True)  # on a copy: the figure may be a cached one, shared
     inner.plotly_chart(fig, config=figures.plotly_config(filename), key=plot, **events)
     if frozen:
-        inner.container(key=f"{ROW_LABELS}{key}").plotly_chart(
+        inner.container(key=f"{ROW_LABELS_KEY}{key}").plotly_chart(
             frozen.figure, config={"staticPlot": True, "displayModeBar": False}, key=f"{plot}_row_labels")
 
 
@@ -341,14 +339,14 @@ def css_name(key: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
 
 
-ROW_LABELS = "row_labels_"  # the key (CSS class st-key-row_labels_...) of a chart's frozen column of row labels
+ROW_LABELS_KEY = "row_labels_"  # the key (CSS class st-key-row_labels_...) of a chart's frozen column of row labels
 
 
 def frozen_css(key: str, need: int, frozen: row_labels.RowLabels) -> str:
     """The CSS of a wide chart's frozen column (``chart``): the chart and its row-labels figure in one grid cell,
     the labels' band sticky at the box's left edge, above the chart and see-through to touches; only while the box
     is narrower than the chart (a container query), when the chart's own row labels, under the band, are hidden."""
-    inner, band, own = f".st-key-rows_{key}", f".st-key-{ROW_LABELS}{key}", f".st-key-wide_{key} .st-key-{key}"
+    inner, band, own = f".st-key-rows_{key}", f".st-key-{ROW_LABELS_KEY}{key}", f".st-key-wide_{key} .st-key-{key}"
     shown = ", ".join(f"{band} {part}{deeper}" for part in (f".subplot.{frozen.subplot} .yaxislayer-above",
                                                               f".{frozen.title}") for deeper in ("", " *"))
     return (f" {inner} {{display: grid; grid-template-columns: minmax(0, 1fr); min-width: {need}px;}}"

@@ -9,7 +9,7 @@ import unicodedata
 import streamlit as st
 
 import transformer
-from transformer import Translator
+from transformer import Translator, cli
 
 from ..compute import cached, catalog, inference, ledger, work
 from ..compute.inference import Analysis, Sentence
@@ -119,7 +119,7 @@ def load_model(model: cached.Model) -> Translator | None:
             st.rerun()  # the next run opens a working model, with a notice
     st.error(f"The model {md_escape(catalog.short_name(checkpoint))} could not be loaded: {md_escape(message)}",
              icon=":material/error:")
-    if checkpoint == catalog.DEFAULT_CHECKPOINT:
+    if checkpoint == cli.DEFAULT_CHECKPOINT:
         st.info("The default model (checkpoints/multi30k-en-de) is not here yet. Train it with "
                 "`python -m transformer.train` (see the README), or name another checkpoint directory or Hugging "
                 "Face Hub repo id in the sidebar, or set the ATTN_CHECKPOINT environment variable.")

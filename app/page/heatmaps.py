@@ -15,7 +15,7 @@ from ..drawing import figures, svg
 from ..drawing.analysis import AXIS_TITLES, first_numbers, one_head
 from . import state
 from .controls import (
-    REPEATS,
+    REPEATS_NOTE,
     colour_range,
     css_name,
     has_repeats,
@@ -168,7 +168,7 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
     if value_name == "weight":
         range_caption(weights, kind)
     if has_repeats(queries, keys):
-        st.caption(REPEATS)
+        st.caption(REPEATS_NOTE)
 
 
 ALT_CHARS = 120  # characters of the sentence a picture's alt text quotes at the most

@@ -26,9 +26,9 @@ def chosen_model() -> tuple[cached.Model, list[tuple[str, str]]]:
     notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))]
     notices.append(settle_model_choice())
     settle(state.DEVICE, devices(), "auto")
-    settle(state.SEARCH, state.SEARCHES, state.DEFAULTS[state.SEARCH])
+    settle(state.SEARCH, state.SEARCHES, state.SIDEBAR_DEFAULTS[state.SEARCH])
     for key in (state.BEAM, state.MAX_A, state.MAX_B):
-        ss.setdefault(key, state.DEFAULTS[key])
+        ss.setdefault(key, state.SIDEBAR_DEFAULTS[key])
     ss.setdefault(state.ALPHA, catalog.model_alpha(ss[state.CHECKPOINT]))
     return cached.Model(ss[state.CHECKPOINT].strip(), _device(ss[state.DEVICE])), [n for n in notices if n]
 
@@ -50,7 +50,7 @@ def sidebar(notices: list[tuple[str, str]]) -> None:
         choose(st.selectbox, "Device", devices(), state.DEVICE, "auto",
                help="auto = CUDA when a GPU is present, else CPU.")
         st.subheader("Decoding")
-        choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.DEFAULTS[state.SEARCH], horizontal=True)
+        choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.SIDEBAR_DEFAULTS[state.SEARCH], horizontal=True)
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
         st.slider("Length penalty α", *catalog.ALPHA_RANGE, step=0.1, key=state.ALPHA, format="%.1f",
                   help="GNMT length penalty ((5+|Y|)/6)^α; higher favours longer outputs (beam search only). "

@@ -69,8 +69,8 @@ OTHER_MODEL = "Another directory or Hub id (type it below)"
 SEARCHES = ["Beam search", "Greedy"]
 DEFAULT_VIEW = "heatmap"  # a view's key (app.registry)
 _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
-DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
-                               MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
+SIDEBAR_DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
+                                       MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked by app.page.languages
 
 
@@ -151,10 +151,11 @@ def adopt_model_decoding() -> None:
 def settings_from_state(ss: Mapping[str, Any] | None = None) -> DecodeSettings:
     """Decoding settings from the sidebar widgets (or their defaults), of ``ss`` (default: the session's state)."""
     ss = st.session_state if ss is None else ss
-    greedy = ss.get(SEARCH, DEFAULTS[SEARCH]) == "Greedy"
-    return DecodeSettings(beam_size=1 if greedy else int(ss.get(BEAM, DEFAULTS[BEAM])),
-                          alpha=float(ss.get(ALPHA, DEFAULTS[ALPHA])), max_len_a=float(ss.get(MAX_A, DEFAULTS[MAX_A])),
-                          max_len_b=int(ss.get(MAX_B, DEFAULTS[MAX_B])),
+    d = SIDEBAR_DEFAULTS
+    greedy = ss.get(SEARCH, d[SEARCH]) == "Greedy"
+    return DecodeSettings(beam_size=1 if greedy else int(ss.get(BEAM, d[BEAM])),
+                          alpha=float(ss.get(ALPHA, d[ALPHA])), max_len_a=float(ss.get(MAX_A, d[MAX_A])),
+                          max_len_b=int(ss.get(MAX_B, d[MAX_B])),
                           src_lang=ss.get(SRC_LANG), tgt_lang=ss.get(TGT_LANG))  # app.page.languages' pickers
 
 

@@ -27,11 +27,11 @@ def warm_up() -> None:
 
     checkpoint = catalog.default_checkpoint()
     try:
-        device = str(transformer.resolve_device(state.DEFAULTS[state.DEVICE]))
+        device = str(transformer.resolve_device(state.SIDEBAR_DEFAULTS[state.DEVICE]))
     except transformer.CheckpointError:
         device = "cpu"
     # the settings of the page's first run: the sidebar's defaults with the model's own length penalty
-    settings = state.settings_from_state({**state.DEFAULTS, state.ALPHA: catalog.model_alpha(checkpoint)})
+    settings = state.settings_from_state({**state.SIDEBAR_DEFAULTS, state.ALPHA: catalog.model_alpha(checkpoint)})
     cached.get_checkpoint_list()  # the sidebar's list: it checks each checkpoint (and imports torch's compiler)
     text = state.EXAMPLES[0]
     inference.split_sentences(text)  # the sentence splitter and the language identifier load on first use

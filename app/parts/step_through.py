@@ -11,7 +11,7 @@ from . import Chart, Choice, Note, Part, Source, as_json, variant
 
 INTRO = ("Step-through decoding: at each output step, the model's top candidates for the next piece with their "
          "probabilities (given the pieces before it), and where that step's cross-attention looked.")
-TOP_K = 8
+SHOWN_TOP_K = 8
 OFFLINE_STEPS = 60  # output steps the offline page holds
 
 
@@ -20,7 +20,7 @@ def so_far(a: Analysis, t: int) -> str:
     return "  ".join(a.target_tokens[:t]) + ("  " if t else "") + f"[{a.target_tokens[t]}]"
 
 
-def candidates(a: Analysis, t: int, k: int = TOP_K) -> Chart:
+def candidates(a: Analysis, t: int, k: int = SHOWN_TOP_K) -> Chart:
     """The top ``k`` candidates of step ``t`` (0-based), the kept piece an extra bar when it is not among them."""
     cands, probs = list(a.topk_tokens[t][:k]), np.asarray(a.topk_probs[t][:k])
     ids = list(a.topk_ids[t][:k])

@@ -24,9 +24,9 @@ INTRO = ("If this source word were another, which layers, positions and heads wo
          "other run, and its effect is the share of the change in the prediction it brings back (1: all of it, 0: "
          "none). Attention says where a head looks; this says what carries the change.")
 METRIC = "m = logit[target] − logit[foil]"
-SCALE = ("One colour scale for every chart of this edit: white 0, blue up to 1 (the site carries the whole change), "
-         "red below 0 (it works against it); values beyond [0, 1] are shown as they are, the scale widened to "
-         "hold them.")
+SCALE_NOTE = ("One colour scale for every chart of this edit: white 0, blue up to 1 (the site carries the whole "
+              "change), red below 0 (it works against it); values beyond [0, 1] are shown as they are, the scale "
+              "widened to hold them.")
 MIN_LETTERS = 3  # the default edit swaps a word of at least this many letters (not "a", "in")
 
 
@@ -185,13 +185,13 @@ def describe(src: Source) -> list[Part]:
     run = probes.PROBES[PROBE].run
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
     first = str(src.options.get("direction", "denoise"))
-    order = [first, *(d for d in patching.DIRECTIONS if d != first)] if first in patching.DIRECTIONS else list(
-        patching.DIRECTIONS)
+    words = patching.DIRECTION_WORDS
+    order = [first, *(d for d in words if d != first)] if first in words else list(words)
     runs = [run(tr, a, edited, None, None, order[0])]
     first = runs[0]  # the second direction: the same step, foil and edited translation
     runs.append(run(tr, a, edited, first.result.step, first.result.foil, order[1],
                     (first.edited_tokens, first.edited_translation)))
-    options = [(d, [Note(patching.DIRECTIONS[d]), *preview_parts(a, p), *charts(a, p, n_layers)])
+    options = [(d, [Note(patching.DIRECTION_WORDS[d]), *preview_parts(a, p), *charts(a, p, n_layers)])
                for d, p in zip(order, runs)]
     return [*parts, Note(f"The edit: {word} → {substitute}."), *summary(tr, a, runs[0]),
-            *([] if runs[0].note else [Note(SCALE), Choice("Direction", options, 0)])]
+            *([] if runs[0].note else [Note(SCALE_NOTE), Choice("Direction", options, 0)])]

@@ -11,7 +11,7 @@ from ..page import controls, heatmaps, params
 from ..page.params import Param
 from ..page.state import ViewContext
 
-PICK = "grid_pick"
+GRID_PICK = "grid_pick"
 LAYERS = "grid_layers"  # the layers the grid shows, 1-based, both ends included, when not all fit
 
 
@@ -22,7 +22,7 @@ def _pick(text: str) -> str | None:
 
 
 PARAMS = (controls.ATT_PARAM, controls.SCALE_PARAM, controls.MEASURE_PARAM,
-          Param("pick", PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))),
+          Param("pick", GRID_PICK, _pick, dump=lambda v: re.sub(r"L(\d+) · H(\d+)", r"\1.\2", str(v))),
           *heatmaps.window_params("grid_large_chart"), heatmaps.span_param("layers", LAYERS, size=0))
 
 
@@ -56,8 +56,8 @@ def render(ctx: ViewContext) -> None:
     attn = ctx.model.beyond("norms", result)[kind] if norms else result.attention(kind)
     queries, keys = result.axes(kind)
     options = [f"L{layer} · H{h}" for layer in range(1, attn.shape[0] + 1) for h in range(1, attn.shape[1] + 1)]
-    controls.keep_if(PICK, st.session_state.get(PICK) in options)
-    pick = st.session_state.get(PICK)
+    controls.keep_if(GRID_PICK, st.session_state.get(GRID_PICK) in options)
+    pick = st.session_state.get(GRID_PICK)
     highlight = None
     if pick in options:
         index = options.index(pick)
@@ -67,7 +67,7 @@ def render(ctx: ViewContext) -> None:
         picked = grid.grid_pick((st.session_state.get("grid_chart") or {}).get("selection"))
         label = picked and f"L{picked[0]} · H{picked[1]}"
         if label in options:
-            st.session_state[PICK] = label
+            st.session_state[GRID_PICK] = label
 
     zrange = (0.0, max(float(attn.max()), 1e-9)) if norms else controls.colour_range(attn)
     # a long sentence: the grid and the opened head show the same window of it (what the browser draws is bounded)
@@ -87,8 +87,9 @@ def render(ctx: ViewContext) -> None:
         if norms:
             st.caption(controls.NORMS_NOTE, help=controls.NORMS_TERMS)
         if controls.has_repeats(queries, keys):
-            st.caption(controls.REPEATS)
-        pick = st.pills("Open a head large", options, key=PICK, persist_state="session", wrap=True)  # never cut off
+            st.caption(controls.REPEATS_NOTE)
+        pick = st.pills("Open a head large", options, key=GRID_PICK, persist_state="session",
+                        wrap=True)  # never cut off
     # sticky beside the grid (app.page.frame.PAGE_CSS): in view wherever the visitor clicked, not at the grid's top
     with right.container(key="opened_head"):
         if not pick:

@@ -13,7 +13,8 @@ from ..page.state import ViewContext
 STEPS = heatmaps.span_param("steps", "beam_tree_swin", size=25)
 PARAMS = (STEPS,)
 
-COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32", "finished at the length limit": "#8c6d31"}
+NODE_COLOURS = {"kept": "#3182bd", "pruned": "#bbbbbb", "finished": "#2e7d32",
+                "finished at the length limit": "#8c6d31"}
 
 
 def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure:
@@ -47,7 +48,7 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                              showlegend=False))
     fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", line=dict(color="#d62728", width=3), hoverinfo="skip",
                              name="returned translation"))
-    for status, colour in COLOURS.items():
+    for status, colour in NODE_COLOURS.items():
         group = [n for n in shown if n.status == status]
         if not group:
             continue

@@ -18,10 +18,10 @@ from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, he
 from ..page import controls, heatmaps, params
 from ..page.state import ViewContext
 
-WITH, ALPHA = "compare_with", "compare_alpha"
+COMPARE_WITH, COMPARE_ALPHA = "compare_with", "compare_alpha"
 ALPHAS = ["same", "own"]  # both models at the sidebar's α (comparable scores), or each at its own
-PARAMS = (params.Param("with", WITH, lambda v: v.strip() if 0 < len(v.strip()) <= 300 else None),
-          params.Param("wa", ALPHA, params.one_of(*ALPHAS), "same"),
+PARAMS = (params.Param("with", COMPARE_WITH, lambda v: v.strip() if 0 < len(v.strip()) <= 300 else None),
+          params.Param("wa", COMPARE_ALPHA, params.one_of(*ALPHAS), "same"),
           controls.ATT_PARAM, controls.SCALE_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM,
           *heatmaps.window_params("compare_chart"))
 
@@ -58,12 +58,12 @@ def render(ctx: ViewContext) -> None:
     st.caption("The same sentence through two models: their translations and scores, one attention map of each on "
                "one colour scale, and how focused each model's heads are layer by layer. The default partner is "
                "the other layout (post-norm, as in the paper, against pre-norm) when both are here.")
-    other = controls.choose(st.selectbox, "Compare with", options, WITH, partner(ctx.model.checkpoint, infos),
+    other = controls.choose(st.selectbox, "Compare with", options, COMPARE_WITH, partner(ctx.model.checkpoint, infos),
                             format_func=lambda p: labels.get(p, p))
     mine = ctx.result.settings  # what the page ran (the beam may be capped to the work limit)
     # the options' labels never change with the partner or the sidebar: a radio whose labels change is a new widget
     # to the browser (none selected, and the choice lost on the next change); the numbers go in the caption below
-    choice = controls.choose(st.radio, "Length penalty", ALPHAS, ALPHA, "same", horizontal=True,
+    choice = controls.choose(st.radio, "Length penalty", ALPHAS, COMPARE_ALPHA, "same", horizontal=True,
                              format_func=lambda c: "one α for both (the sidebar's)" if c == "same"
                              else "each its own α",
                              help="With one α both models decode with exactly the same settings, so their scores "

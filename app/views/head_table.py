@@ -11,10 +11,10 @@ from ..page.controls import KIND_LABELS
 from ..page.params import Param
 from ..page.state import ViewContext
 
-PICK = "table_pick"
+TABLE_PICK = "table_pick"
 AGREEMENT = "agrees with attribution"
 PARAMS = (Param("ag", "table_agreement", lambda v: True if v == "1" else None, False, lambda v: "1"),
-          controls.head_ref_param("row", PICK), *heatmaps.window_params("table_chart"))
+          controls.head_ref_param("row", TABLE_PICK), *heatmaps.window_params("table_chart"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -54,8 +54,8 @@ def render(ctx: ViewContext) -> None:
     event = st.dataframe(shown, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
                          key="diag_table", height=360,
                          column_config={"entropy": number, AGREEMENT: attribution, **share})
-    controls.follow_table(event, refs, PICK)
-    picked = controls.head_picker(refs, PICK)
+    controls.follow_table(event, refs, TABLE_PICK)
+    picked = controls.head_picker(refs, TABLE_PICK)
     if picked:
         kind, layer, head = picked
         heatmaps.draw_heatmap(result, kind, layer + 1, str(head + 1), key="table_chart")

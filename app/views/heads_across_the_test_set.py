@@ -22,15 +22,15 @@ from ..page import controls, heatmaps
 from ..page.controls import KIND_LABELS
 from ..page.state import ViewContext
 
-DATA_DIR = cli.DEFAULT_DATA_DIR
-PICK = "heads_pick"
-PARAMS = (controls.head_ref_param("row", PICK), *heatmaps.window_params("heads_chart"))
+HEADS_PICK = "heads_pick"
+PARAMS = (controls.head_ref_param("row", HEADS_PICK), *heatmaps.window_params("heads_chart"))
 
 
 def split_sentences(split: str) -> list[str] | None:
     """The source side of the split the statistics were made on, when a copy of the data is here:
     ``$ATTN_DATA_DIR``, else ``data/multi30k`` in the working directory or the repository."""
-    for root in [os.environ.get("ATTN_DATA_DIR", ""), DATA_DIR, str(catalog.REPO_ROOT / DATA_DIR)]:
+    data_dir = cli.DEFAULT_DATA_DIR
+    for root in [os.environ.get("ATTN_DATA_DIR", ""), data_dir, str(catalog.REPO_ROOT / data_dir)]:
         file = Path(root) / f"{split}.en" if root else None
         if file is not None and file.is_file():
             return file.read_text(encoding="utf-8").splitlines()
@@ -159,8 +159,8 @@ def render(ctx: ViewContext) -> None:
     event = st.dataframe(styled(frame), hide_index=True, placeholder=MISSING, width="stretch", on_select="rerun",
                          selection_mode="single-row", key="heads_table", height=320,
                          column_config=column_config(frame, data.get("stats_notes")))
-    controls.follow_table(event, refs, PICK)
-    picked = controls.head_picker(refs, PICK)
+    controls.follow_table(event, refs, HEADS_PICK)
+    picked = controls.head_picker(refs, HEADS_PICK)
     if not picked:
         st.info("Select a head (the box at a row's left) to open it on this sentence and to see the test sentences "
                 "where it is most confident.", icon=":material/touch_app:")

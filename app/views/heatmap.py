@@ -7,6 +7,7 @@ import streamlit as st
 
 from ..page import controls, heatmaps, params
 from ..page.state import ViewContext
+from ..parts import heatmap as described  # how to read a heatmap, described once
 
 ROW = "heatmap_chart_row"  # heatmaps.svg_heatmap's row picker for the key "heatmap_chart"
 INTERACTIVE = "interactive"  # this view's widget key: the plotly figure (zoom, pan, PNG) instead of the SVG
@@ -38,7 +39,7 @@ def render(ctx: ViewContext) -> None:
         hover = ("Hover a cell for its query token, key token and weight; the camera icon saves a PNG." if interactive
                  else "Pick a row to read its values; the switch beside the chart makes it interactive (hover a "
                       "cell for its weight, zoom, pan, PNG).")
-        st.caption(f"{controls.READING[kind]} {hover}")
+        st.caption(f"{described.READING[kind]} {hover}")
     with side:
         controls.heatmap_controls(ctx.tr)
         controls.measure_control()

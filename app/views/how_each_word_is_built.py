@@ -21,8 +21,8 @@ from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext
 from ..parts import how_each_word_is_built as described  # this view's description (the offline page's too)
 
-STEP, THRESHOLD, HEAD, WINDOW, COMPARE = "flow_step", "flow_threshold", "flow_head", "flow_swin", "flow_compare"
-DEFAULT_THRESHOLD = flowgraph.DEFAULT_THRESHOLD
+FLOW_STEP, FLOW_THRESHOLD, FLOW_HEAD, FLOW_WINDOW, FLOW_COMPARE = ("flow_step", "flow_threshold", "flow_head",
+                                                                   "flow_swin", "flow_compare")
 _HEAD = re.compile(r"(encoder|decoder|cross)\.([0-9]{1,3})\.([0-9]{1,3})@([0-9]{1,5})")
 
 
@@ -57,9 +57,10 @@ def fits_sentence(tr, head: tuple[str, int, int, int], n_source: int, n_outputs:
             and 0 <= query < (n_source if kind == "encoder" else n_outputs))
 
 
-PARAMS = (Param("fs", STEP, int_in(1, 10_000), 1),
-          Param("ft", THRESHOLD, float_in(0.0, 0.5), DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
-          Param("fh", HEAD, parse_head), heatmaps.span_param("fw", WINDOW), Param("fc", COMPARE, int_in(1, 10_000)))
+PARAMS = (Param("fs", FLOW_STEP, int_in(1, 10_000), 1),
+          Param("ft", FLOW_THRESHOLD, float_in(0.0, 0.5), flowgraph.DEFAULT_THRESHOLD, lambda v: f"{float(v):g}"),
+          Param("fh", FLOW_HEAD, parse_head), heatmaps.span_param("fw", FLOW_WINDOW),
+          Param("fc", FLOW_COMPARE, int_in(1, 10_000)))
 
 
 def render(ctx: ViewContext) -> None:
@@ -73,10 +74,10 @@ def render(ctx: ViewContext) -> None:
         return
     c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
     steps = list(range(1, len(outputs) + 1))
-    step = controls.choose(c1.selectbox, "Output piece", steps, STEP, 1,
+    step = controls.choose(c1.selectbox, "Output piece", steps, FLOW_STEP, 1,
                            format_func=lambda i: f"{i}: {outputs[i - 1]}")
-    st.session_state.setdefault(THRESHOLD, DEFAULT_THRESHOLD)
-    threshold = c2.slider("Hide terms below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session",
+    st.session_state.setdefault(FLOW_THRESHOLD, flowgraph.DEFAULT_THRESHOLD)
+    threshold = c2.slider("Hide terms below", 0.0, 0.5, step=0.01, key=FLOW_THRESHOLD, persist_state="session",
                           help="A term's weight: its share of the block's output at that position (a position's "
                                "terms sum to 1).")
     data = ctx.model.beyond("flow", result, work.work_bytes())
@@ -87,7 +88,7 @@ def render(ctx: ViewContext) -> None:
         return
     graph, left_out = drawn.graph, drawn.left_out
     n_rows = max(len(source), len(outputs))
-    first, end = heatmaps.span_slider(st, "Positions shown", n_rows, heatmaps.span_param("fw", WINDOW))
+    first, end = heatmaps.span_slider(st, "Positions shown", n_rows, heatmaps.span_param("fw", FLOW_WINDOW))
     graph, outside = flowgraph.in_window(graph, first, end) if (first, end) != (0, n_rows) else (graph, 0)
     if left_out:
         st.caption(f"The {flowgraph.MOST_EDGES} strongest of {drawn.edges} edges drawn; raise the threshold to "
@@ -99,9 +100,9 @@ def render(ctx: ViewContext) -> None:
     options = list(dict.fromkeys(head_text(*h) for h, _ in heads))
     # an opened head stays open whatever the threshold or the piece (the address and the page agree): it is
     # offered even where it has no edge, and said so
-    opened = head_of(st.session_state.get(HEAD))
-    controls.keep_if(HEAD, opened is None or fits_sentence(tr, opened, len(source), len(outputs)))
-    selected = head_of(st.session_state.get(HEAD))
+    opened = head_of(st.session_state.get(FLOW_HEAD))
+    controls.keep_if(FLOW_HEAD, opened is None or fits_sentence(tr, opened, len(source), len(outputs)))
+    selected = head_of(st.session_state.get(FLOW_HEAD))
     if selected is not None and head_text(*selected) not in options:
         options.append(head_text(*selected))
 
@@ -111,7 +112,7 @@ def render(ctx: ViewContext) -> None:
             if isinstance(custom, (list, tuple)) and len(custom) >= 4 and custom[0] in KIND_NAMES:
                 text = head_text(str(custom[0]), int(custom[1]), int(custom[2]), int(custom[3]))
                 if text in options:
-                    st.session_state[HEAD] = text
+                    st.session_state[FLOW_HEAD] = text
                     return
 
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
@@ -132,7 +133,7 @@ def render(ctx: ViewContext) -> None:
         kind, layer, head, query = selected
         labels[head_text(*selected)] = (f"{KIND_NAMES[kind]} · L{layer + 1} · H{head + 1} at "
                                         f"{query_name(kind, query, source, outputs)} (no edge in this graph)")
-    st.selectbox("Open a head (or click its edge)", options, key=HEAD, index=None, placeholder="Pick a head…",
+    st.selectbox("Open a head (or click its edge)", options, key=FLOW_HEAD, index=None, placeholder="Pick a head…",
                  format_func=lambda t: html.unescape(labels.get(t, t)))
     if selected is not None:
         if selected not in strongest_edge:  # keyed (kind, layer, head, query)
@@ -186,8 +187,8 @@ def compare(ctx: ViewContext, data, mine: tuple[int, Drawn], threshold: float, s
     the two routes share."""
     outputs, source = ctx.result.target_tokens, ctx.result.source_tokens
     step, drawn = mine
-    controls.keep_if(COMPARE, st.session_state.get(COMPARE) in steps + [None])
-    other = st.selectbox("Compare with the route of another output piece", steps, key=COMPARE, index=None,
+    controls.keep_if(FLOW_COMPARE, st.session_state.get(FLOW_COMPARE) in steps + [None])
+    other = st.selectbox("Compare with the route of another output piece", steps, key=FLOW_COMPARE, index=None,
                          placeholder="Pick an output piece…", format_func=lambda i: f"{i}: {outputs[i - 1]}")
     if other is None:
         return

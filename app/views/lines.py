@@ -10,11 +10,11 @@ from ..page.params import Param, float_in, int_in, int_list, join
 from ..page.state import ViewContext
 from ..parts import lines as described  # this view's description (the offline page's too)
 
-HEADINGS = described.HEADINGS
-HEADS, FOCUS, THRESHOLD, FOCUS_KIND = "lines_heads", "lines_focus", "lines_threshold", "_lines_focus_kind"
-PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("lh", HEADS, int_list(1, 128), dump=join),
-          Param("lf", FOCUS, lambda v: "all" if v == "all" else int_in(1, 10_000)(v), "all"),
-          Param("lt", THRESHOLD, float_in(0.0, 0.5), 0.05, lambda v: f"{float(v):g}"))
+LINES_HEADS, LINES_FOCUS, LINES_THRESHOLD, LINES_FOCUS_KIND = ("lines_heads", "lines_focus", "lines_threshold",
+                                                               "_lines_focus_kind")
+PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, Param("lh", LINES_HEADS, int_list(1, 128), dump=join),
+          Param("lf", LINES_FOCUS, lambda v: "all" if v == "all" else int_in(1, 10_000)(v), "all"),
+          Param("lt", LINES_THRESHOLD, float_in(0.0, 0.5), 0.05, lambda v: f"{float(v):g}"))
 
 
 def render(ctx: ViewContext) -> None:
@@ -30,20 +30,21 @@ def render(ctx: ViewContext) -> None:
     queries, keys = result.axes(kind)
     c1, c2, c3 = st.columns([2, 2, 1])
     all_heads = list(range(1, n_heads + 1))
-    controls.keep_if(HEADS, set(ss.get(HEADS) or []) <= set(all_heads))
-    ss.setdefault(HEADS, all_heads)
-    heads = c1.multiselect("Heads", all_heads, key=HEADS, persist_state="session")
+    controls.keep_if(LINES_HEADS, set(ss.get(LINES_HEADS) or []) <= set(all_heads))
+    ss.setdefault(LINES_HEADS, all_heads)
+    heads = c1.multiselect("Heads", all_heads, key=LINES_HEADS, persist_state="session")
     # positions count from 1; switching type never shows another type's token under an old position
     focus_options = ["all"] + list(range(1, len(queries) + 1))
-    previous = ss.get(FOCUS_KIND)
+    previous = ss.get(LINES_FOCUS_KIND)
     if previous is not None and previous != kind:
-        ss.pop(FOCUS, None)
-    ss[FOCUS_KIND] = kind
-    side = HEADINGS[kind][0].split(" ")[0]
-    focus = controls.choose(c2.selectbox, f"Only the lines of one {side} piece (query)", focus_options, FOCUS, "all",
+        ss.pop(LINES_FOCUS, None)
+    ss[LINES_FOCUS_KIND] = kind
+    side = described.HEADINGS[kind][0].split(" ")[0]
+    focus = controls.choose(c2.selectbox, f"Only the lines of one {side} piece (query)", focus_options, LINES_FOCUS,
+                            "all",
                             format_func=lambda i: "every query" if i == "all" else f"{i}: {queries[i - 1]}")
-    ss.setdefault(THRESHOLD, 0.05)
-    threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=THRESHOLD, persist_state="session")
+    ss.setdefault(LINES_THRESHOLD, 0.05)
+    threshold = c3.slider("Hide weights below", 0.0, 0.5, step=0.01, key=LINES_THRESHOLD, persist_state="session")
     row = None if focus == "all" else int(focus) - 1
     fig = described.chart(result, kind, layer, heads=[h - 1 for h in heads], focus=row, threshold=threshold).figure
     shown = attn[[h - 1 for h in heads]] if heads else attn[:0]

@@ -10,9 +10,9 @@ from ..page.params import Param, int_in
 from ..page.state import ViewContext
 from ..parts import masks as described  # this view's description (the offline page's too)
 
-MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
-WINDOW = heatmaps.span_param("mw", "masks_window", size=MOST)  # a longer sentence: a window of its positions
-PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), WINDOW)
+MASKS_MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
+MASKS_WINDOW = heatmaps.span_param("mw", "masks_window", size=MASKS_MOST)  # a longer sentence: a window of it
+PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), MASKS_WINDOW)
 
 
 def render(ctx: ViewContext) -> None:
@@ -26,7 +26,7 @@ def render(ctx: ViewContext) -> None:
     pad_tgt = c2.slider("Padding after the decoder input", 0, 8, key="pad_tgt")
     p0, p1 = heatmaps.span_slider(st, "Positions (a window of a long sentence; both axes of each mask)",
                                   max(len(result.source_tokens) + pad_src, len(result.decoder_input_tokens) + pad_tgt),
-                                  WINDOW, most=MOST)
+                                  MASKS_WINDOW, most=MASKS_MOST)
     charts = described.charts(tr, result, pad_src, pad_tgt, (p0, p1))
     per_row = 1 if p1 - p0 > 40 else 2  # long sentences: one mask per row, to read the tokens
     for i in range(0, 4, per_row):

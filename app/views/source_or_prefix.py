@@ -11,8 +11,8 @@ from ..page import controls, heatmaps
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
 from ..parts import source_or_prefix as described  # this view's description (the offline page's too)
+from ..parts.source_or_prefix import ALL
 
-ALL = described.ALL
 threshold_of = described.threshold_of
 
 

@@ -18,8 +18,8 @@ from ..page.state import ViewContext
 from ..parts import Table
 from ..parts import what_carries_the_change as described  # its description (the offline page's, a notebook's)
 
-WORD, SUBSTITUTE, STEP, FOIL, DIRECTION, HEAD = ("patch_word", "patch_substitute", "patch_step", "patch_foil",
-                                                 "patch_direction", "patch_head")
+PATCH_WORD, PATCH_SUBSTITUTE, PATCH_STEP, PATCH_FOIL, PATCH_DIRECTION, PATCH_HEAD = (
+    "patch_word", "patch_substitute", "patch_step", "patch_foil", "patch_direction", "patch_head")
 EDITED_TEXT = "_patch_text"  # the sentence the picked word and substitute belong to
 LAST = "patch_last"  # the last patching drawn: (text, settings, its arguments), for Export's file
 AUTO = -1  # the step or foil the library picks (the address leaves it out)
@@ -36,17 +36,17 @@ def _substitute(text: str) -> str | None:
     return text if patching.SUBSTITUTE.fullmatch(text) else None
 
 
-PARAMS = (Param("pw", WORD, _from_one, None, lambda v: str(int(v) + 1)),
-          Param("ps", SUBSTITUTE, _substitute),
-          Param("pt", STEP, _from_one, AUTO, lambda v: str(int(v) + 1)),
-          Param("pf", FOIL, int_in(0, 10_000_000), AUTO),
-          Param("pd", DIRECTION, one_of(*patching.DIRECTIONS), "denoise"),
-          controls.head_ref_param("ph", HEAD))
+PARAMS = (Param("pw", PATCH_WORD, _from_one, None, lambda v: str(int(v) + 1)),
+          Param("ps", PATCH_SUBSTITUTE, _substitute),
+          Param("pt", PATCH_STEP, _from_one, AUTO, lambda v: str(int(v) + 1)),
+          Param("pf", PATCH_FOIL, int_in(0, 10_000_000), AUTO),
+          Param("pd", PATCH_DIRECTION, one_of(*patching.DIRECTION_WORDS), "denoise"),
+          controls.head_ref_param("ph", PATCH_HEAD))
 
 
 def another_word() -> None:
     """A new source word: its own first substitute, and the library's step and foil again."""
-    for key in (SUBSTITUTE, STEP, FOIL):
+    for key in (PATCH_SUBSTITUTE, PATCH_STEP, PATCH_FOIL):
         st.session_state.pop(key, None)
 
 
@@ -59,23 +59,23 @@ def pick_edit(ctx: ViewContext) -> str | None:
         return None
     src_lang = result.settings.src_lang
     linked = st.session_state.get(params.FROM_LINK, {})
-    from_link = WORD in linked or SUBSTITUTE in linked  # a link's edit is this sentence's
-    linked.pop(SUBSTITUTE, None)
+    from_link = PATCH_WORD in linked or PATCH_SUBSTITUTE in linked  # a link's edit is this sentence's
+    linked.pop(PATCH_SUBSTITUTE, None)
     if st.session_state.get(EDITED_TEXT) != result.text and not from_link:  # another sentence: its own edit
-        for key in (WORD, SUBSTITUTE, STEP, FOIL):
+        for key in (PATCH_WORD, PATCH_SUBSTITUTE, PATCH_STEP, PATCH_FOIL):
             st.session_state.pop(key, None)
     st.session_state[EDITED_TEXT] = result.text
-    first = described.default_edit(tr, result) if WORD not in st.session_state else None
+    first = described.default_edit(tr, result) if PATCH_WORD not in st.session_state else None
     c1, c2 = st.columns(2, vertical_alignment="bottom")
-    index = controls.choose(c1.selectbox, "Source word", list(range(len(spans))), WORD, first[0] if first else 0,
+    index = controls.choose(c1.selectbox, "Source word", list(range(len(spans))), PATCH_WORD, first[0] if first else 0,
                             format_func=lambda i: f"{i + 1}: {spans[i][2]}", on_change=another_word)
     offered = ctx.model.substitutes(result.text, index, src_lang)
-    typed = st.session_state.get(SUBSTITUTE)
+    typed = st.session_state.get(PATCH_SUBSTITUTE)
     options = offered + ([typed] if isinstance(typed, str) and typed not in offered else [])
     if not options:
         c2.caption(f"No word of the vocabulary with as many pieces as {spans[index][2]!r} was found: type one.")
-    st.session_state.setdefault(SUBSTITUTE, options[0] if options else None)
-    substitute = c2.selectbox("Substitute (same number of pieces)", options, key=SUBSTITUTE,
+    st.session_state.setdefault(PATCH_SUBSTITUTE, options[0] if options else None)
+    substitute = c2.selectbox("Substitute (same number of pieces)", options, key=PATCH_SUBSTITUTE,
                               persist_state="session", accept_new_options=True, placeholder="Type a word…",
                               help="Words nearest the source word's embedding that keep the sentence's number of "
                                    "pieces; type another to try it.")
@@ -93,14 +93,15 @@ def pick_edit(ctx: ViewContext) -> str | None:
 
 
 def follow_click(kind: str, key: str) -> None:
-    """A new click on the heads chart ``key`` (of attention ``kind``) opens that head (``HEAD``, in the address)."""
+    """A new click on the heads chart ``key`` (of attention ``kind``) opens that head (``PATCH_HEAD``, in the
+    address)."""
     points = ((st.session_state.get(key) or {}).get("selection") or {}).get("points") or []
     seen = f"_{key}_points"
     if points != st.session_state.get(seen):
         st.session_state[seen] = points
         picked = drawing.head_pick({"points": points})
         if picked is not None:
-            st.session_state[HEAD] = controls.head_ref((kind, *picked))
+            st.session_state[PATCH_HEAD] = controls.head_ref((kind, *picked))
 
 
 def render(ctx: ViewContext) -> None:
@@ -116,9 +117,9 @@ def render(ctx: ViewContext) -> None:
         return
     forced = len(tr.tokenizer.target_prefix(result.settings.tgt_lang))  # a language code is no step
     steps = list(range(forced, len(result.target_ids)))
-    step = controls.settle(STEP, [AUTO, *steps], AUTO)
-    foil_id = st.session_state.get(FOIL, AUTO)
-    direction = controls.settle(DIRECTION, list(patching.DIRECTIONS), "denoise")
+    step = controls.settle(PATCH_STEP, [AUTO, *steps], AUTO)
+    foil_id = st.session_state.get(PATCH_FOIL, AUTO)
+    direction = controls.settle(PATCH_DIRECTION, list(patching.DIRECTION_WORDS), "denoise")
     args = (edited, None if step == AUTO else step, None if foil_id == AUTO else foil_id, direction)
     try:
         patched = ctx.model.beyond("patching", result, *args)
@@ -127,7 +128,7 @@ def render(ctx: ViewContext) -> None:
             st.warning(f"Not patched: {err}", icon=":material/edit_off:")
             return
         st.warning(f"The step and foil are back to auto: {err}", icon=":material/edit_off:")
-        st.session_state[STEP], st.session_state[FOIL] = AUTO, AUTO
+        st.session_state[PATCH_STEP], st.session_state[PATCH_FOIL] = AUTO, AUTO
         args = (edited, None, None, direction)
         patched = ctx.model.beyond("patching", result, *args)
     st.session_state[LAST] = (result.text, result.settings, args)
@@ -138,20 +139,20 @@ def render(ctx: ViewContext) -> None:
                     f"m = {m:+.3f} · p({controls.md_escape(target)}) = {math.exp(logp):.3f}")
     c1, c2, c3 = st.columns([2, 2, 3], vertical_alignment="bottom")
     outputs = result.target_tokens
-    c1.selectbox("Output step", [AUTO, *steps], key=STEP, persist_state="session",
+    c1.selectbox("Output step", [AUTO, *steps], key=PATCH_STEP, persist_state="session",
                  format_func=lambda t: f"auto: {r.step + 1}: {outputs[r.step]}" if t == AUTO
                  else f"{t + 1}: {outputs[t]}", help="Both runs read the original translation up to this step; "
                  "auto: the first step where the two translations differ.")
     candidates = [int(i) for i in result.topk_ids[r.step]] if r.step < len(result.topk_ids) else []
     foils = [AUTO, *(i for i in dict.fromkeys([r.foil, *candidates]) if i != r.target)]
-    controls.settle(FOIL, foils, AUTO)
-    c2.selectbox("Foil", foils, key=FOIL, persist_state="session",
+    controls.settle(PATCH_FOIL, foils, AUTO)
+    c2.selectbox("Foil", foils, key=PATCH_FOIL, persist_state="session",
                  format_func=lambda i: f"auto: {foil}" if i == AUTO else tr.tokenizer.pieces([i])[0],
                  help=f"{described.METRIC}: the target is the original translation's piece at the step; auto: the "
                       "edited run's top piece there.")
-    c3.segmented_control("Direction", list(patching.DIRECTIONS), key=DIRECTION, persist_state="session",
+    c3.segmented_control("Direction", list(patching.DIRECTION_WORDS), key=PATCH_DIRECTION, persist_state="session",
                          required=True, format_func=str.capitalize)
-    st.caption(patching.DIRECTIONS[direction])
+    st.caption(patching.DIRECTION_WORDS[direction])
     st.caption(controls.md_escape(described.metric_words(tr, result, patched)))
     if patched.note:
         st.warning(f"Nothing patched: {patched.note}.", icon=":material/info:")
@@ -163,7 +164,7 @@ def render(ctx: ViewContext) -> None:
             st.info(controls.md_escape(part.text), icon=":material/speed:")
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
     charts = described.charts(result, patched, n_layers)
-    st.caption(described.SCALE)
+    st.caption(described.SCALE_NOTE)
     heads = [c for c in charts if c.name.startswith("patching-cross-head") or c.name.startswith("patching-dec-head")]
     for chart in charts:
         if chart not in heads:
@@ -172,7 +173,7 @@ def render(ctx: ViewContext) -> None:
                 st.caption(chart.caption)
     refs = [controls.head_ref((kind, layer, h)) for kind in HEAD_KINDS.values()
             for layer in range(tr.config.n_decoder_layers) for h in range(tr.config.n_heads)]
-    controls.keep_if(HEAD, st.session_state.get(HEAD) in refs)
+    controls.keep_if(PATCH_HEAD, st.session_state.get(PATCH_HEAD) in refs)
 
     st.caption("Click a head to open its attention below.")
     columns = st.columns(len(heads)) if len(heads) > 1 else [st.container()]
@@ -180,8 +181,9 @@ def render(ctx: ViewContext) -> None:
         key = chart.name.replace("-", "_")
         controls.chart(chart.figure, chart.name, key, where, on_select="rerun", selection_mode="points")
         follow_click(HEAD_KINDS["cross_head" if "cross" in chart.name else "dec_head"], key)
-    st.session_state.setdefault(HEAD, None)
-    ref = st.selectbox("Open a head's attention", refs, key=HEAD, persist_state="session", placeholder="Pick a head…",
+    st.session_state.setdefault(PATCH_HEAD, None)
+    ref = st.selectbox("Open a head's attention", refs, key=PATCH_HEAD, persist_state="session",
+                       placeholder="Pick a head…",
                        format_func=lambda v: controls.head_label(controls.parse_head_ref(v)))
     if ref:
         kind, layer, head = controls.parse_head_ref(ref)

@@ -11,19 +11,18 @@ from ..page.params import Param, one_of
 from ..page.state import ViewContext
 from ..parts import what_drives_each_word as described  # this view's description (the offline page's too)
 
-METHODS = described.METHODS
 SIDE_BY_SIDE_PX = 420  # the widest two maps may need to share a row (a laptop's page holds two of this)
-PARAMS = (Param("method", "drivers_method", one_of(*METHODS)), *heatmaps.window_params("drivers_chart"))
+PARAMS = (Param("method", "drivers_method", one_of(*described.METHODS)), *heatmaps.window_params("drivers_chart"))
 
 
 def render(ctx: ViewContext) -> None:
     """Method picker, the two attribution maps, the source/target share per step and the head agreement."""
     result = ctx.result
-    st.caption(described.INTRO, help=described.HELP)
+    st.caption(described.INTRO, help=described.METHOD_HELP)
     large = (controls.n_parameters(ctx.tr) > controls.LARGE_MODEL or ctx.tr.config.tgt_vocab_size >
              controls.LARGE_VOCABULARY) and ctx.tr.device.type == "cpu"
-    method = controls.choose(st.segmented_control, "Method", list(METHODS), "drivers_method",
-                             "input_x_gradient" if large else "integrated_gradients", format_func=METHODS.get,
+    method = controls.choose(st.segmented_control, "Method", list(described.METHODS), "drivers_method",
+                             "input_x_gradient" if large else "integrated_gradients", format_func=described.METHODS.get,
                              required=True)
     if large:
         vocab = ctx.tr.config.tgt_vocab_size

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.interpret.columns import COLUMNS as DESCRIBED
+from transformer.interpret.columns import COLUMNS
 from transformer.interpret.flagging import FlagRule, condition_text, flag_rule, rule_text
 
 from .. import registry
@@ -92,7 +92,7 @@ def _written_line(ss: MutableMapping[str, Any]) -> str | None:
 # compute with one click; it never computes by itself) and, off a public server, the table file's path.
 PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
-          Param("signal", SIGNAL, one_of(*tables.SIGNALS), default="chrf"),
+          Param("signal", SIGNAL, one_of(*tables.SIGNAL_HELP), default="chrf"),
           Param("find", FIND, _find, default=""),
           Param("line", LINE, lines.line_of, write=_written_line, clears=(LINE, OPENED, lines.JUMPED)),
           Param("words", WHOLE, lambda v: {"1": True, "0": False}.get(v), dump=lambda v: "1" if v else "0",
@@ -102,8 +102,8 @@ PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")
           Param("file", PATH, _path, default="", adopt=_open_path))
 
 # Headers and tooltips: each column's one description (transformer.interpret.columns.COLUMNS)
-LABELS = {name: column.label for name, column in DESCRIBED.items()}
-HELP = {name: column.help for name, column in DESCRIBED.items()}
+LABELS = {name: column.label for name, column in COLUMNS.items()}
+COLUMN_HELP = {name: column.help for name, column in COLUMNS.items()}
 FLAG_MARK = "⚠ flagged"  # the flag column's mark: a label, not a checkbox beside the row's selection box
 ORDER = ("id", "flag", "flag_score", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
          "eos_attention", "seq_logprob", "min_piece_logprob", "omission", "bleu", "score", "repetition", "length_ratio",
@@ -117,7 +117,7 @@ def column_config(frame: pd.DataFrame) -> dict:
     """Bars for the shares, numbers with a fitting format, the texts as plain text; headers in plain words."""
     config: dict = {}
     for column in frame.columns:
-        label, tip = LABELS.get(column, column), HELP.get(column)
+        label, tip = LABELS.get(column, column), COLUMN_HELP.get(column)
         if column in tables.SHARES:
             config[column] = st.column_config.ProgressColumn(label, min_value=0.0, max_value=1.0, format="%.2f",
                                                              help=tip, width=112)
@@ -299,7 +299,7 @@ def render(ctx: ViewContext) -> None:
     if table.inputs_note:  # it names the manifest's split and languages: as text, never Markdown
         st.info(controls.md_escape(table.inputs_note), icon=":material/description:")
     flagged = int(frame["flag"].sum())
-    st.caption(f"{controls.md_escape(tables.describe(table.manifest, len(frame)))} · {flagged:,} flagged "
+    st.caption(f"{controls.md_escape(tables.table_caption(table.manifest, len(frame)))} · {flagged:,} flagged "
                f"({flagged / max(len(frame), 1):.1%}). Select a row (the box at its left) to open that sentence in "
                "every view.")
     shown = tables.apply_preset(frame, preset, find or "", bool(whole))
@@ -397,7 +397,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
     alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
     value = alti.get("hallucination_threshold")
     val_share = float(value) if isinstance(value, (int, float)) and "source_share" not in limits else None
-    present = [s for s in tables.SIGNALS if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
+    present = [s for s in tables.SIGNAL_HELP if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
     if not present:
         st.info("This table has no signal values to draw.", icon=":material/bar_chart:")
         return
@@ -410,7 +410,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
     left, right = st.columns(2)
     with left:
         signal = controls.choose(st.selectbox, "Signal", present, SIGNAL, "chrf" if "chrf" in present else present[0],
-                                 format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNALS[s]}")
+                                 format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNAL_HELP[s]}")
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         at, name = line(signal)
         mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])

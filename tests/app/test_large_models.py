@@ -104,5 +104,5 @@ def test_vocabulary_norms_a_block_at_a_time_equal_the_whole_tables(tr, monkeypat
     keep = torch.ones(weight.size(0), dtype=torch.bool)
     keep[tr.config.pad_id] = False
     whole = (weight[keep].norm(dim=-1) * tr.model.embedding_scale).numpy()
-    monkeypatch.setattr(probes, "VOCAB_BLOCK", 7)  # blocks that split the table unevenly
+    monkeypatch.setattr(probes, "EMBEDDING_BLOCK", 7)  # blocks that split the table unevenly
     np.testing.assert_allclose(probes.vocab_embedding_norms(tr), whole, rtol=1e-6)

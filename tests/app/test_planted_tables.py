@@ -388,5 +388,5 @@ def test_hashes_in_the_manifest_are_those_the_contract_names(tiny_corpus):
 def test_a_manifests_long_values_are_cut_where_the_page_names_them():
     manifest = {"input": {"split": "s" * 10**6, "src_lang": "en", "tgt_lang": "d\ne"}, "model": {"name": "m" * 10**5},
                 "settings": {"beam": "b" * 1000}}
-    line = tables.describe(manifest, 3)
+    line = tables.table_caption(manifest, 3)
     assert len(line) < 300 and "\n" not in line and line.startswith("3 lines · of " + "s" * 79 + "…")

@@ -19,7 +19,7 @@ from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
 from app.views import whole_test_set as test_set  # noqa: E402
 from app.views import whole_test_set_lines as lines  # noqa: E402
-from transformer.interpret.columns import COLUMNS as DESCRIBED
+from transformer.interpret.columns import COLUMNS as COLUMNS_DESCRIBED
 
 VIEW = "whole_test_set"
 
@@ -132,7 +132,7 @@ def test_a_table_without_the_contract_columns_is_refused_and_missing_signals_are
         tables.read_table(tmp_path / "junk.parquet")
     pd.DataFrame({"id": [1, 0], "translation": ["b", "a"], "extra": [1.0, 2.0]}).to_parquet(tmp_path / "few.parquet")
     frame = tables.read_table(tmp_path / "few.parquet").frame
-    assert list(frame.columns) == list(tables.COLUMNS)  # the contract's columns only: "extra" is not read
+    assert list(frame.columns) == list(tables.VIEW_COLUMNS)  # the contract's columns only: "extra" is not read
     assert frame["chrf"].isna().all() and not frame["flag"].any()
 
 
@@ -160,7 +160,7 @@ def test_the_presets_of_the_new_signals_put_the_suspicious_end_first():
     assert (np.diff(wrong) >= 0).all()
     for key, preset in tables.PRESETS.items():  # each preset's column is described, its end the suspicious one
         assert preset.label and preset.help
-        column = DESCRIBED.get(preset.sort)
+        column = COLUMNS_DESCRIBED.get(preset.sort)
         if column is not None and column.signal:
             assert preset.descending == (column.direction == "high"), key
 
@@ -188,7 +188,7 @@ def test_every_column_has_one_description_with_a_label_and_help():
 
     from transformer.interpret.table import COLUMNS, Column
 
-    assert COLUMNS is DESCRIBED and {"omission", "min_piece_logprob"} <= set(COLUMNS)
+    assert COLUMNS is COLUMNS_DESCRIBED and {"omission", "min_piece_logprob"} <= set(COLUMNS)
     for name, column in COLUMNS.items():
         assert isinstance(column, Column) and column.label and column.help.endswith("."), name
         assert pa.type_for_alias(column.type) is not None and column.direction in ("low", "high")
@@ -197,7 +197,8 @@ def test_every_column_has_one_description_with_a_label_and_help():
     config = test_set.column_config(tables.normalise(make_table(4)))
     for name, shown in config.items():
         assert shown["label"] == COLUMNS[name].label and shown["help"] == COLUMNS[name].help, name
-    assert set(tables.SIGNALS) <= set(COLUMNS) and all(tables.SIGNALS[s] == COLUMNS[s].help for s in tables.SIGNALS)
+    shown = tables.SIGNAL_HELP
+    assert set(shown) <= set(COLUMNS) and all(shown[s] == COLUMNS[s].help for s in shown)
 
 
 def test_thresholds_come_from_the_tables_flag_rule():
@@ -317,7 +318,8 @@ def test_the_view_labels_each_column_from_its_description_marks_flags_and_says_t
     assert_clean(at)
     columns = json.loads(at.dataframe[0].proto.columns)
     for name in at.dataframe[0].proto.column_order:
-        assert columns[name]["label"] == DESCRIBED[name].label and columns[name]["help"] == DESCRIBED[name].help
+        described = COLUMNS_DESCRIBED[name]
+        assert columns[name]["label"] == described.label and columns[name]["help"] == described.help
     assert columns["flag"]["type_config"]["type"] == "text"  # a mark, not a checkbox
     shown = at.dataframe[0].value
     assert set(shown["flag"]) <= {test_set.FLAG_MARK, ""}

@@ -483,7 +483,7 @@ def test_ordinary_captions_are_light_on_the_shipped_model():
     if not (path / "model.safetensors").is_file():
         pytest.skip("the shipped checkpoint is not here")
     big = transformer.load(path, device="cpu")
-    d = state.DEFAULTS
+    d = state.SIDEBAR_DEFAULTS
     settings = DecodeSettings(beam_size=d[state.BEAM], alpha=d[state.ALPHA], max_len_a=d[state.MAX_A],
                               max_len_b=d[state.MAX_B])
     captions = ["Two young guys with shaggy hair look at their hands while hanging out in the yard.",

@@ -131,11 +131,12 @@ def test_every_config_field_is_mapped_or_refused():
     default); the activations are CTranslate2's."""
     from ctranslate2.specs.common_spec import Activation
 
-    from transformer.exchange.ctranslate2_export import ACTIVATIONS, CONFIG_FIELDS
+    from transformer.exchange.ctranslate2_export import CONFIG_FIELDS, CT2_ACTIVATIONS
     from transformer.network.config import ACTIVATIONS as OURS
 
     assert set(CONFIG_FIELDS) == {f.name for f in dataclasses.fields(TransformerConfig)}
-    assert set(ACTIVATIONS) == set(OURS) and all(name in Activation.__members__ for name in ACTIVATIONS.values())
+    assert set(CT2_ACTIVATIONS) == set(OURS)
+    assert all(name in Activation.__members__ for name in CT2_ACTIVATIONS.values())
 
 
 @dataclasses.dataclass

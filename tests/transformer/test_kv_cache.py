@@ -78,7 +78,7 @@ def test_step_equals_the_full_forward(name, masked):
     src_mask = padding_mask(src, PAD)
     tgt = target(model, src.size(0), 7)
     with torch.no_grad():
-        memory = model.encode(src, src_mask, head_mask=hm.get("encoder")).last_hidden_state
+        memory = model.encode(src, src_mask, encoder_head_mask=hm.get("encoder")).last_hidden_state
         full = model.decode(tgt, memory, src_mask, self_head_mask=hm.get("decoder"),
                             cross_head_mask=hm.get("cross")).logits  # (B, T, V)
         plain = model.decode(tgt, memory, src_mask).logits

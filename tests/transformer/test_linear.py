@@ -62,7 +62,7 @@ def fresh(monkeypatch):
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("grad", [False, True])
 def test_the_float32_branch_is_the_product_rounded_once(no_native, monkeypatch, column_major, with_bias, grad):
-    monkeypatch.setattr(linear_module, "CHUNK_BYTES", 4 * 24 * 7)  # blocks of 7 output features: 37 = 5 x 7 + 2
+    monkeypatch.setattr(linear_module, "CONVERT_BLOCK_BYTES", 4 * 24 * 7)  # blocks of 7 output features: 37 = 5 x 7 + 2
     torch.manual_seed(0)
     weight = torch.randn(37, 24).to(torch.bfloat16)
     if column_major:  # the layout weights.column_major_weights gives a small model

@@ -84,7 +84,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = DEFAULTS.m
     cfg = model.config
     src_mask = padding_mask(src, cfg.pad_id)
     encoded = model.encode(src, src_mask, return_attention=return_attention,
-                           head_mask=(head_mask or {}).get("encoder"))
+                           encoder_head_mask=(head_mask or {}).get("encoder"))
     memory = encoded.last_hidden_state
     steps: list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]] | None = [] if return_attention else None
     if return_attention and not use_cache:
@@ -192,7 +192,7 @@ class _Beams:
               head_mask: dict[str, Tensor] | None, forced: Tensor | None) -> _Beams:
         cfg = model.config
         src_mask = padding_mask(src, cfg.pad_id)
-        memory = model.encode(src, src_mask, head_mask=(head_mask or {}).get("encoder")).last_hidden_state
+        memory = model.encode(src, src_mask, encoder_head_mask=(head_mask or {}).get("encoder")).last_hidden_state
         # every sentence's encoder output repeated once per beam: (B, S, D) -> (B*K, S, D)
         return cls(model, k, memory.repeat_interleave(k, dim=0),
                    src_mask.repeat_interleave(k, dim=0),  # (B*K, 1, 1, S)

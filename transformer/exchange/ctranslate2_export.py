@@ -49,7 +49,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
                  "float32")
 # our feed-forward activation -> the name of CTranslate2's ``common_spec.Activation`` (GELU: the exact, erf one, as
 # ``F.gelu``; GELUTanh would be the tanh approximation)
-ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "silu": "SWISH", "gelu": "GELU"}
+CT2_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "silu": "SWISH", "gelu": "GELU"}
 # Every TransformerConfig field, and where it goes. A field missing here is refused unless it holds its default
 # (the paper's): a new field's meaning is never guessed.
 CONFIG_FIELDS = {
@@ -62,7 +62,7 @@ CONFIG_FIELDS = {
     "pad_id": "the padding row of the tables (an output CTranslate2 must suppress, as ours never gives it)",
     "bos_id": "decoder_start_token", "eos_id": "eos_token",
     "layer_norm_eps": "layer_norm_epsilon",
-    "activation": "activation (ACTIVATIONS)",
+    "activation": "activation (CT2_ACTIVATIONS)",
     "positional_layout": "position_encodings, the table written out",
     "position_offset": "position_encodings, the table from the first token's row",
     "max_len": "position_encodings' rows",
@@ -116,9 +116,9 @@ def check_exportable(config: TransformerConfig) -> None:
         if f.name not in CONFIG_FIELDS and getattr(config, f.name) != f.default:
             raise ValueError(f"the config's {f.name} = {getattr(config, f.name)!r} has no CTranslate2 equivalent this "
                              f"export knows (only its default, {f.default!r}, exports)")
-    if config.activation not in ACTIVATIONS:
+    if config.activation not in CT2_ACTIVATIONS:
         raise ValueError(f"activation {config.activation!r} has no CTranslate2 equivalent (it has "
-                         f"{', '.join(sorted(ACTIVATIONS))})")
+                         f"{', '.join(sorted(CT2_ACTIVATIONS))})")
     if config.n_encoder_layers < 1 or config.n_decoder_layers < 1:
         raise ValueError("CTranslate2 needs at least one encoder and one decoder layer (the config has "
                          f"{config.n_encoder_layers} and {config.n_decoder_layers})")
@@ -152,7 +152,7 @@ def build_spec(model: Transformer, tokenizer: TokenizerProtocol) -> Any:
     check_exportable(cfg)
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
-        activation=common_spec.Activation[ACTIVATIONS[cfg.activation]],
+        activation=common_spec.Activation[CT2_ACTIVATIONS[cfg.activation]],
     )
     # our table (any layout), its first row the first token's position (past ``position_offset``): CTranslate2's
     # built-in one concatenates sin and cos from position 0, so the table is always written out

@@ -34,7 +34,7 @@ DATASETS = ["multi30k"]
 METRICS = ["bleu", "chrf"]
 TAGS = ["translation", "transformer", "attention"]
 REQUIRED_KEYS = ("language", "license", "datasets", "metrics", "tags")
-LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")
+ISO_639_CODE = re.compile(r"[a-z]{2,3}")
 TEST_SET = "test_2016_flickr"
 
 
@@ -106,7 +106,7 @@ def validate_card(card: Any) -> list[str]:
                                                     if key == "language" else "")
                 for key in REQUIRED_KEYS if not parsed.get(key)]
     problems += [f"'{code}' is not an ISO 639 language code" for code in parsed.get("language") or []
-                 if not LANGUAGE_CODE.fullmatch(str(code))]
+                 if not ISO_639_CODE.fullmatch(str(code))]
     if ModelCard(str(card)).text.lstrip().startswith("---\n"):
         problems.append("the card has a second metadata header")
     return problems

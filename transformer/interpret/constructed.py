@@ -41,7 +41,7 @@ from .signals import pair_signals, repetition
 NEGATIVES = ("translation", "reference")
 POSITIVES = ("detached", "unrelated", "noun_own", "noun_ref", "dropped_own", "dropped_ref", "loop", "fluent_nonsense")
 PAIR_KINDS = (*NEGATIVES, *POSITIVES, "copy")
-KIND_NAMES = {"translation": "own translations", "reference": "references",
+PAIR_KIND_NAMES = {"translation": "own translations", "reference": "references",
               "detached": "detached: another sentence's reference", "unrelated": "unrelated German",
               "noun_own": "one noun swapped, own translation", "noun_ref": "one noun swapped, reference",
               "dropped_own": "a clause dropped, own translation", "dropped_ref": "a clause dropped, reference",

@@ -34,7 +34,7 @@ from .table import arrow_schema, atomic_write
 MODEL_FILES = tuple(sorted({CONFIG_FILE, WEIGHTS_FILE, "pytorch_model.bin", METADATA_FILE, TOKENIZER_FILE, FLAG_FILE,
                             *(name for family in FAMILIES for name in (*family.tokenizer_files,
                                                                        *family.copied_files))}))
-CHUNK_BYTES = 1 << 20
+HASH_READ_BYTES = 1 << 20
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest, written and read (the app's bound too): the shipped ones are 8-10 kB, and
 # the flag rule it carries is bounded by flagging.MAX_CONDITIONS and MAX_KNOTS (the largest: about 32 kB)
 PART_GLOB = "rank*.jsonl"
@@ -62,7 +62,7 @@ def file_digest(path: str | Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(CHUNK_BYTES):
+        while chunk := f.read(HASH_READ_BYTES):
             digest.update(chunk)
             size += len(chunk)
     return {"name": path.name, "sha256": digest.hexdigest(), "bytes": size}

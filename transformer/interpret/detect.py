@@ -42,9 +42,9 @@ from ..translator import load
 from .columns import COLUMNS, SIGNAL_COLUMNS
 from .constructed import (  # noqa: F401  (the set's names, as the command's)
     GERMAN,
-    KIND_NAMES,
     NEGATIVES,
     NONSENSE_PER_KIND,
+    PAIR_KIND_NAMES,
     PAIR_KINDS,
     POSITIVES,
     constructed_set,
@@ -203,8 +203,8 @@ def markdown(report: dict[str, Any]) -> str:
     for kind in (*NEGATIVES, *POSITIVES, "copy"):
         n = report["counts"].get(kind, 0)
         aucs = [cell(report["auc"][name].get(kind)) if kind in POSITIVES else "" for name in names]
-        lines.append(f"| {KIND_NAMES[kind]} | {n} | {cell(report['flagged'].get(kind), True)} | " + " | ".join(aucs)
-                     + " |")
+        flagged = cell(report["flagged"].get(kind), True)
+        lines.append(f"| {PAIR_KIND_NAMES[kind]} | {n} | {flagged} | " + " | ".join(aucs) + " |")
     lines.append("| **all positives pooled** | " + str(sum(report["counts"].get(k, 0) for k in POSITIVES)) + " | | "
                  + " | ".join(cell(report["auc"][name]["all"]) for name in names) + " |")
     return "\n".join(lines)

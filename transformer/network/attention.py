@@ -109,23 +109,24 @@ class MultiHeadAttention(nn.Module):
         q = q.view(n // g, g * new, self.n_heads, self.d_head)  # (N, T, D) -> (N/g, g*T, H, d)
         return q.transpose(1, 2), cache.cross_k, cache.cross_v  # (N/g, g*T, H, d) -> (N/g, H, g*T, d)
 
-    def merge_heads(self, out: Tensor, head_mask: Tensor | None = None) -> Tensor:
-        """Every head's output ``(B, H, T, d)`` (each times its ``head_mask`` entry, 0 switching it off) through
+    def merge_heads(self, out: Tensor, head_gates: Tensor | None = None) -> Tensor:
+        """Every head's output ``(B, H, T, d)`` (each times its ``head_gates`` entry, 0 switching it off) through
         the output projection W_O: ``(B, T, D)``."""
-        if head_mask is not None:
-            out = out * head_mask.to(out.dtype)[None, :, None, None]
+        if head_gates is not None:
+            out = out * head_gates.to(out.dtype)[None, :, None, None]
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.n_heads * self.d_head)  # (B, H, Tq, d) -> (B, Tq, D)
         return linear(out, self.out_proj.weight, self.out_proj.bias, self.out_proj.packed)
 
     def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None,
                 need_weights: bool = False, kv: tuple[Tensor, Tensor] | None = None,
-                head_mask: Tensor | None = None, cache: LayerCache | None = None) -> tuple[Tensor, Tensor | None]:
+                head_gates: Tensor | None = None, cache: LayerCache | None = None) -> tuple[Tensor, Tensor | None]:
         """query ``(B, Tq, D)``; keys/values from ``key_value`` ``(B, Tk, D)`` (None: self-attention, from
         ``query``) or precomputed ``kv``.
 
-        ``head_mask`` ``(H,)`` multiplies each head's output (0 switches a head off). ``cache`` (incremental
-        decoding, as transformers' ``past_key_value``): a decoder layer's :class:`~.kv_cache.LayerCache`;
+        ``head_gates`` ``(H,)`` (one layer's row of the model's ``head_mask``) multiplies each head's output (0
+        switches a head off). ``cache`` (incremental decoding, as transformers' ``past_key_value``): a decoder
+        layer's :class:`~.kv_cache.LayerCache`;
         self-attention's new keys and values join it and attend over all of it, cross-attention projects
         ``key_value`` once into it (see :meth:`_cached_qkv`); ``mask`` then covers the cached positions too.
         Returns ``(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -152,9 +153,9 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
         if group == 1:
-            return self.merge_heads(out, head_mask), weights
+            return self.merge_heads(out, head_gates), weights
         n, tq = query.shape[:2]
         if weights is not None:
             weights = weights.view(n // group, self.n_heads, group, tq, -1).transpose(1, 2).reshape(
                 n, self.n_heads, tq, -1)  # (N/g, H, g*Tq, S) -> (N, H, Tq, S)
-        return self.merge_heads(out, head_mask).view(n, tq, -1), weights  # (N/g, g*Tq, D) -> (N, Tq, D)
+        return self.merge_heads(out, head_gates).view(n, tq, -1), weights  # (N/g, g*Tq, D) -> (N, Tq, D)

@@ -299,7 +299,7 @@ def bfloat16_routes(weight: Tensor) -> tuple[bool, ...]:
     return tuple(route == "float32" for route in measured.chosen)
 
 
-CHUNK_BYTES = 1 << 21  # the float32 branch converts this much of a weight at a time (it stays in a core's cache)
+CONVERT_BLOCK_BYTES = 1 << 21  # the float32 branch converts this much of a weight at a time (in a core's cache)
 
 
 def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -307,7 +307,7 @@ def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     time (a float32 copy of the whole weight would cost more memory traffic than the product: each block is
     converted, used and dropped while it is still in cache)."""
     n_out, n_in = weight.shape
-    step = max(1, CHUNK_BYTES // (4 * n_in))  # output features a block
+    step = max(1, CONVERT_BLOCK_BYTES // (4 * n_in))  # output features a block
     flat = x.reshape(-1, n_in).float()  # (..., in) -> (N, in)
     if torch.is_grad_enabled() or step >= n_out:  # autograd (attributions) or a small weight: one product
         y = F.linear(flat, weight.float(), None if bias is None else bias.float())

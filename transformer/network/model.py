@@ -88,13 +88,14 @@ class EncoderLayer(SublayerStack):
         self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False, head_mask: Tensor | None = None,
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False, head_gates: Tensor | None = None,
                 return_inputs: bool = False) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None,
                                                                                      AttentionInputs]:
         """``x (B, S, D)`` -> ``(output (B, S, D), weights or None)``; with ``return_inputs`` also the
         self-attention's :class:`AttentionInputs`."""
         stream = x
-        x, w, h = self.residual(x, self.norm1, lambda h: self.self_attn(h, h, mask, need_weights, head_mask=head_mask))
+        x, w, h = self.residual(x, self.norm1,
+                                lambda h: self.self_attn(h, h, mask, need_weights, head_gates=head_gates))
         x, _, _ = self.residual(x, self.norm2, lambda h: (self.ffn(h), None))
         return (x, w, AttentionInputs(h, h, mask, stream)) if return_inputs else (x, w)
 
@@ -115,8 +116,8 @@ class DecoderLayer(SublayerStack):
         self.norm_first = cfg.norm_first
 
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
-                need_weights: bool = False, self_head_mask: Tensor | None = None,
-                cross_head_mask: Tensor | None = None, return_inputs: bool = False, cache: LayerCache | None = None,
+                need_weights: bool = False, self_gates: Tensor | None = None,
+                cross_gates: Tensor | None = None, return_inputs: bool = False, cache: LayerCache | None = None,
                 ) -> tuple[Tensor, Tensor | None, Tensor | None] | tuple[Tensor, Tensor | None, Tensor | None,
                                                                          AttentionInputs, AttentionInputs]:
         """The target ``x (B, T, D)`` -> ``(output, self-attention weights, cross-attention weights)``; with
@@ -129,11 +130,11 @@ class DecoderLayer(SublayerStack):
         # tenth of a small model's decoding step)
         x, self_w, h_self = self.residual(
             x, self.norm1, lambda h: self.self_attn.forward(h, None, self_mask, need_weights,
-                                                            head_mask=self_head_mask, cache=cache))
+                                                            head_gates=self_gates, cache=cache))
         stream_cross = x
         x, cross_w, h_cross = self.residual(
             x, self.norm2, lambda h: self.cross_attn.forward(h, memory, cross_mask, need_weights,
-                                                             head_mask=cross_head_mask, cache=cache))
+                                                             head_gates=cross_gates, cache=cache))
         x, _, _ = self.residual(x, self.norm3, lambda h: (self.ffn.forward(h), None))
         if return_inputs:
             return (x, self_w, cross_w, AttentionInputs(h_self, h_self, self_mask, stream_self),
@@ -226,10 +227,11 @@ class Transformer(nn.Module):
         return self.dropout(x) if self.training else x
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False,
-               head_mask: Tensor | None = None, return_internals: bool = False,
+               encoder_head_mask: Tensor | None = None, return_internals: bool = False,
                src_embeds: Tensor | None = None) -> EncoderOutput:
         """``src (B, S)`` -> encoder output. ``src_mask`` defaults to the padding mask ``(B, 1, 1, S)``.
-        ``head_mask`` ``(n_encoder_layers, H)``: 0 switches a head off. ``return_internals``: also every
+        ``encoder_head_mask`` ``(n_encoder_layers, H)`` (the ``"encoder"`` tensor of the model's ``head_mask``): 0
+        switches a head off. ``return_internals``: also every
         self-attention's inputs and every layer's output. ``src_embeds (B, S, D)``: the token embeddings given
         instead of looked up (see :meth:`embed`)."""
         if src_mask is None:
@@ -237,8 +239,8 @@ class Transformer(nn.Module):
         x = self.embed(src, self.src_embed, token_embeds=src_embeds)
         attentions, inputs, outputs = [], [], []
         for i, layer in enumerate(self.encoder_layers):
-            x, w, *seen = layer(x, src_mask, return_attention, None if head_mask is None else head_mask[i],
-                                return_inputs=return_internals)
+            gates = None if encoder_head_mask is None else encoder_head_mask[i]  # (H,): layer i's row
+            x, w, *seen = layer(x, src_mask, return_attention, gates, return_inputs=return_internals)
             if return_attention:
                 attentions.append(w)
             if return_internals:

@@ -22,7 +22,7 @@ from .fairseq_tokenizer import SPM_FILE, FairseqTokenizer
 from .marian import state_dict_from_marian
 from .shared import HubModel, HuggingFaceFamily
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+OUR_ACTIVATION = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
 
 def config_from_m2m100(hf: dict[str, Any]) -> TransformerConfig:
@@ -30,7 +30,7 @@ def config_from_m2m100(hf: dict[str, Any]) -> TransformerConfig:
     if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or \
             hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
         raise CheckpointError("encoder and decoder of different widths are not supported")
-    activation = ACTIVATIONS.get(str(hf.get("activation_function", "relu")))
+    activation = OUR_ACTIVATION.get(str(hf.get("activation_function", "relu")))
     if activation is None:
         raise CheckpointError(f"activation {hf.get('activation_function')!r} is not supported")
     try:
