@@ -24,7 +24,7 @@ import torch  # noqa: E402 (after the notice above)
 from app.compute import cached, card, catalog, inference, ledger  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
-from app.views import GROUPS, VIEWS, render  # noqa: E402
+from app.views import GROUPS, VIEWS, render, whole_test_set  # noqa: E402
 
 # One intra-op thread: on a small model several threads gain nothing, and on a busy CPU their spinning
 # slows decoding down many times over; visitors are served in parallel by Streamlit's threads anyway.
@@ -99,9 +99,11 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
     and filled once the view (its picture) has been sent."""
     tr = model.tr
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
+    pills = st.container()  # the view pills, a row of their own (the row above keeps its place in every group)
     model_card = st.empty()
     translation = st.container()  # filled after the view: the picture goes first
     view = VIEWS[name]
+    controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
     try:
         if view.needs_translation and result is None:
             st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
@@ -112,8 +114,8 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
                  icon=":material/error:")
     if result is not None:
         with translation:
-            frame.show_translation(tr, result)
-    selector.view_selector(VIEWS, GROUPS, row)
+            frame.show_translation(tr, result, whole_test_set.open_line_name(state.ViewContext(model, result, sub)))
+    selector.view_selector(VIEWS, GROUPS, row, pills)
     readme = card.model_card(tr)
     if readme and row.toggle("Model card", key=state.SHOW_CARD,
                            help="Show the model card: how it was trained, its scores, its limits."):
