@@ -197,8 +197,15 @@ def test_head_ablation_shows_both_translations(app_env, tr):
     score_metrics = [m for m in at.metric if m.label == "Score"]
     assert [m.value for m in score_metrics] == [f"{base.score:.3f}", f"{ref.score:.3f}"]
     assert score_metrics[1].delta == f"{ref.score - base.score:+.3f}"
-    after = arr(chart(at, "heads off: Cross-attention · layer 2")["data"][0]["z"])
-    np.testing.assert_allclose(after, ref.cross_attentions[1].mean(0).numpy(), atol=1e-5)
+    # the chart opens where heads are off: the first attention type (encoder, decoder self, cross) and layer with one
+    after = arr(chart(at, "heads off: Encoder self-attention · layer 2 · mean over the")["data"][0]["z"])
+    live = [h for h in range(tr.config.n_heads) if h != 2]
+    np.testing.assert_allclose(after, ref.encoder_attentions[1][live].mean(0).numpy(), atol=1e-5)
+    at.segmented_control(key="att").set_value("cross").run()  # another type, then other heads: the chart stays on a
+    at.selectbox(key="layer").set_value(1).run()  # place where heads are off
+    at.multiselect(key="ablate").set_value(["Cross · L1 · H1", "Decoder self · L2 · H1"]).run()
+    assert_clean(at)
+    assert chart(at, "heads off: Cross-attention · layer 1 · mean over the")
 
 
 def test_url_opens_the_same_view(app_env, tr):
