@@ -311,12 +311,12 @@ ARROWS_SELECT_JS = """<script>
     const from = e.target instanceof Element && e.target.closest("[role=radio]");
     const group = from && from.closest("[data-testid=stButtonGroup] [role=radiogroup]");
     if (!group) return;
-    setTimeout(() => {
+    setTimeout(() => {  // after the control has moved the focus
       const to = document.activeElement;
       if (to && to !== from && group.contains(to) && to.getAttribute("role") === "radio"
           && to.getAttribute("aria-checked") !== "true") to.click();
-    }, 0);
-  });
+    }, 30);
+  }, {capture: true});  // before the control's own handler, which keeps the event to itself
 })();
 </script>"""
 ARROWS_SELECT = "arrows_select"  # the key of the hidden container that holds the script (CSS: app.page.frame)
@@ -351,13 +351,15 @@ VIEW_SHOWN = "_view_shown"  # the view the last run showed
 
 
 def bring_into_view(view: str) -> None:
-    """The top of the view ``view`` (an empty box), and when it is not the view the last run showed (a pill tapped,
-    Back or Forward; never a first visit), the script that scrolls it into sight (``BRING_INTO_VIEW_JS``)."""
+    """The top of the view ``view`` (a box of no height), and when it is not the view the last run showed (a pill
+    tapped, Back or Forward; never a first visit), the script that scrolls it into sight (``BRING_INTO_VIEW_JS``)."""
     ss = st.session_state
     last, ss[VIEW_SHOWN] = ss.get(VIEW_SHOWN), view
-    box = st.container(key=VIEW_TOP)
+    box = st.container(key=VIEW_TOP)  # an empty box is not drawn: it holds a mark, or the script
     if last is not None and last != view:
         box.html(BRING_INTO_VIEW_JS % f"{last} -> {view} {time.monotonic_ns()}", unsafe_allow_javascript=True)
+    else:
+        box.html('<span class="attn-view-top"></span>')
 
 
 def swipe_hint(box: Any, key: str) -> None:

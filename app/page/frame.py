@@ -38,6 +38,10 @@ PAGE_CSS = """<style>
 }
 @media (max-width: 640px) {
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
+  /* the text box grows with its text, up to six lines: a 40-word sentence shows whole, none of its lines cut */
+  .st-key-source_text [data-testid=stTextAreaRootElement] {height: auto !important;}
+  .st-key-source_text textarea {field-sizing: content; height: auto !important; min-height: 66px;
+    max-height: calc(6lh + 24px);}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
 }
