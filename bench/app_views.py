@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from .browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
     IDLE_JS,
     SETTLED_JS,
     SHOWS_JS,
-    app_page,
     click_until,
     expected_ticks,
+    streamlit_server,
 )
 from .common import percentile
 
@@ -126,12 +129,19 @@ def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 
     times: dict[str, dict[str, list[float]]] = {k: {name: [] for name in order if name != ATTRIBUTION_VIEW}
                                                 for k in checkouts}
     errors: list[str] = []
-    with ExitStack() as stack:
+    with ExitStack() as stack:  # one browser; a server and a page for each checkout
+        from playwright.sync_api import sync_playwright
+
+        browser = stack.enter_context(sync_playwright()).chromium.launch(executable_path=str(CHROMIUM),
+                                                                        args=CHROMIUM_ARGS)
+        stack.callback(browser.close)
         pages = {}
         for k, cwd in checkouts.items():
-            page, page_errors = stack.enter_context(app_page(checkpoint, 1600, 1000, timeout_s, cwd=cwd))
-            pages[k] = page
-            errors = page_errors if k == "here" else errors
+            url = stack.enter_context(streamlit_server(checkpoint, cwd=cwd))
+            page = pages[k] = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+            page.on("pageerror", lambda e, k=k: errors.append(f"{e} ({k})"))
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
             for name in order:  # warm-up: every chunk loaded
                 switch(page, name, timeout_s)
         for text, ticks in zip(sentences, labels):

@@ -169,16 +169,15 @@ def pinned(cores: set[int] | None) -> Iterator[None]:
 
 @contextmanager
 def app_page(checkpoint: str | Path, width: int, height: int, timeout_s: float,
-             screen: str | None = None, cwd: str | Path | None = None) -> Iterator[tuple[Any, list[str]]]:
+             screen: str | None = None) -> Iterator[tuple[Any, list[str]]]:
     """A ``streamlit run`` server on ``checkpoint`` and one Chromium page open on it (``width`` x ``height``, or one
-    of ``SCREENS``), its first heatmap drawn; yields (the Playwright page, the page's errors as they come).
-    ``cwd``: another checkout to serve."""
+    of ``SCREENS``), its first heatmap drawn; yields (the Playwright page, the page's errors as they come)."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():
         raise FileNotFoundError(f"{CHROMIUM} not found (apt-get install chromium)")
     errors: list[str] = []
-    with streamlit_server(checkpoint, cwd=cwd) as url, sync_playwright() as p:
+    with streamlit_server(checkpoint) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = (new_context(browser, screen) if screen else
