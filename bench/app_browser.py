@@ -214,7 +214,7 @@ def other_mode(args: argparse.Namespace) -> int:
         result = app_views.view_times(args.checkpoint, sentences, only=args.only, base=args.base)
         print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of {words} words (p50 of "
               f"{result['views_sentences']}):")
-        print(app_views.table(result, app_views.GOALS))
+        print(app_views.table(result, app_views.LONG_GOALS if args.long else app_views.GOALS))
         errors = result["views_page_errors"]
     else:
         counts = [int(c) for c in args.split.split(",") if c.strip()]
