@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, charts, new_app, set_view  # noqa: E402
+from conftest import assert_clean, charts, new_app, plain, set_view  # noqa: E402
 
 from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
@@ -486,6 +486,9 @@ def test_the_open_line_is_in_the_address_and_a_link_opens_it_again(with_table):
     at.run()
     assert_clean(at)
     assert at.query_params["line"] == str(line) and at.query_params["preset"] == "lowest-share"  # the sort too
+    picker = at.selectbox(key=test_set.SIGNAL)  # short labels, each signal's words in the help (none cut short)
+    assert all(len(label) <= 30 for label in picker.options) and "source share" in picker.options
+    assert all(f"**{test_set.LABELS[s]}**: {tables.SIGNALS[s]}" in plain(picker.help) for s in ("chrf", "source_share"))
     annotations, traces = marks(at)
     assert f"line {line}" in annotations and f"line {line}" in traces  # marked on both charts
     link = {k: v for k, v in at.query_params.items() if k != "text"}  # the line alone names the sentence
