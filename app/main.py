@@ -104,8 +104,11 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
     translation = st.container()  # filled after the view: the picture goes first
     view = VIEWS[name]
     controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
+    picking = name not in GROUPS[st.session_state[state.VIEW_GROUP]]  # a group just picked: none of its views yet
     try:
-        if view.needs_translation and result is None:
+        if picking:
+            pass  # nothing drawn, no work, until a view of the group is picked (the selector says so)
+        elif view.needs_translation and result is None:
             st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
         else:
             render(name, state.ViewContext(model, result, sub))

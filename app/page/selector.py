@@ -11,7 +11,8 @@ from .controls import md_escape
 def resolve(views: dict, groups: dict[str, list[str]]) -> str:
     """The view this run shows (a link or Back/Forward may have changed it), set in the session before the selector
     is drawn, so the page can plan its work for that view first. A group picked shows its views without opening
-    one: the view shown stays until one of them is picked (no work starts on a group's button)."""
+    one: the view stays the one last shown (not drawn meanwhile) until one of them is picked (no work starts on a
+    group's button)."""
     ss = st.session_state
     if ss.get(state.VIEW) not in views:
         ss[state.VIEW] = state.DEFAULT_VIEW
@@ -28,8 +29,9 @@ HIDE_SHOWN_PILL = ("<style>.st-key-view [role=radiogroup] > button:last-child {d
 def view_selector(views: dict, groups: dict[str, list[str]], row=None, pills=None) -> str:
     """The views in groups: a group, then a view of it (each with one line of help); returns the view's key.
     A link or Back/Forward sets the view, and its group follows (:func:`resolve`, which the page calls first, once
-    a run). A group picked shows its views, none chosen, above the view still shown (its pill kept, hidden, at the
-    end of the row: the widget's value must be one of its options); the work starts when one is picked.
+    a run). A group picked shows its views, none chosen (the view last shown keeps its pill, hidden, at the end of
+    the row: the widget's value must be one of its options; the page draws no view meanwhile); the work starts when
+    one is picked.
     ``row``: a horizontal container for the group (the caller may add to it), else a new one; ``pills``: where the
     view pills go (always a row of their own, so that nothing beside them moves when the group changes), else
     below the row."""
@@ -57,6 +59,5 @@ def view_selector(views: dict, groups: dict[str, list[str]], row=None, pills=Non
                                    help="  \n".join(f"**{md_escape(views[v].title)}**: {md_escape(views[v].help)}"
                                                      for v in names))
     if elsewhere:
-        pills.caption(f"Pick one of the views of {md_escape(group)} above; below, still "
-                      f"{md_escape(views[shown].title)}.")
+        pills.caption(f"Pick one of the views of {md_escape(group)} above.")
     return name

@@ -182,7 +182,8 @@ def test_views_come_in_groups_with_help_and_the_name_is_on_the_page(app_env):
     at.segmented_control(key="view_group").set_value("Across data")  # a group shows its views and opens none
     at.run()
     view = at.segmented_control(key="view")
-    assert view.value == shown and at.query_params.get("view", "heatmap") == shown  # the view shown stays
+    assert view.value == shown and at.query_params.get("view", "heatmap") == shown  # the view last shown stays
+    assert not pictures(at) and not at.get("plotly_chart")  # but is not drawn: nothing runs until a view is picked
     assert len(view.options) == len(GROUPS["Across data"]) + 1  # its pill kept, hidden, last
     assert any("Pick one of the views of Across data" in c.value for c in at.main.caption)
     set_view(at, GROUPS["Across data"][1])  # the work starts when one is picked
