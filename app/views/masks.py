@@ -11,7 +11,9 @@ from ..page.state import ViewContext
 from ..parts import masks as described  # this view's description (the offline page's too)
 
 MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
-WINDOW = heatmaps.span_param("mw", "masks_window", size=MOST)  # a longer sentence: a window of its positions
+SHOWN = 30  # positions at first: a longer sentence's window (its four masks side by side, drawn in about a third of
+# the time of 60; every pattern of a mask shows in 30 positions, the slider moves to the padding at the end)
+WINDOW = heatmaps.span_param("mw", "masks_window", size=SHOWN)  # a longer sentence: a window of its positions
 PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), WINDOW)
 
 
