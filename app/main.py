@@ -23,7 +23,7 @@ import torch  # noqa: E402 (after the notice above)
 from app.compute import budget, cached, card, catalog, inference, ledger, work  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
-from app.views import GROUPS, VIEWS, render  # noqa: E402
+from app.views import GROUPS, VIEWS, render, whole_test_set  # noqa: E402
 from transformer import environment  # noqa: E402
 from transformer.checkpoint import hub  # noqa: E402
 from transformer.network import linear  # noqa: E402
@@ -140,11 +140,16 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
     and filled once the view (its picture) has been sent."""
     tr = model.tr
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")  # wraps where it does not fit
+    pills = st.container()  # the view pills, a row of their own (the row above keeps its place in every group)
     model_card = st.empty()
     translation = st.container()  # filled after the view: the picture goes first
     view = VIEWS[name]
+    controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
+    picking = name not in GROUPS[st.session_state[state.VIEW_GROUP]]  # a group just picked: none of its views yet
     try:
-        if view.needs_translation and result is None:
+        if picking:
+            pass  # nothing drawn, no work, until a view of the group is picked (the selector says so)
+        elif view.needs_translation and result is None:
             st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
         else:
             render(name, state.ViewContext(model, result, sub))
@@ -153,8 +158,8 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
                  icon=":material/error:")
     if result is not None:
         with translation:
-            frame.show_translation(tr, result)
-    selector.view_selector(VIEWS, GROUPS, row)
+            frame.show_translation(tr, result, whole_test_set.open_line_name(state.ViewContext(model, result, sub)))
+    selector.view_selector(VIEWS, GROUPS, row, pills)
     readme = card.model_card(tr)
     if readme and row.toggle("Model card", key=state.SHOW_CARD,
                            help="Show the model card: how it was trained, its scores, its limits."):

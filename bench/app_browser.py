@@ -50,6 +50,27 @@ def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
     return (lines + [s for s in built if s not in lines])[:n]
 
 
+LONG_WORDS = 40  # ``--long``: the issue's long sentence
+
+
+def long_sentences(n: int, data_dir: str | Path | None, words: int = LONG_WORDS) -> list[str]:
+    """``n`` different sentences of ``words`` words, one sentence each (the app would split two): consecutive lines
+    of val.en joined by "and" (each line's full stop dropped, the next one's first letter lower case), cut at
+    ``words`` words and ended with a full stop; the i-th starts at val line ``1 + 10 i``. Without the data, built
+    from ``twenty_word_sentences``' captions the same way."""
+    lines = read_sentences(data_dir, "val") or twenty_word_sentences(100, None)
+    out = []
+    for start in range(0, 10 * n, 10):
+        joined: list[str] = []
+        for line in lines[start % len(lines):] + lines:
+            line = line.strip().rstrip(".").strip()
+            joined.extend(["and", line[:1].lower() + line[1:]] if joined else [line])
+            if len(" ".join(joined).split()) >= words:
+                break
+        out.append(" ".join(" ".join(joined).split()[:words]).rstrip(",;") + ".")
+    return out
+
+
 def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120.0,
             screen: str = "desktop") -> dict[str, Any]:
     """Seconds from the Translate click that applies a newly typed sentence to its heatmap, one per sentence (none
@@ -189,11 +210,12 @@ def other_mode(args: argparse.Namespace) -> int:
     from . import app_split, app_views
 
     if args.views:
-        result = app_views.view_times(args.checkpoint, twenty_word_sentences(args.repeat, args.data_dir),
-                                      only=args.only)
-        print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of 20 words (p50 of "
+        words = LONG_WORDS if args.long else 20
+        sentences = (long_sentences if args.long else twenty_word_sentences)(args.repeat, args.data_dir)
+        result = app_views.view_times(args.checkpoint, sentences, only=args.only, base=args.base)
+        print(f"Each view switched to on a warm page, {result['views_sentences']} sentences of {words} words (p50 of "
               f"{result['views_sentences']}):")
-        print(app_views.table(result, app_views.GOALS))
+        print(app_views.table(result, app_views.LONG_GOALS if args.long else app_views.GOALS))
         errors = result["views_page_errors"]
     else:
         counts = [int(c) for c in args.split.split(",") if c.strip()]
@@ -222,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                    "warm page after each of --repeat new 20-word sentences (a table; see bench/app_views.py)")
     p.add_argument("--only", type=view_keys, metavar="KEYS", help="with --views: time only these views, view keys "
                    "separated by commas (e.g. all_heads,what_drives_each_word); Heatmap, where each walk ends, too")
+    p.add_argument("--long", action="store_true", help=f"with --views: {LONG_WORDS}-word sentences instead, each "
+                   f"of consecutive lines of val.en joined by 'and', cut at {LONG_WORDS} words")
+    p.add_argument("--base", metavar="DIR", help="with --views: also walk another checkout (e.g. main's), on a "
+                   "server of its own, each sentence on both in turn; its times in a column of their own")
     p.add_argument("--split", metavar="COUNTS", help="instead: visitors at once (e.g. 1,2,4,8) with the server "
                    "pinned to core 0 and the browsers to the others; the server's CPU per click (bench/app_split.py)")
     p.add_argument("--screen", choices=list(SCREENS), default="desktop", help="the screen of every page (desktop "
@@ -229,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                    "clicks")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
-    if args.only and not args.views:
-        p.error("--only goes with --views")
+    for flag in ("only", "long", "base"):
+        if getattr(args, flag) and not args.views:
+            p.error(f"--{flag} goes with --views")
     if args.views or args.split:
         return other_mode(args)
     floors = {}

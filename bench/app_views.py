@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from .browser import (
+    APP_HEATMAP,
+    CHROMIUM,
+    CHROMIUM_ARGS,
     IDLE_JS,
     SETTLED_JS,
     SHOWS_JS,
-    app_page,
     click_until,
     expected_ticks,
+    streamlit_server,
 )
 from .common import percentile
 
@@ -30,6 +34,8 @@ METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradien
 # the issue's goals (seconds, p50): every view 1 s, attribution by input × gradient 1.5 s, integrated gradients 3 s
 GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['input_x_gradient']}": 1.5,
          f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['integrated_gradients']}": 3.0}
+# issue 68's goals at 40 words (``--long``): every view 1 s warm on a quiet 2-core machine, integrated gradients 2 s
+LONG_GOALS = {"*": 1.0, f"{ATTRIBUTION_VIEW}: {METHOD_NAMES['integrated_gradients']}": 2.0}
 # the view the address names; none: the first view (the app leaves defaults out of its address)
 URL_VIEW_JS = "() => new URLSearchParams(location.search).get('view') || 'heatmap'"
 VIEW_DONE_JS = f"view => ({URL_VIEW_JS})() === view && {SETTLED_JS}"
@@ -53,21 +59,19 @@ def _button(page, text: str):
 
 def switch(page, view: str, timeout_s: float) -> float:
     """Seconds from the click that opens ``view`` (its key) to the view drawn. The views come in groups: another
-    group's view takes a click on its group first (untimed, unless the group opens on that very view)."""
+    group's view takes a click on its group first, untimed (a group shows its views and opens none), unless the group
+    opened that very view itself (as an older page's did, ``--base``): then timed from the group's click."""
     from app.views import VIEWS
 
     _quiet(page, timeout_s)
     group, title = VIEWS[view].group, VIEWS[view].title
     if not _button(page, title).is_visible():  # another group is open
-        before = page.evaluate(URL_VIEW_JS)
         t0 = time.perf_counter()
         _button(page, group).click()
-        # the group opens on its first view, or on the one last seen in it (the address names it)
-        page.wait_for_function(f"v => ({URL_VIEW_JS})() !== v", arg=before, polling=100, timeout=timeout_s * 1000)
+        _button(page, title).wait_for(state="visible", timeout=timeout_s * 1000)
+        _quiet(page, timeout_s)
         if page.evaluate(URL_VIEW_JS) == view:
-            page.wait_for_function(VIEW_DONE_JS, arg=view, polling=100, timeout=timeout_s * 1000)
             return time.perf_counter() - t0
-        _quiet(page, timeout_s)  # another view of the group opened: click the view itself
     button = _button(page, title)
     t0 = time.perf_counter()
     click_until(page, button, VIEW_DONE_JS, view, timeout_s)
@@ -116,41 +120,79 @@ def walk_order(only: list[str] | None = None) -> list[str]:
 
 
 def view_times(checkpoint: str | Path, sentences: list[str], timeout_s: float = 300.0,
-               only: list[str] | None = None) -> dict[str, Any]:
+               only: list[str] | None = None, base: str | Path | None = None) -> dict[str, Any]:
     """Per view: seconds from the click to the view drawn, one per sentence; and the attribution methods.
-    ``only``: these view keys (and Heatmap, the view each walk returns to) instead of every view."""
+    ``only``: these view keys (and Heatmap, the view each walk returns to) instead of every view. ``base``: another
+    checkout walked too, on a server and page of its own, each sentence there first and then here (its times in
+    ``views_base_s``)."""
     order = walk_order(only)
     labels = expected_ticks(checkpoint, sentences)
-    times: dict[str, list[float]] = {name: [] for name in order if name != ATTRIBUTION_VIEW}
-    with app_page(checkpoint, 1600, 1000, timeout_s) as (page, errors):
-        for name in order:  # warm-up: every chunk loaded
-            switch(page, name, timeout_s)
+    checkouts = {"base": base, "here": None} if base else {"here": None}
+    times: dict[str, dict[str, list[float]]] = {k: {name: [] for name in order if name != ATTRIBUTION_VIEW}
+                                                for k in checkouts}
+    errors: list[str] = []
+    with ExitStack() as stack:  # one browser; a server and a page for each checkout
+        from playwright.sync_api import sync_playwright
+
+        browser = stack.enter_context(sync_playwright()).chromium.launch(executable_path=str(CHROMIUM),
+                                                                        args=CHROMIUM_ARGS)
+        stack.callback(browser.close)
+        pages = {}
+        for k, cwd in checkouts.items():
+            url = stack.enter_context(streamlit_server(checkpoint, cwd=cwd))
+            page = pages[k] = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+            page.on("pageerror", lambda e, k=k: errors.append(f"{e} ({k})"))
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator(APP_HEATMAP).first.wait_for(timeout=timeout_s * 1000)
+            for name in order:  # warm-up: every chunk loaded
+                switch(page, name, timeout_s)
         for text, ticks in zip(sentences, labels):
-            translate(page, text, ticks, timeout_s)
-            for name in order:
-                seconds = switch(page, name, timeout_s)
-                if name != ATTRIBUTION_VIEW:
-                    times[name].append(seconds)
-                    continue
-                # one time per method: the view opens on the method picked last, then the other is picked
-                times.setdefault(f"{name}: {METHOD_NAMES[shown_method(page)]}", []).append(seconds)
-                method, seconds = other_method(page, timeout_s)
-                times.setdefault(f"{name}: {METHOD_NAMES[method]}", []).append(seconds)
-            if page.locator("[data-testid=stException]").count():
-                errors.append("a stack trace is on the page")
-    return {"views_s": times, "views_s_p50": {n: percentile(t, 50) for n, t in times.items()},
-            "views_sentences": len(sentences), "views_page_errors": errors}
+            for k, page in pages.items():
+                walk(page, text, ticks, order, times[k], timeout_s)
+                if page.locator("[data-testid=stException]").count():
+                    errors.append(f"a stack trace is on the page ({k})")
+    out = {"views_s": times["here"], "views_s_p50": {n: percentile(t, 50) for n, t in times["here"].items()},
+           "views_sentences": len(sentences), "views_source_words": [len(s.split()) for s in sentences],
+           "views_page_errors": errors}
+    if base:
+        out["views_base_s"] = times["base"]
+    return out
+
+
+def walk(page, text: str, ticks: list[str], order: list[str], times: dict[str, list[float]],
+         timeout_s: float) -> None:
+    """Translate ``text`` and switch to every view of ``order``, each time added to ``times``."""
+    translate(page, text, ticks, timeout_s)
+    for name in order:
+        seconds = switch(page, name, timeout_s)
+        if name != ATTRIBUTION_VIEW:
+            times[name].append(seconds)
+            continue
+        # one time per method: the view opens on the method picked last, then the other is picked
+        times.setdefault(f"{name}: {METHOD_NAMES[shown_method(page)]}", []).append(seconds)
+        method, seconds = other_method(page, timeout_s)
+        times.setdefault(f"{name}: {METHOD_NAMES[method]}", []).append(seconds)
 
 
 def table(result: dict[str, Any], goals: dict[str, float] | None = None) -> str:
-    """A Markdown table: view (its title, as people read it), p50 and max seconds, and the goal when one is given."""
+    """A Markdown table: view (its title, as people read it), p50 and max seconds, and the goal when one is given;
+    with a base checkout walked too, its p50 and the ratio base / here first."""
     from app.registry import VIEWS
 
     goals = goals or {}
-    lines = ["| view | p50 s | max s | goal s |", "|---|---:|---:|---:|"]
+    base = result.get("views_base_s")
+    lines = ["| view | " + ("base p50 s | base / here | " if base else "") + "p50 s | max s | goal s |",
+             "|---|" + ("---:|---:|" if base else "") + "---:|---:|---:|"]
     for name, values in result["views_s"].items():
         goal = goals.get(name, goals.get("*"))
         title = VIEWS[name].title if name in VIEWS else name
-        lines.append(f"| {title} | {percentile(values, 50):.2f} | {max(values):.2f} | "
+        here = percentile(values, 50)
+        before = ""
+        if base and base.get(name):
+            was = percentile(base[name], 50)
+            before = f"{was:.2f} | {was / here:.1f}x | "
+        elif base:
+            before = " |  | "
+        lines.append(f"| {title} | {before}{here:.2f} | {max(values):.2f} | "
                      f"{'' if goal is None else f'{goal:g}'} |")
     return "\n".join(lines)

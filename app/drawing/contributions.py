@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import escape, unique_labels
-from .figures import FONT, attention_heatmap, hline, named_axis, top_title, vline
+from .figures import FONT, TICKS_DRAWN, attention_heatmap, hline, named_axis, top_title, vline
 
 
 def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: int = 0) -> go.Figure:
@@ -29,7 +29,7 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
                                 title=top_title("Share of the attribution (absolute values) per step"),
                                 xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
                                            title=dict(text="output piece (the step that produced it)"),
-                                           tickangle=-60 if len(steps) > 8 else 0),
+                                           tickangle=-60 if len(steps) > 8 else 0, **TICKS_DRAWN),
                                 yaxis=dict(range=[0, 1], title=dict(text="share")),
                                 legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom")))  # under the title
 

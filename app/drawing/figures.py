@@ -125,10 +125,18 @@ def colour_bar(name: str) -> dict:
     return dict(title=dict(text=name, side="right"), thickness=12)
 
 
+# Plotly hides a tick label that would overflow the chart ("hide past div", its default on a linear axis) by measuring
+# every label's box on every redraw (and a margin pushed by the colour bar or the legend redraws); on a 40-word
+# sentence's charts that was most of the browser's time (Masks: 3 of its 4.8 s of plotly). Named ticks are spaced by
+# ``min_width`` so that none overflows: they are drawn as they are.
+TICKS_DRAWN = dict(ticklabeloverflow="allow")
+
+
 def named_axis(labels: Sequence[str], title: str, **extra) -> dict:
     n = len(labels)
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
-                ticktext=list(labels), tickfont=dict(size=_tick_font(n)), showgrid=False, zeroline=False, **extra)
+                ticktext=list(labels), tickfont=dict(size=_tick_font(n)), showgrid=False, zeroline=False,
+                **TICKS_DRAWN, **extra)
 
 
 def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
@@ -326,15 +334,23 @@ def step_cross_figure(cross_step: np.ndarray, source_tokens: Sequence[str], outp
     return fig
 
 
+EVOLUTION_COLUMNS = 100  # columns of cells side by side at the most: a longer sentence's panels go in rows
+
+
 def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Sequence[str],
                      key_tokens: Sequence[str], title: str, zrange: tuple[float, float] | None = None,
                      query_first: int = 1, key_first: int = 1) -> go.Figure:
-    """The same attention matrix in several checkpoints side by side, one shared colour scale."""
+    """The same attention matrix in several checkpoints side by side, one shared colour scale; where they would be
+    more than ``EVOLUTION_COLUMNS`` columns of cells in all, two panels a row (one for a very long sentence), each
+    row with its row labels, every row at least its labels' height (a 44-piece sentence's stay readable)."""
     n = len(panels)
-    fig = make_subplots(rows=1, cols=n, subplot_titles=[escape(name) for name, _ in panels], horizontal_spacing=0.02)
+    q, k = len(query_tokens), len(key_tokens)
+    per_row = n if k * n <= EVOLUTION_COLUMNS else 2 if 2 * k <= EVOLUTION_COLUMNS else 1
+    rows = -(-n // per_row)
+    fig = make_subplots(rows=rows, cols=per_row, subplot_titles=[escape(name) for name, _ in panels],
+                        horizontal_spacing=0.02, vertical_spacing=0.3 / rows)
     qtext = np.asarray([escape(t) for t in query_tokens], dtype=object)
     ktext = np.asarray([escape(t) for t in key_tokens], dtype=object)
-    q, k = len(query_tokens), len(key_tokens)
     custom = np.empty((q, k, 2), dtype=object)
     custom[:, :, 0] = qtext[:, None]
     custom[:, :, 1] = ktext[None, :]
@@ -342,19 +358,24 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
         fig.add_trace(go.Heatmap(z=w, coloraxis="coloraxis", customdata=custom,
                                  hovertemplate=f"{escape(name)}<br>query <b>%{{customdata[0]}}</b><br>key "
                                                "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
-                      row=1, col=i + 1)
+                      row=i // per_row + 1, col=i % per_row + 1)
     fig.update_xaxes(showticklabels=True, showgrid=False, zeroline=False, tickmode="array", tickvals=list(range(k)),
-                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=_tick_font(k * n)),
-                     tickangle=-90)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
-                     ticktext=unique_labels(query_tokens, query_first), tickfont=dict(size=_tick_font(q)), row=1,
-                     col=1)
+                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=_tick_font(k * per_row)),
+                     tickangle=-90, **TICKS_DRAWN)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed", **TICKS_DRAWN)
+    for row in range(1, rows + 1):
+        fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
+                         ticktext=unique_labels(query_tokens, query_first), tickfont=dict(size=_tick_font(q)),
+                         row=row, col=1)
     zmin, zmax = zrange if zrange is not None else (0.0, max(max(float(np.max(w)) for _, w in panels), 1e-9))
-    width_share = 1100 / max(n, 1)
+    width_share = 1100 / max(per_row, 1)
+    labels = (_tick_font(q) + 3) * q  # each row label its own line
+    x_labels = 8 + 0.62 * _tick_font(k * per_row) * max((len(t) for t in key_tokens), default=1)  # turned, below
+    panel = max(190 + width_share * q / max(k, 1) - 160, labels, 120)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(thickness=12)),
                       title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),
-                      height=int(min(max(320, 190 + width_share * q / max(k, 1)), 1000)), plot_bgcolor="white")
+                      height=int(min(max(320, 100 + rows * (panel + x_labels + 30)), 1000 * rows)),
+                      plot_bgcolor="white")
     return fig
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import KIND_NAMES, escape
-from .figures import ATTENTION_SCALE, FONT, colour_bar
+from .figures import ATTENTION_SCALE, FONT, TICKS_DRAWN, colour_bar
 
 # what the browser must draw stays bounded: tokens on every cell cost ~34 bytes a cell, a marker a cell
 # ~54 (a 4 x 4-head grid of a 39-piece sentence was 1.3 MB of chart data with its markers, of 60 pieces 2 MB)
@@ -103,7 +103,8 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
         title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
         font=FONT, height=int(height), margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         xaxis=dict(tickmode="array", tickvals=[h * bw + (k - 1) / 2 for h in range(n_heads)],
-                   ticktext=[f"head {h + 1}" for h in range(n_heads)], side="top", showgrid=False, zeroline=False),
+                   ticktext=[f"head {h + 1}" for h in range(n_heads)], side="top", showgrid=False, zeroline=False,
+                   **TICKS_DRAWN),
         yaxis=dict(tickmode="array", tickvals=[layer * bh + (q - 1) / 2 for layer in range(n_layers)],
                    ticktext=[f"layer {first_layer + layer + 1}" for layer in range(n_layers)], autorange="reversed",
                    showgrid=False, zeroline=False),

@@ -119,10 +119,14 @@ def row_axis(fig: go.Figure) -> str | None:
 
 
 def row_labels(fig: go.Figure) -> RowLabels | None:
-    """The frozen column of ``fig`` (see the module), or None when ``fig`` has no named rows or a trace whose room
-    this cannot rebuild without its data."""
+    """The frozen column of ``fig`` (see the module), or None when ``fig`` has no named rows, a trace whose room
+    this cannot rebuild without its data, or subplots in more than one row with labels (one band's white would cover
+    the other rows' labels)."""
     rows = row_axis(fig)
     if rows is None:
+        return None
+    labelled = {_axis_name(t.yaxis, "y") for t in fig.data if fig.layout[_axis_name(t.yaxis, "y")].showticklabels}
+    if len({tuple(fig.layout[name].domain or (0, 1)) for name in labelled}) > 1:
         return None
     ranges: dict[str, dict] = {}
     skeleton = []

@@ -32,7 +32,7 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
     """How the lines spread over one signal: a histogram of ``values`` (missing ones left out and counted in the
     title), flagged lines stacked in red on the others, a dotted line at ``threshold`` when given, labelled
     ``threshold_name`` and its value, and the open line (``opened``: its id and value) as a solid line labelled
-    "line <id>" (none when its value is missing)."""
+    "line <id>" (none when its value is missing), its label a line lower than the threshold's."""
     values = _finite(values)
     flagged = np.zeros(len(values), dtype=bool) if flagged is None else np.asarray(flagged, dtype=bool)
     ok = np.isfinite(values)
@@ -52,9 +52,10 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                       annotation_text=f"{html.escape(threshold_name)} {threshold_text(threshold)}",
                       annotation_position="top left",
                       annotation_font=dict(size=12, color=FLAGGED))
-    if opened is not None and np.isfinite(opened[1]):
+    if opened is not None and np.isfinite(opened[1]):  # its label a line below the threshold's: never on top of it
         fig.add_vline(x=float(opened[1]), line_width=2, line_color=OPEN, annotation_text=f"line {int(opened[0])}",
-                      annotation_position="top right", annotation_font=dict(size=12, color=OPEN))
+                      annotation_position="top right", annotation_font=dict(size=12, color=OPEN),
+                      annotation_yshift=-18 if threshold is not None else 0)
     title = f"{int(ok.sum()):,} lines" + (f" ({missing:,} without a value)" if missing else "")
     fig.update_layout(barmode="stack", height=HEIGHT, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
                       title=dict(text=title, x=0.0, font=dict(size=13)),

@@ -5,6 +5,7 @@ long sentence: :mod:`app.page.heatmaps`."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -293,6 +294,70 @@ def tap_selects() -> None:
     """Once on the page, hidden: the script by which a tap selects a chart's point as a click does
     (``TAP_SELECTS_JS``), so that a chart's ``on_select`` works on a phone."""
     st.container(key=TAP_SELECTS).html(TAP_SELECTS_JS, unsafe_allow_javascript=True)
+
+
+# An arrow key selects, as the ARIA radio pattern asks of a radio group: Streamlit's segmented controls (the groups, the
+# view pills, every one-of-several picker) move the focus on an arrow and select only on Space or Enter; this
+# constant script clicks the radio the focus moved to. Installed once per page.
+ARROWS_SELECT_JS = """<script>
+(() => {
+  if (window.__attnArrowsSelect) return;
+  window.__attnArrowsSelect = true;
+  document.addEventListener("keydown", (e) => {
+    if (!["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"].includes(e.key) || e.altKey || e.ctrlKey || e.metaKey
+        || e.shiftKey) return;
+    const from = e.target instanceof Element && e.target.closest("[role=radio]");
+    const group = from && from.closest("[data-testid=stButtonGroup] [role=radiogroup]");
+    if (!group) return;
+    setTimeout(() => {  // after the control has moved the focus
+      const to = document.activeElement;
+      if (to && to !== from && group.contains(to) && to.getAttribute("role") === "radio"
+          && to.getAttribute("aria-checked") !== "true") to.click();
+    }, 30);
+  }, {capture: true});  // before the control's own handler, which keeps the event to itself
+})();
+</script>"""
+ARROWS_SELECT = "arrows_select"  # the key of the hidden container that holds the script (CSS: app.page.frame)
+
+
+def arrows_select() -> None:
+    """Once on the page, hidden: the script by which an arrow key selects in a row of one-of-several buttons
+    (``ARROWS_SELECT_JS``), as it does in any radio group."""
+    st.container(key=ARROWS_SELECT).html(ARROWS_SELECT_JS, unsafe_allow_javascript=True)
+
+
+# A view just picked is brought into view where it starts far down the screen (on a phone: below the title, the
+# text box, the groups, the pills and the translation, about 1,000 px down, so that a tap seemed to change only the
+# pill). Sent only on a run whose view differs from the last run's (never on a first visit); it waits for the run to
+# end (what is drawn above the view may still grow), then scrolls the view's top under the header, unless it already
+# shows in the upper three quarters of the screen (a laptop or desktop, where the view is in sight).
+BRING_INTO_VIEW_JS = """<script>
+(() => {
+  const started = performance.now();  // %s
+  const go = () => {
+    const app = document.querySelector("[data-testid=stApp]");
+    const top = document.querySelector(".st-key-view_top");
+    const running = !app || app.getAttribute("data-test-script-state") !== "notRunning";
+    if ((running || !top) && performance.now() - started < 5000) return requestAnimationFrame(go);
+    if (top && top.getBoundingClientRect().top > 0.75 * window.innerHeight) top.scrollIntoView({block: "start"});
+  };
+  requestAnimationFrame(go);
+})();
+</script>"""
+VIEW_TOP = "view_top"  # the key of the empty box at the top of the view (CSS: app.page.frame)
+VIEW_SHOWN = "_view_shown"  # the view the last run showed
+
+
+def bring_into_view(view: str) -> None:
+    """The top of the view ``view`` (a box of no height), and when it is not the view the last run showed (a pill
+    tapped, Back or Forward; never a first visit), the script that scrolls it into sight (``BRING_INTO_VIEW_JS``)."""
+    ss = st.session_state
+    last, ss[VIEW_SHOWN] = ss.get(VIEW_SHOWN), view
+    box = st.container(key=VIEW_TOP)  # an empty box is not drawn: it holds a mark, or the script
+    if last is not None and last != view:
+        box.html(BRING_INTO_VIEW_JS % f"{last} -> {view} {time.monotonic_ns()}", unsafe_allow_javascript=True)
+    else:
+        box.html('<span class="attn-view-top"></span>')
 
 
 def swipe_hint(box: Any, key: str) -> None:

@@ -14,7 +14,7 @@ from transformer import Translator, cli
 from ..compute import cached, catalog, inference, ledger, work
 from ..compute.inference import Analysis, Sentence
 from . import state
-from .controls import choose, md_escape, tap_selects
+from .controls import arrows_select, choose, md_escape, tap_selects
 from .sidebar import fallback_model
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
@@ -38,6 +38,10 @@ PAGE_CSS = """<style>
 }
 @media (max-width: 640px) {
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
+  /* the text box grows with its text, up to six lines: a 40-word sentence shows whole, none of its lines cut */
+  .st-key-source_text [data-testid=stTextAreaRootElement] {height: auto !important;}
+  .st-key-source_text textarea {field-sizing: content; height: auto !important; min-height: 66px;
+    max-height: calc(6lh + 24px);}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
 }
@@ -55,7 +59,9 @@ PAGE_CSS = """<style>
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
-.st-key-tap_selects {display: none;}  /* controls.TAP_SELECTS: the tap script's box */
+.st-key-tap_selects, .st-key-arrows_select {display: none;}  /* the boxes of controls.TAP_SELECTS, ARROWS_SELECT */
+/* controls.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
+.st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""
 
 
@@ -72,9 +78,11 @@ def page_name() -> None:
 
 def page_style() -> None:
     """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas; and the
-    script by which a tap selects a chart's point (``controls.tap_selects``)."""
+    scripts by which a tap selects a chart's point (``controls.tap_selects``) and an arrow key a radio button
+    (``controls.arrows_select``)."""
     st.html(PAGE_CSS)
     tap_selects()
+    arrows_select()
 
 
 class DownloadProgress:
@@ -272,8 +280,9 @@ def unknown_notice(pieces: int, chars: list[str]) -> str:
             "stood there.")
 
 
-def show_translation(tr: Translator, result: Analysis) -> None:
-    """The translation, its score and the subword pieces, with notices for truncation and unknown characters."""
+def show_translation(tr: Translator, result: Analysis, line: str | None = None) -> None:
+    """The translation, its score and the subword pieces, with notices for truncation and unknown characters;
+    ``line``: what names the sentence when it is a test set's line ("test_2016_flickr line 57")."""
     if result.truncated:
         st.warning(f"The text is {result.source_pieces} subword pieces long; this model takes at most "
                    f"{tr.max_source_tokens}, so only the first {tr.max_source_tokens} were translated.",
@@ -293,7 +302,7 @@ def show_translation(tr: Translator, result: Analysis) -> None:
     with text.container(gap=None):
         st.text(result.translation if result.translation.strip() else
                 "(empty output: the model ended the sentence at once)")
-        st.caption(f"Translation · {score} · "
+        st.caption(f"{md_escape(line) + ' · ' if line else ''}Translation · {score} · "
                    f"{'greedy' if beam == 1 else f'beam {beam}'} · {result.seconds * 1000:.0f} ms on {result.device}")
     with pieces, st.expander(f"Subword pieces: {len(result.source_tokens)} in, {len(result.target_tokens)} out"):
         st.caption("Source pieces (▁ marks the start of a word; </s> ends the sentence)")

@@ -28,7 +28,9 @@ class Param:
     """One address parameter: URL ``name``, session-state ``key``, ``parse`` (text -> value or None), ``default``
     (left out of the address) and ``dump`` (value -> text). Optional: ``adopt(value, state)`` puts a parsed value into
     the state itself and returns why it refused it (None: taken), ``write(state)`` gives the address's text itself
-    (None: left out), and ``clears`` names the keys a link without this parameter resets (None: ``key`` alone)."""
+    (None: left out), ``clears`` names the keys a link without this parameter resets (None: ``key`` alone), and
+    ``everywhere(state)`` gives its text in the address of every other view too (None: left out there; the Whole test
+    set's open line, which every view shows), which a link to any view may then set."""
 
     name: str
     key: str
@@ -38,6 +40,7 @@ class Param:
     adopt: Callable[[Any, MutableMapping[str, Any]], str | None] | None = None
     write: Callable[[Mapping[str, Any]], str | None] | None = None
     clears: tuple[str, ...] | None = None
+    everywhere: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def text(self, value: object) -> str | None:
         """The value as the address shows it, or None when it is the default (or unset)."""
@@ -141,7 +144,7 @@ def adopt(query: Mapping[str, str], state: MutableMapping[str, Any], view: Calla
         if param.name in query:
             take(param)
     shown = view()
-    own = {p.name: p for p in of_view(shown)}
+    own = {p.name: p for p in (*carried(), *of_view(shown))}
     elsewhere = {p.name for p in all_params()}
     for name in query:
         if name in own:
@@ -155,8 +158,15 @@ def adopt(query: Mapping[str, str], state: MutableMapping[str, Any], view: Calla
 def address(state: Mapping[str, Any], view: str) -> dict[str, str]:
     """The address of ``state`` with ``view`` shown: the frame's parameters, then the view's own, in their declared
     order, each where it has something to say."""
-    texts = ((p.name, p.address(state)) for p in (*_FRAME, *of_view(view)))
+    own = of_view(view)
+    texts = [(p.name, p.address(state)) for p in (*_FRAME, *own)]
+    texts += [(p.name, p.everywhere(state)) for p in carried() if p not in own]
     return {name: text for name, text in texts if text is not None}
+
+
+def carried() -> list[Param]:
+    """The views' parameters carried in every view's address (``Param.everywhere``)."""
+    return [p for p in all_params() if p.everywhere is not None]
 
 
 def link_value_dropped(key: str, why: str = "it does not fit this model or sentence") -> None:

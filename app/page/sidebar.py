@@ -4,6 +4,7 @@ the page's picture (:func:`sidebar`, :func:`show_model_facts`), so that the brow
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import streamlit as st
@@ -49,6 +50,7 @@ def sidebar(notices: list[tuple[str, str]]) -> None:
         model_picker()
         choose(st.selectbox, "Device", devices(), state.DEVICE, "auto",
                help="auto = CUDA when a GPU is present, else CPU.")
+        st.caption(dtype_caption())
         st.subheader("Decoding")
         choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.SIDEBAR_DEFAULTS[state.SEARCH], horizontal=True)
         st.slider("Beam size", 2, 16, key=state.BEAM, disabled=ss[state.SEARCH] == "Greedy")
@@ -178,13 +180,17 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
                 st.caption("No metadata.json in this checkpoint.")
             where = catalog.short_name(checkpoint or Path(str(tr.path)).name) if catalog.public_mode() else tr.path
             st.caption(f"Loaded from {md_escape(where)}")
-            dtype = str(next(tr.model.parameters()).dtype).removeprefix("torch.")
-            st.caption(f"Weights in {dtype} (the server's ATTN_DTYPE); attention weights and interpretations in "
-                       "float32")
             packed = packed_bytes(tr.model)
             if packed:  # the products where oneDNN measured faster than MKL on this CPU (ATTN_GEMM)
-                st.caption(f"Plus {packed / 1e6:,.1f} MB of them prepacked for oneDNN's product, for the layers where "
-                           "it measured faster than MKL's on this CPU (or ATTN_GEMM=onednn)")
+                st.caption(f"Plus {packed / 1e6:,.1f} MB of the weights prepacked for oneDNN's product, for the layers "
+                           "where it measured faster than MKL's on this CPU (or ATTN_GEMM=onednn)")
+
+
+def dtype_caption() -> str:
+    """What the weights are kept in, beside the device (where the server's ``$ATTN_DTYPE`` decides it; the variable
+    named only when it is set)."""
+    chosen = " (this server's `ATTN_DTYPE`)" if os.environ.get("ATTN_DTYPE", "").strip() else ""
+    return f"Weights in {catalog.model_dtype()}{chosen}; attention weights and every interpretation in float32."
 
 
 def fallback_model(broken: cached.Model) -> str | None:

@@ -14,9 +14,19 @@ INTRO = ("The logit lens: each decoder layer's output sent straight through the 
          "projection, as if it were the last layer. Where does each output piece become the top prediction?")
 
 
+def probability_text(p: float) -> str:
+    """A probability to three decimals, or below 0.01 to its first two significant digits: ``0.412``, ``0.00041`` (an
+    early layer's top prediction over a flat spread: never shown as 0.000 beside "on top from" that layer)."""
+    if p >= 0.01 or p <= 0:
+        return f"{p:.3f}"
+    if p < 1e-6:
+        return "below 0.000001"
+    return f"{p:.{int(-np.floor(np.log10(p))) + 1}f}"
+
+
 def top_cell(piece: str, probability: float) -> str:
-    """A layer's top prediction and what its number is: ``▁Jemand (probability 0.412)``."""
-    return f"{piece} (probability {probability:.3f})"
+    """A layer's top prediction and its probability at that layer: ``▁Jemand (probability 0.412)``."""
+    return f"{piece} (probability {probability_text(probability)})"
 
 
 STAYS = "on top from layer"  # the table's column: the layer from which the produced piece stays the top prediction
@@ -48,7 +58,8 @@ def parts(a: Analysis, data: dict, pieces) -> list[Part]:
     settled = [f for f in stays if f]
     return [Chart(fig, name="logit-lens"),
             Table(["output piece", STAYS, *names], rows,
-                  f"Each layer's top prediction at each output step, with its probability; '{STAYS}': the first "
+                  "Each layer's top prediction at each output step, with its probability at that layer (an early "
+                  f"layer's top prediction may have a small one: its guesses are spread thin); '{STAYS}': the first "
                   "layer from which every layer's top prediction is the piece the model produced ('never': the last "
                   "layer's is another piece, as beam search may choose)."),
             Note(f"{len(settled)} of {len(steps)} pieces are the top prediction by the last layer"

@@ -19,6 +19,7 @@ from ..page.state import ViewContext
 
 ABLATE = "ablate"
 ABLATION = "ablation"  # (text, settings, heads) of the last ablation run
+ABLATION_OPENED = "_ablation_opened"  # the heads the comparison last opened on (``open_where_off``)
 
 
 def _heads(text: str) -> list[str] | None:
@@ -40,6 +41,21 @@ def live_mean(attn_layer: np.ndarray, kind: str, layer: int, off: tuple[HeadKey,
     if not live:
         return np.zeros_like(attn_layer[0]), len(dead)
     return attn_layer[live].mean(axis=0), len(dead)
+
+
+def open_where_off(off: tuple[HeadKey, ...]) -> None:
+    """When the heads switched off change: the comparison's attention type and layer become the first (encoder,
+    decoder self, cross; then by layer) with a head off, unless the shown one has one off or a link named them."""
+    ss = st.session_state
+    if ss.get(ABLATION_OPENED) == off:
+        return
+    ss[ABLATION_OPENED] = off
+    shown = (ss.get(controls.ATT), ss.get(controls.LAYER))
+    places = sorted({(kind, layer + 1) for kind, layer, _ in off}, key=lambda p: (KINDS.index(p[0]), p[1]))
+    named = {controls.ATT, controls.LAYER} & set(ss.get(FROM_LINK, {}))  # a link's att= or layer=, still unused
+    if named or not places or shown in places:
+        return
+    ss[controls.ATT], ss[controls.LAYER] = places[0]
 
 
 def render(ctx: ViewContext) -> None:
@@ -79,6 +95,7 @@ def render(ctx: ViewContext) -> None:
                 "follows every change).")
         return
     off = last[2]
+    open_where_off(off)
     ids = (tuple(result.source_ids), tuple(result.target_ids))
     forced_cost = 2 * work.forced_work(ctx.tr, *map(len, ids))  # the two log-probabilities below
     ablated = ctx.model.analysis(result.text, result.settings, off,  # as the page ran

@@ -11,7 +11,9 @@ from ..page.state import ViewContext
 from ..parts import masks as described  # this view's description (the offline page's too)
 
 MASKS_MOST = 60  # four masks of at most 60 x 60 cells each (what the browser must draw stays bounded)
-MASKS_WINDOW = heatmaps.span_param("mw", "masks_window", size=MASKS_MOST)  # a longer sentence: a window of it
+MASKS_SHOWN = 30  # positions at first: a longer sentence's window (its four masks side by side, drawn in a third of
+# the time of 60; every pattern of a mask shows in 30 positions, the slider moves to the padding at the end)
+MASKS_WINDOW = heatmaps.span_param("mw", "masks_window", size=MASKS_SHOWN)  # a longer sentence: a window of it
 PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), MASKS_WINDOW)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from transformer.interpret.flagging import FlagRule, condition_text, flag_rule, 
 from .. import registry
 from ..compute import catalog, ledger, tables, work
 from ..compute.catalog import load_heads
-from ..compute.inference import MAX_INPUT_CHARS
+from ..compute.inference import MAX_INPUT_CHARS, take_input
 from ..drawing import figures, table_figures
 from ..page import controls, state
 from ..page.params import Param, one_of
@@ -88,13 +88,21 @@ def _written_line(ss: MutableMapping[str, Any]) -> str | None:
     return None if line is None else str(line)
 
 
+def _written_table(ss: Mapping[str, Any]) -> str | None:
+    """The address's ``table=`` (the shown table's name)."""
+    table = ss.get(TABLE)
+    return None if table is None else str(table).lstrip(":")
+
+
 # The address holds the open line (line=, beside its table and preset), the pasted list (a link reopens it, to
 # compute with one click; it never computes by itself) and, off a public server, the table file's path.
-PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")),
+PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":"),
+                everywhere=lambda ss: _written_table(ss) if _written_line(ss) else None),
           Param("preset", PRESET, one_of(*tables.PRESETS), default="all"),
           Param("signal", SIGNAL, one_of(*tables.SIGNAL_HELP), default="chrf"),
           Param("find", FIND, _find, default=""),
-          Param("line", LINE, lines.line_of, write=_written_line, clears=(LINE, OPENED, lines.JUMPED)),
+          Param("line", LINE, lines.line_of, write=_written_line, clears=(LINE, OPENED, lines.JUMPED),
+                everywhere=_written_line),  # every view shows the open line: its address names it too
           Param("words", WHOLE, lambda v: {"1": True, "0": False}.get(v), dump=lambda v: "1" if v else "0",
                 default=False),
           Param("lines", PASTED, _pasted, default=""),
@@ -322,6 +330,28 @@ def render(ctx: ViewContext) -> None:
     charts(ctx, frame, tables.rule_of(table.manifest), choice, table.manifest)
 
 
+def open_line_name(ctx: ViewContext) -> str | None:
+    """What names the sentence shown while it is a test-set line opened in Whole test set ("test_2016_flickr line
+    57"), in any view, until the text changes; None otherwise. A link's ``line=`` to another view (its ``table=`` a
+    shipped table) is opened once its row's source is the link's text."""
+    ss = st.session_state
+    choice, asked = ss.get(TABLE), ss.get(LINE)
+    if isinstance(asked, int) and lines.open_id(ss, choice) is None:
+        shipped = tables.shipped_tables(ctx.tr.path)
+        if choice in shipped:
+            try:
+                table = tables.join_inputs(tables.read_table(shipped[choice]))
+            except tables.TableError:
+                table = None
+            row = None if table is None else lines.row_of_line(table.frame, int(asked))
+            if row is not None and row["source"] is not None and take_input(str(row["source"]))[0] == \
+                    ss.get(state.SOURCE_TEXT):
+                ss[OPENED] = (choice, int(asked), ss.get(state.SOURCE_TEXT))
+                ss.pop(LINE, None)
+    line = lines.open_id(ss, choice)
+    return None if line is None else lines.line_name(choice, line)
+
+
 def paged(shown: pd.DataFrame, columns: list[str], which: tuple) -> tuple[int, pd.DataFrame]:
     """The page of ``shown`` to send (``tables.pages``: about 1 MB at most), with a page picker and a caption when
     there is more than one; ``which`` (table, preset, filter): another one starts at the first page."""
@@ -386,6 +416,11 @@ def beyond_the_line(frame: pd.DataFrame, rule: dict, columns: list[str]) -> list
     return said
 
 
+# the two charts' toolbar would cover their legend ("flagged", "not flagged") at the top right: none (a drag still
+# zooms, a double click zooms out)
+NO_TOOLBAR = {"displayModeBar": False}
+
+
 def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manifest: dict) -> None:
     """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
     the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so.
@@ -410,13 +445,15 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
     left, right = st.columns(2)
     with left:
         signal = controls.choose(st.selectbox, "Signal", present, SIGNAL, "chrf" if "chrf" in present else present[0],
-                                 format_func=lambda s: f"{LABELS.get(s, s)}: {tables.SIGNAL_HELP[s]}")
+                                 format_func=lambda s: LABELS.get(s, s),  # a short label; what each is: help
+                                 help="  \n".join(f"**{controls.md_escape(LABELS.get(s, s))}**: "
+                                                   f"{controls.md_escape(tables.SIGNAL_HELP[s])}" for s in present))
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         at, name = line(signal)
         mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])
         st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
                                                        at, threshold_name=name, opened=mark),
-                        config=figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
+                        config=NO_TOOLBAR | figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
             at, name = line("source_share")
@@ -424,7 +461,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
                 frame["flag"].to_numpy(), at, threshold_name=name, opened=opened),
-                config=figures.plotly_config("test-set-share-chrf"), key=lines.SCATTER, on_select="rerun",
+                config=NO_TOOLBAR | figures.plotly_config("test-set-share-chrf"), key=lines.SCATTER, on_select="rerun",
                 selection_mode="points")
             st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
                        "little from the source: its words come from the output so far, a sign of a made-up "

@@ -39,6 +39,12 @@ def open_id(ss: Mapping[str, Any], choice: object) -> int | None:
     return line if text is None or ss.get(state.SOURCE_TEXT) == text else None
 
 
+def line_name(choice: str, line: int) -> str:
+    """How the page names line ``line`` of table ``choice``: "test_2016_flickr line 57"."""
+    table = {":paste": "the pasted list", ":file": "the table file"}.get(str(choice), str(choice))
+    return f"{table} line {line}"
+
+
 def _get(obj: object, name: str) -> object:
     """``obj[name]`` or ``obj.name`` (a widget's event is a dict with attributes; what a client sent, anything)."""
     if isinstance(obj, Mapping):
@@ -182,7 +188,7 @@ def opened_line(choice: str) -> None:
     if open_id(st.session_state, choice) is None:
         return  # the visitor typed another sentence since
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-    row.caption(f"Line {line} is open in every view (it is in the text box and the page's address, and marked on "
-                "both charts). See it in:")
+    row.caption(f"Open in every view: {line_name(choice, line)} (it is in the text box and the page's address, "
+                "and marked on both charts). See it in:")
     for view in JUMPS:
         row.button(registry.VIEWS[view].title, key=f"testset_go_{view}", on_click=_go, args=(view,), type="tertiary")

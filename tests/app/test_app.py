@@ -152,8 +152,11 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
 
     at = set_view(at, "masks")
     assert_clean(at)
-    causal = arr(chart(at, "Causal mask")["data"][0]["z"])
     t = len(ref.target_ids) + 2  # default: two padding positions
+    if t > 30:  # a longer sentence opens on a window of 30 positions: all of them, for the check below
+        assert arr(chart(at, "Causal mask")["data"][0]["z"]).shape == (30, 30)
+        at.slider(key="masks_window").set_value((1, t)).run()
+    causal = arr(chart(at, "Causal mask")["data"][0]["z"])
     np.testing.assert_array_equal(causal, np.tril(np.ones((t, t))))
     padded = arr(chart(at, "padding AND causal")["data"][0]["z"])
     assert not padded[:, -2:].any()
@@ -197,8 +200,15 @@ def test_head_ablation_shows_both_translations(app_env, tr):
     score_metrics = [m for m in at.metric if m.label == "Score"]
     assert [m.value for m in score_metrics] == [f"{base.score:.3f}", f"{ref.score:.3f}"]
     assert score_metrics[1].delta == f"{ref.score - base.score:+.3f}"
-    after = arr(chart(at, "heads off: Cross-attention · layer 2")["data"][0]["z"])
-    np.testing.assert_allclose(after, ref.cross_attentions[1].mean(0).numpy(), atol=1e-5)
+    # the chart opens where heads are off: the first attention type (encoder, decoder self, cross) and layer with one
+    after = arr(chart(at, "heads off: Encoder self-attention · layer 2 · mean over the")["data"][0]["z"])
+    live = [h for h in range(tr.config.n_heads) if h != 2]
+    np.testing.assert_allclose(after, ref.encoder_attentions[1][live].mean(0).numpy(), atol=1e-5)
+    at.segmented_control(key="att").set_value("cross").run()  # another type, then other heads: the chart stays on a
+    at.selectbox(key="layer").set_value(1).run()  # place where heads are off
+    at.multiselect(key="ablate").set_value(["Cross · L1 · H1", "Decoder self · L2 · H1"]).run()
+    assert_clean(at)
+    assert chart(at, "heads off: Cross-attention · layer 1 · mean over the")
 
 
 def test_url_opens_the_same_view(app_env, tr):

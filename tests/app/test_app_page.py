@@ -178,10 +178,17 @@ def test_views_come_in_groups_with_help_and_the_name_is_on_the_page(app_env):
     assert len(view.options) == len(GROUPS[group.value]) and view.help
     assert all(VIEWS[v].help in plain(view.help) for v in GROUPS[group.value])  # one line of help per view
     assert any("Attention explorer" in m.value for m in at.main.markdown)
-    at.segmented_control(key="view_group").set_value("Across data")  # a group opens on its first view
+    shown = at.segmented_control(key="view").value
+    at.segmented_control(key="view_group").set_value("Across data")  # a group shows its views and opens none
     at.run()
-    assert at.segmented_control(key="view").value == GROUPS["Across data"][0]
-    assert at.query_params["view"] == GROUPS["Across data"][0]
+    view = at.segmented_control(key="view")
+    assert view.value == shown and at.query_params.get("view", "heatmap") == shown  # the view last shown stays
+    assert not pictures(at) and not at.get("plotly_chart")  # but is not drawn: nothing runs until a view is picked
+    assert len(view.options) == len(GROUPS["Across data"]) + 1  # its pill kept, hidden, last
+    assert any("Pick one of the views of Across data" in c.value for c in at.main.caption)
+    set_view(at, GROUPS["Across data"][1])  # the work starts when one is picked
+    assert at.query_params["view"] == GROUPS["Across data"][1]
+    assert len(at.segmented_control(key="view").options) == len(GROUPS["Across data"])
 
 
 def test_sidebar_scores_read_as_written(tiny_checkpoint, tmp_path, monkeypatch, tr):
@@ -242,3 +249,15 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params
     short = new_app({"text": "A man rides a red bike.", "view": "heatmap", "qw": "5-40"})  # no window to choose
     assert "qw= value was ignored" in infos(short) and "qw" not in short.query_params
+
+
+@pytest.mark.parametrize("dtype", ["", "bfloat16"])
+def test_the_weights_dtype_is_said_beside_the_device_and_its_variable_only_when_set(app_env, monkeypatch, dtype):
+    monkeypatch.setenv("ATTN_DTYPE", dtype)
+    at = new_app()
+    assert_clean(at)
+    said = [c.value for c in at.sidebar.caption if c.value.startswith("Weights in")]
+    assert said == [f"Weights in {dtype or 'float32'}{' (this server' + chr(39) + 's `ATTN_DTYPE`)' if dtype else ''}; "
+                    "attention weights and every interpretation in float32."]
+    details = next(e for e in at.sidebar.expander if e.label == "Training details")
+    assert not [c for c in details.caption if c.value.startswith("Weights in")]  # beside the device, not hidden

@@ -104,6 +104,17 @@ def test_several_snapshots_share_the_first_panels_rows():
     assert frozen.figure.layout.coloraxis == fig.layout.coloraxis  # the shared colour bar keeps its room
 
 
+def test_panels_in_two_rows_each_keep_their_labels_and_no_band_covers_them():
+    """A 47-piece sentence's snapshots go two a row, each row with its labels (issue 68: its labels were unreadable);
+    one frozen band would cover the second row's labels with its white, so there is none."""
+    keys = [f"k{i}" for i in range(47)]
+    panels = [(f"step {s}", weights(len(QUERIES), len(keys), s)) for s in (80, 400, 1200, 2400)]
+    fig = figures.evolution_figure(panels, QUERIES, keys, "Cross · layer 2")
+    assert [fig.layout[f"yaxis{n}"].showticklabels for n in ("", 2, 3, 4)] == [True, False, True, False]
+    assert fig.layout.yaxis.domain != fig.layout.yaxis3.domain  # two rows
+    assert row_labels.row_labels(fig) is None
+
+
 def test_a_legend_entry_stays_and_a_chart_of_other_data_gets_none():
     fig = figures.mask_figure(np.tril(np.ones((5, 5))), QUERIES[:5], QUERIES[:5], "Causal mask")
     frozen = row_labels.row_labels(fig)

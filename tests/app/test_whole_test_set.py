@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from conftest import assert_clean, charts, new_app  # noqa: E402
+from conftest import assert_clean, charts, new_app, plain, set_view  # noqa: E402
 
 from app.compute import tables  # noqa: E402
 from app.drawing import table_figures
@@ -252,6 +252,8 @@ def test_both_charts_mark_the_open_line():
     fig = table_figures.signal_histogram(values, "source share", threshold=0.3, opened=(7, 0.4))
     marks = [(s.x0, a.text) for s, a in zip(fig.layout.shapes, fig.layout.annotations)]
     assert marks == [(0.3, "threshold 0.30"), (0.4, "line 7")]
+    threshold, line = fig.layout.annotations  # the two labels on two rows: never one on top of the other
+    assert abs((line.yshift or 0) - (threshold.yshift or 0)) >= line.font.size
     assert fig.layout.shapes[1].line.dash is None  # solid, unlike the dotted threshold
     assert len(table_figures.signal_histogram(values, "x", opened=(2, np.nan)).layout.shapes) == 0  # no value
     share, chrf, ids = np.array([0.2, 0.5, 0.8]), np.array([10.0, 40.0, np.nan]), np.array([4, 7, 9])
@@ -486,6 +488,10 @@ def test_the_open_line_is_in_the_address_and_a_link_opens_it_again(with_table):
     at.run()
     assert_clean(at)
     assert at.query_params["line"] == str(line) and at.query_params["preset"] == "lowest-share"  # the sort too
+    picker = at.selectbox(key=test_set.SIGNAL)  # short labels, each signal's words in the help (none cut short)
+    assert all(len(label) <= 30 for label in picker.options) and "source share" in picker.options
+    help_text = plain(picker.help)
+    assert all(f"**{test_set.LABELS[s]}**: {tables.SIGNAL_HELP[s]}" in help_text for s in ("chrf", "source_share"))
     annotations, traces = marks(at)
     assert f"line {line}" in annotations and f"line {line}" in traces  # marked on both charts
     link = {k: v for k, v in at.query_params.items() if k != "text"}  # the line alone names the sentence
@@ -494,13 +500,26 @@ def test_the_open_line_is_in_the_address_and_a_link_opens_it_again(with_table):
     assert again.session_state["source_text"] == sources[line] and again.query_params["line"] == str(line)
     key = test_set.rows_key("test", "lowest-share", "", ("test", line))
     assert list(again.session_state[key]["selection"]["rows"]) == [3]  # the table shows it selected
-    assert any(f"Line {line} is open" in c.value for c in again.caption)
+    assert any(f"Open in every view: test line {line}" in c.value for c in again.caption)
     assert f"line {line}" in marks(again)[0]
+    named = f"test line {line} · Translation"  # the translation panel names it, in every view
+    assert any(named in c.value for c in again.caption)
+    heatmap = set_view(again, "heatmap")  # another view: the address keeps the line and its table, the panel its name
+    assert_clean(heatmap)
+    assert heatmap.query_params["line"] == str(line) and heatmap.query_params["table"] == "test"
+    assert any(named in c.value for c in heatmap.caption)
+    elsewhere = new_app(dict(heatmap.query_params))  # a link to that view names it too
+    assert_clean(elsewhere)
+    assert elsewhere.query_params["line"] == str(line) and any(named in c.value for c in elsewhere.caption)
+    lying = new_app({**heatmap.query_params, "text": "A different sentence."})  # a line= that is not the text's
+    assert "line" not in lying.query_params and not any("test line" in c.value for c in lying.caption)
+    again = set_view(heatmap, VIEW)
     again.text_area(key="source_text").set_value("A different sentence.")  # typed over: no line is open
     again.button(key="translate").click()
     again.run()
     assert_clean(again)
-    assert "line" not in again.query_params and not any("is open" in c.value for c in again.caption)
+    assert "line" not in again.query_params and not any("Open in every view" in c.value for c in again.caption)
+    assert not any("test line" in c.value for c in again.caption)
     assert not any(a.startswith("line ") for a in marks(again)[0])
 
 

@@ -151,7 +151,10 @@ def test_min_width_gives_every_label_its_room():
 def test_a_number_in_the_lens_table_says_what_it_is():
     from app.parts.layer_by_layer import top_cell
 
-    assert top_cell("▁Jemand", 0.0004) == "▁Jemand (probability 0.000)"
+    assert top_cell("▁Jemand", 0.412) == "▁Jemand (probability 0.412)"
+    # an early layer's top prediction over a flat spread: never "0.000" beside "on top from" that layer
+    assert top_cell("▁Zwei", 0.000412) == "▁Zwei (probability 0.00041)"
+    assert top_cell("▁Zwei", 0.0004) == "▁Zwei (probability 0.00040)"
 
 
 def test_the_heads_table_shows_a_dash_where_a_statistic_does_not_apply():
