@@ -51,7 +51,7 @@ def row_of(tr: Translator, a: Analysis, share: np.ndarray) -> dict:
     function), from its analysis and ALTI+'s ``share (T,)``."""
     return translation_row(tr, a.source_ids, a.target_ids, a.translation,
                            np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
-                           a.eos_logprobs, hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
+                           a.end_logprobs, hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
 
 
 def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import shutil
 
@@ -177,7 +178,11 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
         s = flag_score(row, rule)
         if abs(s - 1.7) > 1e-6:
             assert flag(row, rule) == (s >= 1.7), row
-    assert flag_score({"repetition": 5}, rule) == pytest.approx(score.most)  # a loop scores the most
+    # a loop scores past every ordinary output, the more the more times it repeats (issue 66: 14 lines of
+    # test_2016 shared the top score, the worst loops among them)
+    loops = [flag_score({"repetition": n}, rule) for n in (3, 4, 6, 12)]
+    assert loops[0] == pytest.approx(score.most + math.log10(3)) and loops[0] > score.most
+    assert np.all(np.diff(loops) > 0)
     assert flag_score({"seq_logprob": -1.0}, DEFAULT_RULE) is None
     row = {"seq_logprob": float(low.values[20]), "omission": 0.0, "repetition": 1}  # the knot of share 1 in 100
     assert "as far out as 1 in 100 of the model's ordinary outputs" in score_text(row, rule)
