@@ -423,7 +423,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
             st.info("Source share against chrF needs both; chrF needs a reference for each line.",
                     icon=":material/scatter_plot:")
     words = rule_words(rule)
-    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(tables.short(words, 300))}." if words else
+    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(words)}." if words else
              "This table's manifest does not say how its lines were flagged."]
     if limits:
         notes.append("A dotted “flag threshold” is one of that rule's limits; a flagged line on the unsuspicious side "
