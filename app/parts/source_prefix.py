@@ -41,9 +41,10 @@ def agreement(source: np.ndarray, cross: np.ndarray) -> float:
 FLAG_HELP = ("The rule is stored with the model (flag.json) and was chosen on the validation sentences by `python -m "
              "transformer.detect`: the combination of signals that finds the most of its constructed errors (detached "
              "references, unrelated German, one noun swapped, a clause dropped, loops, fluent output on nonsense "
-             "input) while flagging at most 4% of the model's own translations and of the references (Guerreiro et "
-             "al., 2023; Dale et al., 2023). How often it finds each kind on held-back sentences is in docs/alti.md. "
-             "The same rule flags the lines of the Whole test set view.")
+             "input) while flagging at most 4% of the model's own translations and of the references, also with the "
+             "sources written as people type them (no final full stop, a lower-case start, extra spaces; Guerreiro "
+             "et al., 2023; Dale et al., 2023). How often it finds each kind on held-back sentences is in "
+             "docs/alti.md. The same rule flags the lines of the Whole test set view.")
 
 
 def row_of(tr: Translator, a: Analysis, share: np.ndarray) -> dict:

@@ -293,6 +293,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources, refs = splits[split]
         sets[split] = constructed_set(tr, sources, refs, GERMAN[part::2], args.seed + part, settings,
                                       args.batch_size, args.nonsense, progress=not args.no_progress)
+    return finish(args, settings, splits, sets, time.perf_counter() - start, argv)
+
+
+def finish(args: argparse.Namespace, settings: DecodeSettings, splits: dict[str, tuple[list[str], list[str]]],
+           sets: dict[str, list[dict[str, Any]]], seconds: float, argv: Sequence[str] | None = None) -> int:
+    """The command's second half, from both constructed sets (``sets``, by split; ``splits``: their sentences):
+    the rule chosen on the calibration split, both reports printed, the rows and ``flag.json`` written as asked."""
     rule, chosen = choose_rule(sets[args.calibration_split], args.budget)
     command = recorded_command(sys.argv[1:] if argv is None else argv)
     calibration = {"split": args.calibration_split, "budget": args.budget, "variants": list(VARIANTS),
@@ -302,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **calibration, "held_back": held_back, "beam": settings.beam_size, "alpha": settings.alpha,
         "seed": args.seed, "nonsense_per_kind": args.nonsense,
         "sentences": {k: len(v[0]) for k, v in splits.items()}, "command": command,
-        "seconds": round(time.perf_counter() - start, 1), "directions": DIRECTION,
+        "seconds": round(seconds, 1), "directions": DIRECTION,
         "note": "flagged when any condition holds: a loop condition, or a signal whose score (how far out it is "
                 "against the calibration split's negatives: the model's own translations and the references, their "
                 "sources as in the split and as people type them, the variants) "
