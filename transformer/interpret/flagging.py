@@ -309,7 +309,7 @@ def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     """``row``'s score in plain words: ``its most unusual signal is as far out as 1 in 250 of the model's ordinary
     outputs (flag score 2.40; flagged from 2.18)``; never a rarer share than was counted: past the last knot, or
     rarer than 1 in the count of ordinary outputs (``FlagScore.ordinary``), ``further out than every one of the
-    model's 8,112 ordinary outputs ...`` (older files, without the count: ``further out than all ...``). None for a
+    model's 8,080 ordinary outputs ...`` (older files, without the count: ``further out than all ...``). None for a
     rule without a score."""
     score = flag_score(row, rule)
     if score is None or rule.score is None:
