@@ -67,7 +67,7 @@ def analysis_from_result(result: TranslationResult, text: str = "") -> Analysis:
         decoder=stack(result.decoder_attentions), cross=stack(result.cross_attentions),
         topk_tokens=[[] for _ in range(t)], topk_ids=np.zeros((t, 0), dtype=np.int64),
         topk_probs=np.zeros((t, 0), dtype=np.float32), chosen_probs=np.full(t, np.nan, dtype=np.float32),
-        eos_logprobs=np.full(t, np.nan, dtype=np.float32), hit_max_len=bool(result.hit_max_len))
+        end_logprobs=np.full(t, np.nan, dtype=np.float32), hit_max_len=bool(result.hit_max_len))
 
 
 def sentence(a: Analysis) -> str:

@@ -91,7 +91,7 @@ class Analysis:
     topk_ids: np.ndarray
     topk_probs: np.ndarray
     chosen_probs: np.ndarray
-    eos_logprobs: np.ndarray  # (T,) log p(</s>) at each output step: a cut output's omission reads the last
+    end_logprobs: np.ndarray  # (T,) log p(the sentence ends) at each output step (</s> or a closing mark: omission)
     settings: DecodeSettings = field(default_factory=DecodeSettings)
     ablated: tuple[HeadKey, ...] = ()
     seconds: float = 0.0
@@ -167,6 +167,8 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
                 ablated: tuple[HeadKey, ...] = (), top_k: int = ANALYSIS_TOP_K, start: float | None = None) -> Analysis:
     """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
     every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
+    from transformer.interpret.signals import end_logprobs, ending_ids  # captum and pyarrow: once one is analysed
+
     settings = settings or DecodeSettings()
     start = time.perf_counter() if start is None else start
     head_mask = build_head_mask(tr, ablated)
@@ -174,7 +176,7 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
     out = tr.attentions(result.source_ids, out_ids, head_mask)
     logits = out.logits[0].float()  # (T, V)
     probs = logits.softmax(dim=-1)  # (T, V)
-    eos_logprobs = logits[:, tr.config.eos_id] - logits.logsumexp(dim=-1)  # (T,)
+    ends = end_logprobs(logits.log_softmax(dim=-1), ending_ids(tr.tokenizer, tr.config.eos_id))  # (T,)
     top_p, top_i = probs.topk(min(top_k, probs.size(-1)), dim=-1)
     chosen = probs.gather(1, torch.tensor(result.target_ids, device=probs.device)[:, None])[:, 0]
     top_i_list = top_i.cpu().tolist()
@@ -187,7 +189,7 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
         encoder=stack_layers(out.encoder_attentions), decoder=stack_layers(out.decoder_attentions),
         cross=stack_layers(out.cross_attentions), topk_tokens=[tr.tokenizer.pieces(row) for row in top_i_list],
         topk_ids=np.asarray(top_i_list, dtype=np.int64), topk_probs=top_p.cpu().numpy().astype(np.float32),
-        chosen_probs=chosen.cpu().numpy().astype(np.float32), eos_logprobs=eos_logprobs.cpu().numpy(),
+        chosen_probs=chosen.cpu().numpy().astype(np.float32), end_logprobs=ends.cpu().numpy(),
         settings=settings, ablated=tuple(ablated),
         seconds=time.perf_counter() - start, device=str(tr.device), hit_max_len=bool(result.hit_max_len),
         unknown_chars=unknown_characters(tr.tokenizer, text) if unknown else [],

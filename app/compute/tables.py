@@ -67,12 +67,14 @@ class Preset:
     only_flagged: bool = False
     descending: bool = False  # the largest first (a signal whose high end is suspicious)
     help: str = ""  # what the preset finds, in plain words
+    then: str | None = None  # a signal that orders the lines ``sort`` ties (its suspicious end first), before the id
 
 
 PRESETS: dict[str, Preset] = {
     "all": Preset("All lines", None, help="every line, in the input's order"),
     "suspicious": Preset("Most suspicious", "flag_score", descending=True,
-                         help="the lines whose most unusual signal is furthest out first (the flag's score)"),
+                         help="the lines whose most unusual signal is furthest out first (the flag's score; a "
+                              "tie: the least likely output first)", then="seq_logprob"),
     "worst-chrf": Preset("Worst chrF", "chrf", help="the lines furthest from their reference first"),
     "lowest-share": Preset("Lowest source share", "source_share",
                            help="the lines that take least from the source first (detached output)"),
@@ -83,7 +85,7 @@ PRESETS: dict[str, Preset] = {
                          help="the lines with the least likely single output piece first (one word may be wrong)"),
     "repeats": Preset("Repeats", "repetition", descending=True, help="the lines that repeat themselves most first"),
     "flagged": Preset("Flagged", "flag_score", only_flagged=True, descending=True,
-                      help="only the lines that may be hallucinations"),
+                      help="only the lines that may be hallucinations", then="seq_logprob"),
 }
 
 
@@ -301,8 +303,8 @@ def matches(text: object, needle: str, whole_words: bool = False) -> bool:
 
 
 def apply_preset(frame: pd.DataFrame, preset: str, find: str = "", whole_words: bool = False) -> pd.DataFrame:
-    """The rows a preset keeps, in its order (missing values last, ties by id), those whose texts contain ``find``
-    (:func:`matches`) when given."""
+    """The rows a preset keeps, in its order (missing values last; ties by its ``then`` signal, suspicious end
+    first, then by id), those whose texts contain ``find`` (:func:`matches`) when given."""
     chosen = PRESETS.get(preset, PRESETS["all"])
     rows = frame[frame["flag"]] if chosen.only_flagged else frame
     if find.strip():
@@ -312,8 +314,9 @@ def apply_preset(frame: pd.DataFrame, preset: str, find: str = "", whole_words: 
         rows = rows[hit]
     if chosen.sort is None:
         return rows.sort_values(["id"], kind="stable").reset_index(drop=True)
-    return rows.sort_values([chosen.sort, "id"], ascending=[not chosen.descending, True], na_position="last",
-                            kind="stable").reset_index(drop=True)
+    keys = [chosen.sort, *([chosen.then] if chosen.then else []), "id"]
+    ascending = [not chosen.descending, *([COLUMNS[chosen.then].direction == "low"] if chosen.then else []), True]
+    return rows.sort_values(keys, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
 
 
 def pages(frame: pd.DataFrame, columns: Sequence[str], most_bytes: int = PAGE_BYTES,

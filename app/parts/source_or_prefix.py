@@ -40,9 +40,10 @@ def agreement(source: np.ndarray, cross: np.ndarray) -> float:
 FLAG_HELP = ("The rule is stored with the model (flag.json) and was chosen on the validation sentences by `python -m "
              "transformer.detect`: the combination of signals that finds the most of its constructed errors (detached "
              "references, unrelated German, one noun swapped, a clause dropped, loops, fluent output on nonsense "
-             "input) while flagging at most 4% of the model's own translations and of the references (Guerreiro et "
-             "al., 2023; Dale et al., 2023). How often it finds each kind on held-back sentences is in docs/alti.md. "
-             "The same rule flags the lines of the Whole test set view.")
+             "input) while flagging at most 4% of the model's own translations and of the references, also with the "
+             "sources written as people type them (no final full stop, a lower-case start, extra spaces; Guerreiro "
+             "et al., 2023; Dale et al., 2023). How often it finds each kind on held-back sentences is in "
+             "docs/alti.md. The same rule flags the lines of the Whole test set view.")
 
 
 def row_of(tr: Translator, a: Analysis, share: np.ndarray) -> dict:
@@ -50,7 +51,7 @@ def row_of(tr: Translator, a: Analysis, share: np.ndarray) -> dict:
     function), from its analysis and ALTI+'s ``share (T,)``."""
     return translation_row(tr, a.source_ids, a.target_ids, a.translation,
                            np.log(np.maximum(a.chosen_probs.astype(np.float64), 1e-300)), share, a.cross,
-                           a.eos_logprobs, hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
+                           a.end_logprobs, hit_max_len=a.hit_max_len, tgt_lang=a.settings.tgt_lang)
 
 
 def notice(tr: Translator, a: Analysis, share: np.ndarray) -> tuple[Note, float | None]:

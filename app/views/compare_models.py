@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import transformer
+from transformer.interpret.flagging import flag_rule
 
 from ..compute import cached, catalog, ledger
 from ..compute.inference import Analysis
@@ -17,6 +18,8 @@ from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics, head_title, one_head
 from ..page import controls, heatmaps, params
 from ..page.state import ViewContext
+from ..parts import source_or_prefix as described  # Source or prefix's description: the flag's notice
+from . import source_or_prefix
 
 COMPARE_WITH, COMPARE_ALPHA = "compare_with", "compare_alpha"
 ALPHAS = ["same", "own"]  # both models at the sidebar's α (comparable scores), or each at its own
@@ -47,6 +50,16 @@ def partner(checkpoint: str, infos: list) -> str:
     others = [i for i in infos if i.problem is None and i.path != checkpoint]
     other_layout = [i for i in others if mine is None or i.layout != mine.layout]
     return (other_layout or others)[0].path if others else checkpoint
+
+
+def flag_notice(model: cached.Model, result: Analysis) -> None:
+    """A model with a rule (``flag.json``): its flag on this translation, as Source or prefix says it (ALTI+ within
+    the work left; the page's one notice says when it does not fit)."""
+    if flag_rule(model.tr.path).origin == "default":
+        return
+    data = source_or_prefix.contributions_of(model, result)
+    if data is not None:
+        source_or_prefix.show_notice(described.notice(model.tr, result, data["source_share"])[0])
 
 
 def render(ctx: ViewContext) -> None:
@@ -94,14 +107,16 @@ def render(ctx: ViewContext) -> None:
                  f"{controls.md_escape(catalog.visitor_message(err))}")
         return
     pair = ((ctx.model.checkpoint, result_a), (other, result_b))
+    models = (ctx.model, partner_model)
     columns = st.columns(2)
-    for col, (name, res), s in zip(columns, pair, (settings_a, settings_b)):
+    for col, (name, res), s, model in zip(columns, pair, (settings_a, settings_b), models):
         with col.container(border=True):
             st.caption(controls.md_escape(labels.get(name, name)))  # its language pair is a file's text
             st.text(res.translation or "(empty)")
             search = "greedy" if s.beam_size == 1 else f"beam {s.beam_size}, α {s.alpha:.1f}"
             st.caption(f"{search} · score {res.score:.3f} · {len(res.source_tokens)} source pieces · "
                        f"{res.seconds * 1000:.0f} ms")
+            flag_notice(model, res)
     c1, c2, c3, c4 = st.columns([3.3, 1.2, 0.9, 1.3])
     kind = controls.kind_control(columns=(c1, c2))  # the same type, layer and head as the other views show
     depth = min(res.attention(kind).shape[0] for _, res in pair)

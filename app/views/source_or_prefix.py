@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
-from ..compute import work
+from ..compute import cached, work
+from ..compute.inference import Analysis
 from ..page import controls, heatmaps
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
+from ..parts import Note
 from ..parts import source_or_prefix as described  # this view's description (the offline page's too)
 from ..parts.source_or_prefix import ALL
 
@@ -25,24 +29,36 @@ def _layer(value: str) -> str | int | None:
 PARAMS = (Param("cl", "source_prefix_layer", _layer), *heatmaps.window_params("source_prefix_chart"))
 
 
+def contributions_of(model: cached.Model, result: Analysis) -> dict | None:
+    """ALTI+ of an analysed sentence (``probes.alti``, cached, its work counted), or None when it does not fit the
+    work left (the page's one notice says so)."""
+    fits, notices = work.plan_alti(model.tr, len(result.source_ids), len(result.target_ids))
+    controls.capped(notices)
+    return model.beyond("alti", result, work.work_bytes()) if fits else None
+
+
+def show_notice(note: Note, place: Any = st) -> None:
+    """The flag's notice: a warning when the translation is flagged, else a caption; how the rule was chosen on
+    hover."""
+    if note.warning:
+        place.warning(note.text, icon=":material/report:")  # words and numbers: a rule's columns are names
+        place.caption("How this rule was chosen", help=described.FLAG_HELP)
+    else:
+        place.caption(note.text, help=described.FLAG_HELP)
+
+
 def render(ctx: ViewContext) -> None:
     """The hallucination notice, the source share per output piece, the full contribution matrix and the
     cross-attention beside it."""
     result = ctx.result
     st.caption(described.INTRO)
-    fits, notices = work.plan_alti(ctx.tr, len(result.source_ids), len(result.target_ids))
-    controls.capped(notices)
-    if not fits:
+    data = contributions_of(ctx.model, result)
+    if data is None:
         return
-    data = ctx.model.beyond("alti", result, work.work_bytes())
     share = data["source_share"]  # (T,)
     _, section = threshold_of(ctx.tr.path)
     note, threshold = described.notice(ctx.tr, result, share)
-    if note.warning:
-        st.warning(note.text, icon=":material/report:")  # words and numbers: a rule's columns are names
-        st.caption("How this rule was chosen", help=described.FLAG_HELP)
-    else:
-        st.caption(note.text, help=described.FLAG_HELP)
+    show_notice(note)
     outputs, prefix = result.target_tokens, result.decoder_input_tokens
     # a long sentence: a window of the output pieces (rows of both maps and bars of the share) and of the source
     # pieces, with the target prefix of the same steps (what the browser must draw stays bounded)

@@ -472,7 +472,7 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
                     icon=":material/scatter_plot:")
     words = rule_words(rule)
     problem = tables.rule_problem(manifest)
-    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(tables.short(words, 300))}." if words else
+    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(words)}." if words else
              f"This table's manifest names a flag rule that was refused ({controls.md_escape(problem)}); its lines "
              "are flagged as the table says." if problem else
              "This table's manifest does not say how its lines were flagged."]

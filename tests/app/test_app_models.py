@@ -299,3 +299,25 @@ def test_compare_keeps_each_its_own_alpha_when_the_partner_changes(repo):
     assert options[1] == "each its own α"
     notes = " ".join(plain(c.value) for c in at.caption)
     assert "pre: α 0.6, default 0.6 (not tuned)" in notes and "post: α" in notes  # each model's own α, named
+
+
+def test_compare_shows_the_flag_of_each_model_with_a_rule(repo):
+    """Issue 66: every place that shows a translation of a model with a rule shows its flag. The partner has a
+    ``flag.json`` (a rule that holds for every output: its mean log-probability above -1000): its column says "may
+    be a hallucination", with the rule in words; the page's own model has none, so its column says nothing of it."""
+    rule = {"any": [{"column": "seq_logprob", "op": ">", "value": -1000}]}
+    (repo / "checkpoints" / "pre" / "flag.json").write_text(json.dumps(rule))
+    cached.get_translator.clear()  # a model another test loaded under the same name lives in another folder
+    cached.RESULTS.clear()
+    at = translate(new_app({"view": "compare_models"}), "A man rides a red bike.")
+    assert_clean(at)
+    assert at.selectbox(key="compare_with").value == "checkpoints/pre"
+    [warned] = [plain(w.value) for w in at.warning if "may be a hallucination" in w.value]
+    assert "the mean log-probability per output piece is above -1000.00" in warned
+    assert not [c for c in at.caption if "Not flagged" in c.value]  # the post-norm model has no rule: no notice
+    (repo / "checkpoints" / "post" / "flag.json").write_text(json.dumps({"any": [{"column": "repetition", "op": ">=",
+                                                                                   "value": 50}]}))
+    at = translate(new_app({"view": "compare_models"}), "A man rides a red bike.")
+    assert_clean(at)
+    assert len([w for w in at.warning if "may be a hallucination" in w.value]) == 1
+    assert len([c for c in at.caption if "Not flagged as a possible hallucination" in c.value]) == 1

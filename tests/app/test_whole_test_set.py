@@ -168,12 +168,24 @@ def test_the_presets_of_the_new_signals_put_the_suspicious_end_first():
 def test_most_suspicious_first_sorts_by_the_flags_score():
     frame = tables.normalise(make_table(6)).assign(flag_score=[0.4, np.nan, 3.1, 2.2, 0.0, 2.9])
     assert list(tables.apply_preset(frame, "suspicious")["id"]) == [2, 5, 3, 0, 4, 1]  # no score: last
-    older = tables.normalise(make_table(6))  # a table written before the score: every line, in order
-    assert older["flag_score"].isna().all() and list(tables.apply_preset(older, "suspicious")["id"]) == list(range(6))
+    older = tables.normalise(make_table(6))  # a table written before the score: the least likely output first
+    assert older["flag_score"].isna().all()
+    assert list(tables.apply_preset(older, "suspicious")["id"]) == list(older.sort_values("seq_logprob")["id"])
     rule = {"any": [{"column": "omission", "op": ">=", "value": 7.2}], "score": {"threshold": 2.183, "signals": {}}}
     assert tables.thresholds(rule) == {"flag_score": 2.183, "omission": 7.2}
     assert tables.thresholds({"any": [], "score": {"threshold": float("nan")}}) == {}
     assert tables.thresholds({"any": [], "score": {"threshold": True}}) == {}
+
+
+def test_a_tie_in_the_flags_score_is_ordered_by_the_least_likely_output_not_by_the_line():
+    """Issue 66: 14 lines of test_2016 shared the top score; the first page's order among them means something."""
+    frame = tables.normalise(make_table(6)).assign(flag_score=[3.3, 1.0, 3.3, 3.3, np.nan, 3.3],
+                                                   seq_logprob=[-0.5, -3.0, -2.5, np.nan, -9.0, -1.0],
+                                                   flag=[True, False, True, True, False, True])
+    assert list(tables.apply_preset(frame, "suspicious")["id"]) == [2, 5, 0, 3, 1, 4]  # a missing value: last
+    assert list(tables.apply_preset(frame, "flagged")["id"]) == [2, 5, 0, 3]
+    for preset in ("suspicious", "flagged"):
+        assert tables.PRESETS[preset].then == "seq_logprob" and "least likely" in tables.PRESETS["suspicious"].help
 
 
 def test_find_can_take_whole_words_only():
@@ -335,6 +347,31 @@ def test_the_view_labels_each_column_from_its_description_marks_flags_and_says_t
     beyond = int((frame["flag"] & ~(frame["repetition"] >= 3)).sum())
     if beyond:
         assert f"{beyond} flagged line" in said and "side of the repetition line" in said
+
+
+def test_the_view_says_the_whole_rule_every_condition_in_words(with_table):
+    """Issue 66: the rule was cut at 300 characters, losing the conditions behind the "One unlikely word" and
+    "Possible omissions" presets; it is said whole, as Source or prefix says it (``rule_text``)."""
+    from transformer.interpret.flagging import FlagRule, condition_text, rule_text
+
+    ckpt, _, _ = with_table
+    manifest = ckpt / "tables" / "test.manifest.json"
+    data = json.loads(manifest.read_text())
+    rule = {"any": [{"column": "repetition", "op": ">=", "value": 3},
+                    {"column": "seq_logprob", "op": "<=", "value": -4.3742},
+                    {"column": "source_share_min", "op": "<=", "value": 0.3464},
+                    {"column": "eos_attention", "op": ">=", "value": 0.1606},
+                    {"column": "min_piece_logprob", "op": "<=", "value": -16.0696},
+                    {"column": "omission", "op": ">=", "value": 7.1457}]}
+    data["model"]["flag_rule"] = rule
+    manifest.write_text(json.dumps(data))
+    at = new_app({"view": VIEW})
+    assert_clean(at)
+    said = " ".join(c.value for c in at.caption).replace("\\", "")  # Markdown's escapes set aside
+    parsed = FlagRule.from_json(rule)
+    assert len(rule_text(parsed)) > 300 and f"Flagged (may be a hallucination) when {rule_text(parsed)}." in said
+    for condition in parsed.conditions:
+        assert condition_text(condition) in said, condition
 
 
 def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_table, monkeypatch, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import shutil
 
@@ -153,6 +154,46 @@ def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch):
     assert recall(rule) >= best - 1e-9 and best > 0.5
 
 
+def test_the_budget_holds_for_each_way_the_sources_are_written(monkeypatch):
+    """Issue 66: sources without a final full stop move ``eos_attention``; the rule chosen on val and its variants
+    flags at most the budget of the translations and of the references in each variant, not only pooled (where all
+    the flagged negatives could be those without the full stop), and the report says each variant's rate."""
+    monkeypatch.setattr(detect, "REPEATS", (3,))
+    monkeypatch.setattr(detect, "CANDIDATES", {"eos_attention": ">"})
+    rng = random.Random(4)
+    rows = []
+    for kind, variant, n, eos in (("translation", "plain", 100, 0.10), ("reference", "plain", 100, 0.10),
+                                  ("translation", "no_final_punctuation", 100, 0.14),
+                                  ("reference", "no_final_punctuation", 100, 0.14), ("detached", "plain", 50, 0.2)):
+        rows += [{"kind": kind, "variant": variant, "translation": "ein hund", "repetition": 1, "hit_max_len": False,
+                  "eos_attention": rng.gauss(eos, 0.02)} for _ in range(n)]
+    budget = 0.05
+    rule, _ = detect.choose_rule(rows, budget)
+    for kind in detect.NEGATIVES:
+        for variant in ("plain", "no_final_punctuation"):
+            mine = [r for r in rows if r["kind"] == kind and r["variant"] == variant]
+            assert np.mean([flag(r, rule) for r in mine]) <= budget, (kind, variant)
+    assert rule.score.ordinary == 400  # the negatives of both variants: what the score's words may claim
+    report = detect.evaluate(rows, rule)
+    variant = report["variants"]["no_final_punctuation"]
+    assert variant["counts"] == {"translation": 100, "reference": 100}
+    assert variant["flagged"]["reference"] == np.mean([flag(r, rule) for r in rows[300:400]])
+    assert report["counts"]["translation"] == 100  # the plain kinds: the sources as in the split
+    assert "| references, no final punctuation (source and reference) | 100 |" in detect.markdown(report)
+
+
+def test_the_variants_are_the_same_sentences_as_people_type_them():
+    pair = ("A man rides a bike.", "Ein Mann fährt Rad.")
+    assert constructed.written(*pair, "plain") == pair
+    assert constructed.written(*pair, "no_final_punctuation") == ("A man rides a bike", "Ein Mann fährt Rad")
+    assert constructed.written("Is it ?!", "Ist es?", "no_final_punctuation") == ("Is it", "Ist es")
+    assert constructed.written(*pair, "lower_case_start") == ("a man rides a bike.", "Ein Mann fährt Rad.")
+    spaced, ref = constructed.written(*pair, "extra_spaces")
+    assert spaced == "  A  man  rides  a  bike .  " and ref == pair[1]
+    with pytest.raises(ValueError):
+        constructed.written(*pair, "shouting")
+
+
 def test_the_score_is_how_far_out_against_the_ordinary_outputs():
     rng = np.random.default_rng(3)
     ordinary = rng.normal(-1.0, 0.5, 400)
@@ -177,13 +218,44 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
         s = flag_score(row, rule)
         if abs(s - 1.7) > 1e-6:
             assert flag(row, rule) == (s >= 1.7), row
-    assert flag_score({"repetition": 5}, rule) == pytest.approx(score.most)  # a loop scores the most
+    # a loop scores past every ordinary output, the more the more times it repeats (issue 66: 14 lines of
+    # test_2016 shared the top score, the worst loops among them)
+    loops = [flag_score({"repetition": n}, rule) for n in (3, 4, 6, 12)]
+    assert loops[0] == pytest.approx(score.most + math.log10(3)) and loops[0] > score.most
+    assert np.all(np.diff(loops) > 0)
     assert flag_score({"seq_logprob": -1.0}, DEFAULT_RULE) is None
     row = {"seq_logprob": float(low.values[20]), "omission": 0.0, "repetition": 1}  # the knot of share 1 in 100
     assert "as far out as 1 in 100 of the model's ordinary outputs" in score_text(row, rule)
     assert "flagged from 1.70" in score_text(row, rule) and score_text(row, DEFAULT_RULE) is None
     again = FlagRule.from_json(json.loads(json.dumps(rule.to_json())))
     assert again == rule and again.score == score
+
+
+def test_the_scores_words_never_claim_a_rarer_share_than_was_counted():
+    """Issue 66: a loop was "as far out as 1 in 1,996 of the model's ordinary outputs" with 1,014 sentences in
+    val; past the knots, or past 1 in the count the score stores, the words say "further out than every one of"
+    that count; a file written before the count was stored says "all", no number."""
+    ordinary = np.random.default_rng(5).normal(-1.0, 0.5, 400)
+    knots = knots_of("seq_logprob", ordinary)
+    far_out = {"seq_logprob": float(ordinary.min() - 1.0), "repetition": 1}
+    loop = {"seq_logprob": -1.0, "repetition": 9}
+    for count in (400, 150):
+        score = FlagScore((("seq_logprob", knots),), 1.7, count)
+        rule = FlagRule((Condition("repetition", ">=", 3), *score.conditions()), score)
+        for row in (far_out, loop):
+            assert f"further out than every one of the model's {count:,} ordinary outputs" in score_text(row, rule)
+        rare = {"seq_logprob": float(knots.values[-3]), "repetition": 1}  # about 1 in 300 of the 400
+        said = score_text(rare, rule)
+        assert ("as far out as 1 in" in said) == (count == 400) and "1 in 1," not in said
+    again = FlagRule.from_json(json.loads(json.dumps(rule.to_json())))
+    assert again.score.ordinary == 150 and "ordinary" in rule.to_json()["score"]
+    older = rule.to_json()
+    del older["score"]["ordinary"]  # a file written before the count was stored: still read, no number claimed
+    old = FlagRule.from_json(older)
+    assert old.score.ordinary is None and "further out than all the model's ordinary outputs" in score_text(loop, old)
+    for bad in (0, 1.5, -3, True, "400"):
+        with pytest.raises(ValueError):
+            FlagRule.from_json({**older, "score": {**older["score"], "ordinary": bad}})
 
 
 @pytest.mark.parametrize("bad", [

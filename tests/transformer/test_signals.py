@@ -42,6 +42,12 @@ def random_pairs(tr: Translator, n: int, seed: int = 0) -> tuple[list[list[int]]
     return sources, targets
 
 
+def sentence_ends(tr: Translator) -> list[int]:
+    """The pieces that end a sentence, read off the decoded vocabulary: </s>, and a piece that is . ! ? alone."""
+    return [i for i in range(tr.tokenizer.vocab_size)
+            if i == tr.config.eos_id or re.fullmatch(r"[.!?]+", tr.tokenizer.decode([i]).strip())]
+
+
 @torch.no_grad()
 def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) -> dict[str, float]:
     """The signals of one pair, written out: each step's log-probability from its own forward pass over the
@@ -49,18 +55,20 @@ def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) 
     ending's surprise from the decoded text of each closing piece."""
     model, cfg = tr.model, tr.config
     src = torch.tensor([source])
-    logps, last_eos = [], math.nan
+    ends = sentence_ends(tr)
+    logps, last_end = [], math.nan
     for t in range(skip, len(target)):
         logits = model(src, torch.tensor([[cfg.bos_id, *target[:t]]])).logits[0, -1].double()
         logps.append(float(logits.log_softmax(-1)[target[t]]))
-        last_eos = float(logits.log_softmax(-1)[cfg.eos_id])
-    if target[-1] == cfg.eos_id:  # the closing pieces: </s> and the pieces before it whose text is punctuation
-        n = 1
-        while n < len(logps) and re.fullmatch(r"[\W_]*", tr.tokenizer.decode([target[-n - 1]])):
-            n += 1
+        last_end = math.log(sum(float(p) for p in logits.softmax(-1)[ends]))
+    n = 1  # the closing pieces: </s> and the pieces before it whose text is punctuation
+    while target[-1] == cfg.eos_id and n < len(logps) and re.fullmatch(r"[\W_]*",
+                                                                    tr.tokenizer.decode([target[-n - 1]])):
+        n += 1
+    if n > 1:
         omission = -sum(logps[-n:])
-    else:  # cut: how unlikely </s> was at the last step
-        omission = -last_eos
+    else:  # no closing punctuation, or cut: how unlikely the sentence was to end at the last step, in any way
+        omission = -last_end
     tgt = torch.tensor([[cfg.bos_id, *target[:-1]]])
     shares = contributions(model, src, tgt).source_share[0].tolist()[skip:]
     cross = model(src, tgt, return_attention=True).cross_attentions
@@ -286,12 +294,13 @@ def test_the_row_of_a_translation_at_hand_equals_pair_signals(tr):
         share = contributions(tr.model, src, tgt).source_share[0]
         cross = torch.stack(result.cross_attentions)  # (L, H, T, S)
         row = translation_row(tr, result.source_ids, result.target_ids, "la la la la la la", logp, share.numpy(),
-                              cross.numpy(), log_softmax[:, tr.config.eos_id], hit_max_len=result.hit_max_len)
+                              cross.numpy(), log_softmax[:, sentence_ends(tr)].logsumexp(-1),
+                              hit_max_len=result.hit_max_len)
         [want] = pair_signals(tr, [result.source_ids], [result.target_ids])
         assert close({k: row[k] for k in want}, want, 1e-5)
         assert row["repetition"] == 6 and row["hit_max_len"] is result.hit_max_len
-        if result.hit_max_len:  # cut: the surprise at </s> not coming at the last step
-            assert row["omission"] == pytest.approx(-float(log_softmax[-1, tr.config.eos_id]), abs=1e-5)
+        if result.hit_max_len:  # cut: the surprise at the sentence not ending at the last step
+            assert row["omission"] == pytest.approx(-float(log_softmax[-1, sentence_ends(tr)].logsumexp(-1)), abs=1e-5)
     assert result.hit_max_len and len(result.target_ids) == 3
 
 

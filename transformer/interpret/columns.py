@@ -85,8 +85,9 @@ COLUMNS: dict[str, Column] = {
                                 suggests="one word may be wrong"),
     "omission": Column("float64", "omission", "How unlikely the model finds it that the translation ends where it "
                                               "does (minus the log-probability of its closing punctuation and </s>; "
-                                              "of </s> at the last step when cut): high when part of the source "
-                                              "seems left untranslated.", signal=True, direction="high",
+                                              "without closing punctuation, or cut, of the sentence ending at the "
+                                              "last step with </s> or . ! ?): high when part of the source seems "
+                                              "left untranslated.", signal=True, direction="high",
                        phrase="the model's surprise at the translation ending there",
                        suggests="part of the source may be left untranslated"),
     "length_ratio": Column("float64", "length ratio", "Output pieces over source pieces (special tokens left out)."),

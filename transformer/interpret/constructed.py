@@ -6,6 +6,10 @@ Negatives (normal output):
 - ``translation``: the model's own translations of the split (those that loop, by :func:`loops`, are ``loop``);
 - ``reference``: the split's references with their own sources.
 
+Both also as people type the sources (``VARIANTS``, :func:`written`; the row's ``variant``): without the final
+punctuation (the reference without it too), starting in lower case, with extra spaces. Every other row is
+``plain``.
+
 Positives, each built independently of the signals it tests:
 
 - ``detached``: each source with another sentence's reference (a fixed derangement);
@@ -49,6 +53,10 @@ PAIR_KIND_NAMES = {"translation": "own translations", "reference": "references",
               "fluent_nonsense": "fluent, non-looping output on nonsense input",
               "copy": "copied output on nonsense input (left out)"}
 NONSENSE_PER_KIND = 40
+# how the negatives' sources are written: as in the split, and as people type them (written())
+VARIANTS = ("plain", "no_final_punctuation", "lower_case_start", "extra_spaces")
+VARIANT_NAMES = {"plain": "as in the split", "no_final_punctuation": "no final punctuation (source and reference)",
+                 "lower_case_start": "source starting in lower case", "extra_spaces": "source with extra spaces"}
 LOOP_TIMES = 3  # a word n-gram this many times back to back is a loop
 # Where a clause or phrase may start: after a comma, or at one of these words (not the sentence's first two words)
 BOUNDARIES = frozenset(("in", "im", "auf", "mit", "an", "am", "vor", "neben", "bei", "beim", "unter", "über", "durch",
@@ -171,6 +179,23 @@ def fluent(source: str, text: str) -> bool:
     return len(own) >= 2 and len(own) >= len(out) / 2
 
 
+def written(source: str, reference: str, variant: str) -> tuple[str, str]:
+    """A (source, reference) pair as people may type the source (one of ``VARIANTS``): ``plain`` as given;
+    ``no_final_punctuation`` both without their closing marks (".", "!", "?"); ``lower_case_start`` the source's
+    first letter in lower case; ``extra_spaces`` the source with two spaces between words, spaces at both ends and
+    one before its final mark."""
+    if variant == "no_final_punctuation":
+        return source.rstrip().rstrip(".!?").rstrip(), reference.rstrip().rstrip(".!?").rstrip()
+    if variant == "lower_case_start":
+        return source[:1].lower() + source[1:], reference
+    if variant == "extra_spaces":
+        words, end = _split_end(source)
+        return "  " + "  ".join(words) + (f" {end}" if end else "") + "  ", reference
+    if variant != "plain":
+        raise ValueError(f"a variant is one of {', '.join(VARIANTS)}, not {variant!r}")
+    return source, reference
+
+
 def _split_end(text: str) -> tuple[list[str], str]:
     """The words of ``text`` and its final punctuation mark (".", "!", "?" or "")."""
     w = text.split()
@@ -272,9 +297,11 @@ def _translate(tr: Translator, texts: Sequence[str], settings: DecodeSettings, b
 
 def constructed_set(tr: Translator, sources: Sequence[str], references: Sequence[str], german: Sequence[str],
                     seed: int, settings: DecodeSettings | None = None, batch_size: int = 64,
-                    nonsense_per_kind: int = NONSENSE_PER_KIND, progress: bool = False) -> list[dict[str, Any]]:
+                    nonsense_per_kind: int = NONSENSE_PER_KIND, progress: bool = False,
+                    variants: Sequence[str] = VARIANTS) -> list[dict[str, Any]]:
     """The constructed set of one split (see the module's docstring): one row per pair with ``kind``, ``label``
-    (1 positive, 0 negative, None left out), ``source``, ``translation`` (the German side), the signals of
+    (1 positive, 0 negative, None left out), ``variant`` (how its source is written: the negatives in each of
+    ``variants``, every other row ``plain``), ``source``, ``translation`` (the German side), the signals of
     :func:`pair_signals`, ``repetition`` and ``hit_max_len``."""
     if len(sources) != len(references) or len(sources) < 2:
         raise ValueError("a split needs at least 2 sentences, as many references as sources")
@@ -283,9 +310,10 @@ def constructed_set(tr: Translator, sources: Sequence[str], references: Sequence
     rows: list[dict[str, Any]] = []
     pairs: list[tuple[Any, Any]] = []
 
-    def add(kind: str, source: str, text: str, source_side: Any, target_side: Any, cut: bool = False) -> None:
+    def add(kind: str, source: str, text: str, source_side: Any, target_side: Any, cut: bool = False,
+            variant: str = "plain") -> None:
         label = 0 if kind in NEGATIVES else 1 if kind in POSITIVES else None
-        rows.append({"kind": kind, "label": label, "source": source, "translation": text,
+        rows.append({"kind": kind, "label": label, "variant": variant, "source": source, "translation": text,
                      "repetition": repetition(text), "hit_max_len": bool(cut)})
         pairs.append((source_side, target_side))
 
@@ -312,6 +340,13 @@ def constructed_set(tr: Translator, sources: Sequence[str], references: Sequence
     for s, r in zip(odd, _translate(tr, odd, settings, batch_size, progress)):
         kind = "loop" if loops(r.text, r.hit_max_len) else "fluent_nonsense" if fluent(s, r.text) else "copy"
         add(kind, s, r.text, r.source_ids, r.target_ids, r.hit_max_len)
+    for variant in (v for v in variants if v != "plain"):  # the negatives as people type the sources
+        typed = [written(s, ref, variant) for s, ref in zip(sources, references)]
+        for (s, _), r in zip(typed, _translate(tr, [s for s, _ in typed], settings, batch_size, progress)):
+            add("loop" if loops(r.text, r.hit_max_len) else "translation", s, r.text, r.source_ids, r.target_ids,
+                r.hit_max_len, variant)
+        for s, ref in typed:
+            add("reference", s, ref, s, ref, variant=variant)
     lang = {"src_lang": settings.src_lang, "tgt_lang": settings.tgt_lang}
     step = 256
     for start in tqdm(range(0, len(pairs), step), desc="signals", unit="chunk", disable=not progress,

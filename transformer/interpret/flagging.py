@@ -8,8 +8,8 @@
   are as far out, the smallest share over the rule's signals (Tippett's combination of p-values). A score of 2 means
   1 in 100 ordinary outputs is as far out; past all of them the score goes on rising along the tail's slope. The
   rule's thresholds are where each signal's score reaches the flag's threshold, so that a row is flagged exactly when
-  its score is at least that threshold (or a loop condition holds, which scores the most a score can). A rule without
-  a score (older files, :data:`DEFAULT_RULE`) scores nothing.
+  its score is at least that threshold (or a loop condition holds: a loop scores past every ordinary output, the
+  more the more times it repeats). A rule without a score (older files, :data:`DEFAULT_RULE`) scores nothing.
 - :func:`rule_text`, :func:`reasons`, :func:`reason_text`: the rule and why a row was flagged, in plain words, from
   each column's description (:data:`transformer.interpret.columns.COLUMNS`).
 """
@@ -137,10 +137,12 @@ def knots_of(column: str, ordinary: np.ndarray) -> Knots:
 
 @dataclass(frozen=True)
 class FlagScore:
-    """The flag's score: each signal's :class:`Knots`, and the ``threshold`` a flagged row's score reaches."""
+    """The flag's score: each signal's :class:`Knots`, the ``threshold`` a flagged row's score reaches, and how many
+    ``ordinary`` outputs the knots were read from (None in files written before it was stored)."""
 
     knots: tuple[tuple[str, Knots], ...]
     threshold: float
+    ordinary: int | None = None
 
     @property
     def most(self) -> float:
@@ -150,10 +152,15 @@ class FlagScore:
 
     def scores(self, columns: Mapping[str, np.ndarray], loops: np.ndarray | None = None) -> np.ndarray:
         """The score of many rows from their signals' columns (arrays of one length): the highest of the signals'
-        scores (0 when every signal is missing), at least :attr:`most` where ``loops`` holds."""
+        scores (0 when every signal is missing). ``loops``: each row's ``repetition`` where a loop condition holds, 0
+        where none does; such a row scores at least :attr:`most` ``+ log10(repetition)``, so that loops rank past
+        every ordinary output and among themselves by how many times they repeat (3: +0.48, 10: +1)."""
         each = np.stack([k.score(name, columns[name]) for name, k in self.knots])  # (signals, rows)
         score = np.nan_to_num(np.max(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
-        return np.where(loops, np.maximum(score, self.most), score) if loops is not None else score
+        if loops is None:
+            return score
+        times = np.asarray(loops, dtype=np.float64)
+        return np.where(times > 0, np.maximum(score, self.most + np.log10(np.maximum(times, 1.0))), score)
 
     def conditions(self) -> tuple[Condition, ...]:
         """The rule's conditions on the signals: each where its score reaches the threshold."""
@@ -165,7 +172,7 @@ class FlagScore:
         return tuple(found)
 
     def to_json(self) -> dict[str, Any]:
-        return {"threshold": self.threshold,
+        return {"threshold": self.threshold, **({"ordinary": self.ordinary} if self.ordinary else {}),
                 "signals": {name: {"values": list(k.values), "tails": list(k.tails)} for name, k in self.knots}}
 
     @classmethod
@@ -189,7 +196,10 @@ class FlagScore:
                 raise ValueError(f"{name}: values rise toward its suspicious end as the shares fall, from 1 to "
                                  f"{MIN_TAIL:g} or more")
             knots.append((name, knot))
-        return cls(tuple(knots), float(data["threshold"]))
+        ordinary = data.get("ordinary")  # absent in older files
+        if ordinary is not None and not (_number(ordinary) and float(ordinary).is_integer() and ordinary >= 1):
+            raise ValueError("a flag score's ordinary is how many outputs its knots were read from, a whole number")
+        return cls(tuple(knots), float(data["threshold"]), int(ordinary) if ordinary is not None else None)
 
 
 def _number(x: object) -> bool:
@@ -280,7 +290,8 @@ def flag_score(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> float |
     loops = any(c.holds(row) for c in rule.conditions if c.column not in signals)
     values = {name: _value(row, name) for name in signals}
     columns = {name: np.array([np.nan if x is None else x]) for name, x in values.items()}
-    return round(float(rule.score.scores(columns, np.array([loops]))[0]), 6)
+    times = (_value(row, "repetition") or 1.0) if loops else 0.0
+    return round(float(rule.score.scores(columns, np.array([times]))[0]), 6)
 
 
 def reasons(row: Mapping[str, Any], rule: FlagRule = DEFAULT_RULE) -> list[Condition]:
@@ -321,14 +332,21 @@ def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
 
 def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     """``row``'s score in plain words: ``its most unusual signal is as far out as 1 in 250 of the model's ordinary
-    outputs (flag score 2.40; flagged from 2.18)``; None for a rule without a score."""
+    outputs (flag score 2.40; flagged from 2.18)``; never a rarer share than was counted: past the last knot, or
+    rarer than 1 in the count of ordinary outputs (``FlagScore.ordinary``), ``further out than every one of the
+    model's 8,080 ordinary outputs ...`` (older files, without the count: ``further out than all ...``). None for a
+    rule without a score."""
     score = flag_score(row, rule)
     if score is None or rule.score is None:
         return None
     rarest = max(float(k.levels()[-1]) for _, k in rule.score.knots)
-    far = (f"further out than all the model's ordinary outputs on the validation set (1 in {10 ** rarest:,.0f})"
-           if score > rarest + 1e-9 else
-           f"as far out as 1 in {10 ** score:,.0f} of the model's ordinary outputs on the validation set")
+    count = rule.score.ordinary
+    outputs = "ordinary outputs on the validation set (its own translations and the references)"
+    if score > rarest + 1e-9 or (count and 10 ** score > count):
+        far = f"further out than every one of the model's {count:,} {outputs}" if count else (
+            f"further out than all the model's {outputs}")
+    else:
+        far = f"as far out as 1 in {10 ** score:,.0f} of the model's {outputs}"
     return f"its most unusual signal is {far} (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})"
 
 

@@ -3,8 +3,8 @@
 - :func:`pair_signals`: teacher-forced signals of (source, output) pairs, batched: ``seq_logprob`` and
   ``min_piece_logprob`` (the mean and the lowest log-probability of the output pieces), ``source_share``,
   ``source_share_min`` (ALTI+, :func:`transformer.interpret.contributions`), ``eos_attention`` (Guerreiro et al.,
-  2023; Dale et al., 2023) and ``omission`` (:func:`ending_surprise`: the model's surprise at the output ending where
-  it does). The same numbers as one sentence at a time; no hook, the model untouched.
+  2023; Dale et al., 2023) and ``omission`` (:func:`ending_surprise`: the model's surprise at the sentence ending
+  where it does, with a full stop or without). The same numbers as one sentence at a time; no hook, the model untouched.
 - :func:`repetition` / :func:`looping`: the most times one stretch of the output (any length, in characters or in
   words) repeats back to back; German's triple letters do not count as a loop.
 - :func:`translation_row`: the row of one translation whose teacher-forced pass is at hand (the app's notice).
@@ -17,6 +17,7 @@ transformer.corpus``): a row of that table is what the rule reads, and the rule'
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ SPELLED_RUN = 3  # German spells one letter up to this many times in a row: such
 DEFAULT_MAX_BATCH_TOKENS = 2048  # padded (source + output) pieces per batch (measured faster than 4096 on a CPU:
 # docs/benchmarks.md#figures-behind-the-codes-comments)
 _WORD_EDGE = re.compile(r"^\W+|\W+$")  # a word's leading and trailing punctuation
+CLOSING_MARKS = frozenset(".!?…。！？")  # the marks that end a sentence (a piece of only these, with or without "▁")
 Values = Sequence[float] | np.ndarray | Tensor  # one value per output step
 
 
@@ -125,33 +127,51 @@ def closing_pieces(pieces: Sequence[str], ended: bool) -> int:
     return n
 
 
-def ending_surprise(logprobs: np.ndarray, eos_logprobs: np.ndarray, closing: int) -> float:
-    """The ``omission`` signal: how unlikely the model finds it that the output ends where it does, in nats, from
-    its steps' ``logprobs (T,)`` (of each output piece) and ``eos_logprobs (T,)`` (of ``</s>`` at each step). For an
-    output ending in ``</s>``, minus the summed log-probability of its ``closing`` last pieces (:func:`closing_pieces`:
-    the final punctuation and ``</s>``; a clause left out ends the sentence where the model would go on); for an
-    output cut at the length limit (``closing`` 0), minus the log-probability of ``</s>`` at its last step (the
-    model wanted to go on). No step: NaN."""
+@functools.lru_cache(maxsize=8)
+def ending_ids(tokenizer: Any, eos_id: int) -> tuple[int, ...]:
+    """The pieces that end a sentence where they stand: ``</s>`` and every piece of the vocabulary made of closing
+    marks only (``CLOSING_MARKS``: ".", "!", "?", with or without sentencepiece's "▁"). Once per tokenizer."""
+    pieces = tokenizer.pieces(list(range(tokenizer.vocab_size)))
+    marks = [i for i, p in enumerate(pieces) if p.replace("▁", "") and set(p.replace("▁", "")) <= CLOSING_MARKS]
+    return (eos_id, *(i for i in marks if i != eos_id))
+
+
+def end_logprobs(log_softmax: Tensor, ids: Sequence[int]) -> Tensor:
+    """The log-probability, at each step, that the sentence ends there: that the next piece is one of ``ids``
+    (:func:`ending_ids`: ``</s>`` or a closing mark), ``(...)`` from ``log_softmax (..., V)``."""
+    return log_softmax[..., list(ids)].logsumexp(-1)  # (..., |ids|) -> (...)
+
+
+def ending_surprise(logprobs: np.ndarray, end_logprobs: np.ndarray, closing: int) -> float:
+    """The ``omission`` signal: how unlikely the model finds it that the sentence ends where it does, in nats, from
+    its steps' ``logprobs (T,)`` (of each output piece) and ``end_logprobs (T,)`` (:func:`end_logprobs`: of the
+    sentence ending at each step, by ``</s>`` or a closing mark). For an output ending in closing punctuation and
+    ``</s>`` (``closing`` > 1, :func:`closing_pieces`), minus the summed log-probability of those pieces (a clause
+    left out ends the sentence where the model would go on); for an output without closing punctuation (``closing``
+    1) or cut at the length limit (``closing`` 0), minus the log-probability of the sentence ending at its last
+    step in any way, so that a missing full stop is no omission (the model would have written one). No step:
+    NaN."""
     if not len(logprobs):
         return math.nan
-    if closing > 0:
+    if closing > 1:
         return float(-logprobs[-min(closing, len(logprobs)):].sum())
-    return float(-eos_logprobs[-1])
+    return float(-end_logprobs[-1])
 
 
-def step_signals(logprobs: Values, source_share: Values, eos: Values, eos_logprobs: Values,
+def step_signals(logprobs: Values, source_share: Values, eos: Values, end_logprobs: Values,
                  closing: int = 1) -> dict[str, float]:
     """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob`` /
     ``min_piece_logprob`` the mean / lowest of the output pieces' ``logprobs``, ``source_share`` /
     ``source_share_min`` the mean / minimum ALTI+ source share, ``eos_attention`` the mean of :func:`eos_share`
-    (``eos``), ``omission`` (:func:`ending_surprise` of the last ``closing`` steps, or of ``</s>`` at the last step
-    of a cut output, from ``eos_logprobs``). The one place both :func:`pair_signals` (the corpus table,
-    ``transformer.detect``) and :func:`translation_row` (the app's notice) compute them. No step: every value NaN."""
+    (``eos``), ``omission`` (:func:`ending_surprise` of the last ``closing`` steps, or of the sentence ending at the
+    last step, from ``end_logprobs``: an output without closing punctuation or cut). The one place both
+    :func:`pair_signals` (the corpus table, ``transformer.detect``) and :func:`translation_row` (the app's notice)
+    compute them. No step: every value NaN."""
     lp, ss, eo, el = (np.asarray(torch.as_tensor(x).double().cpu(), dtype=np.float64)
-                      for x in (logprobs, source_share, eos, eos_logprobs))
+                      for x in (logprobs, source_share, eos, end_logprobs))
     if not (len(lp) == len(ss) == len(eo) == len(el)):
         raise ValueError(f"one value per step: {len(lp)} log-probabilities, {len(ss)} source shares, {len(eo)} "
-                         f"shares on </s>, {len(el)} log-probabilities of </s>")
+                         f"shares on </s>, {len(el)} log-probabilities of ending")
     if not len(lp):
         return dict.fromkeys(SIGNALS, math.nan)
     return {"seq_logprob": float(lp.mean()), "min_piece_logprob": float(lp.min()), "source_share": float(ss.mean()),
@@ -167,18 +187,19 @@ def forced_steps(translator: Translator, target_ids: Sequence[int], tgt_lang: st
 
 
 def translation_row(translator: Translator, source_ids: Sequence[int], target_ids: Sequence[int], text: str,
-                    logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, eos_logprobs: Values, *,
+                    logprobs: Values, source_share: Values, cross: Tensor | np.ndarray, end_logprobs: Values, *,
                     hit_max_len: bool = False, tgt_lang: str | None = None) -> dict[str, Any]:
     """The row :func:`flag` reads, for one translation whose teacher-forced pass is at hand (decoder input
     ``[BOS] + target_ids[:-1]``): ``logprobs (T,)`` of each ``target_ids[t]``, ALTI+'s ``source_share (T,)``,
-    ``cross (L, H, T, S)`` and ``eos_logprobs (T,)``, the log-probability of ``</s>`` at each step (a cut output's
-    ``omission`` reads its last). The signals are :func:`pair_signals`' of the same pair (:func:`step_signals`; the
-    forced language code not scored), plus ``repetition`` of ``text`` and ``hit_max_len``."""
+    ``cross (L, H, T, S)`` and ``end_logprobs (T,)``, the log-probability of the sentence ending at each step
+    (:func:`end_logprobs`; ``omission`` of an output without closing punctuation, or cut, reads its last). The
+    signals are :func:`pair_signals`' of the same pair (:func:`step_signals`; the forced language code not scored),
+    plus ``repetition`` of ``text`` and ``hit_max_len``."""
     skip = forced_steps(translator, target_ids, tgt_lang)
     ended = bool(target_ids) and int(target_ids[-1]) == translator.config.eos_id
     row: dict[str, Any] = step_signals(np.asarray(logprobs)[skip:], np.asarray(source_share)[skip:],
                                        eos_share(cross, source_ids, translator.config.eos_id)[skip:],
-                                       np.asarray(eos_logprobs)[skip:],
+                                       np.asarray(end_logprobs)[skip:],
                                        closing_pieces(translator.tokenizer.pieces(list(target_ids)[skip:]), ended))
     row.update(repetition=repetition(text), hit_max_len=bool(hit_max_len))
     return row
@@ -243,7 +264,8 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
     - ``eos_attention``: mean over the decoder layers, the heads and the scored steps of the cross-attention weight
       on the source's ``</s>`` (the positions holding the EOS id: the last source piece for ours and Marian's);
     - ``omission``: :func:`ending_surprise`, minus the log-probability of the closing pieces (the final punctuation
-      and ``</s>``), or of ``</s>`` at the last step of an output cut without it.
+      and ``</s>``); for an output without closing punctuation or cut without ``</s>``, of the sentence ending at
+      its last step (``</s>`` or a closing mark, :func:`ending_ids`).
 
     A pair with no scored step gets NaN. Pairs are batched by length, at most ``max_batch_tokens`` padded pieces
     (source + output) per batch (the logits hold that many rows of the vocabulary); padding is masked, so the
@@ -268,7 +290,7 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
         out = model(src, tgt, return_attention=True)
         log_softmax = out.logits.float().log_softmax(-1)  # (B, T, V)
         logp = log_softmax.gather(-1, labels[..., None])[..., 0]  # (B, T)
-        eos_logp = log_softmax[..., cfg.eos_id]  # (B, T): log p(</s>) at each step
+        end_logp = end_logprobs(log_softmax, ending_ids(translator.tokenizer, cfg.eos_id))  # (B, T): of ending there
         del log_softmax
         share = contributions(model, src, tgt, max_bytes=max_bytes).source_share  # (B, T)
         for b, i in enumerate(rows):
@@ -277,5 +299,5 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
             ended = tgts[i][-1] == cfg.eos_id
             closing = closing_pieces(translator.tokenizer.pieces(tgts[i][skip:]), ended)
             results[i] = step_signals(logp[b, skip:t], share[b, skip:t], eos_share(cross, srcs[i], cfg.eos_id)[skip:],
-                                      eos_logp[b, skip:t], closing)
+                                      end_logp[b, skip:t], closing)
     return results
