@@ -62,6 +62,11 @@ def choice(name: str, options: Sequence[str], default: str) -> str:
                        f"{default}")
 
 
+def is_set(name: str) -> bool:
+    """Whether ``$name`` holds anything but spaces (a caption names a variable only where it decided something)."""
+    return bool(os.environ.get(name, "").strip())
+
+
 def amount(value: float) -> str:
     """A limit as a message writes it: whole numbers from 10, three digits below (never "0 MB" for a small one)."""
     return f"{value:,.0f}" if value >= 10 else f"{value:.3g}"

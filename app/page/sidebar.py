@@ -4,14 +4,13 @@ the page's picture (:func:`sidebar`, :func:`show_model_facts`), so that the brow
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import streamlit as st
 import torch
 
 import transformer
-from transformer import Translator
+from transformer import Translator, environment
 from transformer.network.weights import packed_bytes
 
 from ..compute import cached, card, catalog
@@ -189,7 +188,7 @@ def show_model_facts(tr: Translator, checkpoint: str = "") -> None:
 def dtype_caption() -> str:
     """What the weights are kept in, beside the device (where the server's ``$ATTN_DTYPE`` decides it; the variable
     named only when it is set)."""
-    chosen = " (this server's `ATTN_DTYPE`)" if os.environ.get("ATTN_DTYPE", "").strip() else ""
+    chosen = " (this server's `ATTN_DTYPE`)" if environment.is_set("ATTN_DTYPE") else ""
     return f"Weights in {catalog.model_dtype()}{chosen}; attention weights and every interpretation in float32."
 
 

@@ -143,7 +143,7 @@ def test_the_offline_page_says_its_wide_table_scrolls(browser, tmp_path):
     page = new_context(browser, "phone").new_page()
     page.goto(out.as_uri())
     page.wait_for_function("document.querySelectorAll('section.view[data-drawn]').length === 1", timeout=60_000)
-    state = page.evaluate("""() => { const box = document.querySelector('#lens .scroll:has(> table.values)');
+    state = page.evaluate("""() => { const box = document.querySelector('#layer_by_layer .scroll:has(> table.values)');
       const hint = box.previousElementSibling, first = box.querySelector('tr > :first-child');
       box.scrollLeft = box.scrollWidth; const b = box.getBoundingClientRect(), f = first.getBoundingClientRect();
       return {wide: box.scrollWidth > box.clientWidth, hint: hint.classList.contains('hint') && !hint.hidden

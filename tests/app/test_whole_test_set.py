@@ -311,7 +311,8 @@ def test_the_view_shows_the_shipped_table_with_its_sources_and_a_row_opens_its_s
     assert at.session_state["source_text"] == sources[line]
     assert at.query_params["text"] == sources[line]  # in the address: every other view opens it
     assert at.query_params["view"] == VIEW and at.query_params["preset"] == "lowest-share"
-    assert any(f"Line {line} is open" in c.value for c in at.caption)
+    assert any(c.value.startswith("Open in every view: ") and f" line {line} (it is in the text box" in c.value
+               for c in at.caption)
     other = new_app({k: v for k, v in at.query_params.items() if k in ("text", "model")} | {"view": "heatmap"})
     assert_clean(other)
     assert other.session_state["source_text"] == sources[line]
@@ -477,7 +478,7 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
                                    arg=sources[line], timeout=60_000)  # the row's source, in the address
             assert parse_qs(urlparse(page.url).query)["view"] == [VIEW]
-            page.get_by_text(f"Line {line} is open in every view").wait_for(timeout=30_000)
+            page.get_by_text(f" line {line} (it is in the text box").wait_for(timeout=30_000)
             assert page.locator("[data-testid=stException]").count() == 0
             assert parse_qs(urlparse(page.url).query)["line"] == [str(line)]
             # a click on a point of the scatter (the chart whose y axis is chrF) opens its line, ringed there
@@ -491,7 +492,7 @@ def test_a_click_on_a_row_in_a_real_browser_opens_its_sentence_and_a_phone_shows
             clicked = int(parse_qs(urlparse(page.url).query)["line"][0])
             page.wait_for_function("text => new URLSearchParams(location.search).get('text') === text",
                                    arg=sources[clicked], timeout=60_000)
-            page.get_by_text(f"Line {clicked} is open in every view").wait_for(timeout=30_000)
+            page.get_by_text(f" line {clicked} (it is in the text box").wait_for(timeout=30_000)
             scatter.locator(".legendtext", has_text=f"line {clicked}").wait_for(timeout=30_000)
             phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True).new_page()
