@@ -24,7 +24,7 @@ from transformer.interpret.flagging import (
     flag_rule,
     write_flag_rule,
 )
-from transformer.interpret.signals import looping, pair_signals, repetition
+from transformer.interpret.signals import looping, pair_signals, repetition, step_signals
 
 
 def random_pairs(tr: Translator, n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
@@ -69,6 +69,8 @@ def oracle(tr: Translator, source: list[int], target: list[int], skip: int = 0) 
         omission = -sum(logps[-n:])
     else:  # no closing punctuation, or cut: how unlikely the sentence was to end at the last step, in any way
         omission = -last_end
+    if n == 1 and target[-1] == cfg.eos_id:  # </s> right after a word: the piece read as ending there in any way
+        logps[-1] = last_end
     tgt = torch.tensor([[cfg.bos_id, *target[:-1]]])
     shares = contributions(model, src, tgt).source_share[0].tolist()[skip:]
     cross = model(src, tgt, return_attention=True).cross_attentions
@@ -96,6 +98,22 @@ def test_every_signal_equals_a_hand_written_loop_and_a_padded_batch_one_sentence
         assert close(got, want), (got, want)
         assert close(one, got, 1e-5), (one, got)
     assert len({round(r["source_share"], 6) for r in batched}) > 5  # the pairs differ: a real check
+
+
+def test_a_missing_full_stop_is_not_an_unlikely_piece():
+    """An output ending in "</s>" right after a word is read as ending there in any way, in the mean and the lowest
+    piece as in ``omission``: the same words with or without the full stop score alike when the model would have
+    ended either way (by hand: "</s>" at -3.0 after a word, ending in any way at -0.1)."""
+    words, end_any, eos_alone = [-0.5, -1.0], -0.1, -3.0
+    shares = eos = [0.5, 0.5, 0.5]
+    bare = step_signals([*words, eos_alone], shares, eos, [-9.0, -9.0, end_any], closing=1)
+    assert bare["seq_logprob"] == pytest.approx((-0.5 - 1.0 - 0.1) / 3)
+    assert bare["min_piece_logprob"] == pytest.approx(-1.0)
+    assert bare["omission"] == pytest.approx(0.1)
+    stopped = step_signals([*words, -0.1, -0.05], [*shares, 0.5], [*eos, 0.5], [-9.0] * 4, closing=2)
+    assert stopped["seq_logprob"] == pytest.approx((-0.5 - 1.0 - 0.1 - 0.05) / 4)  # ". </s>": the pieces as they are
+    cut = step_signals([*words, eos_alone], shares, eos, [-9.0, -9.0, end_any], closing=0)  # no "</s>": a word
+    assert cut["min_piece_logprob"] == pytest.approx(eos_alone)
 
 
 @pytest.mark.parametrize("layout", [dict(norm_first=True), dict(bos_id=0)])  # pre-norm; Marian's start token <pad>

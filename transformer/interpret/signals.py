@@ -161,7 +161,9 @@ def ending_surprise(logprobs: np.ndarray, end_logprobs: np.ndarray, closing: int
 def step_signals(logprobs: Values, source_share: Values, eos: Values, end_logprobs: Values,
                  closing: int = 1) -> dict[str, float]:
     """The sentence's signals from its scored output steps (one value per step, each ``(T,)``): ``seq_logprob`` /
-    ``min_piece_logprob`` the mean / lowest of the output pieces' ``logprobs``, ``source_share`` /
+    ``min_piece_logprob`` the mean / lowest of the output pieces' ``logprobs`` (a ``</s>`` right after a word,
+    ``closing`` 1, read as the sentence ending there in any way, ``end_logprobs``' last: a missing full stop is
+    not an unlikely piece), ``source_share`` /
     ``source_share_min`` the mean / minimum ALTI+ source share, ``eos_attention`` the mean of :func:`eos_share`
     (``eos``), ``omission`` (:func:`ending_surprise` of the last ``closing`` steps, or of the sentence ending at the
     last step, from ``end_logprobs``: an output without closing punctuation or cut). The one place both
@@ -174,8 +176,11 @@ def step_signals(logprobs: Values, source_share: Values, eos: Values, end_logpro
                          f"shares on </s>, {len(el)} log-probabilities of ending")
     if not len(lp):
         return dict.fromkeys(SIGNALS, math.nan)
-    return {"seq_logprob": float(lp.mean()), "min_piece_logprob": float(lp.min()), "source_share": float(ss.mean()),
-            "source_share_min": float(ss.min()), "eos_attention": float(eo.mean()),
+    scored = lp
+    if closing == 1:  # "</s>" right after a word: the sentence ending there in any way, as omission reads it
+        scored = np.concatenate([lp[:-1], el[-1:]])  # (T,)
+    return {"seq_logprob": float(scored.mean()), "min_piece_logprob": float(scored.min()),
+            "source_share": float(ss.mean()), "source_share_min": float(ss.min()), "eos_attention": float(eo.mean()),
             "omission": ending_surprise(lp, el, closing)}
 
 
@@ -258,7 +263,8 @@ def pair_signals(translator: Translator, sources: Sequence[str | Sequence[int]],
     model's forced language code (imposed, not predicted):
 
     - ``seq_logprob``, ``min_piece_logprob``: mean and minimum over the scored steps of ``log p(target[t])``
-      (log-softmax of the model's logits);
+      (log-softmax of the model's logits); a ``</s>`` right after a word (no closing punctuation) counts as the
+      sentence ending there in any way (``</s>`` or a closing mark, :func:`ending_ids`), as ``omission`` reads it;
     - ``source_share``, ``source_share_min``: mean and minimum over the scored steps of ALTI+'s source share (the
       share of the step's prediction that comes from the source; :func:`transformer.interpret.contributions`);
     - ``eos_attention``: mean over the decoder layers, the heads and the scored steps of the cross-attention weight
