@@ -2,9 +2,9 @@
 presets, a histogram of one signal and source share against chrF; a selected row opens its sentence in every view.
 
 The tables shipped beside a checkpoint (``tables/<split>.parquet``) hold ids, translations and signals; their
-sources and references are read back from a copy of the data set (:func:`app.compute.tables.join_inputs`). A pasted list
-is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only tables;
-elsewhere a table file on this machine can be opened too.
+sources and references are read back from a copy of the data set (:func:`app.analysis.tables.join_inputs`). A
+pasted list is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only
+tables; elsewhere a table file on this machine can be opened too.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from transformer.interpret.columns import COLUMNS
 from transformer.interpret.flagging import FlagRule, condition_text, flag_rule, rule_text
 
 from .. import registry
-from ..compute import catalog, ledger, tables, work
-from ..compute.catalog import load_heads
-from ..compute.inference import MAX_INPUT_CHARS, take_input
+from ..analysis import tables
+from ..analysis.inference import MAX_INPUT_CHARS, take_input
 from ..drawing import figures, table_figures
+from ..limits import ledger, work
+from ..models import catalog
+from ..models.catalog import load_heads
 from ..page import controls, state
 from ..page.params import Param, one_of
 from ..page.state import ViewContext

@@ -13,7 +13,9 @@ import pytest
 
 st = pytest.importorskip("streamlit")
 
-from app.compute import catalog, ledger, tables, work  # noqa: E402
+from app.analysis import tables  # noqa: E402
+from app.limits import ledger, work  # noqa: E402
+from app.models import catalog  # noqa: E402
 from app.page import params, state  # noqa: E402
 from app.views import whole_test_set as test_set  # noqa: E402
 from transformer.interpret.flagging import MAX_CONDITIONS  # noqa: E402
@@ -141,7 +143,7 @@ def test_a_snapshot_that_is_a_fifo_is_refused_before_safetensors_opens_it(tr, tm
     The snapshot's header is checked first (a regular file, within MAX_HEADER_BYTES), so safetensors never sees it."""
     import safetensors.torch
 
-    from app.compute import probes
+    from app.analysis import probes
     from transformer import CheckpointError
 
     os.mkfifo(tmp_path / "step0000001.safetensors")
