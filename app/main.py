@@ -20,7 +20,9 @@ if STARTING is not None:
 
 import torch  # noqa: E402 (after the notice above)
 
-from app.compute import budget, cached, card, catalog, inference, ledger, work  # noqa: E402
+from app.analysis import cached, inference  # noqa: E402
+from app.limits import budget, ledger, work  # noqa: E402
+from app.models import card, catalog  # noqa: E402
 from app.page import controls, frame, languages, selector, sidebar, state  # noqa: E402
 from app.page.controls import md_escape  # noqa: E402
 from app.views import GROUPS, VIEWS, render, whole_test_set  # noqa: E402
@@ -85,7 +87,7 @@ def analyse(model: cached.Model, sub: state.Submitted | None) -> inference.Analy
 
 
 def main() -> None:
-    """The page as one request of bounded work (``app.compute.ledger.request``: every job it starts shares one ceiling
+    """The page as one request of bounded work (``app.limits.ledger.request``: every job it starts shares one ceiling
     and at most one wait for a heavy slot; one notice says what was cut)."""
     with ledger.request() as req:
         page(req)

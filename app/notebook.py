@@ -33,7 +33,7 @@ import numpy as np
 from transformer import TranslationResult, Translator
 
 from . import report
-from .compute.inference import Analysis
+from .analysis.inference import Analysis
 from .drawing import svg
 from .drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, one_head
 

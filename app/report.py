@@ -7,7 +7,7 @@ element, with plotly.js once; a picker shows one of its pre-built options, and a
 (``RUNTIME``) draw the charts on screen. A view that needs the model is computed here, at build time, from the
 translator; without one it is left out and the page says so. :func:`fragment` is the same views without plotly.js,
 for the notebook (:mod:`app.notebook`). Every piece of text from the sentence is escaped (HTML-like input shows as
-text); the text passes the app's input rules (``app.compute.inference.take_input``). No Streamlit here.
+text); the text passes the app's input rules (``app.analysis.inference.take_input``). No Streamlit here.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 from transformer import CheckpointError, TranslationResult, Translator, cli, load
 
 from . import registry
-from .compute.inference import (
+from .analysis.inference import (
     MAX_INPUT_CHARS,
     Analysis,
     DecodeSettings,

@@ -96,7 +96,7 @@ def crowd_captions(n: int, data_dir: str | None, offset: int = 0) -> list[str]:
 
 def first_sentences(texts: list[str]) -> list[str]:
     """The sentence of each text the page explores (its first)."""
-    from app.compute.inference import split_sentences
+    from app.analysis.inference import split_sentences
 
     return [split_sentences(t, "en")[0] for t in texts]
 
@@ -110,7 +110,7 @@ async def ordinary_visitor(url: str, checkpoint: str, texts: list[str], pause: f
     from playwright.async_api import TimeoutError as PlaywrightTimeout
     from playwright.async_api import async_playwright
 
-    from app.compute.inference import split_sentences
+    from app.analysis.inference import split_sentences
 
     expected, ticks = expect or expectations(checkpoint, first_sentences(texts))
     seconds, clicked_at, own, errors = [], [], [], []
@@ -240,8 +240,9 @@ def soak_heavy(checkpoint: str, n: int = 30, cache_mb: float = 150.0) -> dict[st
     import psutil
 
     os.environ.update(ATTN_CACHE_MB=f"{cache_mb:g}", ATTN_MAX_WORK=os.environ.get("ATTN_MAX_WORK", "1000"))
-    from app.compute import cached, inference, probes, work
-    from app.compute.inference import DecodeSettings
+    from app.analysis import cached, inference, probes
+    from app.analysis.inference import DecodeSettings
+    from app.limits import work
 
     process = psutil.Process()
     model = cached.Model(checkpoint, "cpu")

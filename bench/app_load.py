@@ -7,7 +7,7 @@
    Then 4 ordinary visitors beside 4 that keep opening the heaviest links public mode allows (attribution and the
    beam tree of a ~3,200-character list at beam 16, 100 sentences at beam 16), against the same 4 alone
    (``bench.app_heavy.alone_and_mixed``; ``--heavy 0`` skips it).
-2. Soak: 500 distinct inputs of mixed length through the cached analysis path (``app.compute.cached``) under a small
+2. Soak: 500 distinct inputs of mixed length through the cached analysis path (``app.analysis.cached``) under a small
    ``ATTN_CACHE_MB``: resident memory after each, its peak, and the cache's bytes. Then the heavy soak
    (``bench.app_heavy.soak_heavy``): long inputs through Training evolution, attribution and the beam tree at
    beam 16, and 100 sentences at beam 16, under public mode's work limit.
@@ -30,12 +30,12 @@ from .visitors import sentences_for, visitors_round
 
 
 def soak(checkpoint: str, n: int = 500, cache_mb: float = 150.0, data_dir: str | Path | None = None) -> dict:
-    """``n`` distinct inputs of mixed length through ``app.compute.cached.Model.analysis`` (``ATTN_CACHE_MB``)."""
+    """``n`` distinct inputs of mixed length through ``app.analysis.cached.Model.analysis`` (``ATTN_CACHE_MB``)."""
     import psutil
 
     os.environ["ATTN_CACHE_MB"] = str(cache_mb)
-    from app.compute import cached
-    from app.compute.inference import DecodeSettings
+    from app.analysis import cached
+    from app.analysis.inference import DecodeSettings
 
     process = psutil.Process()
     base = [s for s in (read_sentences(data_dir) or []) if s] or ["A man rides a bike down the street."]

@@ -70,7 +70,7 @@ def app_worker(model: Path, dtype: str, threads: int, sentence: str, timeout: fl
     import torch
     from streamlit.testing.v1 import AppTest
 
-    from app.compute import ledger
+    from app.limits import ledger
     from app.registry import VIEWS, group_of
 
     torch.set_num_threads(threads)
@@ -136,7 +136,7 @@ def run(size: str, directory: Path, dtype: str, threads: int, lines: int, data_d
     weights_mb = (path / "model.safetensors").stat().st_size / 2**20
     limit = str(int(weights_mb * 1.1 + 100))  # MB of 10^6 bytes: above the model in either dtype
     # the results' cache counts each loaded model's weights and one analysis' working memory at the model's longest
-    # input (app.compute.budget.analysis_working_bytes: 12.8 GB at NLLB's 1,024 positions and 24 + 24 layers of 16
+    # input (app.limits.budget.analysis_working_bytes: 12.8 GB at NLLB's 1,024 positions and 24 + 24 layers of 16
     # heads) against ATTN_CACHE_MB: under the default 1,024 MB nothing stays cached, and every view translates the
     # sentence again. A budget, not an allocation: raised here above both.
     cache = str(int(weights_mb + 20_000 + 4_000))

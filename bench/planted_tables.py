@@ -164,7 +164,7 @@ def attack(name: str, data_dir: Path, work: Path) -> str:
         at.session_state[key] = {"selection": {"rows": rows, "columns": [], "cells": []}}
         at.run()
     if name == "header-94mb":  # the model list's refresh: a second check of the same folder
-        from app.compute import catalog
+        from app.models import catalog
 
         again = time.perf_counter()
         catalog.list_checkpoints()

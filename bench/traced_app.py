@@ -19,7 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.compute import ledger
+from app.limits import ledger
 
 MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 _seen = getattr(ledger.HeavyJobs, "_bench_seen", None) or threading.local()  # one for every run

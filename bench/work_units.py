@@ -1,7 +1,7 @@
-"""``python -m bench.work_units``: what one work unit (``app.compute.work``) costs in CPU time, per kind of job, on
-the shipped model: ALTI+ (``app.compute.work.alti_work``) beside integrated gradients
-(``app.compute.work.attribution_work``, the reference the unit was calibrated on: 2.7-3 ms of one core), on sentences
-of 32 to 256 source pieces; with ``--patching``, What carries the change (``app.compute.work.patching_work``: one edit,
+"""``python -m bench.work_units``: what one work unit (``app.limits.work``) costs in CPU time, per kind of job, on
+the shipped model: ALTI+ (``app.limits.work.alti_work``) beside integrated gradients
+(``app.limits.work.attribution_work``, the reference the unit was calibrated on: 2.7-3 ms of one core), on sentences
+of 32 to 256 source pieces; with ``--patching``, What carries the change (``app.limits.work.patching_work``: one edit,
 every site, the page's beam 4) on captions of ``PATCH_WORDS`` words instead.
 
 One process, one torch thread, CPU time (``time.process_time``: on a shared machine the wall clock measures the
@@ -38,7 +38,8 @@ def best_cpu_seconds(run: Callable[[], Any], repeats: int) -> float:
 def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...] = SIZES) -> list[dict[str, Any]]:
     import torch
 
-    from app.compute import catalog, work
+    from app.limits import work
+    from app.models import catalog
     from transformer.interpret import attribute, contributions
 
     torch.set_num_threads(1)
@@ -69,14 +70,15 @@ def measure(checkpoint: str, repeats: int = 3, sizes: tuple[tuple[int, int], ...
 
 
 def measure_patching(checkpoint: str, repeats: int = 3, words: tuple[int, ...] = PATCH_WORDS) -> list[dict[str, Any]]:
-    """What carries the change's probe (``app.compute.probes.PROBES["patching"]``: the library's every site and the
+    """What carries the change's probe (``app.analysis.probes.PROBES["patching"]``: the library's every site and the
     edited sentence's translation) on captions of ``words`` words, one edit, CPU time per unit
     of its record's estimate (the edit: ``red`` to its first substitute of the same piece count)."""
     import torch
 
     from app import report
-    from app.compute import catalog, patching, probes
-    from app.compute.inference import DecodeSettings
+    from app.analysis import patching, probes
+    from app.analysis.inference import DecodeSettings
+    from app.models import catalog
 
     torch.set_num_threads(1)
     tr = catalog.load_translator(checkpoint, "cpu")

@@ -51,12 +51,12 @@ def make_corpus(directory: Path, src: str = "en", tgt: str = "de", sizes: dict[s
 
 @pytest.fixture(autouse=True)
 def _no_remembered_load_failures():
-    """The app remembers load failures for the whole server process (``app.compute.cached.LOAD_FAILURES``); the tests
+    """The app remembers load failures for the whole server process (``app.analysis.cached.LOAD_FAILURES``); the tests
     share one process, so each test starts with none (a Hub id that one test made fail must not fail the next)."""
     yield
     import sys
 
-    cached = sys.modules.get("app.compute.cached")
+    cached = sys.modules.get("app.analysis.cached")
     if cached is not None:
         cached.LOAD_FAILURES.clear()
 
@@ -337,8 +337,8 @@ def set_view(at, view: str):
 
 
 def counting_jobs(slots: int = 1):
-    """The server's heavy slots (``app.compute.ledger.HeavyJobs``), counting every time a job takes one (``.taken``)."""
-    from app.compute import ledger
+    """The server's heavy slots (``app.limits.ledger.HeavyJobs``), counting every time a job takes one (``.taken``)."""
+    from app.limits import ledger
 
     class CountingJobs(ledger.HeavyJobs):
         taken = 0
@@ -353,7 +353,7 @@ def counting_jobs(slots: int = 1):
 @pytest.fixture()
 def counted_slot(monkeypatch):
     """The server's heavy slot (one), counting every time a job takes it."""
-    from app.compute import ledger
+    from app.limits import ledger
 
     jobs = counting_jobs(1)
     monkeypatch.setattr(ledger, "HEAVY", jobs)

@@ -176,7 +176,7 @@ def test_decoding_without_the_fused_projection_is_the_same(ours, monkeypatch):
 
 
 def test_the_app_loads_in_its_dtype_and_applies_its_own_limit(ours, monkeypatch):
-    from app.compute import catalog
+    from app.models import catalog
 
     monkeypatch.setenv("ATTN_DTYPE", "bfloat16")
     tr = catalog.load_translator(str(ours[1]), "cpu")

@@ -16,10 +16,10 @@ import streamlit as st
 from transformer import Translator
 from transformer.network.kinds import layer_counts
 
-from ..compute import ledger, work
-from ..compute.inference import HeadKey
+from ..analysis.inference import HeadKey
 from ..drawing import figures, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS, head_title
+from ..limits import ledger, work
 from . import state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
@@ -146,7 +146,7 @@ def n_parameters(tr: Translator) -> int:
 
 
 def capped(notices: list[str] | tuple[str, ...]) -> None:
-    """Record what this server's work limit cut (``app.compute.ledger.cut``): the page says it once, in one notice
+    """Record what this server's work limit cut (``app.limits.ledger.cut``): the page says it once, in one notice
     (``work_notice``)."""
     ledger.cut(notices)
 

@@ -12,7 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..compute import cached, ledger, probes
+from ..analysis import cached, probes
+from ..limits import ledger
 from ..parts import Chart, Choice, Note, Part, Source, Table
 from . import controls
 from .params import Param, int_in
@@ -53,7 +54,7 @@ def _option_from_one(text: str) -> int | None:
 
 def parts_of(ctx: ViewContext, view: str, description: ModuleType) -> list[Part]:
     """``description.describe`` (the view ``view``'s) of the shown sentence, kept with the other results (within the
-    byte budget). The probe it runs (``description.PROBE``, a key of ``app.compute.probes.PROBES``), when it names
+    byte budget). The probe it runs (``description.PROBE``, a key of ``app.analysis.probes.PROBES``), when it names
     one, is counted against the request's work and says what the page shows while it runs (``cached.job``)."""
     tr, a = ctx.tr, ctx.result
     probe = probes.PROBES[description.PROBE] if hasattr(description, "PROBE") else None

@@ -11,8 +11,10 @@ import streamlit as st
 import transformer
 from transformer import Translator, cli
 
-from ..compute import cached, catalog, inference, ledger, work
-from ..compute.inference import Analysis, Sentence
+from ..analysis import cached, inference
+from ..analysis.inference import Analysis, Sentence
+from ..limits import ledger, work
+from ..models import catalog
 from . import state
 from .controls import arrows_select, choose, md_escape, tap_selects
 from .sidebar import fallback_model

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..drawing import figures, svg
 from ..drawing.analysis import AXIS_TITLES, first_numbers, one_head
 from . import state

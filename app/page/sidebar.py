@@ -13,7 +13,8 @@ import transformer
 from transformer import Translator, environment
 from transformer.network.weights import packed_bytes
 
-from ..compute import cached, card, catalog
+from ..analysis import cached
+from ..models import card, catalog
 from . import state
 from .controls import choose, md_escape, settle
 

@@ -23,9 +23,9 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from transformer import Translator
 from transformer.decoding import DEFAULT_ALPHA
 
-from ..compute.cached import Model
-from ..compute.catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
-from ..compute.inference import Analysis, DecodeSettings, clean_text, take_input
+from ..analysis.cached import Model
+from ..analysis.inference import Analysis, DecodeSettings, clean_text, take_input
+from ..models.catalog import ALPHA_RANGE, default_checkpoint, model_allowed, model_alpha
 from ..registry import view_key
 from . import params as P
 
@@ -84,7 +84,7 @@ class Submitted:
 
 @dataclass(frozen=True)
 class ViewContext:
-    """What a view gets: the model (``app.compute.cached.Model``: its translator and its cached analyses) and the
+    """What a view gets: the model (``app.analysis.cached.Model``: its translator and its cached analyses) and the
     analysed sentence (None before one)."""
 
     model: Model

@@ -1,5 +1,5 @@
 """Warm the server before its first visitor: the default model loaded and the first screen's sentence analysed,
-into the same caches the page reads (``app.compute.cached``). Called by ``app/serve.py`` when the server starts,
+into the same caches the page reads (``app.analysis.cached``). Called by ``app/serve.py`` when the server starts,
 after it imports every view module (the views stand a floor above the page's frame: docs/code.md)."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import gc
 
 import transformer
 
-from ..compute import cached, catalog, inference
+from ..analysis import cached, inference
 from ..drawing import svg
+from ..models import catalog
 from . import preload, state
 
 

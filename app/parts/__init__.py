@@ -4,7 +4,7 @@ notebook (``app.notebook.show``). No Streamlit here.
 
 A view that works offline has a module here with ``INTRO`` (one caption) and ``describe(src: Source) -> list[Part]``
 (named in the registry by the view's key alone); optionally ``PROBE``, the key of the probe ``describe`` runs in
-``app.compute.probes.PROBES`` (its record's cost is counted against a page request's work, its words are the page's
+``app.analysis.probes.PROBES`` (its record's cost is counted against a page request's work, its words are the page's
 spinner while it runs). Its line in
 the registry (:mod:`app.registry`, ``described=``) names it; the page draws its parts itself
 (:mod:`app.page.described`) unless the view has a module of its own in ``app/views/`` that adds widgets (it then
@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 
 from transformer import Translator
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 
 
 @dataclass

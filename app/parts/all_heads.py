@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..drawing import grid
 from ..drawing.analysis import KIND_NAMES, KINDS
 from . import Chart, Choice, Part, Source

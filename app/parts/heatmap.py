@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_title, one_head
 from . import Chart, Choice, Note, Part, Source, as_json, variant

@@ -3,8 +3,9 @@ Voita, 2024) through the encoder, the cross-attention and the decoder, at the th
 
 from __future__ import annotations
 
-from ..compute import probes, work
+from ..analysis import probes
 from ..drawing import flowgraph
+from ..limits import work
 from . import Chart, Choice, Note, Part, Source
 
 INTRO = ("Which heads carry what decides an output piece? Every block's output is split into its terms (each head's "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute import probes
-from ..compute.inference import Analysis
+from ..analysis import probes
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from . import Chart, Note, Part, Source, Table
 
-PROBE = "lens"  # what it runs: its record in app.compute.probes.PROBES (cost, the page's words)
+PROBE = "lens"  # what it runs: its record in app.analysis.probes.PROBES (cost, the page's words)
 INTRO = ("The logit lens: each decoder layer's output sent straight through the final norm and the output "
          "projection, as if it were the last layer. Where does each output piece become the top prediction?")
 
@@ -43,7 +43,7 @@ def stays_top_from(ranks: np.ndarray) -> int | None:
 
 def parts(a: Analysis, data: dict, pieces) -> list[Part]:
     """The heatmap of the produced piece's probability per layer and step, the table of each layer's top guess and
-    the summary line, from :func:`app.compute.probes.lens`'s ``data`` (``pieces``: ids -> pieces, the tokenizer's)."""
+    the summary line, from :func:`app.analysis.probes.lens`'s ``data`` (``pieces``: ids -> pieces, the tokenizer's)."""
     steps = a.target_tokens
     chosen = data["chosen"]  # (L, T)
     names = [f"layer {i + 1}" for i in range(chosen.shape[0])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import KIND_NAMES, KINDS, first_numbers
 from . import Chart, Choice, Part, Source

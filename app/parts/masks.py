@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from transformer import Translator
 
-from ..compute import probes
-from ..compute.inference import Analysis
+from ..analysis import probes
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import masked_weight
 from . import Chart, Choice, Note, Part, Source

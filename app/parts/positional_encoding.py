@@ -6,8 +6,8 @@ import numpy as np
 
 from transformer import Translator
 
-from ..compute import probes
-from ..compute.inference import Analysis
+from ..analysis import probes
+from ..analysis.inference import Analysis
 from ..drawing import positional as pe
 from . import Chart, Part, Source
 

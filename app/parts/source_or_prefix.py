@@ -9,10 +9,12 @@ from transformer import Translator
 from transformer.interpret.flagging import flag_rule, reason_text, reasons, rule_text, score_text
 from transformer.interpret.signals import translation_row
 
-from ..compute import card, probes, work
-from ..compute.catalog import load_heads
-from ..compute.inference import Analysis
+from ..analysis import probes
+from ..analysis.inference import Analysis
 from ..drawing import contributions, figures
+from ..limits import work
+from ..models import card
+from ..models.catalog import load_heads
 from . import Chart, Choice, Note, Part, Source
 
 INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import escape
 from . import Chart, Choice, Note, Part, Source, as_json, variant

@@ -12,9 +12,10 @@ import numpy as np
 
 from transformer import Translator
 
-from ..compute import patching, probes, work
-from ..compute.inference import Analysis
+from ..analysis import patching, probes
+from ..analysis.inference import Analysis
 from ..drawing import patching as drawing
+from ..limits import work
 from . import Chart, Choice, Note, Part, Source, Table
 
 PROBE = "patching"  # its record in app.compute.probes.PROBES (cost, the page's words)

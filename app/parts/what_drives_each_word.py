@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..compute import probes
-from ..compute.inference import Analysis
+from ..analysis import probes
+from ..analysis.inference import Analysis
 from ..drawing import contributions, figures
 from . import Chart, Note, Part, Source, Table
 
@@ -17,7 +17,7 @@ METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_g
 
 
 def charts(a: Analysis, data: dict, window: tuple[int, int, int, int] | None = None) -> list[Chart]:
-    """The two attribution maps and the source share per step, from :func:`app.compute.probes.attributions`'s ``data``
+    """The two attribution maps and the source share per step, from :func:`app.analysis.probes.attributions`'s ``data``
     (``window``: rows ``q0:q1`` of the output pieces attributed and columns ``k0:k1`` of the source)."""
     src, tgt = data["source"], data["target"]  # (T', S), (T', T): the output pieces of the span attributed
     first, end = (int(x) for x in data.get("span", (0, len(src))))

@@ -7,11 +7,12 @@ import streamlit as st
 
 from transformer.interpret.heads import KINDS, ranked_heads
 
-from ..compute import inference, ledger, work
-from ..compute.catalog import load_heads
-from ..compute.inference import HeadKey
+from ..analysis import inference
+from ..analysis.inference import HeadKey
 from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, first_numbers
+from ..limits import ledger, work
+from ..models.catalog import load_heads
 from ..page import controls
 from ..page.controls import head_label, head_ref, parse_head_ref
 from ..page.params import FROM_LINK, Param

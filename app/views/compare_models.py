@@ -12,10 +12,12 @@ import streamlit as st
 import transformer
 from transformer.interpret.flagging import flag_rule
 
-from ..compute import cached, catalog, ledger
-from ..compute.inference import Analysis
+from ..analysis import cached
+from ..analysis.inference import Analysis
 from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics, head_title, one_head
+from ..limits import ledger
+from ..models import catalog
 from ..page import controls, heatmaps, params
 from ..page.state import ViewContext
 from ..parts import source_or_prefix as described  # Source or prefix's description: the flag's notice

@@ -7,7 +7,7 @@ import streamlit as st
 from transformer import Translator
 
 from .. import report
-from ..compute.inference import Analysis
+from ..analysis.inference import Analysis
 from ..page import controls, state
 from ..page.state import ViewContext
 from . import what_carries_the_change as patching

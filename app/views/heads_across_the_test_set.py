@@ -14,10 +14,10 @@ import streamlit as st
 from transformer import cli
 from transformer.interpret.heads import STATS_NOTES
 
-from ..compute import card, catalog
-from ..compute.catalog import load_heads
 from ..drawing import figures
 from ..drawing.analysis import KIND_NAMES, KINDS
+from ..models import card, catalog
+from ..models.catalog import load_heads
 from ..page import controls, heatmaps
 from ..page.controls import KIND_LABELS
 from ..page.state import ViewContext

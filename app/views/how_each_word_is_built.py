@@ -13,9 +13,9 @@ import streamlit as st
 
 from transformer.interpret.flow import FlowGraph
 
-from ..compute import ledger, work
 from ..drawing import figures, flowgraph
 from ..drawing.analysis import KIND_NAMES, escape, first_numbers
+from ..limits import ledger, work
 from ..page import controls, heatmaps
 from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext

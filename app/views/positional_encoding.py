@@ -7,7 +7,7 @@ import math
 import numpy as np
 import streamlit as st
 
-from ..compute import probes
+from ..analysis import probes
 from ..drawing import figures
 from ..drawing import positional as pe
 from ..page import controls

@@ -8,8 +8,9 @@ from typing import Any
 
 import streamlit as st
 
-from ..compute import cached, work
-from ..compute.inference import Analysis
+from ..analysis import cached
+from ..analysis.inference import Analysis
+from ..limits import work
 from ..page import controls, heatmaps
 from ..page.params import Param, int_in
 from ..page.state import ViewContext

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ..compute import card, probes, work
+from ..analysis import probes
 from ..drawing import figures
 from ..drawing.analysis import first_numbers, one_head
+from ..limits import work
+from ..models import card
 from ..page import controls, heatmaps
 from ..page.state import ViewContext
 

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from ..compute import patching
+from ..analysis import patching
 from ..drawing import patching as drawing
 from ..page import controls, heatmaps, params
 from ..page.params import Param, int_in, one_of

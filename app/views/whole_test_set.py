@@ -1,10 +1,11 @@
 """Whole test set: every line's translation and signals in one table (``python -m transformer.corpus``), with
-presets, a histogram of one signal and source share against chrF; a selected row opens its sentence in every view.
+presets, a histogram of one signal and source share against chrF (:mod:`app.views.whole_test_set_charts`); a selected
+row opens its sentence in every view.
 
 The tables shipped beside a checkpoint (``tables/<split>.parquet``) hold ids, translations and signals; their
-sources and references are read back from a copy of the data set (:func:`app.compute.tables.join_inputs`). A pasted list
-is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only tables;
-elsewhere a table file on this machine can be opened too.
+sources and references are read back from a copy of the data set (:func:`app.analysis.tables.join_inputs`). A
+pasted list is computed here, within the request's work limit (``ATTN_MAX_WORK``). In public mode those are the only
+tables; elsewhere a table file on this machine can be opened too.
 """
 
 from __future__ import annotations
@@ -20,20 +21,21 @@ import pandas as pd
 import streamlit as st
 
 from transformer.interpret.columns import COLUMNS
-from transformer.interpret.flagging import FlagRule, condition_text, flag_rule, rule_text
+from transformer.interpret.flagging import flag_rule
 
 from .. import registry
-from ..compute import catalog, ledger, tables, work
-from ..compute.catalog import load_heads
-from ..compute.inference import MAX_INPUT_CHARS, take_input
-from ..drawing import figures, table_figures
+from ..analysis import tables
+from ..analysis.inference import MAX_INPUT_CHARS, take_input
+from ..limits import ledger, work
+from ..models import catalog
 from ..page import controls, state
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
 from . import whole_test_set_lines as lines
+from .whole_test_set_charts import LABELS, SIGNAL, charts
 from .whole_test_set_lines import LINE, OPENED
 
-TABLE, PRESET, SIGNAL, FIND = "testset_table", "testset_preset", "testset_signal", "testset_find"
+TABLE, PRESET, FIND = "testset_table", "testset_preset", "testset_find"
 WHOLE = "testset_whole_words"  # the find box matches whole words only
 PATH = "testset_path"  # a table file on this machine (not in public mode; never in the address)
 PASTE, FILE = ":paste", ":file"  # the table choices that are not a shipped table's name
@@ -109,8 +111,7 @@ PARAMS = (Param("table", TABLE, _table_choice, dump=lambda v: str(v).lstrip(":")
           Param("refs", REFS, _pasted, default=""),
           Param("file", PATH, _path, default="", adopt=_open_path))
 
-# Headers and tooltips: each column's one description (transformer.interpret.columns.COLUMNS)
-LABELS = {name: column.label for name, column in COLUMNS.items()}
+# Headers (LABELS) and tooltips: each column's one description (transformer.interpret.columns.COLUMNS)
 COLUMN_HELP = {name: column.help for name, column in COLUMNS.items()}
 FLAG_MARK = "⚠ flagged"  # the flag column's mark: a label, not a checkbox beside the row's selection box
 ORDER = ("id", "flag", "flag_score", "source", "translation", "reference", "chrf", "source_share", "source_share_min",
@@ -371,116 +372,3 @@ def paged(shown: pd.DataFrame, columns: list[str], which: tuple) -> tuple[int, p
                f"{tables.PAGE_BYTES / 1e6:.0f} MB of the table and {tables.PAGE_ROWS:,} rows; pick another page "
                "above.")
     return page, shown.iloc[starts[page]:starts[page + 1]].reset_index(drop=True)
-
-
-def rule_words(rule: dict) -> str | None:
-    """The table's rule (its manifest's ``flag_rule``) in plain words, or None when it has none that reads."""
-    try:
-        return rule_text(FlagRule.from_json(rule)) if rule else None
-    except ValueError:
-        return None
-
-
-def beyond_the_line(frame: pd.DataFrame, rule: dict, columns: list[str]) -> list[str]:
-    """For each of ``columns`` with a threshold drawn: how many flagged lines lie on the unsuspicious side of its line,
-    and the other parts of the rule that flagged them. Each condition is tested on every flagged line once, a column
-    at a time, counted against the request's work (``work.rule_work``); over what is left, nothing is said but the
-    notice."""
-    try:
-        parsed = FlagRule.from_json(rule)  # at most MAX_CONDITIONS conditions
-    except ValueError:
-        return []
-    flagged = frame[frame["flag"]]
-    estimate = work.rule_work(len(flagged), len(parsed.conditions))
-    if estimate > ledger.left():
-        ledger.cut([f"which flagged lines lie beyond the flag's lines is not said ({ledger.amount(estimate)} units "
-                    "asked)"])
-        return []
-    ledger.spend(estimate)
-    holds = {c: c.holds_where(pd.to_numeric(flagged[c.column], errors="coerce").to_numpy(dtype=float))
-             if c.column in flagged else np.zeros(len(flagged), dtype=bool) for c in parsed.conditions}
-    said = []
-    for column in dict.fromkeys(columns):
-        mine = [c for c in parsed.conditions if c.column == column]
-        others = [c for c in parsed.conditions if c.column != column]
-        if not mine or not others or column not in frame:
-            continue
-        beyond = ~np.logical_or.reduce([holds[c] for c in mine])  # (flagged lines,)
-        if beyond.any():
-            count = int(beyond.sum())
-            fired = [c for c in others if holds[c][beyond].any()]
-            said.append(f"{count:,} flagged {'line lies' if count == 1 else 'lines lie'} on the other "
-                        f"side of the {LABELS.get(column, column)} line: "
-                        + (" or ".join(controls.md_escape(condition_text(c)) for c in fired) or "another condition")
-                        + ".")
-    return said
-
-
-# the two charts' toolbar would cover their legend ("flagged", "not flagged") at the top right: none (a drag still
-# zooms, a double click zooms out)
-NO_TOOLBAR = {"displayModeBar": False}
-
-
-def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manifest: dict) -> None:
-    """A histogram of the chosen signal and source share against chrF, each with the flag rule's threshold on it; for
-    the source share, when the rule has none, the checkpoint's own threshold (heads.json, chosen on val), named so.
-    The open line is marked on both; a click on a point of the scatter opens its line."""
-    opened = lines.open_id(st.session_state, choice)
-    row = None if opened is None else lines.row_of_line(frame, opened)
-    limits = tables.thresholds(rule)
-    heads = load_heads(ctx.tr.path) or {}
-    alti = heads.get("alti") if isinstance(heads.get("alti"), dict) else {}
-    value = alti.get("hallucination_threshold")
-    val_share = float(value) if isinstance(value, (int, float)) and "source_share" not in limits else None
-    present = [s for s in tables.SIGNAL_HELP if np.isfinite(pd.to_numeric(frame[s], errors="coerce")).any()]
-    if not present:
-        st.info("This table has no signal values to draw.", icon=":material/bar_chart:")
-        return
-
-    def line(column: str) -> tuple[float | None, str]:
-        if column in limits:
-            return limits[column], "flag threshold"
-        return (val_share, "validation threshold") if column == "source_share" and val_share is not None else (None, "")
-
-    left, right = st.columns(2)
-    with left:
-        signal = controls.choose(st.selectbox, "Signal", present, SIGNAL, "chrf" if "chrf" in present else present[0],
-                                 format_func=lambda s: LABELS.get(s, s),  # a short label; what each is: help
-                                 help="  \n".join(f"**{controls.md_escape(LABELS.get(s, s))}**: "
-                                                   f"{controls.md_escape(tables.SIGNAL_HELP[s])}" for s in present))
-        values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
-        at, name = line(signal)
-        mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])
-        st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
-                                                       at, threshold_name=name, opened=mark),
-                        config=NO_TOOLBAR | figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
-    with right:
-        if {"chrf", "source_share"} <= set(present):
-            at, name = line("source_share")
-            event = st.plotly_chart(table_figures.share_chrf_scatter(
-                pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
-                pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
-                frame["flag"].to_numpy(), at, threshold_name=name, opened=opened),
-                config=NO_TOOLBAR | figures.plotly_config("test-set-share-chrf"), key=lines.SCATTER, on_select="rerun",
-                selection_mode="points")
-            st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
-                       "little from the source: its words come from the output so far, a sign of a made-up "
-                       "translation. Click a point to open its line.")
-            lines.follow_point(event, frame, choice, manifest)
-        else:
-            st.info("Source share against chrF needs both; chrF needs a reference for each line.",
-                    icon=":material/scatter_plot:")
-    words = rule_words(rule)
-    problem = tables.rule_problem(manifest)
-    notes = [f"Flagged (may be a hallucination) when {controls.md_escape(words)}." if words else
-             f"This table's manifest names a flag rule that was refused ({controls.md_escape(problem)}); its lines "
-             "are flagged as the table says." if problem else
-             "This table's manifest does not say how its lines were flagged."]
-    if limits:
-        notes.append("A dotted “flag threshold” is one of that rule's limits; a flagged line on the unsuspicious side "
-                     "of it was flagged by another part of the rule.")
-        notes += beyond_the_line(frame, rule, [c for c in (signal, "source_share") if c in limits])
-    if val_share is not None:
-        notes.append(f"The dotted “validation threshold” ({val_share:.2f}) is this model's source-share threshold "
-                     "chosen on the validation set with its head statistics; it is not part of the flag.")
-    st.caption(" ".join(notes))

@@ -23,8 +23,9 @@ from conftest import (  # noqa: E402
 )
 
 import transformer  # noqa: E402
-from app.compute import catalog, inference
+from app.analysis import inference
 from app.drawing import analysis, grid
+from app.models import catalog
 from app.page import frame  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ the main path
@@ -324,7 +325,7 @@ def test_missing_default_checkpoint_explains_what_to_do(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
     monkeypatch.setattr(catalog, "REPO_ROOT", tmp_path)
     monkeypatch.chdir(tmp_path)
-    from app.compute import cached
+    from app.analysis import cached
 
     cached.get_translator.clear()  # a test before may have loaded the real default under the same name
     at = new_app()

@@ -263,7 +263,7 @@ def test_source_or_prefix_from_a_link_and_over_the_work_limit(app_env, tr, monke
 def test_the_notice_and_the_table_agree_on_a_cut_outputs_omission(tiny_checkpoint, tmp_path, monkeypatch, tr):
     """An output cut at the length limit: the app's notice reads ``omission`` (the surprise at ``</s>`` not coming
     at the last step) as the corpus table computes it, not NaN."""
-    from app.compute.inference import analyse
+    from app.analysis.inference import analyse
     from app.parts.source_or_prefix import row_of
     from transformer.decoding.settings import DecodeSettings
     from transformer.interpret import contributions, table

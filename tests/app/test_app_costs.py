@@ -71,7 +71,8 @@ def broken_server(tmp_path, tiny_checkpoint, monkeypatch):
     directory whose name has a space (a path the page must never show); counts the real loads."""
     import shutil
 
-    from app.compute import cached, catalog
+    from app.analysis import cached
+    from app.models import catalog
     from transformer.checkpoint import check_checkpoint_dir
 
     shutil.copytree(tiny_checkpoint, tmp_path / "checkpoints" / "good")
@@ -98,7 +99,7 @@ def broken_server(tmp_path, tiny_checkpoint, monkeypatch):
 
 def test_a_failed_load_is_tried_again_at_most_once_a_minute_and_names_no_path(broken_server):
     import transformer
-    from app.compute import cached
+    from app.analysis import cached
 
     broken, loads, clock = broken_server
     model = cached.Model(str(broken), "cpu")
@@ -204,7 +205,8 @@ def test_a_download_is_built_inside_a_heavy_slot(app_env, monkeypatch, fmt):
     import threading
     import time
 
-    from app.compute import cached, inference, ledger
+    from app.analysis import cached, inference
+    from app.limits import ledger
     from transformer import DecodeSettings
 
     monkeypatch.setattr(ledger, "HEAVY", ledger.HeavyJobs(lambda: 1))
@@ -282,7 +284,7 @@ def test_the_json_download_is_the_json_of_the_whole_and_encoded_a_head_at_a_time
 
     import numpy as np
 
-    from app.compute import cached, inference
+    from app.analysis import cached, inference
     from transformer import DecodeSettings
 
     result = cached.Model(str(app_env), "cpu").analysis("a man rides a red bike in the park.", DecodeSettings())

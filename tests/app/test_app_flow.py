@@ -156,7 +156,7 @@ def test_the_notebook_and_the_offline_page_draw_each_pieces_graph(tr):
 
 
 def test_the_graph_runs_only_within_the_work_limit(app_env, tr, monkeypatch):
-    from app.compute import work
+    from app.limits import work
 
     w = work.flow_work(tr, 10, 12)
     assert work.flow_work(tr, 20, 12) > w and work.flow_work(tr, 10, 24) > w
@@ -199,7 +199,8 @@ def test_the_graph_at_threshold_0_is_planned_within_the_work_limit_and_cached(ap
     """Issue #54: at threshold 0 a long sentence's graph has hundreds of thousands of edges. Its size is bounded
     from the weights before it is built, a higher threshold is drawn (with a notice) when it does not fit, and a
     step's graph at a threshold is built once."""
-    from app.compute import cached, work
+    from app.analysis import cached
+    from app.limits import work
     from transformer.interpret.flow import Flow
 
     ref = tr.translate(TEXT)

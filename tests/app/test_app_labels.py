@@ -49,7 +49,7 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
     """Every command run, the last one shown (a run resumed with a raised --max-steps), the averaging and the decoding
     chosen on val; the same final weights as Training evolution names them."""
     import transformer
-    from app.compute import card
+    from app.models import card
 
     base = "python -m transformer.train --run-dir runs/pn --max-steps {} --epochs {}"
     meta = {"language_pair": "en-de", "steps": 14340, "training_command": base.format(8000, 80),
@@ -72,7 +72,7 @@ def test_the_sidebar_says_how_the_shipped_weights_were_made(tiny_checkpoint, tmp
 
 
 def test_the_unk_notice_names_the_characters_and_blames_no_emoji_for_markup(app_env, tr):
-    from app.compute.inference import unknown_characters
+    from app.analysis.inference import unknown_characters
 
     for text in ("A dog <b>runs</b> & {plays}", "A dog 🐕 runs ☃"):
         at = translate(new_app(), text)

@@ -13,7 +13,8 @@ pytest.importorskip("streamlit")
 from conftest import arr, assert_clean, chart, navigate, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from app.compute import cached, catalog  # noqa: E402
+from app.analysis import cached  # noqa: E402
+from app.models import catalog  # noqa: E402
 from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
@@ -258,7 +259,7 @@ def test_compare_view_compares_at_one_alpha_and_labels_per_model_alphas(repo):
 def test_compare_waits_for_a_heavy_slot_once_and_shares_one_ceiling(repo, monkeypatch, counted_slot):
     """Compare models at each model's own alpha runs three analyses (the page's, this model's at its own alpha, the
     partner's): one request, so it takes the heavy slot once, and the three together stay within ATTN_MAX_WORK."""
-    from app.compute import ledger, work
+    from app.limits import ledger, work
 
     text = "A man rides a red bike past the old church."
     tr = transformer.load(repo / "checkpoints" / "post", device="cpu")

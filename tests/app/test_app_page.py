@@ -10,7 +10,7 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, chart, new_app, pictures, plain, set_view, shown_texts  # noqa: E402
 
-from app.compute import inference  # noqa: E402
+from app.analysis import inference  # noqa: E402
 from app.page import controls, heatmaps, state
 from app.views import GROUPS, VIEWS  # noqa: E402
 

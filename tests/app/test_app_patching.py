@@ -25,7 +25,7 @@ VIEW = "what_carries_the_change"
 def edit_for(tr, text: str = TEXT):
     """A word of ``text`` and a substitute of the same piece count under the tiny tokenizer, found here by brute
     force over the vocabulary (independent of the app's suggestions): (word number from 1, word, substitute)."""
-    from app.compute.patching import edited_text, words
+    from app.analysis.patching import edited_text, words
 
     length = len(tr.encode_source(text)[0])
     pieces = [p[1:] for p in tr.tokenizer.pieces(list(range(tr.tokenizer.vocab_size)))
@@ -144,7 +144,8 @@ def test_a_click_on_a_head_opens_its_attention(app_env, tr):
 
 
 def test_the_view_is_reached_from_the_selector_and_counted_in_the_work(app_env, tr, monkeypatch):
-    from app.compute import ledger, probes
+    from app.analysis import probes
+    from app.limits import ledger
 
     at = set_view(translate(new_app(), TEXT), VIEW)
     assert_clean(at)
@@ -166,7 +167,7 @@ def test_the_view_is_reached_from_the_selector_and_counted_in_the_work(app_env, 
 
 def test_the_npz_holds_every_site(tr):
     from app import report
-    from app.compute import patching
+    from app.analysis import patching
 
     number, word, substitute = edit_for(tr)
     a = report.analysis_for(tr.translate(TEXT, return_attention=True), tr, TEXT)
@@ -264,7 +265,7 @@ def test_another_sentence_gets_its_own_edit(app_env, tr):
 
 
 def test_every_suggestion_keeps_the_sentences_piece_count(tr):
-    from app.compute.patching import edited_text, substitutes, words
+    from app.analysis.patching import edited_text, substitutes, words
 
     length = len(tr.encode_source(TEXT)[0])
     offered = 0
@@ -282,7 +283,8 @@ def test_every_suggestion_keeps_the_sentences_piece_count(tr):
 def test_a_model_too_large_to_patch_every_site_shows_the_preview(app_env, tr, monkeypatch):
     """Over ``work.PREVIEW_PARAMETERS`` on a CPU (here lowered to the tiny model's size): the charts show the
     library's first-order estimates, the top sites patched exactly beside them, with their agreement."""
-    from app.compute import cached, work
+    from app.analysis import cached
+    from app.limits import work
     from transformer.interpret.patching import preview
 
     monkeypatch.setattr(work, "PREVIEW_PARAMETERS", work.parameters(tr) - 1)

@@ -10,7 +10,7 @@ pytest.importorskip("streamlit")
 from conftest import assert_clean, chart, navigate, new_app, plain, set_view, shown_texts, svg_chart, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from app.compute import inference  # noqa: E402
+from app.analysis import inference  # noqa: E402
 from app.views import VIEWS  # noqa: E402
 
 torch.set_num_threads(1)

@@ -11,10 +11,11 @@ import torch
 from conftest import tiny_model
 
 import transformer
-from app.compute import card, catalog, inference, probes
-from app.compute.inference import DecodeSettings
+from app.analysis import inference, probes
+from app.analysis.inference import DecodeSettings
 from app.drawing import analysis, figures, grid
 from app.drawing import positional as pe_figures
+from app.models import card, catalog
 
 torch.set_num_threads(1)
 
@@ -433,7 +434,7 @@ def test_ablation_mean_leaves_out_the_heads_switched_off():
 
 
 def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
-    from app.compute.budget import ByteLRU, budget_bytes, size_of
+    from app.limits.budget import ByteLRU, budget_bytes, size_of
 
     reserved = [0]
     cache = ByteLRU(budget=lambda: 12_000, reserved=lambda: reserved[0])
@@ -467,7 +468,7 @@ def test_byte_budget_evicts_least_recently_used_first(monkeypatch):
 
 
 def test_analysis_size_counts_its_arrays(tiny_checkpoint):
-    from app.compute.budget import size_of
+    from app.limits.budget import size_of
 
     tr = catalog.load_translator(str(tiny_checkpoint), "cpu")
     result = inference.analyse(tr, "A dog runs in the park.", DecodeSettings(beam_size=1))
@@ -480,7 +481,7 @@ def test_the_budget_reserves_room_for_one_analysis_of_the_longest_input(tiny_che
     """Beside each loaded model the budget keeps back the working memory of one analysis of the longest input, so
     the results kept plus the analysis in flight stay within ``ATTN_CACHE_MB``: the reserve is at least twice
     that analysis' attention arrays (model tensors and numpy copies coexist) plus its logits."""
-    from app.compute.budget import analysis_working_bytes
+    from app.limits.budget import analysis_working_bytes
 
     tr = catalog.load_translator(str(tiny_checkpoint), "cpu")
     cfg = tr.config
@@ -491,7 +492,7 @@ def test_the_budget_reserves_room_for_one_analysis_of_the_longest_input(tiny_che
     logits = 4 * len(result.target_tokens) * cfg.tgt_vocab_size
     assert analysis_working_bytes(cfg) >= 2 * attention + logits
     # and the app counts it with the weights against the budget
-    from app.compute import cached
+    from app.analysis import cached
 
     loaded = cached.get_translator(str(tiny_checkpoint), "cpu")
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())

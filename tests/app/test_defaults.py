@@ -45,7 +45,7 @@ def test_the_default_checkpoint_is_post_norm_and_the_pre_norm_one_sits_beside_it
 def test_every_default_path_names_the_post_norm_default(monkeypatch):
     pytest.importorskip("streamlit")
     import bench.common
-    from app.compute import catalog
+    from app.models import catalog
     from transformer.interpret import heads
     from transformer.training import evaluate, train
 
@@ -61,7 +61,7 @@ def test_every_default_path_names_the_post_norm_default(monkeypatch):
 
 def test_compare_models_pairs_the_default_with_the_other_layout():
     pytest.importorskip("streamlit")
-    from app.compute import catalog
+    from app.models import catalog
     from app.views.compare_models import partner
 
     infos = catalog.list_checkpoints()
@@ -75,7 +75,7 @@ def test_compare_models_pairs_the_default_with_the_other_layout():
 def test_alpha_label_of_every_shipped_checkpoint(folder: Path):
     """"chosen on val" only where the card records ``decoding.chosen_on == "val"``; else the untuned default."""
     pytest.importorskip("streamlit")
-    from app.compute import catalog
+    from app.models import catalog
 
     label = catalog.alpha_label(f"checkpoints/{folder.name}")
     if _chosen_on_val(folder):
@@ -86,7 +86,7 @@ def test_alpha_label_of_every_shipped_checkpoint(folder: Path):
 
 def test_alpha_label_follows_the_card(tmp_path):
     pytest.importorskip("streamlit")
-    from app.compute import catalog
+    from app.models import catalog
 
     def label(meta: dict | None) -> str:
         folder = tmp_path / f"m{len(list(tmp_path.iterdir()))}"

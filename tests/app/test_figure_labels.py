@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.compute import inference, probes
+from app.analysis import inference, probes
 from app.drawing import analysis, contributions, figures, grid, svg
 from app.drawing import positional as pe_figures
 from app.drawing.analysis import KINDS, first_numbers

@@ -98,7 +98,7 @@ def test_vocabulary_norms_a_block_at_a_time_equal_the_whole_tables(tr, monkeypat
     model's whole table): the same numbers as over the whole table at once, padding left out."""
     import torch
 
-    from app.compute import probes
+    from app.analysis import probes
 
     weight = tr.model.src_embed.weight.detach().float()
     keep = torch.ones(weight.size(0), dtype=torch.bool)

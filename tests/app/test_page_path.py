@@ -1,6 +1,6 @@
 """The page's path, each step once: a sentence is tokenized once on its way to the heatmap (its work estimate, its
 translation and its analysis read the same pieces), a longer text's sentences once each, the view is settled once a
-run, and a longer text's plan (``app.compute.work.plan_text``) is what the page spends."""
+run, and a longer text's plan (``app.limits.work.plan_text``) is what the page spends."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, new_app, translate  # noqa: E402
 
-from app.compute import cached, inference, ledger, work  # noqa: E402
-from app.compute.inference import DecodeSettings  # noqa: E402
+from app.analysis import cached, inference  # noqa: E402
+from app.analysis.inference import DecodeSettings  # noqa: E402
+from app.limits import ledger, work  # noqa: E402
 from transformer import Translator  # noqa: E402
 
 

@@ -21,7 +21,7 @@ pytest.importorskip("streamlit")
 from conftest import assert_clean, make_corpus, new_app, plain  # noqa: E402
 from test_whole_test_set import VIEW, file_record, make_table, write_table  # noqa: E402
 
-from app.compute import table_inputs, tables  # noqa: E402
+from app.analysis import table_inputs, tables  # noqa: E402
 from app.views import whole_test_set as test_set  # noqa: E402
 
 

@@ -17,7 +17,8 @@ pytest.importorskip("streamlit")
 from conftest import assert_clean, new_app, plain, set_view, translate  # noqa: E402
 
 import transformer  # noqa: E402
-from app.compute import cached, catalog  # noqa: E402
+from app.analysis import cached  # noqa: E402
+from app.models import catalog  # noqa: E402
 from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa: E402
 from transformer.checkpoint import check_checkpoint_dir  # noqa: E402
 

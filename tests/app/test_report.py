@@ -434,7 +434,7 @@ def test_the_export_view_builds_the_page_only_when_asked(app_env, tr, monkeypatc
     buttons = at.get("download_button")
     assert len(buttons) == 3 and not built  # JSON, NPZ and the page: none of them built before its click
     assert buttons[-1].proto.label == "Download the page (HTML)"
-    from app.compute import cached
+    from app.analysis import cached
 
     key = next(k for k in cached.RESULTS._items if k[0] == "analysis" and k[3] == text)
     before = cached.RESULTS.nbytes

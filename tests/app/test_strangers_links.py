@@ -13,9 +13,11 @@ import pytest
 
 st = pytest.importorskip("streamlit")
 
-from app.compute import catalog, ledger, tables, work  # noqa: E402
+from app.analysis import tables  # noqa: E402
+from app.limits import ledger, work  # noqa: E402
+from app.models import catalog  # noqa: E402
 from app.page import params, state  # noqa: E402
-from app.views import whole_test_set as test_set  # noqa: E402
+from app.views import whole_test_set_charts as test_set_charts  # noqa: E402
 from transformer.interpret.flagging import MAX_CONDITIONS  # noqa: E402
 
 
@@ -59,7 +61,7 @@ def test_a_manifests_rule_over_the_cap_is_refused_and_said(session):
     planted = {"model": {"name": "m", "flag_rule": rule(60_000)}}
     assert tables.rule_of(planted) == {}
     assert tables.rule_problem(planted) == "a flag rule has at most 32 conditions, not 60,000"
-    assert test_set.beyond_the_line(flagged_table(3_000), rule(60_000), ["source_share"]) == []  # was 150-190 s
+    assert test_set_charts.beyond_the_line(flagged_table(3_000), rule(60_000), ["source_share"]) == []  # was 150-190 s
     fine = {"model": {"flag_rule": rule(MAX_CONDITIONS)}}
     assert tables.rule_of(fine) == fine["model"]["flag_rule"] and tables.rule_problem(fine) is None
 
@@ -91,13 +93,13 @@ def test_the_lines_beyond_a_threshold_are_counted_as_work_and_said_as_before(ses
     fired = [c for c in parsed.conditions[:-1] if any(c.holds(r) for r in beyond)]
     monkeypatch.setenv("ATTN_MAX_WORK", "1000")
     with ledger.request() as req:
-        said = test_set.beyond_the_line(frame, asked, ["source_share"])
+        said = test_set_charts.beyond_the_line(frame, asked, ["source_share"])
         assert req.spent == pytest.approx(work.rule_work(3_000, MAX_CONDITIONS)) and req.spent > 0
     assert len(said) == 1 and said[0].startswith(f"{len(beyond):,} flagged lines lie on the other side")
     assert said[0].count(" or ") == len(fired) - 1
     monkeypatch.setenv("ATTN_MAX_WORK", "0.5")  # less than the rule's work: not said, and the notice says why
     with ledger.request() as req:
-        assert test_set.beyond_the_line(frame, asked, ["source_share"]) == []
+        assert test_set_charts.beyond_the_line(frame, asked, ["source_share"]) == []
         assert "which flagged lines lie beyond the flag's lines is not said" in req.notice()
 
 
@@ -141,7 +143,7 @@ def test_a_snapshot_that_is_a_fifo_is_refused_before_safetensors_opens_it(tr, tm
     The snapshot's header is checked first (a regular file, within MAX_HEADER_BYTES), so safetensors never sees it."""
     import safetensors.torch
 
-    from app.compute import probes
+    from app.analysis import probes
     from transformer import CheckpointError
 
     os.mkfifo(tmp_path / "step0000001.safetensors")

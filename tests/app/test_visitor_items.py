@@ -74,7 +74,7 @@ def test_on_top_from_layer_is_the_layer_from_which_the_piece_stays_on_top(tr):
     """Issue 57 §6: the column names the layer from which every layer's top guess is the produced piece (a piece on
     top at layer 2, not at 3, and again at 4 is on top from layer 4), read against the lens's own top pieces."""
     from app import report
-    from app.compute import probes
+    from app.analysis import probes
     from app.parts import Table
     from app.parts import layer_by_layer as layers
 
@@ -120,7 +120,7 @@ def test_lines_never_blend_and_number_their_repeated_pieces():
 def test_the_positional_view_says_the_table_equals_the_formula(tr):
     """Issue 57 §10: no "differs by 0.0e+00": equal to float precision, said so; a table that differs says by how
     much."""
-    from app.compute import probes
+    from app.analysis import probes
     from app.parts import positional_encoding as positional
 
     diff = float(np.abs(probes.model_pe(tr) - probes.positional_table(*probes.model_pe(tr).shape)).max())

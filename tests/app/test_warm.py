@@ -16,7 +16,7 @@ def test_after_warm_up_the_first_visit_runs_no_model(app_env, monkeypatch):
     the cache: with the model's forward pass made to fail, the page still shows the translation."""
     import conftest
 
-    from app.compute import inference
+    from app.analysis import inference
     from app.page import state, warm
 
     warm.warm_up()

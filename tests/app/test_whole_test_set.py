@@ -15,7 +15,7 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, charts, new_app, plain, set_view  # noqa: E402
 
-from app.compute import tables  # noqa: E402
+from app.analysis import tables  # noqa: E402
 from app.drawing import table_figures
 from app.views import whole_test_set as test_set  # noqa: E402
 from app.views import whole_test_set_lines as lines  # noqa: E402
@@ -395,8 +395,8 @@ def test_without_the_data_the_view_says_why_and_still_shows_the_signals(with_tab
 
 def test_a_pasted_list_is_computed_within_the_work_limit_with_a_notice(with_table, monkeypatch):
     import transformer
-    from app.compute import work
-    from app.compute.inference import DecodeSettings
+    from app.analysis.inference import DecodeSettings
+    from app.limits import work
     from transformer.interpret.table import table_rows
 
     ckpt, _, _ = with_table

@@ -14,9 +14,9 @@ import numpy as np
 import plotly.colors
 import pytest
 
-from app.compute import card
 from app.drawing import analysis, contributions, figures, svg
 from app.drawing import positional as pe_figures
+from app.models import card
 from app.page import controls
 from app.page.frame import FSI, PDI, unknown_notice
 

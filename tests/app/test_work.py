@@ -15,8 +15,9 @@ pytest.importorskip("streamlit")
 
 from conftest import assert_clean, new_app, plain, set_view, tiny_model, translate  # noqa: E402
 
-from app.compute import budget, cached, ledger, work  # noqa: E402
-from app.compute.inference import DecodeSettings  # noqa: E402
+from app.analysis import cached  # noqa: E402
+from app.analysis.inference import DecodeSettings  # noqa: E402
+from app.limits import budget, ledger, work  # noqa: E402
 from transformer.interpret import attribute, attribution_row_bytes  # noqa: E402
 
 torch.set_num_threads(1)
@@ -523,7 +524,7 @@ def test_the_export_is_built_only_when_asked_and_counted(public, tr):
     budget); the download's callable builds it on the click, into the byte-budgeted cache."""
     import json as json_
 
-    from app.compute import inference
+    from app.analysis import inference
 
     at = new_app({"text": "a man rides a bike.", "view": "export"})
     assert_clean(at)
@@ -547,7 +548,7 @@ def test_one_model_handle_serves_every_visitor(app_env):
     and the request's key, nothing more (the model stays the cache's to evict, the bytes the budget's)."""
     import dataclasses
 
-    from app.compute.inference import Analysis
+    from app.analysis.inference import Analysis
     from transformer import Transformer, Translator
 
     a, b = cached.Model(str(app_env), "cpu"), cached.Model(str(app_env), "cpu")
@@ -569,7 +570,7 @@ def test_a_probe_is_one_record_its_run_its_cost_its_words(app_env, tr, monkeypat
     """``Model.beyond`` reads everything of a probe from its record: the run, the estimate it counts, the words of a
     heavy slot and whether it always takes one; a cached result counts its estimate again and does not run."""
     from app import report
-    from app.compute import probes
+    from app.analysis import probes
 
     a = report.analysis_for(tr.translate("A man rides a red bike.", return_attention=True), tr, "A man rides.")
     ran, slots = [], []

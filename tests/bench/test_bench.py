@@ -94,7 +94,7 @@ def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
 
 def test_crowd_captions_hold_one_two_and_three_sentences(tmp_path):
     """``bench.app_heavy --crowd``'s ordinary visitor types captions of 1, 2 and 3 sentences in turn, each new."""
-    from app.compute.inference import split_sentences
+    from app.analysis.inference import split_sentences
     from bench.app_heavy import crowd_captions
 
     (tmp_path / "test_2016_flickr.en").write_text("".join(f"A dog number {i} runs on the beach\n" for i in range(99)),
@@ -109,7 +109,7 @@ def test_crowd_captions_hold_one_two_and_three_sentences(tmp_path):
 
 def test_work_units_bench_times_alti_beside_integrated_gradients(tiny_checkpoint):
     import transformer
-    from app.compute import work
+    from app.limits import work
     from bench.work_units import measure
 
     row = measure(str(tiny_checkpoint), repeats=1, sizes=((12, 9),))[0]

@@ -238,7 +238,7 @@ def test_model_bytes_is_what_the_model_holds(config):
 
 
 def test_the_apps_model_limit_admits_the_real_models_it_offers_and_a_library_load_ignores_it(ckpt, monkeypatch):
-    from app.compute.catalog import check_model_size, max_model_mb
+    from app.models.catalog import check_model_size, max_model_mb
     from transformer.checkpoint.families.m2m100 import config_from_m2m100
     from transformer.checkpoint.families.marian import config_from_marian
     from transformer.network.config import model_bytes

@@ -71,7 +71,8 @@ def test_every_number_the_app_reads_goes_through_the_one_reader(monkeypatch):
     pytest.importorskip("streamlit")
     from pathlib import Path
 
-    from app.compute import budget, catalog, ledger, work
+    from app.limits import budget, ledger, work
+    from app.models import catalog
     from transformer.checkpoint import hub
 
     readers = {"ATTN_MAX_MODEL_MB": catalog.max_model_mb, "ATTN_DTYPE": catalog.model_dtype,
@@ -94,7 +95,7 @@ def test_every_number_the_app_reads_goes_through_the_one_reader(monkeypatch):
 
 def test_a_tiny_limit_is_said_as_it_is_never_as_0_mb(monkeypatch, tiny_checkpoint):
     pytest.importorskip("streamlit")
-    from app.compute import catalog
+    from app.models import catalog
     from transformer import CheckpointError
 
     monkeypatch.setenv("ATTN_MAX_MODEL_MB", "1e-300")

@@ -106,7 +106,7 @@ def test_load_checks_the_size_before_downloading(monkeypatch):
 
 def test_the_picker_names_each_suggested_hub_model_as_its_family_says(monkeypatch, tmp_path):
     """The app's catalog holds no family's ids, labels or sizes: each comes from the registry's ``HubModel``."""
-    from app.compute import catalog
+    from app.models import catalog
     from transformer.checkpoint.families import families, hub_model
 
     suggested = [m for f in families() for m in f.hub]

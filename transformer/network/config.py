@@ -125,7 +125,7 @@ class TransformerConfig:
 # size's bounds. They bound what a stranger's file can make a process compute from the config; they are no limit on
 # the model's size (NLLB-200-3.3B: d_model 2048, 24 + 24 layers, d_ff 8192, 256,206 pieces, is well inside). A
 # library load refuses only weights that cannot fit in the memory available (``checkpoint.mapped.check_fits``);
-# the app's own limit, ``ATTN_MAX_MODEL_MB``, is applied by the app (``app.compute.catalog``).
+# the app's own limit, ``ATTN_MAX_MODEL_MB``, is applied by the app (``app.models.catalog``).
 LOAD_BOUNDS: dict[str, tuple[int, int]] = {
     "src_vocab_size": (1, 1_000_000), "tgt_vocab_size": (1, 1_000_000), "d_model": (1, 16_384),
     "n_heads": (1, 1_024), "n_encoder_layers": (0, 64), "n_decoder_layers": (0, 64), "d_ff": (1, 65_536),

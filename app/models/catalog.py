@@ -1,5 +1,5 @@
 """Which models the explorer can open: the checkpoint directories under ``checkpoints/``, Hub ids and their
-downloads, public mode's allow-list, and loading (no Streamlit here; ``app.compute.cached`` adds the caches)."""
+downloads, public mode's allow-list, and loading (no Streamlit here; ``app.analysis.cached`` adds the caches)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One request's work ledger and the server's heavy-job slots (no Streamlit here).
 
-``$ATTN_MAX_WORK`` is the ceiling per request, in work units (:mod:`app.compute.work` estimates each job): 1000 in
+``$ATTN_MAX_WORK`` is the ceiling per request, in work units (:mod:`app.limits.work` estimates each job): 1000 in
 public mode (``ATTN_PUBLIC=1``), unlimited otherwise, for the **sum** of every job one request (one script run,
 :func:`request`) starts. Each job is planned against what is :func:`left` of it and :func:`spend` s its estimate;
 what the page cut to stay within it is recorded with :func:`cut` and shown once per request.
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from transformer import environment
 
+from ..models.catalog import public_mode
 from .budget import release_freed_memory
-from .catalog import public_mode
 
 PUBLIC_MAX_WORK = 1000.0
 LIGHT_WORK = 200.0  # a request whose jobs together pass this many units queues with the heavy jobs: above three

@@ -1,6 +1,6 @@
 """How much work each job of a request asks for, and what the page does when that is more than is left of the
-request's ceiling (no Streamlit here; ``app.compute.cached`` and the views show the notices; the ledger of a request
-and the heavy-job slots are :mod:`app.compute.ledger`).
+request's ceiling (no Streamlit here; ``app.analysis.cached`` and the views show the notices; the ledger of a request
+and the heavy-job slots are :mod:`app.limits.ledger`).
 
 One estimate per job, in **work units**: parameters x token positions x passes / ``UNIT`` (one unit is a
 1M-parameter model run over 250 positions, its cost on a CPU in docs/limits.md; a decoding step counts
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from transformer import Translator, environment
+from transformer.decoding import DecodeSettings
 
-from .inference import DecodeSettings
 from .ledger import amount, left
 
 UNIT = 2.5e8  # parameters x token positions per work unit

@@ -1,13 +1,13 @@
-"""Caches around ``app.compute.inference``, and ``Model``: the handle the page and its views hold.
+"""Caches around ``app.analysis.inference``, and ``Model``: the handle the page and its views hold.
 
 The model lives in ``st.cache_resource`` (one copy per checkpoint and device, shared by every
 session); analyses, exports, translations of longer texts, training snapshots and their attentions live in one
-byte-budgeted LRU (``app.compute.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
+byte-budgeted LRU (``app.limits.budget``, ``$ATTN_CACHE_MB``, the loaded models counted too) keyed by text, settings,
 checkpoint and ablated heads, so changing layer, head or view never runs the model again; small results live in
 ``st.cache_data`` (every cache and its bound: docs/limits.md). Every cache is keyed by the (checkpoint, device)
 strings; a ``Model`` names both, and its methods are the one way to the caches (``Model(checkpoint, device).tr``,
 ``.analysis(text, settings)``, ``.beyond("lens", analysis)``, ...). Every job is planned against what is left of
-the request's work (``app.compute.work``: one ceiling for all the jobs of one request) and counts its estimate; light
+the request's work (``app.limits.work``: one ceiling for all the jobs of one request) and counts its estimate; light
 work (a request's few short sentences) runs at once, heavy work waits for one of the server's heavy-job slots, once per
 request. Exports are built when a visitor asks for the file, never while the page is drawn.
 """
@@ -28,8 +28,10 @@ import transformer
 from transformer import Transformer, Translator
 from transformer.network.weights import packed_bytes
 
-from . import catalog, inference, ledger, patching, probes, work
-from .budget import ByteLRU, analysis_working_bytes
+from ..limits import ledger, work
+from ..limits.budget import ByteLRU, analysis_working_bytes
+from ..models import catalog
+from . import inference, patching, probes
 from .inference import Analysis, DecodeSettings, HeadKey, Sentence
 
 PageBuilder = Callable[[Translator, Analysis, str], str]  # (translator, analysis, checkpoint) -> HTML
@@ -148,7 +150,7 @@ def load(model: Model) -> Translator:
 
 
 def heavy(make: Callable[[], Any], what: str = "Working…") -> Any:
-    """``make()`` in one of the server's heavy-job slots (``app.compute.ledger.HEAVY``), saying how long it has waited
+    """``make()`` in one of the server's heavy-job slots (``app.limits.ledger.HEAVY``), saying how long it has waited
     for one and showing a spinner while it runs; freed memory goes back to the system afterwards."""
     waiting = st.empty()
 
@@ -225,7 +227,7 @@ class Model:
     def analysis(self, text: str, settings: DecodeSettings, ablated: tuple[HeadKey, ...] = (),
                  ceiling: float | None = None, pieces: tuple[int, ...] | None = None) -> Analysis:
         """Translation and every attention weight for these inputs (kept within the byte budget), the beam capped
-        to what is left of this request's work, or ``ceiling`` when lower (``app.compute.work.cap_translation``: the
+        to what is left of this request's work, or ``ceiling`` when lower (``app.limits.work.cap_translation``: the
         cut is recorded for the page's notice, ``result.settings`` says what ran). The text is tokenized once here
         (or not at all: ``pieces``, its pieces under this model's tokenizer, ``inference.Sentence``); the estimate,
         the translation and the analysis read those pieces."""
@@ -281,7 +283,7 @@ class Model:
               progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """The test-set table's rows of a short list (``transformer.interpret.table.table_rows``: translation and
         signals of each line), kept within the byte budget; light while the request's work is, else a heavy job.
-        The caller plans and counts the work (``app.compute.work.table_lines``); ``progress(done, total)`` is not
+        The caller plans and counts the work (``app.limits.work.table_lines``); ``progress(done, total)`` is not
         part of the key."""
         from transformer.interpret.table import table_rows  # pyarrow and sacrebleu: only once a list is computed
 
@@ -312,12 +314,12 @@ class Model:
 
     def substitutes(self, text: str, word: int, src_lang: str | None = None) -> list[str]:
         """Words to put in place of ``text``'s ``word``-th word (0-based) that keep its piece count
-        (``app.compute.patching.substitutes``; a few milliseconds, cached)."""
+        (``app.analysis.patching.substitutes``; a few milliseconds, cached)."""
         return _substitutes(self.checkpoint, self.device, text, word, src_lang)
 
     def patching_npz(self, text: str, settings: DecodeSettings, args: tuple) -> bytes:
         """The NPZ of one patching of an analysis (``beyond("patching", analysis, *args)``,
-        ``app.compute.patching.npz``), built when a visitor asks for the file, in a heavy slot and without any page
+        ``app.analysis.patching.npz``), built when a visitor asks for the file, in a heavy slot and without any page
         element, like :meth:`export` (the patching is the page's, from the cache, or made again)."""
         def build() -> bytes:
             tr = self.tr
@@ -390,7 +392,7 @@ class Model:
         return _forced_logprob(self.checkpoint, self.device, source_ids, target_ids, ablated)
 
     def beyond(self, kind: str, analysis: Analysis, *args: Any, **progress: Any) -> Any:
-        """The probe ``kind`` of :data:`app.compute.probes.PROBES` (inside a head, value norms, attributions, the
+        """The probe ``kind`` of :data:`app.analysis.probes.PROBES` (inside a head, value norms, attributions, the
         logit lens, the beam tree, ALTI+, the flow graph, one head's row) of an analysed sentence, its record's
         estimate counted, kept within the byte budget like the analyses. A ``progress=`` callback (attributions) is
         passed on and is not part of the key."""
@@ -406,7 +408,7 @@ class Model:
         """``summary(data.graph(step, threshold))``: one output step's information-flow graph (``data``: this
         analysis' ``beyond("flow", ...)``) as the view keeps it, kept within the byte budget per sentence, step and
         threshold; light while the request's work is, else a heavy job. The caller plans and counts the work
-        (``app.compute.work.plan_flow_graph``)."""
+        (``app.limits.work.plan_flow_graph``)."""
         key = self.key("flow graph", analysis.text, analysis.settings, analysis.ablated, step, threshold,
                        f"{summary.__module__}.{summary.__qualname__}")
         run = lambda: summary(data.graph(step, threshold))

@@ -1,6 +1,6 @@
 """A whole test set as one table (``python -m transformer.corpus``): finding a checkpoint's shipped tables, reading
 one with its manifest, and the presets and pages of the "Whole test set" view (no Streamlit here; joining back the
-sources and references a table ships without: :mod:`app.compute.table_inputs`).
+sources and references a table ships without: :mod:`app.analysis.table_inputs`).
 
 A table is a parquet file with one row per input line (the columns of ``transformer.interpret.table.COLUMNS`` are
 a contract) and beside it ``X.manifest.json`` (model, settings, input, versions, columns, rows). A checkpoint's
@@ -28,7 +28,7 @@ from transformer.interpret.columns import COLUMNS
 from transformer.interpret.corpus_files import MAX_MANIFEST_BYTES
 from transformer.interpret.flagging import FlagRule
 
-from . import safe_read
+from ..limits import safe_read
 from .table_inputs import data_roots, join_inputs, same_input  # noqa: F401 (the view's one import)
 
 TABLES = "tables"  # a checkpoint's folder of shipped tables

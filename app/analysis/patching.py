@@ -1,6 +1,6 @@
 """The app's side of activation patching (``transformer.interpret.patching``): the words of the analysed
 sentence, a word's substitutes of the same piece count, the edit, and the probe's run on an analysis as the views keep
-it (no Streamlit here; its record is ``app.compute.probes.PROBES["patching"]``)."""
+it (no Streamlit here; its record is ``app.analysis.probes.PROBES["patching"]``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from transformer import Translator
 
-from . import work
+from ..limits import work
 from .inference import Analysis, model_settings
 
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # a word of letters (with inner apostrophes or hyphens)

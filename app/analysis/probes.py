@@ -1,10 +1,10 @@
 """What the views probe beyond one analysis: masks and positional encodings, training snapshots, and
 ``transformer.interpret`` (inside a head, value norms, attributions, the logit lens, the beam tree, ALTI+, the flow
-graph), all as numpy (no Streamlit here; ``app.compute.cached`` adds the caches).
+graph), all as numpy (no Streamlit here; ``app.analysis.cached`` adds the caches).
 
 Each probe of an analysed sentence is one record of :data:`PROBES` (:class:`Probe`: what runs it, what it costs,
 the page's words while it runs, whether it always takes a heavy slot), read by the model handle
-(``app.compute.cached.Model.beyond``), the request's ledger and the views."""
+(``app.analysis.cached.Model.beyond``), the request's ledger and the views."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from transformer.checkpoint.files import safetensors_shapes
 from transformer.network.kinds import decoder_input
 from transformer.network.model import missing_weights
 
-from . import patching, work
+from ..limits import work
+from . import patching
 from .inference import Analysis, model_settings, stack_layers
 
 
@@ -246,9 +247,9 @@ def beam_tree(tr: Translator, analysis: Analysis) -> Any:
 @dataclass(frozen=True)
 class Probe:
     """One probe of an analysed sentence, described once: ``run(tr, analysis, *args, **progress)`` makes its result,
-    ``cost(tr, analysis, *args)`` is its estimate in work units (:mod:`app.compute.work`, counted against the
+    ``cost(tr, analysis, *args)`` is its estimate in work units (:mod:`app.limits.work`, counted against the
     request's work), ``working`` the page's words while it runs in a heavy slot, and ``heavy`` whether it always
-    takes one (else only once the request's work is no longer light, ``app.compute.ledger.is_light``)."""
+    takes one (else only once the request's work is no longer light, ``app.limits.ledger.is_light``)."""
 
     run: Callable[..., Any]
     cost: Callable[..., float]

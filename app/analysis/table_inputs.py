@@ -8,7 +8,7 @@ stranger, so:
 
 - the file is ``<split>.<lang>`` with the split and the language of a fixed pattern (letters, digits, ``_``, ``-``),
   a regular file directly inside the data folder once resolved, of at most ``MAX_INPUT_BYTES`` (never a FIFO or a
-  device: :mod:`app.compute.safe_read`);
+  device: :mod:`app.limits.safe_read`);
 - its bytes' sha256 must equal the manifest's record of the whole file (``input.files.source`` and, when the table
   had references and the folder has the file, ``input.files.reference``: ``{"name", "sha256", "bytes"}``). A
   manifest written before those records is checked with its digest of the lines it read (``input.sha256``), which
@@ -29,7 +29,8 @@ from typing import Any
 
 from transformer import cli
 
-from . import catalog, safe_read
+from ..limits import safe_read
+from ..models import catalog
 
 # where the README's `python -m transformer.data --download data/multi30k` puts it
 MAX_INPUT_BYTES = 16 * 2**20  # a data file larger than this is not read (Multi30k's largest, train.de: 2.2 MB)
@@ -120,7 +121,7 @@ def read_lines(folder: Path, name: str, record: dict | None) -> tuple[list[str],
 
 
 def join_inputs(table: Any, roots: Sequence[Path] | None = None) -> Any:
-    """The table (``app.compute.tables.Table``) with the sources and references it lacks read back by ``id`` from
+    """The table (``app.analysis.tables.Table``) with the sources and references it lacks read back by ``id`` from
     ``{split}.{src_lang}`` and ``{split}.{tgt_lang}`` in the first of ``roots`` (default :func:`data_roots`) that
     has the source file, when it is the file the manifest records; else the table as it is with a note that says
     in plain words why the sources stay missing."""

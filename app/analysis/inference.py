@@ -1,4 +1,4 @@
-"""The model work behind the explorer (no Streamlit here; ``app.compute.cached`` adds the caches).
+"""The model work behind the explorer (no Streamlit here; ``app.analysis.cached`` adds the caches).
 
 Everything the page draws comes out of :func:`analyse` as plain numpy arrays and lists in an
 :class:`Analysis`, so it can be cached, pickled, exported and checked against the model.
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from transformer import Tokenizer, TranslationResult, Translator
-from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.compute.inference.DecodeSettings
+from transformer.decoding import DecodeSettings as DecodeSettings  # re-exported: app.analysis.inference.DecodeSettings
 from transformer.network import kinds
-from transformer.network.kinds import HeadKey as HeadKey  # re-exported: app.compute.inference.HeadKey
+from transformer.network.kinds import HeadKey as HeadKey  # re-exported: app.analysis.inference.HeadKey
 from transformer.network.kinds import all_heads as _all_heads
 
 ANALYSIS_TOP_K = 10
