@@ -23,13 +23,11 @@ from transformer.translator import chosen_alpha
 def _repo_root() -> Path:
     """Where ``checkpoints/`` lives: the source tree this package sits in (a checkout, ``pip install -e``), else
     the working directory (an installed package, as in the Space image, started from the app's folder)."""
-    source = Path(__file__).resolve().parents[1]
+    source = Path(__file__).resolve().parents[2]  # app/models/catalog.py -> the tree's root
     return source if (source / "checkpoints").is_dir() or not (Path.cwd() / "checkpoints").is_dir() else Path.cwd()
 
 
 REPO_ROOT = _repo_root()
-
-
 
 
 def resolve_checkpoint(checkpoint: str) -> str:

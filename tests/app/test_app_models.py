@@ -322,3 +322,11 @@ def test_compare_shows_the_flag_of_each_model_with_a_rule(repo):
     assert_clean(at)
     assert len([w for w in at.warning if "may be a hallucination" in w.value]) == 1
     assert len([c for c in at.caption if "Not flagged as a possible hallucination" in c.value]) == 1
+
+
+def test_the_shipped_checkpoints_are_found_from_any_working_directory(monkeypatch, tmp_path):
+    """`streamlit run /path/to/app/main.py` started elsewhere still finds the tree's checkpoints/: the root is the
+    folder above app/, not app/ itself (then only the working directory's checkpoints/ would count)."""
+    monkeypatch.chdir(tmp_path)
+    root = catalog._repo_root()
+    assert (root / "checkpoints").is_dir() and (root / "app" / "models" / "catalog.py").is_file()
