@@ -506,10 +506,10 @@ def test_the_preview_patches_its_top_sites_exactly():
 
 
 def test_rows_in_smaller_batches_give_the_same_arrays(tr, monkeypatch):
-    from transformer.interpret import patching
+    from transformer.interpret.patching import pair
 
     whole = patch(tr, CLEAN, EDITED, direction="noise")
-    monkeypatch.setattr(patching, "PATCH_BYTES", 1)  # one row a batch
+    monkeypatch.setattr(pair, "PATCH_BYTES", 1)  # one row a batch (read where Pair.metrics reads it)
     alone = patch(tr, CLEAN, EDITED, direction="noise")
     for kind in SITES:
         np.testing.assert_allclose(alone.metric[kind], whole.metric[kind], atol=1e-5, err_msg=kind)
