@@ -13,7 +13,7 @@ from ..compute import card, probes, work
 from ..compute.catalog import load_heads
 from ..compute.inference import Analysis
 from ..drawing import contributions, figures
-from . import Chart, Choice, Note, Part, Source
+from . import Chart, Choice, Note, Part, Source, planned
 
 INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "
          "al., 2022) splits every attention block's output into one term per input piece (the residual included, "
@@ -125,8 +125,7 @@ def fits(tr: Translator, a: Analysis) -> tuple[bool, list[str]]:
 
 def describe(src: Source) -> list[Part]:
     tr, a = src.tr, src.analysis
-    ok, notices = fits(tr, a)
-    parts: list[Part] = [Note(text) for text in notices]
+    ok, parts = planned(fits(tr, a))
     if not ok:
         return parts
     data = probes.alti(tr, a, work.work_bytes())

@@ -15,7 +15,7 @@ from transformer import Translator
 from ..compute import patching, probes, work
 from ..compute.inference import Analysis
 from ..drawing import patching as drawing
-from . import Chart, Choice, Note, Part, Source, Table
+from . import Chart, Choice, Note, Part, Source, Table, planned
 
 PROBE = "patching"  # its record in app.compute.probes.PROBES (cost, the page's words)
 INTRO = ("If this source word were another, which layers, positions and heads would carry the change to the output? "
@@ -174,8 +174,7 @@ def edit_of(tr: Translator, a: Analysis, options: dict) -> tuple[str, str, str] 
 def describe(src: Source) -> list[Part]:
     """The default edit (or ``word`` and ``substitute`` of the options), both directions behind a picker."""
     tr, a = src.tr, src.analysis
-    ok, notices = fits(tr, a)
-    parts: list[Part] = [Note(text) for text in notices]
+    ok, parts = planned(fits(tr, a))
     if not ok:
         return parts
     edit = edit_of(tr, a, src.options)
