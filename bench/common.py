@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -201,6 +202,20 @@ def read_sentences(data_dir: str | Path | None, split: str = "test_2016_flickr",
     if not path.is_file():
         return None
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def args_and_splits(p: argparse.ArgumentParser,
+                    argv: list[str] | None) -> tuple[argparse.Namespace, list[str], list[str]] | None:
+    """A val/test bench's command line: ``p``'s arguments (torch's threads set from ``--threads``) with the English
+    sources of val (where a setting is chosen) and test_2016_flickr (where it is measured once) from ``--data-dir``;
+    None, after one line on stderr, when either file is not there."""
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    val, test = (read_sentences(args.data_dir, split) for split in ("val", "test_2016_flickr"))
+    if val is None or test is None:
+        print(f"no val.en or test_2016_flickr.en in {args.data_dir}", file=sys.stderr)
+        return None
+    return args, val, test
 
 
 def synthetic_sentences(n: int, seed: int = 0, min_words: int = 6, max_words: int = 20) -> list[str]:

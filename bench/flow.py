@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from transformer import load
 from transformer.interpret import flow
 from transformer.network.kinds import all_heads, head_mask
 
-from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, read_sentences
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, args_and_splits
 
 THRESHOLDS = (0.01, 0.02, 0.04, 0.08, 0.15)
 
@@ -77,12 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=None, help="measure test at this threshold (no choice on val)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    val, test = (read_sentences(args.data_dir, split) for split in ("val", "test_2016_flickr"))
-    if val is None or test is None:
-        print(f"no val.en or test_2016_flickr.en in {args.data_dir}", file=sys.stderr)
+    parsed = args_and_splits(p, argv)
+    if parsed is None:
         return 2
+    args, val, test = parsed
     tr = load(Path(args.checkpoint), device="cpu")
     thresholds = tuple(float(x) for x in args.thresholds.split(","))
     began = time.process_time()

@@ -42,7 +42,7 @@ import torch
 from transformer import load
 from transformer.interpret.patching import DIRECTIONS, patch, prepare
 
-from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, read_sentences
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, args_and_splits, read_sentences
 
 SWAPS = {"noun": (("dog", "cat"), ("car", "bus"), ("ball", "hat"), ("street", "beach"), ("boat", "bike")),
          "gender": (("man", "woman"), ("men", "women"), ("boy", "girl"), ("boys", "girls"), ("he", "she")),
@@ -207,12 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--opus-pairs", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="(a second thread spin-waits on a busy machine)")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    val, test = (read_sentences(args.data_dir, split) for split in ("val", "test_2016_flickr"))
-    if val is None or test is None:
-        print(f"no val.en or test_2016_flickr.en in {args.data_dir}", file=sys.stderr)
+    parsed = args_and_splits(p, argv)
+    if parsed is None:
         return 2
+    args, val, test = parsed
     began = time.process_time()
     out: dict[str, Any] = {"threads": args.threads, "models": {}}
     for checkpoint in args.checkpoint or ([] if args.opus_size else [str(DEFAULT_CHECKPOINT)]):

@@ -86,6 +86,13 @@ class Source:
         return self.translator
 
 
+def planned(plan: tuple[bool, list[str]]) -> tuple[bool, list[Part]]:
+    """A work plan's answer (``app.limits.work``'s ``plan_*``: whether the view's job fits the work allowed, and
+    its notices) with the notices as the view's first parts, one :class:`Note` each."""
+    fits, notices = plan
+    return fits, [Note(text) for text in notices]
+
+
 def plain(text: str) -> str:
     """A plotly text (HTML-like: ``<b>``, ``&lt;``) as plain text."""
     return html.unescape(re.sub(r"<[^>]*>", "", str(text or "")))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..analysis import probes
 from ..drawing import flowgraph
 from ..limits import work
-from . import Chart, Choice, Note, Part, Source
+from . import Chart, Choice, Note, Part, Source, planned
 
 INTRO = ("Which heads carry what decides an output piece? Every block's output is split into its terms (each head's "
          "share from each position, the feed-forward block, the residual), each weighted by how close it is to the "
@@ -18,8 +18,7 @@ def describe(src: Source) -> list[Part]:
     """One graph per output piece (the first ``flowgraph.step_figures`` draws) at ``flowgraph.DEFAULT_THRESHOLD``,
     behind an output-piece picker; nothing but a note when the graph is over this machine's work limit."""
     tr, a = src.tr, src.analysis
-    fits, notices = work.plan_flow(tr, len(a.source_ids), len(a.target_ids))
-    parts: list[Part] = [Note(text) for text in notices]
+    fits, parts = planned(work.plan_flow(tr, len(a.source_ids), len(a.target_ids)))
     if not fits or not a.target_tokens:
         return parts
     figs = flowgraph.step_figures(probes.flow(tr, a), a.source_tokens, a.target_tokens,

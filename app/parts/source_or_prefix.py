@@ -15,7 +15,7 @@ from ..drawing import contributions, figures
 from ..limits import work
 from ..models import card
 from ..models.catalog import load_heads
-from . import Chart, Choice, Note, Part, Source
+from . import Chart, Choice, Note, Part, Source, planned
 
 INTRO = ("Did this word come from the source, or did the decoder make it up from its own prefix? ALTI+ (Ferrando et "
          "al., 2022) splits every attention block's output into one term per input piece (the residual included, "
@@ -121,14 +121,13 @@ def charts(a: Analysis, data: dict, threshold: float | None, window: Window | No
 
 
 def fits(tr: Translator, a: Analysis) -> tuple[bool, list[str]]:
-    """Whether ALTI+ of this sentence fits the work allowed, and the notices (``app.compute.work.plan_alti``)."""
+    """Whether ALTI+ of this sentence fits the work allowed, and the notices (``app.limits.work.plan_alti``)."""
     return work.plan_alti(tr, len(a.source_ids), len(a.target_ids))
 
 
 def describe(src: Source) -> list[Part]:
     tr, a = src.tr, src.analysis
-    ok, notices = fits(tr, a)
-    parts: list[Part] = [Note(text) for text in notices]
+    ok, parts = planned(fits(tr, a))
     if not ok:
         return parts
     data = probes.alti(tr, a, work.work_bytes())

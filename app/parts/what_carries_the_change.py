@@ -16,9 +16,9 @@ from ..analysis import patching, probes
 from ..analysis.inference import Analysis
 from ..drawing import patching as drawing
 from ..limits import work
-from . import Chart, Choice, Note, Part, Source, Table
+from . import Chart, Choice, Note, Part, Source, Table, planned
 
-PROBE = "patching"  # its record in app.compute.probes.PROBES (cost, the page's words)
+PROBE = "patching"  # its record in app.analysis.probes.PROBES (cost, the page's words)
 INTRO = ("If this source word were another, which layers, positions and heads would carry the change to the output? "
          "Activation patching (causal tracing): the sentence and an edited copy, one word swapped for another of "
          "the same number of pieces, are run on the same translation; one site at a time takes its value from the "
@@ -175,8 +175,7 @@ def edit_of(tr: Translator, a: Analysis, options: dict) -> tuple[str, str, str] 
 def describe(src: Source) -> list[Part]:
     """The default edit (or ``word`` and ``substitute`` of the options), both directions behind a picker."""
     tr, a = src.tr, src.analysis
-    ok, notices = fits(tr, a)
-    parts: list[Part] = [Note(text) for text in notices]
+    ok, parts = planned(fits(tr, a))
     if not ok:
         return parts
     edit = edit_of(tr, a, src.options)

@@ -109,9 +109,10 @@ def oracle_patch(model, src: list[list[int]], tgt: list[int], target: int, foil:
 @torch.no_grad()
 def check_against_oracle(tr, clean: str, edited: str, **kw) -> None:
     """Every array of :func:`patch`, both directions, equal to the plain loop's to 1e-5."""
-    model = tr.model
+    model, chosen = tr.model, {}
     for direction in ("denoise", "noise"):
-        r = patch(tr, clean, edited, direction=direction, **kw)
+        r = patch(tr, clean, edited, direction=direction, **kw, **chosen)
+        chosen = {"target_ids": r.target_ids, "step": r.step, "target": r.target, "foil": r.foil}  # translated once
         assert not r.note and set(r.effect) == set(SITES)
         pair = prepare(tr, clean, edited, target_ids=r.target_ids, step=r.step, **{k: v for k, v in kw.items()
                                                                                     if k.endswith("lang")})
@@ -312,19 +313,21 @@ def test_a_forced_language_code_is_never_a_step(m2m100):
 
 def hf_metrics(hf, pair, direction: str, sites: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
     """``enc_resid`` and ``cross_kv`` by hooks on transformers' own encoder layers and cross-attention modules
-    (this test's own model object): each site one run of ``hf``, the donor's values recorded by the same hooks."""
+    (this test's own model object): each site one row of a batched run of ``hf`` (a kind's sites in one run), the
+    donor's values recorded by the same hooks."""
     encoder, decoder = hf.model.encoder, hf.model.decoder
     n_enc = len(encoder.layers)
 
-    def run(src: torch.Tensor, patches: dict, seen: dict | None = None) -> float:
-        """One run of ``hf``; ``patches[(kind, layer)] = (position, value)`` written into the hooked tensors."""
+    def run(src: torch.Tensor, patches: dict, seen: dict | None = None) -> np.ndarray:
+        """One run of ``hf`` on the rows ``src (N, S)``, ``m`` of each ``(N,)``; ``patches[(kind, layer)]``: the
+        ``(row, position, value)`` written into the hooked tensors ``(N, S, D)``."""
         def change(key, hidden):
             if seen is not None:
                 seen[key] = hidden[0].clone()
             if key in patches:
                 hidden = hidden.clone()
-                j, value = patches[key]
-                hidden[0, j] = value
+                for i, j, value in patches[key]:
+                    hidden[i, j] = value
             return hidden
 
         def pre(key, name):
@@ -342,20 +345,22 @@ def hf_metrics(hf, pair, direction: str, sites: dict[str, tuple[int, int]]) -> d
                                                                  with_kwargs=True)
                     for i, layer in enumerate(decoder.layers)]
         try:
-            logits = hf(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=pair.tgt,
-                        use_cache=False).logits[0, -1]
+            logits = hf(input_ids=src, attention_mask=torch.ones_like(src),
+                        decoder_input_ids=pair.tgt.repeat(len(src), 1), use_cache=False).logits[:, -1]  # (N, V)
         finally:
             for h in handles:
                 h.remove()
-        return float(logits[pair.target] - logits[pair.foil])
+        return (logits[:, pair.target] - logits[:, pair.foil]).double().numpy()
 
     receiver, donor = (1, 0) if direction == "denoise" else (0, 1)
     seen: dict = {}
     run(pair.src[donor:donor + 1], {}, seen)
     out = {}
     for kind, (rows, cols) in sites.items():
-        out[kind] = np.array([[run(pair.src[receiver:receiver + 1], {(kind, a): (b, seen[(kind, a)][b])})
-                               for b in range(cols)] for a in range(rows)])
+        patches: dict = {}
+        for i, (a, b) in enumerate(np.ndindex(rows, cols)):  # row i of the batch: site (a, b)
+            patches.setdefault((kind, a), []).append((i, b, seen[(kind, a)][b]))
+        out[kind] = run(pair.src[receiver:receiver + 1].repeat(rows * cols, 1), patches).reshape(rows, cols)
     return out
 
 
@@ -506,10 +511,10 @@ def test_the_preview_patches_its_top_sites_exactly():
 
 
 def test_rows_in_smaller_batches_give_the_same_arrays(tr, monkeypatch):
-    from transformer.interpret import patching
+    from transformer.interpret.patching import pair
 
     whole = patch(tr, CLEAN, EDITED, direction="noise")
-    monkeypatch.setattr(patching, "PATCH_BYTES", 1)  # one row a batch
+    monkeypatch.setattr(pair, "PATCH_BYTES", 1)  # one row a batch (read where Pair.metrics reads it)
     alone = patch(tr, CLEAN, EDITED, direction="noise")
     for kind in SITES:
         np.testing.assert_allclose(alone.metric[kind], whole.metric[kind], atol=1e-5, err_msg=kind)
