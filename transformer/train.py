@@ -13,6 +13,8 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from tqdm import tqdm
+
 from .cli import DATA_DIR_HELP, DEFAULT_DATA_DIR
 from .evaluation.data import DataError
 from .training.setup import TrainingError
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     command = "python -m transformer.train " + " ".join(shlex.quote(a) for a in words)
     try:
-        return train(args, command)
+        return train(args, command, tell=tqdm.write)  # tqdm's write: below the progress bar, not through it
     except (TrainingError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

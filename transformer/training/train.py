@@ -116,10 +116,11 @@ def validate_and_keep(args: Any, run_dir: Path, model: Transformer, corpus: Corp
     return improved
 
 
-def train(args: Any, command: str) -> int:
+def train(args: Any, command: str, tell: Callable[[str], None]) -> int:
     """A run as ``args`` (``python -m transformer.train``'s parsed flags, one attribute each) say, ``command`` the
-    line that started it (appended to the run's ``command.txt``); 0 when it finished or stopped early. Bad data or
-    a diverging loss: ``TrainingError`` or ``DataError``, nothing saved from that step."""
+    line that started it (appended to the run's ``command.txt``); 0 when it finished or stopped early. The main
+    process's log lines go to ``train.log`` and to ``tell``. Bad data or a diverging loss: ``TrainingError`` or
+    ``DataError``, nothing saved from that step."""
     procs = start_processes(args)
     device, rank, world = procs.device, procs.rank, procs.world
     run_dir = Path(args.run_dir)
@@ -131,7 +132,7 @@ def train(args: Any, command: str) -> int:
 
     def log(message: str) -> None:
         if procs.main:
-            tqdm.write(message)
+            tell(message)
             with open(run_dir / "train.log", "a", encoding="utf-8") as f:
                 f.write(message + "\n")
 
