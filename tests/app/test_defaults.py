@@ -46,8 +46,7 @@ def test_every_default_path_names_the_post_norm_default(monkeypatch):
     pytest.importorskip("streamlit")
     import bench.common
     from app.models import catalog
-    from transformer.interpret import heads
-    from transformer.training import evaluate, train
+    from transformer import evaluate, heads, train
 
     monkeypatch.delenv("ATTN_CHECKPOINT", raising=False)
     assert catalog.default_checkpoint() == "checkpoints/multi30k-en-de"

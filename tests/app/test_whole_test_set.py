@@ -86,7 +86,7 @@ def test_a_table_of_the_real_command_joins_back_to_its_lines_and_a_changed_file_
                                                                                            tiny_corpus):
     """``python -m transformer.corpus --no-inputs`` on the tiny model: the join restores exactly the lines it read
     (the manifest's digest of them checked), and refuses a data folder whose file differs."""
-    from transformer.interpret.corpus import main
+    from transformer.corpus import main
 
     out = tmp_path / "tables" / "test.parquet"
     assert main(["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test",

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from transformer import Transformer, TransformerConfig, load_model_dir, save_checkpoint
-from transformer.training.average import main, save_step_file, unique_state
+from transformer.average import main
+from transformer.training.average import save_step_file, unique_state
 
 
 def models(tokenizer, n: int, **overrides) -> list[Transformer]:

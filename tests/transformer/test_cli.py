@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer import cli
+from transformer import cli, corpus, detect, evaluate, heads, train
 from transformer.decoding import (
     DEFAULTS,
     TRANSFORMERS_ALPHA,
@@ -21,8 +21,6 @@ from transformer.decoding import (
     greedy_decode,
     search,
 )
-from transformer.interpret import corpus, detect, heads
-from transformer.training import evaluate, train
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
+from transformer.corpus import main
 from transformer.interpret import corpus, flagging, signals
 from transformer.interpret.table import COLUMNS, batches, read_table, table_rows
 
@@ -81,7 +82,7 @@ def test_batches_depend_on_lengths_only_and_shards_cover_them_once():
 
 
 def test_command_writes_parquet_jsonl_and_manifest(tiny_checkpoint, tr, tmp_path):
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     rows = read_table(tmp_path / "t.parquet")
     assert rows == table_rows(tr, SOURCES, REFERENCES, tr.settings(beam_size=2), batch_size=3)
     manifest = json.loads((tmp_path / "t.manifest.json").read_text(encoding="utf-8"))
@@ -92,7 +93,7 @@ def test_command_writes_parquet_jsonl_and_manifest(tiny_checkpoint, tr, tmp_path
     assert {"torch", "pyarrow", "sacrebleu"} <= set(manifest["versions"])
     assert not (tmp_path / "t.parquet.parts").exists()  # the parts are gone once merged
 
-    assert corpus.main(command(tiny_checkpoint, tmp_path, "--no-inputs", out="n.jsonl")) == 0
+    assert main(command(tiny_checkpoint, tmp_path, "--no-inputs", out="n.jsonl")) == 0
     lines = (tmp_path / "n.jsonl").read_text(encoding="utf-8").splitlines()
     plain = [json.loads(line) for line in lines]
     assert [list(r) for r in plain] == [list(COLUMNS)] * len(SOURCES)
@@ -104,7 +105,7 @@ def test_limit_data_dir_and_a_finished_table(tiny_checkpoint, tiny_corpus, tmp_p
         return ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test", "--limit",
                 str(limit), "--out", str(tmp_path / "d.jsonl"), "--no-progress", *extra]
 
-    assert corpus.main(args(5)) == 0
+    assert main(args(5)) == 0
     rows = read_table(tmp_path / "d.jsonl")
     src = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (tiny_corpus / "test.de").read_text(encoding="utf-8").splitlines()
@@ -113,21 +114,21 @@ def test_limit_data_dir_and_a_finished_table(tiny_checkpoint, tiny_corpus, tmp_p
     assert manifest["input"]["split"] == "test" and manifest["input"]["lines"] == 5
     assert manifest["input"]["file_lines"] == len(src)
     before = (tmp_path / "d.jsonl").stat().st_mtime_ns
-    assert corpus.main(args(5)) == 0  # the same run again: nothing to do
+    assert main(args(5)) == 0  # the same run again: nothing to do
     assert "already complete" in capsys.readouterr().err
     assert (tmp_path / "d.jsonl").stat().st_mtime_ns == before
-    assert corpus.main(args(4)) == 1  # another run onto the same --out
+    assert main(args(4)) == 1  # another run onto the same --out
     assert "--overwrite" in capsys.readouterr().err
-    assert corpus.main(args(5, "--no-inputs")) == 1  # the same rows, but written without the inputs
+    assert main(args(5, "--no-inputs")) == 1  # the same rows, but written without the inputs
     assert "--overwrite" in capsys.readouterr().err
-    assert corpus.main(args(4, "--overwrite")) == 0
+    assert main(args(4, "--overwrite")) == 0
     assert len(read_table(tmp_path / "d.jsonl")) == 4
 
 
 def test_empty_and_huge_lines_keep_their_rows(tiny_checkpoint, tr, tmp_path):
     huge = "a red dog runs " * 334  # 5,010 characters
     lines = ["A man rides.", "", huge[:5000], "  ", "The boy plays."]
-    assert corpus.main(command(tiny_checkpoint, tmp_path, sources=lines, references=None)) == 0
+    assert main(command(tiny_checkpoint, tmp_path, sources=lines, references=None)) == 0
     rows = read_table(tmp_path / "t.parquet")
     assert [r["source"] for r in rows] == lines
     assert [r["translation"] for r in rows] == [o.text for o in tr.translate_batch(lines, beam_size=2)]
@@ -159,7 +160,7 @@ def test_bad_input_is_a_clear_message_and_writes_nothing(case, tiny_checkpoint, 
             pytest.skip("root reads any file")
         src.chmod(0)
         expected = "cannot read the source file"
-    assert corpus.main(args) == 1
+    assert main(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err and "Traceback" not in err
     assert not (tmp_path / "t.parquet").exists() and not (tmp_path / "t.parquet.parts").exists()
@@ -285,7 +286,7 @@ def test_a_multilingual_model_takes_its_language_codes(tmp_path, tiny_corpus):
     _, _, nllb = save_m2m100(tmp_path, train_spm(tmp_path / "fairseq", tiny_corpus), "nllb")
     args = command(nllb, tmp_path, "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn", sources=SOURCES[:4],
                    references=REFERENCES[:4])
-    assert corpus.main(args) == 0
+    assert main(args) == 0
     rows = read_table(tmp_path / "t.parquet")
     tr = transformer.load(nllb, device="cpu")
     oracle = tr.translate_batch(SOURCES[:4], beam_size=2, src_lang="eng_Latn", tgt_lang="fra_Latn")
@@ -307,7 +308,7 @@ def test_a_refused_flag_json_stops_the_command_with_one_line(tiny_checkpoint, tm
     for planted in ('{"any": [{"column": "seq_logprob", "op": "<", "value": ' + "9" * 400 + "}]}",
                     json.dumps({"any": [{"column": "seq_logprob", "op": "<", "value": -9}] * 33})):
         (ckpt / flagging.FLAG_FILE).write_text(planted, encoding="utf-8")
-        assert corpus.main(command(ckpt, tmp_path)) == 1
+        assert main(command(ckpt, tmp_path)) == 1
         said = capsys.readouterr().err.strip()
         assert said.startswith("error: the checkpoint's flag.json is refused: ") and "\n" not in said
         assert "9" * 20 not in said and not (tmp_path / "t.parquet").exists()

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from test_corpus import REFERENCES, SOURCES, command
 
 import transformer
+from transformer.corpus import main
 from transformer.interpret import corpus
 from transformer.interpret.table import read_table, table_rows, write_table
 
@@ -66,7 +67,7 @@ def twins(tiny_checkpoint: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_the_manifest_records_the_input_files_the_model_files_and_the_table(tiny_checkpoint, tmp_path):
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     manifest = json.loads((tmp_path / "t.manifest.json").read_text(encoding="utf-8"))
     for key, name in (("source", "src.txt"), ("reference", "ref.txt")):
         path = tmp_path / name
@@ -77,7 +78,7 @@ def test_the_manifest_records_the_input_files_the_model_files_and_the_table(tiny
     assert files["model.safetensors"] == sha256(tiny_checkpoint / "model.safetensors")
     assert {"config.json", "tokenizer.model"} <= set(files)
     assert len(manifest["fingerprint"]) == 64 and manifest["rows"] == len(SOURCES)
-    assert corpus.main(command(tiny_checkpoint, tmp_path, references=None, out="n.jsonl")) == 0
+    assert main(command(tiny_checkpoint, tmp_path, references=None, out="n.jsonl")) == 0
     assert json.loads((tmp_path / "n.manifest.json").read_text(encoding="utf-8"))["input"]["files"]["reference"] is None
 
 
@@ -86,20 +87,20 @@ def test_a_resume_with_changed_weights_is_refused_and_keeps_the_parts(twins, tmp
     with monkeypatch.context() as m:
         stop_at_batch(m, 1)
         with pytest.raises(Stop):
-            corpus.main(command(a, tmp_path))
+            main(command(a, tmp_path))
     part = tmp_path / "t.parquet.parts" / "rank0.jsonl"
     before = part.read_bytes()
     capsys.readouterr()
-    assert corpus.main(command(b, tmp_path)) == 1  # same folder name and sizes, other weights
+    assert main(command(b, tmp_path)) == 1  # same folder name and sizes, other weights
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another run" in err and "--overwrite" in err
     assert part.read_bytes() == before and not (tmp_path / "t.parquet").exists()
     header = json.loads(before.splitlines()[0])  # the part names its run: the fingerprint, then what it is
     assert len(before.splitlines()) == 1 + 3 and len(header["fingerprint"]) == 64
-    assert corpus.main(command(b, tmp_path, "--overwrite")) == 0  # B's rows only
+    assert main(command(b, tmp_path, "--overwrite")) == 0  # B's rows only
     assert read_table(tmp_path / "t.parquet") == oracle(b) != oracle(a)
     assert not part.exists()
-    assert corpus.main(command(a, tmp_path)) == 1  # a finished table of B is not A's "already complete"
+    assert main(command(a, tmp_path)) == 1  # a finished table of B is not A's "already complete"
     assert "written by another run" in capsys.readouterr().err
 
 
@@ -107,12 +108,12 @@ def test_a_stop_between_table_and_manifest_loses_no_row(tiny_checkpoint, tmp_pat
     with monkeypatch.context() as m:
         m.setattr(corpus, "write_manifest", lambda *a, **k: (_ for _ in ()).throw(Stop()))
         with pytest.raises(Stop):
-            corpus.main(command(tiny_checkpoint, tmp_path))
+            main(command(tiny_checkpoint, tmp_path))
     assert (tmp_path / "t.parquet").exists() and not (tmp_path / "t.manifest.json").exists()
     capsys.readouterr()
     with monkeypatch.context() as m:
         no_batch(m)
-        assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+        assert main(command(tiny_checkpoint, tmp_path)) == 0
     assert f"{len(SOURCES)} of {len(SOURCES)} sentences already written" in capsys.readouterr().err
     assert read_table(tmp_path / "t.parquet") == oracle(tiny_checkpoint)
     manifest = json.loads((tmp_path / "t.manifest.json").read_text(encoding="utf-8"))
@@ -125,18 +126,18 @@ def test_a_manifest_beside_another_table_is_not_complete_and_the_parts_are_used(
     """The issue's order (manifest first, then the table): a stop between them leaves this run's manifest beside
     an older table. The rerun must not call it complete, and must take its rows from the parts."""
     out = tmp_path / "t.parquet"
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     manifest = (tmp_path / "t.manifest.json").read_bytes()
     with monkeypatch.context() as m:
         m.setattr(corpus, "write_table", lambda *a, **k: (_ for _ in ()).throw(Stop()))
         with pytest.raises(Stop):
-            corpus.main(command(tiny_checkpoint, tmp_path, "--overwrite"))
+            main(command(tiny_checkpoint, tmp_path, "--overwrite"))
     write_table(out, read_table(out)[:1])  # an older table, under this run's manifest
     (tmp_path / "t.manifest.json").write_bytes(manifest)
     capsys.readouterr()
     with monkeypatch.context() as m:
         no_batch(m)
-        assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+        assert main(command(tiny_checkpoint, tmp_path)) == 0
     err = capsys.readouterr().err
     assert "already complete" not in err and f"{len(SOURCES)} of {len(SOURCES)} sentences already written" in err
     assert read_table(out) == oracle(tiny_checkpoint)
@@ -144,42 +145,42 @@ def test_a_manifest_beside_another_table_is_not_complete_and_the_parts_are_used(
 
 def test_a_correct_manifest_beside_a_one_row_table_is_not_complete(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "t.parquet"
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     write_table(out, read_table(out)[:1])
     capsys.readouterr()
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 1
+    assert main(command(tiny_checkpoint, tmp_path)) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not match its manifest" in err and "--overwrite" in err
     assert len(read_table(out)) == 1
-    assert corpus.main(command(tiny_checkpoint, tmp_path, "--overwrite")) == 0
+    assert main(command(tiny_checkpoint, tmp_path, "--overwrite")) == 0
     assert read_table(out) == oracle(tiny_checkpoint)
 
 
 def test_the_parts_of_another_run_are_kept(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     """Run X finished; run Y (another beam) started over it and stopped; X started again: nothing to do, and Y's
     parts are still there; X with another --out is refused while Y's parts are there, unless --overwrite."""
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     with monkeypatch.context() as m:
         stop_at_batch(m, 1)
         with pytest.raises(Stop):
-            corpus.main(command(tiny_checkpoint, tmp_path, "--beam", "1", "--overwrite"))
+            main(command(tiny_checkpoint, tmp_path, "--beam", "1", "--overwrite"))
     part = tmp_path / "t.parquet.parts" / "rank0.jsonl"
     before = part.read_bytes()
     capsys.readouterr()
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     err = capsys.readouterr().err
     assert "already complete" in err and "another run, left as they are" in err and part.read_bytes() == before
     (tmp_path / "t.parquet").unlink()
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 1  # X's table gone: X would start beside Y's parts
+    assert main(command(tiny_checkpoint, tmp_path)) == 1  # X's table gone: X would start beside Y's parts
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds rows of another run" in err and "--overwrite" in err
     assert part.read_bytes() == before
     with monkeypatch.context() as m:  # Y resumed: its own rows kept
         stop_at_batch(m, 0)
         with pytest.raises(Stop):
-            corpus.main(command(tiny_checkpoint, tmp_path, "--beam", "1"))
+            main(command(tiny_checkpoint, tmp_path, "--beam", "1"))
     assert part.read_bytes() == before
-    assert corpus.main(command(tiny_checkpoint, tmp_path, "--overwrite")) == 0
+    assert main(command(tiny_checkpoint, tmp_path, "--overwrite")) == 0
     assert read_table(tmp_path / "t.parquet") == oracle(tiny_checkpoint) and not part.exists()
 
 
@@ -187,7 +188,7 @@ def test_malformed_part_lines_are_dropped_and_computed_again(tiny_checkpoint, tm
     with monkeypatch.context() as m:
         stop_at_batch(m, 1)
         with pytest.raises(Stop):
-            corpus.main(command(tiny_checkpoint, tmp_path))
+            main(command(tiny_checkpoint, tmp_path))
     part = tmp_path / "t.parquet.parts" / "rank0.jsonl"
     good = [json.loads(line) for line in part.read_text(encoding="utf-8").splitlines()[1:]]
     kept = good[0]
@@ -200,7 +201,7 @@ def test_malformed_part_lines_are_dropped_and_computed_again(tiny_checkpoint, tm
     with open(part, "ab") as f:  # each after the good row it would replace, were it taken
         f.write(b"\n".join(bad) + b"\n" + torn[:cut])  # and a last line torn inside the character
     capsys.readouterr()
-    assert corpus.main(command(tiny_checkpoint, tmp_path)) == 0
+    assert main(command(tiny_checkpoint, tmp_path)) == 0
     assert f"3 of {len(SOURCES)} sentences already written" in capsys.readouterr().err
     assert read_table(tmp_path / "t.parquet") == oracle(tiny_checkpoint)
 
@@ -249,7 +250,7 @@ def test_bad_out_alpha_and_empty_source_are_one_line(case, tiny_checkpoint, tmp_
             args = [*args, "--out", str(out)]
         if case != "empty source":  # refused before the model is loaded
             monkeypatch.setattr(corpus, "load", lambda *a, **k: pytest.fail("the model was loaded"))
-        assert corpus.main(args) == 1
+        assert main(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and expected in err, err
     assert not (tmp_path / "t.parquet.parts").exists()

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from test_corpus import ROOT, command, kill_when, read_table, rows_in
 
-from transformer.interpret import corpus
+from transformer.corpus import main
 
 pytestmark = pytest.mark.slow
 LINES = [f"A man {'and a dog ' * (i % 4)}rides a red bike number {i}." for i in range(24)]
@@ -46,7 +46,7 @@ def args(checkpoint: Path, tmp_path: Path, out: str, batch: int = 2) -> list[str
 
 def one_process(checkpoint: Path, tmp_path: Path, batch: int = 2) -> list[dict]:
     """The one-process table (no torchrun) of ``LINES``."""
-    assert corpus.main(args(checkpoint, tmp_path, "single.parquet", batch)) == 0
+    assert main(args(checkpoint, tmp_path, "single.parquet", batch)) == 0
     return read_table(tmp_path / "single.parquet")
 
 

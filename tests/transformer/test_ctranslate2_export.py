@@ -13,8 +13,9 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 import transformer  # noqa: E402
 from transformer import Transformer, TransformerConfig, save_checkpoint  # noqa: E402
+from transformer.ctranslate2_export import main  # noqa: E402
 from transformer.decoding import output_limits  # noqa: E402
-from transformer.exchange.ctranslate2_export import export_ctranslate2, main  # noqa: E402
+from transformer.exchange.ctranslate2_export import export_ctranslate2  # noqa: E402
 
 with contextlib.suppress(pytest.skip.Exception):  # test_marian needs transformers
     from test_marian import marian_files  # noqa: F401  (the fixture)
@@ -197,7 +198,7 @@ def test_an_nllb_or_m2m100_directory_exports_with_its_languages(tmp_path, tiny_c
     pytest.importorskip("transformers")
     from m2m100_models import CONFIGS, LANGS, save_m2m100, train_spm
 
-    from transformer.exchange.convert import main as convert
+    from transformer.convert import main as convert
 
     spm_dir = train_spm(tmp_path, tiny_corpus)
     _, _, path = save_m2m100(tmp_path, spm_dir, name)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.training.data import DataError, download_multi30k, read_parallel, token_batches
+from transformer.evaluation.data import DataError, download_multi30k, read_parallel
+from transformer.training.step import token_batches
 
 
 def test_read_parallel_reads_aligned_lines(tiny_corpus: Path) -> None:
@@ -87,7 +88,7 @@ def test_download_multi30k_from_local_server(local_server, tmp_path: Path) -> No
 
 def test_the_command_fetches_only_the_splits_and_languages_named(local_server, tmp_path: Path) -> None:
     """As the app's image runs it: the test split's two languages, nothing else."""
-    from transformer.training.data import main
+    from transformer.data import main
 
     served, url = local_server
     for split in ("train", "test_2016_flickr"):

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
+from transformer.detect import main
 from transformer.interpret import constructed, detect
 from transformer.interpret.flagging import (
     DEFAULT_RULE,
@@ -46,14 +47,14 @@ def test_roc_auc_is_the_share_of_positive_negative_pairs_ranked_right():
 
 def test_the_swap_moves_every_reference_and_the_nonsense_is_drawn_per_seed():
     for n in (2, 3, 10, 101):
-        perm = detect.derangement(n, seed=n)
+        perm = constructed.derangement(n, seed=n)
         assert sorted(perm) == list(range(n)) and all(i != j for i, j in enumerate(perm))
-    a, b = detect.nonsense_inputs(5, 0), detect.nonsense_inputs(5, 1)
-    assert a == detect.nonsense_inputs(5, 0) and len(a) == 15 and not set(a) & set(b)
+    a, b = constructed.nonsense_inputs(5, 0), constructed.nonsense_inputs(5, 1)
+    assert a == constructed.nonsense_inputs(5, 0) and len(a) == 15 and not set(a) & set(b)
     assert all(x.split()[0] in {"SKU", "REF", "ID", "LOT", "NR"} for x in a[:5])
     assert all(x.replace(" ", "").isdigit() for x in a[5:10])
     assert all(len(set(x.split())) == 1 for x in a[10:])
-    assert len(detect.GERMAN) == 80 and len(set(detect.GERMAN)) == 80
+    assert len(constructed.GERMAN) == 80 and len(set(constructed.GERMAN)) == 80
 
 
 def test_a_dropped_clause_is_a_span_from_a_boundary_and_the_sentence_keeps_its_end():
@@ -125,7 +126,7 @@ def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch, floors)
     budget = 0.05
     rule, info = detect.choose_rule(rows, budget, floors)
     kinds = [r["kind"] for r in rows]
-    present = [k for k in detect.POSITIVES if k in kinds]
+    present = [k for k in constructed.POSITIVES if k in kinds]
 
     def rates(r: FlagRule) -> dict[str, float]:
         return {k: np.mean([flag(row, r) for row, kind in zip(rows, kinds) if kind == k]) for k in set(kinds)}
@@ -151,7 +152,7 @@ def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch, floors)
                 loops = (repeats >= rep if rep else np.zeros(len(rows), bool)) | (cut if with_cut else False)
                 for threshold in np.arange(0.0, 2.5, 0.005):
                     fires = loops | (score >= threshold)
-                    if max(fires[kinds_array == n].mean() for n in detect.NEGATIVES) <= budget:
+                    if max(fires[kinds_array == n].mean() for n in constructed.NEGATIVES) <= budget:
                         if all(fires[kinds_array == k].mean() >= share for k, share in floors.items()):
                             best = max(best, float(np.mean([fires[kinds_array == p].mean() for p in present])))
                         break  # a higher threshold finds no more
@@ -174,7 +175,7 @@ def test_the_budget_holds_for_each_way_the_sources_are_written(monkeypatch):
                   "eos_attention": rng.gauss(eos, 0.02)} for _ in range(n)]
     budget = 0.05
     rule, _ = detect.choose_rule(rows, budget)
-    for kind in detect.NEGATIVES:
+    for kind in constructed.NEGATIVES:
         for variant in ("plain", "no_final_punctuation"):
             mine = [r for r in rows if r["kind"] == kind and r["variant"] == variant]
             assert np.mean([flag(r, rule) for r in mine]) <= budget, (kind, variant)
@@ -329,7 +330,7 @@ def test_the_command_writes_a_rule_the_checkpoint_then_reads(tiny_checkpoint, ti
     path = tmp_path / "tiny"
     shutil.copytree(tiny_checkpoint, path)
     assert flag_rule(path).origin == "default"
-    code = detect.main(["--checkpoint", str(path), "--data-dir", str(tiny_corpus), "--split", "test", "--limit", "12",
+    code = main(["--checkpoint", str(path), "--data-dir", str(tiny_corpus), "--split", "test", "--limit", "12",
                         "--nonsense", "2", "--beam", "2", "--write", "--no-progress", "--rows",
                         str(tmp_path / "rows.jsonl")])
     assert code == 0
@@ -343,8 +344,8 @@ def test_the_command_writes_a_rule_the_checkpoint_then_reads(tiny_checkpoint, ti
     assert held["split"] == "test" and counts["translation"] + counts["loop"] >= 12 and counts["detached"] == 12
     assert counts["unrelated"] == 40 and counts["reference"] == 12
     assert set(held["auc"]) == {*COLUMNS_MEASURED, "flag_score", "flag"}
-    assert set(held["flagged"]) == set(detect.PAIR_KINDS)
-    assert set(held["auc"]["omission"]) == {"all", *detect.POSITIVES}
+    assert set(held["flagged"]) == set(constructed.PAIR_KINDS)
+    assert set(held["auc"]["omission"]) == {"all", *constructed.POSITIVES}
     out = capsys.readouterr().out
     assert "rule (chosen on val)" in out and "| unrelated German | 40 |" in out
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
@@ -366,7 +367,7 @@ COLUMNS_MEASURED = detect.MEASURED
 
 
 def test_the_command_says_what_is_wrong(tmp_path, capsys):
-    assert detect.main(["--data-dir", str(tmp_path), "--checkpoint", str(tmp_path)]) == 1
+    assert main(["--data-dir", str(tmp_path), "--checkpoint", str(tmp_path)]) == 1
     assert "error:" in capsys.readouterr().err
 
 
@@ -386,8 +387,8 @@ def shipped(name: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_shipped_rules_flag_every_loop_and_few_normal_translations(multi30k_dir, name):
+    from transformer.evaluation.data import read_parallel
     from transformer.interpret.signals import pair_signals
-    from transformer.training.data import read_parallel
 
     path, tr = shipped(name)
     rule = flag_rule(path)
@@ -415,8 +416,8 @@ def test_omission_finds_dropped_clauses_and_the_lowest_piece_a_swapped_noun(mult
     """Issue 55's goals 2 and 3 on 150 held-back sentences: ``omission``'s AUC on a clause dropped (from the
     reference and from the model's translation) is at least 0.85; on one noun swapped, ``min_piece_logprob``
     separates better than the mean ``seq_logprob``."""
+    from transformer.evaluation.data import read_parallel
     from transformer.interpret.signals import pair_signals
-    from transformer.training.data import read_parallel
 
     _, tr = shipped(name)
     sources, references = read_parallel(multi30k_dir, "test_2016_flickr", "en", "de")
@@ -461,7 +462,7 @@ def test_the_docs_and_the_readme_show_the_measured_tables_and_the_rule_kept_its_
         assert held["flagged"]["translation"] <= 0.05 and held["flagged"]["reference"] <= 0.05
         assert detect.markdown(held) in docs, name  # the full table, as the command prints it
     post, pre = (reports[n]["held_back"] for n in SHIPPED)
-    for kind in (*detect.POSITIVES, *detect.NEGATIVES):  # docs: each kind a row, the two models side by side
+    for kind in (*constructed.POSITIVES, *constructed.NEGATIVES):  # docs: each kind a row, the two models side by side
         assert f"| {post['flagged'][kind]:.1%} / {pre['flagged'][kind]:.1%} |" in docs, kind
     assert f"**{post['auc']['flag_score']['all']:.3f} / {pre['auc']['flag_score']['all']:.3f}**" in docs
     assert f"| {post['auc']['flag']['all']:.3f} / {pre['auc']['flag']['all']:.3f} |" in docs

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer.training import evaluate
+from transformer import evaluate
+from transformer.evaluation.scores import score
 
 
 def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture) -> None:
@@ -25,19 +26,19 @@ def test_evaluate_json(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.
 
 def test_score_is_perfect_on_identical_text() -> None:
     refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park."]
-    perfect = evaluate.score(refs, refs, "de")
+    perfect = score(refs, refs, "de")
     assert perfect["bleu"] == pytest.approx(100.0) and perfect["bleu_lc_tok"] == pytest.approx(100.0)
-    lower = evaluate.score([r.lower() for r in refs], refs, "de")
+    lower = score([r.lower() for r in refs], refs, "de")
     assert lower["bleu"] < 100.0 and lower["bleu_lc_tok"] == pytest.approx(100.0)
     assert perfect["length_ratio"] == lower["length_ratio"] == 1.0
 
 
 def test_length_ratio_counts_13a_tokens() -> None:
     refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park."]  # 5 + 6 tokens under 13a ("." split off)
-    short = evaluate.score(["Ein Mann.", "Zwei Hunde spielen im Park."], refs, "de")  # 3 + 6 tokens
+    short = score(["Ein Mann.", "Zwei Hunde spielen im Park."], refs, "de")  # 3 + 6 tokens
     assert short["length_ratio"] == pytest.approx(9 / 11, abs=1e-4)
     assert short["bleu"] < 100.0  # brevity penalty
-    long = evaluate.score(["Ein Mann fährt ein rotes Fahrrad.", "Zwei Hunde spielen im Park."], refs, "de")
+    long = score(["Ein Mann fährt ein rotes Fahrrad.", "Zwei Hunde spielen im Park."], refs, "de")
     assert long["length_ratio"] == pytest.approx(13 / 11, abs=1e-4)
 
 

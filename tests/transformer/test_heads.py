@@ -16,8 +16,9 @@ import transformer
 import transformer.interpret.heads as heads
 from transformer import Tokenizer, Transformer, TransformerConfig
 from transformer.decoding import DecodeSettings
-from transformer.interpret.heads import KINDS, analyse_heads, head_mask_off, main, reference_ids, role, run
-from transformer.training.evaluate import score, translate_all
+from transformer.evaluation.scores import score, translate_all
+from transformer.heads import main
+from transformer.interpret.heads import KINDS, analyse_heads, head_mask_off, reference_ids, role, run
 
 torch.set_num_threads(1)
 

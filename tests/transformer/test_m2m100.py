@@ -151,7 +151,7 @@ def test_the_gnmt_search_and_the_beam_tree_force_the_language_too(tmp_path, spm_
 @pytest.mark.slow  # among the slowest of the fast loop (its CPU budget: 60 s)
 def test_convert_from_hf_equals_direct_loading(tmp_path, spm_dir, capsys):
     from transformer.checkpoint import check_checkpoint_dir
-    from transformer.exchange.convert import main
+    from transformer.convert import main
 
     for name in ("nllb", "m2m100"):
         _, _, path = save_m2m100(tmp_path, spm_dir, name)

@@ -177,7 +177,7 @@ def test_old_config_files_load_with_the_papers_defaults():
 
 def test_convert_writes_one_of_our_checkpoints(tmp_path, marian_files, capsys):
     from transformer.checkpoint import check_checkpoint_dir
-    from transformer.exchange.convert import main
+    from transformer.convert import main
 
     hf, path = save_marian(tmp_path, marian_files[1], files=marian_files)
     out = tmp_path / "converted"

@@ -11,7 +11,7 @@ import huggingface_hub
 import pytest
 from huggingface_hub import ModelCard
 
-from transformer.exchange.publish import main
+from transformer.publish import main
 
 SCORES = {"bleu": 12.34, "chrf": 45.6, "signature": "nrefs:1|case:mixed"}
 

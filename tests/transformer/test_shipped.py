@@ -11,8 +11,8 @@ import torch
 
 import transformer
 from transformer.decoding import DecodeSettings
-from transformer.training.data import read_parallel
-from transformer.training.evaluate import score, translate_all
+from transformer.evaluation.data import read_parallel
+from transformer.evaluation.scores import score, translate_all
 
 
 def _scored(folder: Path) -> bool:

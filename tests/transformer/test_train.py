@@ -16,7 +16,8 @@ from conftest import tiny_model
 from safetensors.torch import load_file
 
 import transformer
-from transformer.training import train
+from transformer import train
+from transformer.training.step import lr_at, training_loss
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,7 +200,7 @@ def test_training_loss_equals_cross_entropy_over_the_padded_batch() -> None:
 
     model, (src, tgt) = _tiny_model(0.0), _batch()
     assert (tgt[:, 1:] == 0).any()
-    loss, ce = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
+    loss, ce = training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
     loss.backward()
     fast = {n: q.grad.clone() for n, q in model.named_parameters()}
     model.zero_grad()
@@ -229,7 +230,7 @@ def test_r_drop_loss_against_a_hand_written_loop() -> None:
     """R-Drop: the KL part, recomputed token by token from the same two passes (same dropout masks by seed)."""
     model, (src, tgt) = _tiny_model(0.3), _batch()
     torch.manual_seed(5)
-    loss, ce = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=2.0)
+    loss, ce = training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=2.0)
     torch.manual_seed(5)
     logits = model(torch.cat([src, src]), torch.cat([tgt[:, :-1], tgt[:, :-1]])).logits.detach()  # (2B, T, V)
     b = src.size(0)
@@ -260,7 +261,7 @@ def test_r_drop_gradients_match_torchs_own_losses() -> None:
     model, (src, tgt) = _tiny_model(0.3), _batch()
     assert (tgt[:, 1:] == 0).any()  # the batch is padded
     torch.manual_seed(7)
-    loss, _ = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=1.5)
+    loss, _ = training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=1.5)
     loss.backward()
     fast = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
@@ -281,8 +282,8 @@ def test_r_drop_gradients_match_torchs_own_losses() -> None:
 def test_r_drop_without_dropout_is_plain_cross_entropy() -> None:
     """Without dropout both passes agree: no KL, and the loss is the single pass's cross-entropy."""
     model, (src, tgt) = _tiny_model(0.0), _batch()
-    plain, _ = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
-    doubled, ce = train.training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=5.0)
+    plain, _ = training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
+    doubled, ce = training_loss(model, src, tgt, pad_id=0, label_smoothing=0.1, r_drop=5.0)
     assert doubled.item() == pytest.approx(plain.item(), abs=1e-5) and ce.item() == pytest.approx(plain.item(),
                                                                                                   abs=1e-5)
 
@@ -310,5 +311,5 @@ def test_cooldown_anneals_a_finished_run_continued_to_more_steps(tiny_corpus: Pa
     assert history[-1]["step"] == 24 and history[-1]["lr"] == pytest.approx(paper(24) / 8)  # last of 8 cool-down steps
     state = torch.load(run / "state.pt", map_location="cpu", weights_only=True)
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(paper(24) / 8)
-    assert [train.lr_at(s, 32, 10, 1.0, 24, 8) / paper(s) for s in (16, 17, 20, 24)] == pytest.approx(
+    assert [lr_at(s, 32, 10, 1.0, 24, 8) / paper(s) for s in (16, 17, 20, 24)] == pytest.approx(
         [1.0, 1.0, 5 / 8, 1 / 8])

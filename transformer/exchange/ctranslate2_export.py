@@ -1,4 +1,5 @@
-"""Export a checkpoint to a CTranslate2 model, for fast CPU/GPU serving.
+"""Export a checkpoint to a CTranslate2 model, for fast CPU/GPU serving (the command,
+``python -m transformer.ctranslate2_export``, is ``transformer/ctranslate2_export.py``).
 
     python -m transformer.ctranslate2_export --checkpoint checkpoints/multi30k-en-de --out ct2-en-de
 
@@ -31,9 +32,7 @@ Only ``ctranslate2`` (``pip install ctranslate2``) is needed; it is imported laz
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -227,26 +226,3 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
         if (checkpoint / name).is_file():
             shutil.copyfile(checkpoint / name, out / name)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer.ctranslate2_export",
-                                     description="Convert a checkpoint to a CTranslate2 model directory.")
-    parser.add_argument("--checkpoint", required=True,
-                        help="checkpoint directory (ours, or a Marian / NLLB-200 / M2M100 save_pretrained one)")
-    parser.add_argument("--out", required=True, help="output directory for the CTranslate2 model")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                        help="weight quantization (default: keep float32)")
-    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    args = parser.parse_args(argv)
-    try:
-        out = export_ctranslate2(args.checkpoint, args.out, args.quantization, args.force)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"CTranslate2 model written to {out}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

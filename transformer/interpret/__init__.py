@@ -7,11 +7,15 @@
                 each source piece, which decoder heads and streams carry a one-word edit to the output
     alti.py     ALTI+ contributions (Ferrando et al. 2022): each output piece's shares of every source and
                 decoder-input piece, per layer and rolled out
-    heads.py    ``python -m transformer.heads``: head importance, statistics, pruning curve, roles and the ALTI+
-                section over a whole test set (``heads.json``)
+    heads.py    what ``python -m transformer.heads`` runs: head importance, statistics, pruning curve, roles and
+                the ALTI+ section over a whole test set (``heads.json``)
     signals.py  per-sentence hallucination signals (``pair_signals``: sequence log-probability, ALTI+ source share,
                 attention on ``</s>``; ``repetition``), and ``flag``: the rule stored beside a checkpoint
-    detect.py   ``python -m transformer.detect``: that rule chosen on val, measured on a constructed test set
+    detect.py   what ``python -m transformer.detect`` runs: that rule chosen on val, measured on a constructed
+                test set
+
+The commands themselves (their flags, output and exit codes) are the modules of the same names at the top of
+``transformer/``.
 
 The names below are the public entry point (``from transformer.interpret import head_computation``).
 """

@@ -1,29 +1,13 @@
-"""``python -m transformer.corpus``: one table row of signals per sentence of a whole test set, on one process or
-many (``torchrun``, one or several machines), resumable.
-
-    python -m transformer.corpus --checkpoint checkpoints/multi30k-en-de --data-dir data/multi30k \\
-        --split test_2016_flickr --out test.parquet
-    torchrun --nproc-per-node 4 -m transformer.corpus ... (same flags)
-    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m transformer.corpus ...
-
-The columns are ``transformer.interpret.table.COLUMNS``. Beside ``--out X.parquet`` (or ``X.jsonl``) goes
-``X.manifest.json`` (the run's fingerprint; model and the sha256 of its files, settings, input and the sha256 of its
-files, package versions, columns, rows, the table's own sha256), written after the table. While it runs, each
-process appends the rows of each batch it finishes to its own part file, ``X.parquet.parts/rank<R>.jsonl``, whose
-first line is the run's fingerprint; started again with the same ``--out`` a run keeps every batch its own parts
-hold and computes the rest; parts of another run stop it (``--overwrite`` deletes them): see
-``transformer.interpret.corpus_files``. Under ``torchrun`` the batches are shared out by rank (each rank on
-``cuda:LOCAL_RANK`` when there is a GPU, else on the CPU, gloo); after a barrier rank 0 gathers every rank's rows
-(through the process group: the machines need no shared disk), merges them by line and writes the table, which
-equals the one-process table row for row.
+"""One table row of signals per sentence of a whole test set, on one process or many (``torchrun``, one or several
+machines), resumable: the input and the run's description (:func:`read_input`, :func:`describe_run`), the
+processes, each rank's batches computed into its part file and rank 0's merge (:func:`run`). The command,
+``python -m transformer.corpus``, is ``transformer/corpus.py``; its help says what goes where.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
-import math
 import os
 import platform
 import sys
@@ -39,7 +23,6 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..checkpoint.files import CheckpointError, resolve_device
-from ..cli import DEFAULT_DATA_DIR, add_checkpoint, add_decoding, add_threads, error, use_threads
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
 from .corpus_files import (
@@ -59,12 +42,18 @@ from .corpus_files import (
 )
 from .corpus_files import manifest_path as manifest_path  # re-exported: where the manifest of a table goes
 from .flagging import flag_rule
-from .table import COLUMNS, DEFAULT_BATCH_SIZE, batch_rows, batches, source_lengths, without_inputs, write_table
+from .table import COLUMNS, batch_rows, batches, source_lengths, without_inputs, write_table
 
 SUFFIXES = (".parquet", ".jsonl")
 MAX_LINE_CHARS = 1_000_000  # a longer line is not a sentence: refused before the model sees it
 PROCESS_GROUP_TIMEOUT = timedelta(hours=12)  # ranks wait for the slowest at the merge
 VERSIONED = ("torch", "sacrebleu", "pyarrow", "sentencepiece", "numpy")
+
+
+
+
+def silent(message: str) -> None:
+    """What a run says when nobody listens (``tell``'s default)."""
 
 
 # ------------------------------------------------------------------------------------------------ input
@@ -99,7 +88,7 @@ def read_text_lines(path: str | Path, what: str) -> tuple[list[str], dict[str, A
     return lines, bytes_digest(path.name, data)
 
 
-def read_input(args: argparse.Namespace, translator_pair: tuple[str, str]) -> tuple[list[str], list[str] | None,
+def read_input(args: Any, translator_pair: tuple[str, str]) -> tuple[list[str], list[str] | None,
                                                                                         dict[str, Any]]:
     """Sources, references (or None) and the manifest's ``input`` from ``--source``/``--reference`` or
     ``--data-dir``/``--split``; ``--limit`` applied. ``translator_pair``: the file languages when none are given.
@@ -156,7 +145,7 @@ def content_hash(sources: Sequence[str], references: Sequence[str] | None) -> st
     return digest.hexdigest()[:16]
 
 
-def describe_run(args: argparse.Namespace, translator: Translator, settings: DecodeSettings,
+def describe_run(args: Any, translator: Translator, settings: DecodeSettings,
                  info: dict[str, Any], sources: Sequence[str], references: Sequence[str] | None) -> dict[str, Any]:
     """The manifest's ``model``, ``settings`` and ``input``, with the run's ``fingerprint`` (what decides its rows:
     :func:`transformer.interpret.corpus_files.fingerprint`)."""
@@ -215,69 +204,10 @@ def barrier(world: int) -> None:
         dist.barrier()
 
 
-# ------------------------------------------------------------------------------------------------ the command
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m transformer.corpus", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_checkpoint(p)
-    p.add_argument("--source", help="source file, one sentence a line")
-    p.add_argument("--reference", help="reference file, one translation a line (optional, with --source)")
-    p.add_argument("--data-dir", help="directory with {split}.{lang} files (default, without --source: "
-                                      f"{DEFAULT_DATA_DIR})")
-    p.add_argument("--split", default="test_2016_flickr", help="with --data-dir (default: test_2016_flickr)")
-    p.add_argument("--src", help="with --data-dir: the source files' language suffix (default: the checkpoint's "
-                                 "language pair, else en)")
-    p.add_argument("--tgt", help="with --data-dir: the reference files' suffix (default: the pair's, else de)")
-    add_decoding(p, languages=True)
-    p.add_argument("--limit", type=int, help="only the first N lines")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch (default 64)")
-    p.add_argument("--out", required=True, help="the table: FILE.parquet or FILE.jsonl")
-    p.add_argument("--no-inputs", action="store_true",
-                   help="leave source and reference null in the written table (for a table committed without the "
-                        "corpus' lines; they join back by id)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing table of another run")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="the weights' dtype (bfloat16: half the memory; attention weights still float32)")
-    p.add_argument("--device", default="auto", help="auto (cuda:LOCAL_RANK when there is a GPU), cpu or cuda")
-    add_threads(p)
-    p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
-    if args.source and args.data_dir:
-        p.error("give either --source FILE (with an optional --reference FILE) or --data-dir DIR --split NAME")
-    if not args.source:
-        args.data_dir = args.data_dir or DEFAULT_DATA_DIR
-    if args.reference and not args.source:
-        p.error("--reference goes with --source")
-    for name in ("limit", "beam", "batch_size"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "limit" else 1):
-            p.error(f"--{name.replace('_', '-')} must be at least {0 if name == 'limit' else 1}, not {value}")
-    if Path(args.out).suffix not in SUFFIXES:
-        p.error(f"--out must end in {' or '.join(SUFFIXES)}, not {args.out!r}")
-    return args
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """What argparse lets through but no run can use: a ``CorpusError`` (one line, exit status 1)."""
-    if args.alpha is not None and not math.isfinite(args.alpha):
-        raise CorpusError(f"--alpha must be a finite number, not {args.alpha}")
-    if args.limit == 0:
-        raise CorpusError("--limit 0 leaves no line to translate; give at least 1")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    use_threads(args)
-    try:
-        check_args(args)
-        return run(args)
-    except (CorpusError, CheckpointError) as err:
-        return error(err)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+def stop_processes() -> None:
+    """Leave the process group :func:`start_processes` joined, if any."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 T = TypeVar("T")
@@ -307,7 +237,7 @@ def together(world: int, step: Callable[[], T]) -> T:
     return value
 
 
-def prepare(args: argparse.Namespace, device: torch.device) -> tuple[Translator, list[str], list[str] | None,
+def prepare(args: Any, device: torch.device) -> tuple[Translator, list[str], list[str] | None,
                                                                       DecodeSettings, dict[str, Any]]:
     """The translator, the input, the settings and the run's description (:func:`describe_run`)."""
     translator = load(args.checkpoint, device=device, dtype=args.dtype)
@@ -327,17 +257,17 @@ def prepare(args: argparse.Namespace, device: torch.device) -> tuple[Translator,
 
 def compute(translator: Translator, groups: Sequence[Sequence[int]], done: dict[int, dict[str, Any]],
             sources: Sequence[str], references: Sequence[str] | None, settings: DecodeSettings,
-            part: Path, described: dict[str, Any], progress: bool) -> tuple[list[dict[str, Any]], float, int]:
+            part: Path, described: dict[str, Any], progress: bool, tell: Callable[[str], None] = silent,
+            ) -> tuple[list[dict[str, Any]], float, int]:
     """This rank's rows (its batches ``groups``, in order): those in ``done``, and every batch not wholly there
     computed and appended to ``part`` as it finishes (a new part starts with its header line: the fingerprint and
-    the run). Also the seconds it took and how many it computed."""
+    the run). Also the seconds it took and how many it computed. ``tell``: how many were already written."""
     todo = [g for g in groups if not all(i in done for i in g)]
     total = sum(len(g) for g in groups)
     kept = total - sum(len(g) for g in todo)
     rank = part.stem.removeprefix("rank")
     if kept:
-        print(f"rank {rank}: {kept} of {total} sentences already written, {total - kept} to compute",
-              file=sys.stderr)
+        tell(f"rank {rank}: {kept} of {total} sentences already written, {total - kept} to compute")
     rule = flag_rule(translator.path)
     start = time.perf_counter()
     new = not part.exists() or part.stat().st_size == 0
@@ -385,7 +315,11 @@ def tidy(out: Path) -> None:
         parts_dir(out).rmdir()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Any, tell: Callable[[str], None] = silent) -> None:
+    """The table ``args`` (``python -m transformer.corpus``'s parsed flags, one attribute each) ask for, on this
+    process's rank: its batches into its part file, then rank 0's merge and manifest. ``tell``: what an operator
+    reads on the way (rank 0's word when there is nothing to do, a resumed rank's count, the table written).
+    ``CorpusError`` or ``CheckpointError`` (every rank alike) when it cannot go on."""
     rank, world, device = start_processes(args.device)
     out = Path(args.out)
     together(world, lambda: check_out(out))  # before the model is loaded
@@ -405,12 +339,12 @@ def run(args: argparse.Namespace) -> int:
     stale = [p.path for p in parts if p.kind != "foreign"]  # this run's and empty parts: rows in the table
     if said:
         if rank == 0:
-            print(said, file=sys.stderr)
+            tell(said)
         barrier(world)
         remove(stale)
         barrier(world)
         tidy(out)
-        return 0
+        return
     if args.overwrite:
         together(world, lambda: remove([p.path for p in parts if p.kind == "foreign"]))
     mine = part_path(out, rank)
@@ -418,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     done = {i: row for p in parts if p.kind == "ours" for i, row in p.rows.items()}
     groups = shard(batches(source_lengths(translator, sources, settings.src_lang), args.batch_size), rank, world)
     result = compute(translator, groups, done, sources, references, settings, mine, described,
-                     progress=not args.no_progress and rank == 0)
+                     progress=not args.no_progress and rank == 0, tell=tell)
     gathered: list[Any] = [result]
     if world > 1:
         gathered = [None] * world
@@ -426,10 +360,9 @@ def run(args: argparse.Namespace) -> int:
     record = together(world, lambda: merge(out, gathered, len(sources), described, args.no_inputs) if rank == 0
                       else None)
     if rank == 0:
-        print(f"{out}: {len(sources)} rows ({record['flagged']} flagged), {world} process(es), "
-              f"{record['seconds']:.1f} s", file=sys.stderr)
+        tell(f"{out}: {len(sources)} rows ({record['flagged']} flagged), {world} process(es), "
+             f"{record['seconds']:.1f} s")
     barrier(world)
     remove([mine, *stale])  # every part this run read or wrote: its rows are in the table
     barrier(world)
     tidy(out)
-    return 0

@@ -1,53 +1,24 @@
-"""``python -m transformer.detect``: a checkpoint's hallucination ``flag`` chosen on val, measured on a held-back
-constructed set of every kind of error.
-
-The constructed set of each split (:mod:`transformer.interpret.constructed`, built independently of the signals):
-the model's own translations and the references (negatives); detached references, unrelated German, one noun
-swapped and one clause dropped (in the model's translation and in the reference), loops (a word n-gram 3 times back
-to back, or cut at the length limit) and fluent output on nonsense input (positives). Each pair gets
-:func:`~transformer.interpret.signals.pair_signals`, ``repetition`` and ``hit_max_len``.
-
-The negatives come in each way people type a source (``VARIANTS``: as in the split, without the final punctuation,
-starting in lower case, with extra spaces). On the calibration split (val) the rule is chosen: ``repetition >= r``
-(r one of ``REPEATS``, or none), the output cut at the length limit (or not), and a score over some of the signals
-(:class:`~transformer.interpret.flagging.FlagScore`: how far out the most unusual of them is against all the
-negatives) past a threshold, the combination that finds the most of the positive kinds (their mean recall, each
-kind weighing the same) while flagging at most ``--budget`` of the model's own translations and at most
-``--budget`` of the references, in each variant. The budget itself is chosen on val alone (:func:`choose_budget`):
-the largest of ``BUDGETS`` whose rule, chosen on one half of val, flags at most ``GOAL`` (5%) of each of them on
-the other half: a rule chosen to touch its budget flags more of sentences it never saw.
-
-On the held-back split (test_2016_flickr: other sentences) the command reports each signal's ROC AUC per kind, the
-score's (``flag_score``) and the flag's, the flag's recall per kind and its false-positive rate on translations and
-references, and writes the rule with both reports to ``<checkpoint>/flag.json`` (``--write``), where
-:func:`~transformer.interpret.flagging.flag_rule` reads it.
+"""A checkpoint's hallucination ``flag`` chosen on val and measured on a held-back constructed set of every kind of
+error: each signal's ROC AUC (:func:`roc_auc`, :func:`evaluate`), the rule chosen within a budget
+(:func:`choose_rule`, :func:`calibrated_rule`), the budget chosen on val by halves (:func:`choose_budget`) and its
+report as a table (:func:`markdown`). The command,
+``python -m transformer.detect``, is ``transformer/detect.py``; its help says how the rule is chosen.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import math
 import re
-import sys
-import time
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from ..checkpoint.files import CheckpointError
-from ..cli import add_decoding_arguments, non_negative
 from ..decoding.settings import DecodeSettings
-from ..training.data import DataError, read_parallel
-from ..translator import load
 from .columns import COLUMNS, SIGNAL_COLUMNS
-from .constructed import (  # noqa: F401  (the set's names, as the command's)
-    GERMAN,
+from .constructed import (
     NEGATIVES,
     NONSENSE_PER_KIND,
     PAIR_KIND_NAMES,
@@ -55,15 +26,8 @@ from .constructed import (  # noqa: F401  (the set's names, as the command's)
     POSITIVES,
     VARIANT_NAMES,
     VARIANTS,
-    constructed_set,
-    derangement,
-    drop_clause,
-    fluent,
-    loops,
-    nonsense_inputs,
-    swap_noun,
 )
-from .flagging import Condition, FlagRule, FlagScore, Knots, flag, flag_score, knots_of, write_flag_rule
+from .flagging import Condition, FlagRule, FlagScore, Knots, flag, flag_score, knots_of
 
 # higher = more likely a hallucination: each column's suspicious end (COLUMNS), fixed before looking at any data
 DIRECTION = {name: -1.0 if COLUMNS[name].direction == "low" else 1.0 for name in SIGNAL_COLUMNS}
@@ -284,93 +248,25 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-OUTPUT_ONLY = {"--rows": 1, "--no-progress": 0, "--json": 0}  # options that change no number, and their values
-
-
-def recorded_command(argv: Sequence[str]) -> str:
-    """The command that repeats a run, as ``flag.json`` records it: ``argv`` without the options that only say where
-    output goes (``OUTPUT_ONLY``: a ``--rows`` file is a path on one machine, often a temporary one)."""
-    kept, skip = [], 0
-    for arg in argv:
-        name = arg.split("=", 1)[0]
-        if skip:
-            skip -= 1
-        elif name in OUTPUT_ONLY:
-            skip = OUTPUT_ONLY[name] if "=" not in arg else 0
-        else:
-            kept.append(arg)
-    return " ".join(["python -m transformer.detect", *kept])
-
-
-def budget_arg(text: str) -> float:
-    """``--budget``: a share between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"a share between 0 and 1 (0.04 is 4%), not {text[:24]!r}")
-    return value
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m transformer.detect", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_decoding_arguments(p)
-    p.add_argument("--calibration-split", default="val", help="the split the rule is chosen on (default: val)")
-    p.add_argument("--budget", type=budget_arg, default=None,
-                   help="the most of the calibration split's normal translations (and references) the rule may flag, "
-                        "in each variant (default: chosen on the calibration split by halves, the largest of "
-                        f"{', '.join(f'{b:.1%}' for b in BUDGETS)} that keeps {GOAL:.0%} on the other half)")
-    p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences of each split (0: all)")
-    p.add_argument("--nonsense", type=non_negative, default=NONSENSE_PER_KIND,
-                   help="nonsense inputs of each kind (codes, numbers, syllables) per split")
-    p.add_argument("--seed", type=int, default=0, help="the calibration set's seed (the held-back set's: seed + 1)")
-    p.add_argument("--write", action="store_true", help="write the rule and both reports to <checkpoint>/flag.json")
-    p.add_argument("--rows", help="write every row of both sets (JSON lines) to this file")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        splits = {}
-        for split in (args.calibration_split, args.split):
-            sources, refs = read_parallel(args.data_dir, split, args.src, args.tgt)
-            splits[split] = (sources[: args.limit], refs[: args.limit]) if args.limit else (sources, refs)
-        tr = load(args.checkpoint, device=args.device)
-    except (DataError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    if args.write and not Path(args.checkpoint).is_dir():
-        print(f"error: --write needs a checkpoint directory, not {args.checkpoint}", file=sys.stderr)
-        return 1
-    settings = tr.settings(DecodeSettings(beam_size=args.beam, alpha=args.alpha))
-    start = time.perf_counter()
-    sets = {}
-    for part, split in enumerate((args.calibration_split, args.split)):
-        sources, refs = splits[split]
-        sets[split] = constructed_set(tr, sources, refs, GERMAN[part::2], args.seed + part, settings,
-                                      args.batch_size, args.nonsense, progress=not args.no_progress)
-    return finish(args, settings, splits, sets, time.perf_counter() - start, argv)
-
-
-def finish(args: argparse.Namespace, settings: DecodeSettings, splits: dict[str, tuple[list[str], list[str]]],
-           sets: dict[str, list[dict[str, Any]]], seconds: float, argv: Sequence[str] | None = None) -> int:
-    """The command's second half, from both constructed sets (``sets``, by split; ``splits``: their sentences):
-    the rule chosen on the calibration split, both reports printed, the rows and ``flag.json`` written as asked."""
-    budget, tried = (args.budget, []) if args.budget else choose_budget(sets[args.calibration_split])
-    rule, chosen = choose_rule(sets[args.calibration_split], budget)
-    command = recorded_command(sys.argv[1:] if argv is None else argv)
-    calibration = {"split": args.calibration_split, "budget": budget, "goal": GOAL, "budget_by_halves": tried,
+def calibrated_rule(sets: dict[str, list[dict[str, Any]]], splits: dict[str, tuple[list[str], list[str]]],
+                    calibration_split: str, held_back_split: str, settings: DecodeSettings, *,
+                    budget: float | None = None, seed: int = 0, nonsense: int = NONSENSE_PER_KIND,
+                    seconds: float = 0.0, command: str = "") -> FlagRule:
+    """The rule chosen on the calibration split's constructed set (``sets``, by split; ``splits``: their sentences)
+    within ``budget`` (None: :func:`choose_budget`'s, on the calibration split by halves), with what ``flag.json``
+    records beside it in ``calibration``: both reports (``report`` on the calibration split, ``held_back`` on the
+    other), the decoding, the seed and ``command``, the line that repeats the run."""
+    tried: list[dict[str, Any]] = []
+    if budget is None:
+        budget, tried = choose_budget(sets[calibration_split])
+    rule, chosen = choose_rule(sets[calibration_split], budget)
+    calibration = {"split": calibration_split, "budget": budget, "goal": GOAL, "budget_by_halves": tried,
                    "variants": list(VARIANTS),
-                   **chosen, "report": evaluate(sets[args.calibration_split], rule)}
-    held_back = {"split": args.split, **evaluate(sets[args.split], rule)}
-    rule = FlagRule(rule.conditions, rule.score, calibration={
+                   **chosen, "report": evaluate(sets[calibration_split], rule)}
+    held_back = {"split": held_back_split, **evaluate(sets[held_back_split], rule)}
+    return FlagRule(rule.conditions, rule.score, calibration={
         **calibration, "held_back": held_back, "beam": settings.beam_size, "alpha": settings.alpha,
-        "seed": args.seed, "nonsense_per_kind": args.nonsense,
+        "seed": seed, "nonsense_per_kind": nonsense,
         "sentences": {k: len(v[0]) for k, v in splits.items()}, "command": command,
         "seconds": round(seconds, 1), "directions": DIRECTION,
         "note": "flagged when any condition holds: a loop condition, or a signal whose score (how far out it is "
@@ -378,22 +274,9 @@ def finish(args: argparse.Namespace, settings: DecodeSettings, splits: dict[str,
                 "sources as in the split and as people type them, the variants) "
                 "reaches the threshold; AUCs and the share flagged of each kind of "
                 "held_back on the constructed test set (transformer.detect, transformer.interpret.constructed)"})
-    print(f"rule (chosen on {args.calibration_split}): {rule.describe()}")
-    for name, report in ((args.calibration_split, calibration["report"]), (args.split, held_back)):
-        print(f"\n{name}: loops flagged {report['loops_flagged']}")
-        print(markdown(report))
-    if args.rows:
-        with open(args.rows, "w", encoding="utf-8") as f:
-            for split, rows in sets.items():
-                for r in rows:
-                    f.write(json.dumps({"split": split, **r, "flag": flag(r, rule), "flag_score": flag_score(r, rule)},
-                                       ensure_ascii=False) + "\n")
-    if args.write:
-        print(f"\nwrote {write_flag_rule(args.checkpoint, rule)}")
-    if args.json:
-        print(json.dumps(rule.to_json(), ensure_ascii=False))
-    return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def flagged_rows(sets: dict[str, list[dict[str, Any]]], rule: FlagRule) -> list[dict[str, Any]]:
+    """Every row of the constructed sets with its split, and the rule's ``flag`` and ``flag_score`` of it."""
+    return [{"split": split, **r, "flag": flag(r, rule), "flag_score": flag_score(r, rule)}
+            for split, rows in sets.items() for r in rows]

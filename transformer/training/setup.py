@@ -1,24 +1,24 @@
 """What a training run starts from: its processes (one, or several under ``torchrun``), its corpus (the run's
 sentencepiece model, trained once, and the encoded splits) and its model with the optimiser and the loss scaler,
-each from the command line's arguments (:mod:`transformer.training.train`)."""
+each from the command's parsed flags (``python -m transformer.train``, ``transformer/train.py``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..checkpoint.files import resolve_device
 from ..checkpoint.tokenizer import Tokenizer
+from ..evaluation.data import read_parallel
 from ..network.model import Transformer, TransformerConfig
 from ..network.weights import scale_residual_branches
-from .data import read_parallel, token_batches
-from .step import keep_freed_memory, lr_at
+from .step import keep_freed_memory, lr_at, token_batches
 
 
 class TrainingError(Exception):
@@ -47,7 +47,7 @@ class Processes:
             dist.barrier()
 
 
-def start_processes(args: argparse.Namespace) -> Processes:
+def start_processes(args: Any) -> Processes:
     """Threads, device and, under ``torchrun`` (``WORLD_SIZE`` > 1), the process group (gloo on CPU, nccl on CUDA)."""
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -78,7 +78,7 @@ class Corpus:
     val_batches: list[list[int]]
 
 
-def prepare_corpus(args: argparse.Namespace, procs: Processes, run_dir: Path) -> Corpus:
+def prepare_corpus(args: Any, procs: Processes, run_dir: Path) -> Corpus:
     """Read the splits, train the run's sentencepiece model once (the main process) and encode everything."""
     data_dir = Path(args.data_dir)
     train_src, train_tgt = read_parallel(data_dir, args.train_split, args.src, args.tgt)
@@ -107,7 +107,7 @@ def prepare_corpus(args: argparse.Namespace, procs: Processes, run_dir: Path) ->
                   val_tgt, val_pairs, val_batches)
 
 
-def build_model(args: argparse.Namespace, tokenizer: Tokenizer, device: torch.device
+def build_model(args: Any, tokenizer: Tokenizer, device: torch.device
                 ) -> tuple[Transformer, torch.optim.Optimizer, torch.amp.GradScaler]:
     """The model of the arguments (seeded), its Adam optimiser (the paper's betas and epsilon) and the loss scaler
     (fp16 on CUDA only)."""

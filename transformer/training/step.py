@@ -1,11 +1,13 @@
 """The pieces of one training step and one validation, used by ``python -m transformer.train``: the paper's
-learning-rate schedule (with an optional cool-down), the training loss (label smoothing, R-Drop), padded batches,
-validation loss and greedy BLEU, and an atomic ``torch.save`` for resumable state."""
+learning-rate schedule (with an optional cool-down), the training loss (label smoothing, R-Drop), token-count
+batching and padded batches, validation loss and greedy BLEU, and an atomic ``torch.save`` for resumable state."""
 
 from __future__ import annotations
 
 import math
 import os
+import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -13,10 +15,10 @@ import torch.nn.functional as F
 
 from ..checkpoint.tokenizer import Tokenizer
 from ..decoding.settings import DEFAULTS
+from ..evaluation.scores import translate_all
 from ..network.masks import pad_sequences
 from ..network.model import Transformer
 from ..translator import Translator
-from .evaluate import translate_all
 
 
 def lr_at(step: int, d_model: int, warmup: int, scale: float, total_steps: int = 0, cooldown: int = 0) -> float:
@@ -123,6 +125,32 @@ def training_loss(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, 
     ce = (((1 - label_smoothing) * nll + label_smoothing * smooth) * real).sum() / n  # as F.cross_entropy smooths
     kl = 0.5 * ((logp.exp() - logq.exp()) * (logp - logq)).sum(-1)  # (B, T): (KL(p||q) + KL(q||p)) / 2
     return ce + r_drop * (kl * real).sum() / n, ce
+
+
+def token_batches(lengths: Sequence[tuple[int, int]], max_tokens: int, seed: int, shuffle: bool = True,
+                  ) -> list[list[int]]:
+    """Group example indices into batches of at most ``max_tokens`` (padded) tokens on either side.
+
+    Examples are sorted by length (with random tie-breaking) so a batch holds similar lengths,
+    then the batches are shuffled; the same ``seed`` gives the same batches.
+    """
+    rng = random.Random(seed)
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][1], lengths[i][0], rng.random() if shuffle else i))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    longest = 0
+    for i in order:
+        longest_if_added = max(longest, *lengths[i])
+        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            batches.append(batch)
+            batch, longest_if_added = [], max(lengths[i])
+        batch.append(i)
+        longest = longest_if_added
+    if batch:
+        batches.append(batch)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
 
 
 def make_batch(ids: list[list[int]], rows: list[int], pad_id: int) -> torch.Tensor:

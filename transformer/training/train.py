@@ -1,4 +1,5 @@
-"""Train a Transformer on a parallel corpus: ``python -m transformer.train --help``.
+"""The training loop of ``python -m transformer.train`` (the command, its flags and its exit codes:
+``transformer/train.py``).
 
 Flat and readable, in the spirit of nanoGPT's train.py. The run directory holds the config,
 the command line, the log, the metrics and resumable state; run the same command again after
@@ -8,16 +9,14 @@ several processes with ``torchrun`` (DistributedDataParallel; gloo on CPU, nccl 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import shlex
 import shutil
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,85 +25,10 @@ from tqdm import tqdm
 
 from ..checkpoint.save import save_checkpoint
 from ..checkpoint.tokenizer import Tokenizer
-from ..cli import DATA_DIR_HELP, DEFAULT_DATA_DIR
 from ..network.model import Transformer
 from .average import average_states, last_step_files, load_averaged, save_step_file, unique_state
-from .data import DataError, token_batches
 from .setup import Corpus, TrainingError, build_model, prepare_corpus, start_processes
-from .step import atomic_torch_save, lr_at, make_batch, training_loss, validate
-
-__all__ = ["TrainingError", "lr_at", "main", "parse_args", "train", "training_loss"]
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("data")
-    g.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help=DATA_DIR_HELP)
-    g.add_argument("--src", default="en")
-    g.add_argument("--tgt", default="de")
-    g.add_argument("--train-split", default="train")
-    g.add_argument("--valid-split", default="val")
-    g.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
-    g.add_argument("--max-tokens-per-sentence", type=int, default=100, help="longer training pairs are skipped")
-    g = p.add_argument_group("model")
-    g.add_argument("--d-model", type=int, default=256)
-    g.add_argument("--n-heads", type=int, default=4)
-    g.add_argument("--n-encoder-layers", type=int, default=3)
-    g.add_argument("--n-decoder-layers", type=int, default=3)
-    g.add_argument("--d-ff", type=int, default=512)
-    g.add_argument("--dropout", type=float, default=0.3)
-    g.add_argument("--attention-dropout", type=float, default=None)
-    g.add_argument("--max-len", type=int, default=256)
-    g.add_argument("--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm")
-    g.add_argument("--no-share-embeddings", action="store_true")
-    g.add_argument("--branch-init-scale", type=float, default=1.0,
-                   help="multiply the initial value/output projections and feed-forward weights by this (0.5 keeps "
-                        "a small post-norm model's encoder from collapsing early; see scale_residual_branches)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch (per process)")
-    g.add_argument("--epochs", type=int, default=30)
-    g.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the paper's schedule")
-    g.add_argument("--warmup", type=int, default=1000, help="warm-up steps of the paper's schedule")
-    g.add_argument("--cooldown", type=int, default=0,
-                   help="over the last N steps of the run (--max-steps or --epochs), scale the schedule's learning "
-                        "rate down linearly towards 0 (a warm-up-stable-decay cool-down, Hägele et al. 2024); 0: off. "
-                        "Resuming a finished run with a larger --max-steps and --cooldown anneals it")
-    g.add_argument("--label-smoothing", type=float, default=0.1)
-    g.add_argument("--r-drop", type=float, default=0.0,
-                   help="R-Drop (Liang et al. 2021): each batch goes through the model twice and this weight times "
-                        "the symmetric KL between the two predictions (per target token) joins the loss; 0: off. "
-                        "fairseq's --reg-alpha a is about a/2 here")
-    g.add_argument("--weight-decay", type=float, default=0.0)
-    g.add_argument("--clip-norm", type=float, default=1.0, help="0 disables gradient clipping")
-    g.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none",
-                   help="bf16 autocast (CPU or CUDA) or fp16 with loss scaling (CUDA)")
-    g.add_argument("--seed", type=int, default=1)
-    g = p.add_argument_group("evaluation and checkpoints")
-    g.add_argument("--eval-every", type=int, default=0, help="steps between validations (0: once an epoch)")
-    g.add_argument("--bleu-sentences", type=int, default=0, help="validation sentences decoded for BLEU (0: all)")
-    g.add_argument("--patience", type=int, default=0, help="stop after this many validations without a "
-                   "better BLEU (0: never)")
-    g.add_argument("--average", type=int, default=5, help="average the weights of the last N validations")
-    g.add_argument("--snapshots", default="0.01,0.1,0.3", help="fractions of the steps at which to keep "
-                   "small fp16 snapshots for the app (empty: none)")
-    g.add_argument("--save-every", type=int, default=200, help="steps between resumable checkpoints")
-    g.add_argument("--run-dir", default="runs/multi30k-en-de")
-    g.add_argument("--out", default=None, help="export the final model here as a checkpoint directory")
-    g = p.add_argument_group("machine")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
-    g.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
-    g.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in total (0: epochs decide)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return train(args, argv)
-    except (TrainingError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+from .step import atomic_torch_save, lr_at, make_batch, token_batches, training_loss, validate
 
 
 @dataclass
@@ -148,7 +72,7 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, sca
                     state["evals_since_best"])
 
 
-def optimizer_step(args: argparse.Namespace, model: Transformer, ddp_model: torch.nn.Module,
+def optimizer_step(args: Any, model: Transformer, ddp_model: torch.nn.Module,
                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, src: torch.Tensor,
                    tgt: torch.Tensor, lr: float, state_path: Path, step: int) -> torch.Tensor:
     """One training step at learning rate ``lr``: the loss (under ``--amp``), its gradients (clipped with
@@ -173,7 +97,7 @@ def optimizer_step(args: argparse.Namespace, model: Transformer, ddp_model: torc
     return ce
 
 
-def validate_and_keep(args: argparse.Namespace, run_dir: Path, model: Transformer, corpus: Corpus,
+def validate_and_keep(args: Any, run_dir: Path, model: Transformer, corpus: Corpus,
                       progress: Progress, device: torch.device, metrics_of_step: dict) -> bool:
     """Validate (the main process), record it in ``progress`` and ``metrics.json``, and keep the weights for
     averaging (the last ``--average`` of them); returns whether validation BLEU improved."""
@@ -192,7 +116,11 @@ def validate_and_keep(args: argparse.Namespace, run_dir: Path, model: Transforme
     return improved
 
 
-def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+def train(args: Any, command: str, tell: Callable[[str], None]) -> int:
+    """A run as ``args`` (``python -m transformer.train``'s parsed flags, one attribute each) say, ``command`` the
+    line that started it (appended to the run's ``command.txt``); 0 when it finished or stopped early. The main
+    process's log lines go to ``train.log`` and to ``tell``. Bad data or a diverging loss: ``TrainingError`` or
+    ``DataError``, nothing saved from that step."""
     procs = start_processes(args)
     device, rank, world = procs.device, procs.rank, procs.world
     run_dir = Path(args.run_dir)
@@ -204,7 +132,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 
     def log(message: str) -> None:
         if procs.main:
-            tqdm.write(message)
+            tell(message)
             with open(run_dir / "train.log", "a", encoding="utf-8") as f:
                 f.write(message + "\n")
 
@@ -228,8 +156,6 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         log(f"model: {model.num_parameters():,} parameters, vocabulary {corpus.tokenizer.vocab_size}, "
             f"{len(corpus.src_ids):,} training pairs, {batches_per_epoch} batches an epoch, {total_steps} steps")
     if procs.main:
-        command = "python -m transformer.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None
-                                                                                     else sys.argv[1:]))
         with open(run_dir / "command.txt", "a", encoding="utf-8") as f:
             f.write(command + "\n")
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if procs.distributed else model
@@ -306,7 +232,7 @@ def train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     return 0
 
 
-def average_and_export(args: argparse.Namespace, run_dir: Path, model: Transformer, tokenizer: Tokenizer,
+def average_and_export(args: Any, run_dir: Path, model: Transformer, tokenizer: Tokenizer,
                        check: Callable[[Transformer], dict[str, float]], log: Callable[[str], None],
                        run_facts: dict) -> None:
     """The end of a run: average the last ``--average`` validation checkpoints (or keep the last weights when
@@ -347,7 +273,3 @@ def average_and_export(args: argparse.Namespace, run_dir: Path, model: Transform
             for s in snaps:
                 shutil.copy2(s, out / "snapshots" / s.name)
         log(f"exported {out}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

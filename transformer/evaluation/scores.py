@@ -1,28 +1,17 @@
-"""Score a checkpoint with sacreBLEU: ``python -m transformer.evaluate --help``.
-
-Reports BLEU (cased, detokenized, with its signature), chrF, and BLEU on lowercased,
-Moses-tokenized text (the measure multimodal-MT papers report with multi-bleu.perl).
-With ``--json`` the last line printed is one JSON object.
-"""
+"""Score translations with sacreBLEU: BLEU (cased, detokenized, with its signature), chrF, and BLEU on lowercased,
+Moses-tokenized text (the measure multimodal-MT papers report with multi-bleu.perl); and a split translated in
+length-sorted batches (``python -m transformer.evaluate`` runs both on a checkpoint)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import sacrebleu
 from tqdm import tqdm
 
-from .. import cli
-from ..checkpoint.files import CheckpointError
-from ..cli import add_decoding_arguments, error, use_threads
 from ..decoding.settings import DEFAULTS, DecodeSettings
-from ..translator import Translator, load
-from .data import DataError, read_parallel
+from ..translator import Translator
 
 
 def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
@@ -61,43 +50,3 @@ def translate_all(translator: Translator, sources: Sequence[str], settings: Deco
                 outputs[i] = r.text
             bar.update(len(chunk))
     return outputs
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m transformer.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_decoding_arguments(p)
-    p.add_argument("--output", help="write the translations to this file")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    use_threads(args)
-    try:
-        sources, refs = read_parallel(args.data_dir, args.split, args.src, args.tgt)
-        translator = load(args.checkpoint, device=args.device)
-    except (DataError, CheckpointError) as err:
-        return error(err)
-    chosen = translator.settings(cli.settings(args))  # the checkpoint's own length penalty where --alpha names none
-    start = time.perf_counter()
-    hyps = translate_all(translator, sources, chosen, args.batch_size, not args.no_progress)
-    seconds = time.perf_counter() - start
-    if args.output:
-        Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    result = score(hyps, refs, args.tgt)
-    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=chosen.beam_size,
-                  alpha=chosen.alpha,
-                  checkpoint=str(args.checkpoint))
-    print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {chosen.beam_size}, "
-          f"alpha {chosen.alpha:g}, {seconds:.1f} s")
-    print(f"BLEU {result['bleu']:.2f}  ({result['signature']})")
-    print(f"chrF {result['chrf']:.2f}")
-    print(f"BLEU lowercased, Moses-tokenized {result['bleu_lc_tok']:.2f}")
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,11 +1,10 @@
-"""Parallel corpora in the ``{split}.{lang}`` layout, token-count batching, and the Multi30k download."""
+"""Parallel corpora in the ``{split}.{lang}`` layout (line N of one file translates line N of the other) and the
+Multi30k download (``python -m transformer.data``)."""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import os
-import random
 import tempfile
 import urllib.request
 from collections.abc import Sequence
@@ -45,32 +44,6 @@ def read_parallel(data_dir: str | Path, split: str, src: str, tgt: str) -> tuple
     return src_lines, tgt_lines
 
 
-def token_batches(lengths: Sequence[tuple[int, int]], max_tokens: int, seed: int, shuffle: bool = True,
-                  ) -> list[list[int]]:
-    """Group example indices into batches of at most ``max_tokens`` (padded) tokens on either side.
-
-    Examples are sorted by length (with random tie-breaking) so a batch holds similar lengths,
-    then the batches are shuffled; the same ``seed`` gives the same batches.
-    """
-    rng = random.Random(seed)
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][1], lengths[i][0], rng.random() if shuffle else i))
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest = 0
-    for i in order:
-        longest_if_added = max(longest, *lengths[i])
-        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-            batches.append(batch)
-            batch, longest_if_added = [], max(lengths[i])
-        batch.append(i)
-        longest = longest_if_added
-    if batch:
-        batches.append(batch)
-    if shuffle:
-        rng.shuffle(batches)
-    return batches
-
-
 def download_multi30k(dest: str | Path, base_url: str = MULTI30K_URL, splits: Sequence[str] = MULTI30K_SPLITS,
                       langs: Sequence[str] = MULTI30K_LANGS, timeout: float = 60.0) -> list[Path]:
     """Download Multi30k task 1 (raw) ``{split}.{lang}.gz`` from ``base_url`` and decompress into ``dest``.
@@ -99,22 +72,3 @@ def download_multi30k(dest: str | Path, base_url: str = MULTI30K_URL, splits: Se
             os.replace(tmp, target)
             written.append(target)
     return written
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Download Multi30k task 1 (raw) into a directory.")
-    parser.add_argument("--download", metavar="DIR", required=True, help="directory to write {split}.{lang} into")
-    parser.add_argument("--base-url", default=MULTI30K_URL)
-    parser.add_argument("--langs", nargs="+", default=list(MULTI30K_LANGS))
-    parser.add_argument("--splits", nargs="+", default=list(MULTI30K_SPLITS),
-                        help="which splits (the app's image fetches test_2016_flickr only)")
-    args = parser.parse_args(argv)
-    try:
-        files = download_multi30k(args.download, args.base_url, splits=args.splits, langs=args.langs)
-    except DataError as err:
-        raise SystemExit(f"error: {err}") from None
-    print(f"{len(files)} files in {args.download}")
-
-
-if __name__ == "__main__":
-    main()
