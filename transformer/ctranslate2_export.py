@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .checkpoint.files import CheckpointError
+from .cli import error
 from .exchange.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
 
@@ -24,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (FileExistsError, CheckpointError, ImportError) as err:  # one line, as every command says it (exit 1)
+        return error(err)
     print(f"CTranslate2 model written to {out}", file=sys.stderr)
     return 0
 

@@ -214,6 +214,12 @@ def test_an_nllb_or_m2m100_directory_exports_with_its_languages(tmp_path, tiny_c
 def test_command_line(tiny_checkpoint, tmp_path, capsys):
     assert main(["--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "ct2")]) == 0
     assert (tmp_path / "ct2" / "model.bin").is_file()
+    capsys.readouterr()
+    assert main(["--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "ct2")]) == 1  # exists, no --force
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--force" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "other")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
     assert main(["--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "ct2"), "--force",
                  "--quantization", "int8"]) == 0
     ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
