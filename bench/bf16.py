@@ -5,9 +5,10 @@ download), laid out for decoding (``weights.decoding_layout``: each product's ro
 workloads, 20 steps each (random weights ramble: every run stops at the length limit): greedy search of one
 20-piece sentence, and beam 4 over 16 such sentences. Each dtype runs in its own process (``--worker``), each
 workload the least of ``--repeat`` runs in the process's CPU time (a shared machine's waits are not counted), with
-``--threads`` threads (1 by default). Printed: each dtype's seconds, bfloat16's speed against float32's
-(float32 seconds / bfloat16 seconds: above 1 faster), whether the tokens agree, and the routes the bfloat16 model's
-products took. For a CPU without bfloat16 instructions, emulated on one with them, run it under
+``--threads`` threads (1 by default); ``--rounds`` such pairs of processes in turns, the least of every round kept
+(a shared machine's load changes from minute to minute). Printed: each dtype's seconds, bfloat16's speed against
+float32's (float32 seconds / bfloat16 seconds: above 1 faster), whether the tokens agree, and the routes the bfloat16
+model's products took. For a CPU without bfloat16 instructions, emulated on one with them, run it under
 ``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`` (set before Python starts; the
 workers inherit them).
 """
@@ -66,11 +67,17 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=3, help="runs of each workload; the least is kept")
+    p.add_argument("--rounds", type=int, default=1, help="processes of each dtype, in turns; the least is kept")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    got = {d: in_own_process("bench.bf16", dict(side=d, dtype=d, threads=args.threads, repeat=args.repeat))
-           for d in DTYPES}
-    result: dict[str, Any] = {"machine": machine_info(), "threads": args.threads}
+    got: dict[str, dict[str, Any]] = {}
+    for _ in range(args.rounds):
+        for d in DTYPES:
+            new = in_own_process("bench.bf16", dict(side=d, dtype=d, threads=args.threads, repeat=args.repeat))
+            old = got.setdefault(d, new)
+            for key in ("greedy_s", "beam4_s"):
+                old[key] = min(old[key], new[key])
+    result: dict[str, Any] = {"machine": machine_info(), "threads": args.threads, "rounds": args.rounds}
     for name, label in (("greedy", "greedy, 1 sentence"), ("beam4", f"beam 4, {BEAM_SENTENCES} sentences")):
         f32, bf16 = got["float32"][f"{name}_s"], got["bfloat16"][f"{name}_s"]
         result[name] = {"float32_s": round(f32, 3), "bfloat16_s": round(bf16, 3), "speed": round(f32 / bf16, 2),
