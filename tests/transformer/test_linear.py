@@ -317,6 +317,25 @@ def test_without_bfloat16_instructions_a_bfloat16_model_runs_float32_activations
     assert [t.tolist() for t in got] == [t.tolist() for t in expected]
 
 
+def test_every_interpretation_of_a_bfloat16_model_runs_on_its_float32_activations(monkeypatch):
+    """The interpretations read the model's returned activations and its weights: float32 activations beside
+    bfloat16 weights (a CPU without bfloat16 instructions, forced) give the float32 model's numbers within
+    bfloat16's rounding."""
+    from transformer.interpret import alti, methods
+    from transformer.interpret.flow import head_output
+
+    full, half = _tiny_bf16()
+    src, tgt = torch.tensor([[5, 6, 7, 8, 9, 2]]), torch.tensor([[1, 12, 13, 14]])
+    without_bf16_instructions(monkeypatch, (False, True, True))
+    for run in (lambda m: methods.value_norms(m, src, tgt).cross_attentions,
+                lambda m: alti.contributions(m, src, tgt).source, lambda m: methods.logit_lens(m, src, tgt)[0][0],
+                lambda m: head_output(m, src, tgt, "cross", 1, 0, 2)[1]):
+        want, got = run(full), run(half)
+        for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (want, got))):
+            assert b.dtype == torch.float32
+            torch.testing.assert_close(b, a, atol=0.05, rtol=0.05)
+
+
 @pytest.mark.slow  # a fresh interpreter: the check is made once per process
 def test_onednn_capped_below_its_bfloat16_instructions_counts_as_without_them():
     code = ("import torch; from transformer.network.linear import bf16_matmul_native as n; "
