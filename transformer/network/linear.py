@@ -380,12 +380,10 @@ def logits_into(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Packed |
     float32 product, bfloat16's float32 blocks: a search reuses one logits tensor across its steps, since a fresh
     N x V tensor each step costs more in page faults than the softmax over it); else a tensor of its own."""
     rows = x.size(0)
-    if out.dtype != x.dtype or (packed is not None and packed.runs(weight, rows)):
-        return linear(x, weight, bias, packed)
-    if weight.dtype == torch.bfloat16 and in_float32(weight, rows):
-        return _float32_product(x, weight, bias, out)
-    if weight.dtype != x.dtype:
-        return linear(x, weight, bias, packed)
+    if weight.dtype == torch.bfloat16 and x.dtype == out.dtype == torch.float32 and in_float32(weight, rows):
+        return _float32_product(x, weight, bias, out)  # bfloat16's float32 blocks
+    if out.dtype != x.dtype or weight.dtype != x.dtype or (packed is not None and packed.runs(weight, rows)):
+        return linear(x, weight, bias, packed)  # the native product or oneDNN's: a tensor of its own
     if bias is None:
         return torch.mm(x, weight.t(), out=out)  # (N, D) @ (D, V)
     return torch.addmm(bias, x, weight.t(), out=out)
