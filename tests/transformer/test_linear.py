@@ -19,9 +19,17 @@ import torch
 import torch.nn.functional as F
 
 from transformer import Transformer, TransformerConfig
-from transformer.decoding.search import greedy_decode
+from transformer.decoding.search import beam_search, greedy_decode
 from transformer.network import linear as linear_module
-from transformer.network.linear import gemm_setting, in_float32, linear, measured_routes, pack
+from transformer.network.linear import (
+    activation_dtype,
+    gemm_setting,
+    in_float32,
+    linear,
+    measured_routes,
+    native_product,
+    pack,
+)
 
 BF16_ULP = 2.0 ** -7  # bfloat16 keeps 8 significant bits: one unit in the last place, relative, at worst
 
@@ -61,20 +69,37 @@ def fresh(monkeypatch):
 @pytest.mark.parametrize("column_major", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("grad", [False, True])
-def test_the_float32_branch_is_the_product_rounded_once(no_native, monkeypatch, column_major, with_bias, grad):
+@pytest.mark.parametrize("rows_dtype", [torch.bfloat16, torch.float32])
+def test_the_float32_branch_is_the_product_rounded_once(no_native, monkeypatch, column_major, with_bias, grad,
+                                                        rows_dtype):
+    """bfloat16 rows: the float32 product rounded back once; float32 rows (the activations of a bfloat16 model on
+    such a CPU): the float32 product of the bfloat16 weight, not rounded."""
     monkeypatch.setattr(linear_module, "CONVERT_BLOCK_BYTES", 4 * 24 * 7)  # blocks of 7 output features: 37 = 5 x 7 + 2
     torch.manual_seed(0)
     weight = torch.randn(37, 24).to(torch.bfloat16)
     if column_major:  # the layout weights.column_major_weights gives a small model
         weight = weight.t().contiguous().t()
     bias = torch.randn(37).to(torch.bfloat16) if with_bias else None
-    x = torch.randn(2, 3, 24).to(torch.bfloat16)
+    x = torch.randn(2, 3, 24).to(rows_dtype)
     assert in_float32(weight) and not in_float32(weight.float())
     with torch.set_grad_enabled(grad):
         got = linear(x, weight, bias)
     oracle = F.linear(x.double(), weight.double(), None if bias is None else bias.double())  # (2, 3, 37)
-    assert got.dtype == torch.bfloat16 and got.shape == (2, 3, 37)
-    torch.testing.assert_close(got.double(), oracle, rtol=BF16_ULP, atol=1e-6)
+    assert got.dtype == rows_dtype and got.shape == (2, 3, 37)
+    tolerance = BF16_ULP if rows_dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(got.double(), oracle, rtol=tolerance, atol=1e-6)
+
+
+def test_the_native_route_of_float32_rows_rounds_them_at_its_edges(no_native):
+    """A bfloat16 weight's native product of float32 rows: the rows rounded to bfloat16, the product returned in
+    float32 (as ``F.linear`` in bfloat16 gives it)."""
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(9, 16).to(torch.bfloat16), torch.randn(9).to(torch.bfloat16), torch.randn(4, 16)
+    got = native_product(x, weight, bias)
+    assert got.dtype == torch.float32
+    oracle = F.linear(x.to(torch.bfloat16).double(), weight.double(), bias.double())  # the rounded rows, exactly
+    torch.testing.assert_close(got.double(), oracle, rtol=2 * BF16_ULP, atol=1e-6)
+    assert torch.equal(native_product(x, weight.float(), bias.float()), F.linear(x, weight.float(), bias.float()))
 
 
 def test_a_float32_weight_or_a_native_cpu_takes_the_plain_product(monkeypatch):
@@ -249,7 +274,8 @@ def test_a_bfloat16_model_computed_in_float32_matches_the_native_product_and_flo
         recomputed = greedy_decode(half, src, max_len_a=0.0, max_len_b=8, use_cache=False)
     finally:
         monkeypatch.undo()
-    assert out.logits.dtype == torch.bfloat16
+    assert out.logits.dtype == torch.float32  # the activations in float32, the weights bfloat16
+    assert all(p.dtype == torch.bfloat16 for p in half.parameters())
     assert all(a.dtype == torch.float32 for a in out.cross_attentions)
     for logits in (out.logits.float(), fast):
         torch.testing.assert_close(logits, native[1], atol=0.05, rtol=0.02)  # as transformers' bfloat16 does
@@ -258,6 +284,56 @@ def test_a_bfloat16_model_computed_in_float32_matches_the_native_product_and_flo
     # the cached decoding step (its own output projection call) agrees with the full recomputation
     assert hyp.tokens.tolist() == recomputed.tokens.tolist()
     torch.testing.assert_close(hyp.scores, recomputed.scores, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("float32", [(False, False, False), (True, True, True), (False, True, True)],
+                         ids=["native", "float32", "measured-like"])
+def test_without_bfloat16_instructions_a_bfloat16_model_runs_float32_activations_with_the_same_tokens(
+        monkeypatch, float32):
+    """On a CPU without bfloat16 instructions (forced here) a bfloat16 model keeps its weights in bfloat16 and
+    computes in float32 between its products, whichever route each bucket takes: the float32 model's tokens, greedy
+    and beam, its logits within bfloat16's rounding; on a CPU with those instructions nothing of this applies."""
+    full, half = _tiny_bf16()
+    src = torch.tensor([[5, 6, 7, 8, 9, 2], [11, 12, 13, 2, 0, 0]])
+    tgt = torch.tensor([[1, 12, 13, 14], [1, 20, 21, 22]])
+    with torch.no_grad():
+        oracle = full(src, tgt).logits
+    expected = [greedy_decode(full, src, max_len_a=0.0, max_len_b=10).tokens,
+                beam_search(full, src, 3, max_len_a=0.0, max_len_b=10).tokens]
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: True)  # with bfloat16 instructions: as it was
+    assert activation_dtype(half.generator.weight) == torch.bfloat16 and not in_float32(half.generator.weight, 64)
+    with torch.no_grad():
+        assert half(src, tgt).logits.dtype == torch.bfloat16
+    without_bf16_instructions(monkeypatch, float32)
+    assert activation_dtype(half.generator.weight) == torch.float32
+    assert activation_dtype(full.generator.weight) == torch.float32
+    with torch.no_grad():
+        out = half(src, tgt, return_internals=True)
+    assert out.logits.dtype == torch.float32 and out.encoder_last_hidden_state.dtype == torch.float32
+    assert all(p.dtype == torch.bfloat16 for p in half.parameters())
+    torch.testing.assert_close(out.logits, oracle, atol=0.08, rtol=0.05)
+    got = [greedy_decode(half, src, max_len_a=0.0, max_len_b=10).tokens,
+           beam_search(half, src, 3, max_len_a=0.0, max_len_b=10).tokens]
+    assert [t.tolist() for t in got] == [t.tolist() for t in expected]
+
+
+def test_every_interpretation_of_a_bfloat16_model_runs_on_its_float32_activations(monkeypatch):
+    """The interpretations read the model's returned activations and its weights: float32 activations beside
+    bfloat16 weights (a CPU without bfloat16 instructions, forced) give the float32 model's numbers within
+    bfloat16's rounding."""
+    from transformer.interpret import alti, methods
+    from transformer.interpret.flow import head_output
+
+    full, half = _tiny_bf16()
+    src, tgt = torch.tensor([[5, 6, 7, 8, 9, 2]]), torch.tensor([[1, 12, 13, 14]])
+    without_bf16_instructions(monkeypatch, (False, True, True))
+    for run in (lambda m: methods.value_norms(m, src, tgt).cross_attentions,
+                lambda m: alti.contributions(m, src, tgt).source, lambda m: methods.logit_lens(m, src, tgt)[0][0],
+                lambda m: head_output(m, src, tgt, "cross", 1, 0, 2)[1]):
+        want, got = run(full), run(half)
+        for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (want, got))):
+            assert b.dtype == torch.float32
+            torch.testing.assert_close(b, a, atol=0.05, rtol=0.05)
 
 
 @pytest.mark.slow  # a fresh interpreter: the check is made once per process

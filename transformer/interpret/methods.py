@@ -127,7 +127,7 @@ def value_norms(model: Transformer, src: Tensor, tgt: Tensor) -> NormAttentions:
             module = attention_module(model, kind, i)
             _, v = module.project_kv(inputs.key_value)  # (B, H, K, d)
             w_o = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (D, H*d) -> (D, H, d)
-            transformed = torch.einsum("bhkd,ehd->bhke", v, w_o)  # (B, H, K, D): v_j W_O^h
+            transformed = torch.einsum("bhkd,ehd->bhke", full(v), full(w_o))  # (B, H, K, D): v_j W_O^h
             result[kind].append(own[kind][i] * transformed.norm(dim=-1)[:, :, None, :])  # (B, H, Q, K)
     return NormAttentions(tuple(result["encoder"]), tuple(result["decoder"]), tuple(result["cross"]))
 

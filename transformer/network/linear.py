@@ -15,11 +15,14 @@ a route (:func:`gemm_setting`). Gradients (attributions) always take the plain `
 ``avx512_bf16`` or AMX that is several times faster than float32. With AVX-512 but without those instructions (Intel
 Skylake to Ice Lake) oneDNN converts in software; without AVX-512 (AVX2 only: most laptops, AMD before Zen 4) oneDNN
 has no bfloat16 product and PyTorch falls back to a plain loop. Either is fine for a row or a few (bounded by
-reading the weights, where bfloat16's half the bytes helps) and several times slower than float32 for many. There,
-for each product class and row bucket, :func:`in_float32` chooses by measurement between that native product and
-float32 from float32 copies of the operands rounded back to bfloat16 (the arithmetic of oneDNN's bfloat16 product:
-float32 accumulation, one rounding at the end), the weight converted a block at a time (measured in
-docs/families.md).
+reading the weights, where bfloat16's half the bytes helps) and several times slower than float32 for many, and
+bfloat16's other operations (norms, softmax, the conversions at each product) are slower there than float32's. So
+on such a CPU a bfloat16 model keeps its weights in bfloat16 (half the memory) and computes its activations in
+float32 (:func:`activation_dtype`: the residual stream, norms, attention, the key/value cache, the logits); each
+product reads its bfloat16 weight by the faster of two routes, chosen by measurement for each product class and row
+bucket (:func:`in_float32`): the native product (the float32 rows rounded to bfloat16 at its input, its output
+back to float32: :func:`native_product`) or float32 from the weight converted a block at a time into one float32
+buffer (no rounding of the rows; measured in docs/families.md).
 """
 from __future__ import annotations
 
@@ -82,6 +85,14 @@ def bf16_matmul_fast() -> bool:
     cpu = getattr(torch, "cpu", None)
     return any(bool(getattr(cpu, name, lambda: False)()) for name in ("_is_avx512_bf16_supported",
                                                                       "_is_amx_tile_supported"))
+
+
+def activation_dtype(weight: Tensor) -> torch.dtype:
+    """The dtype a model whose weights are like ``weight`` computes its activations in: float32 for bfloat16 weights
+    on a CPU without bfloat16 instructions (see the module's text), else the weight's own."""
+    if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and not bf16_matmul_fast():
+        return torch.float32
+    return weight.dtype
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,7 +193,7 @@ def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
                 seconds.append((math.nan, math.nan))
                 chosen.append(routes[0])
                 continue
-            x = torch.randn(rows, weight.size(1), generator=gen).to(weight.dtype)
+            x = torch.randn(rows, weight.size(1), generator=gen).to(activation_dtype(weight))  # as the model's rows
             plain, other = _race(*products(x))
             seconds.append((plain, other))
             chosen.append(routes[1] if other <= margin * plain else routes[0])
@@ -284,7 +295,8 @@ def in_float32(weight: Tensor, rows: int | None = None) -> bool:
 
 def bfloat16_routes(weight: Tensor) -> tuple[bool, ...]:
     """For each row bucket, whether a bfloat16 ``weight (out, in)`` on this CPU (without bfloat16 instructions) runs
-    its products in float32: the faster of that and the native product, measured once per class and process."""
+    its products in float32: the faster of that and the native product, measured once per class and process, on rows
+    of the model's activations (:func:`activation_dtype`)."""
     key = _key(weight, False)
     measured = _MEASURED.get(key)
     if measured is None:
@@ -294,33 +306,53 @@ def bfloat16_routes(weight: Tensor) -> tuple[bool, ...]:
                 w = weight.detach()
                 measured = _MEASURED[key] = _measure(
                     w, None, ("float32", "native"),
-                    lambda x: (lambda: _float32_product(x, w, None), lambda: F.linear(x, w)),
+                    lambda x: (lambda: _float32_product(x, w, None), lambda: native_product(x, w, None)),
                     give_up=True, margin=1.0)
     return tuple(route == "float32" for route in measured.chosen)
+
+
+def native_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear`` in the weight's dtype, ``x`` rounded to it at the input and the output returned in ``x``'s
+    (float32 rows of a bfloat16 model on a CPU without bfloat16 instructions: :func:`activation_dtype`)."""
+    if x.dtype == weight.dtype:
+        return F.linear(x, weight, bias)
+    return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 
 CONVERT_BLOCK_BYTES = 1 << 21  # the float32 branch converts this much of a weight at a time (in a core's cache)
 
 
-def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear`` of a bfloat16 ``weight`` computed in float32 and rounded back, a block of output features at a
-    time (a float32 copy of the whole weight would cost more memory traffic than the product: each block is
-    converted, used and dropped while it is still in cache)."""
+def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
+    """``F.linear`` of a bfloat16 ``weight`` computed in float32, returned in ``x``'s dtype (rounded back once where
+    ``x`` is bfloat16), a block of output features at a time: each block converted into one float32 buffer, used and
+    overwritten while it is still in cache (a float32 copy of the whole weight would cost more memory traffic than
+    the product). ``out``: a float32 ``(N, out)`` tensor to write into (a search's logits)."""
     n_out, n_in = weight.shape
     step = max(1, CONVERT_BLOCK_BYTES // (4 * n_in))  # output features a block
     flat = x.reshape(-1, n_in).float()  # (..., in) -> (N, in)
+    b = None if bias is None else bias.float()
     if torch.is_grad_enabled() or step >= n_out:  # autograd (attributions) or a small weight: one product
-        y = F.linear(flat, weight.float(), None if bias is None else bias.float())
+        y = F.linear(flat, weight.float(), b)
+        if out is not None:
+            return out.copy_(y)
     else:
-        y = flat.new_empty(flat.size(0), n_out)  # (N, out)
+        y = flat.new_empty(flat.size(0), n_out) if out is None else out  # (N, out)
+        buffer = flat.new_empty(step, n_in)  # (step, in): each block's float32 copy in turn
+        row_major = weight.is_contiguous()
         for start in range(0, n_out, step):
             end = min(start + step, n_out)
-            # (in, end - start), converted in the order the weight is stored (row- or column-major: weights.py)
-            block = weight[start:end].float().t() if weight.is_contiguous() else weight.t()[:, start:end].float()
-            if bias is None:
-                torch.mm(flat, block, out=y[:, start:end])
+            block = buffer[:end - start]
+            # (end - start, in), read in the order the weight is stored (row- or column-major: weights.py)
+            if row_major:
+                block.copy_(weight[start:end])
             else:
-                torch.addmm(bias[start:end].float(), flat, block, out=y[:, start:end])
+                block.t().copy_(weight.t()[:, start:end])
+            if b is None:
+                torch.mm(flat, block.t(), out=y[:, start:end])
+            else:
+                torch.addmm(b[start:end], flat, block.t(), out=y[:, start:end])
+        if out is not None:
+            return out
     return y.to(x.dtype).view(*x.shape[:-1], n_out)  # (N, out) -> (..., out)
 
 
@@ -331,8 +363,8 @@ def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``: ``x (..., in)``, ``weight (out, in)`` -> ``(..., out)`` in ``x``'s dtype, by
     the route measured for this product (see the module's text): oneDNN's product where ``packed``
-    (:func:`pack`) runs this many rows; a bfloat16 weight in float32 where :func:`in_float32` says so; else
-    ``F.linear``."""
+    (:func:`pack`) runs this many rows; a bfloat16 weight in float32 where :func:`in_float32` says so, else its
+    native product (float32 rows rounded at its edges: :func:`native_product`); else ``F.linear``."""
     if packed is not None:
         rows = x.numel() // max(x.size(-1), 1)
         if packed.runs(weight, rows) and x.dtype == torch.float32:
@@ -340,7 +372,21 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
             return y.view(*x.shape[:-1], y.size(-1))  # (N, out) -> (..., out)
     elif weight.dtype == torch.bfloat16 and in_float32(weight, x.numel() // max(x.size(-1), 1)):
         return _float32_product(x, weight, bias)
-    return F.linear(x, weight, bias)
+    return native_product(x, weight, bias)
+
+
+def logits_into(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Packed | None, out: Tensor) -> Tensor:
+    """:func:`linear` of ``x (N, in)`` written into ``out (N, out)`` where its route can write there (MKL's
+    float32 product, bfloat16's float32 blocks: a search reuses one logits tensor across its steps, since a fresh
+    N x V tensor each step costs more in page faults than the softmax over it); else a tensor of its own."""
+    rows = x.size(0)
+    if weight.dtype == torch.bfloat16 and x.dtype == out.dtype == torch.float32 and in_float32(weight, rows):
+        return _float32_product(x, weight, bias, out)  # bfloat16's float32 blocks
+    if out.dtype != x.dtype or weight.dtype != x.dtype or (packed is not None and packed.runs(weight, rows)):
+        return linear(x, weight, bias, packed)  # the native product or oneDNN's: a tensor of its own
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)  # (N, D) @ (D, V)
+    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 class Linear(nn.Linear):

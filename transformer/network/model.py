@@ -22,7 +22,7 @@ from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .dropout import Dropout
 from .kv_cache import KVCache, LayerCache
-from .linear import Linear, in_float32, linear
+from .linear import Linear, activation_dtype, linear, logits_into
 from .masks import causal_mask, decoder_self_mask, padding_mask  # noqa: F401  (re-exported)
 from .outputs import AttentionInputs, DecoderOutput, EncoderOutput, Seq2SeqOutput
 from .positional import positional_encoding, positional_table  # noqa: F401  (re-exported)
@@ -53,8 +53,19 @@ class FeedForward(nn.Module):
 
 
 def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
-    """``norm(x)`` as a plain function call (a decoding step's Python-level work is mostly module calls)."""
-    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    """``norm(x)`` as a plain function call (a decoding step's Python-level work is mostly module calls), its
+    parameters in ``x``'s dtype (float32 activations of a bfloat16 model: ``linear.activation_dtype``)."""
+    weight, bias = norm.weight, norm.bias
+    if weight is not None and weight.dtype != x.dtype:
+        weight, bias = weight.to(x.dtype), None if bias is None else bias.to(x.dtype)
+    return F.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps)
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` whose forward is :func:`layer_norm` (its parameters in the input's dtype)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return layer_norm(self, x)
 
 
 class SublayerStack(nn.Module):
@@ -83,8 +94,8 @@ class EncoderLayer(SublayerStack):
         attn_dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm1 = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
@@ -109,9 +120,9 @@ class DecoderLayer(SublayerStack):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attn_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm1 = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm3 = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
@@ -176,8 +187,8 @@ class Transformer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
-        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
-        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.encoder_norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.decoder_norm = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.generator = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)
         if not meta:
             self.reset_parameters()
@@ -221,6 +232,7 @@ class Transformer(nn.Module):
         if offset + length > self.config.max_len:
             raise ValueError(f"sequence of {offset + length} tokens is longer than max_len={self.config.max_len}")
         x = F.embedding(tokens, embedding.weight, embedding.padding_idx) if token_embeds is None else token_embeds
+        x = x.to(activation_dtype(embedding.weight))  # float32 for a bfloat16 model without bfloat16 instructions
         if self.config.scale_embedding:
             x = x * math.sqrt(self.config.d_model)
         x = x + self.pe[offset:offset + length].to(x.dtype)
@@ -341,13 +353,9 @@ class Transformer(nn.Module):
 
     def _project(self, last: Tensor, out: Tensor | None) -> Tensor:
         """The logits ``(N, V)`` of the last positions' outputs ``last (N, D)`` (into ``out`` where it can)."""
-        weight, bias, packed = self.generator.weight, self.generator.bias, self.generator.packed  # (V, D), (V,)
-        if (out is None or (packed is not None and packed.runs(weight, last.size(0)))  # oneDNN: its own output
-                or in_float32(weight, last.size(0))):  # bfloat16 computed in float32
+        if out is None:
             return self.generator(last)
-        if bias is None:
-            return torch.mm(last, weight.t(), out=out)  # (N, D) @ (D, V)
-        return torch.addmm(bias, last, weight.t(), out=out)
+        return logits_into(last, self.generator.weight, self.generator.bias, self.generator.packed, out)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
                 return_attention: bool = False, head_mask: dict[str, Tensor] | None = None,
