@@ -164,9 +164,35 @@ def test_the_faster_library_is_kept_for_each_row_bucket_once_per_class(fresh, mo
     assert pack(torch.randn(5, 16)).onednn == (True, True, True)
     monkeypatch.setenv("ATTN_GEMM", "mkl")
     assert pack(weight, bias) is None and fresh["raced"] == 6
-    # never a copy for bfloat16 or for a weight off the CPU's float32
+    # never a copy for bfloat16 without its instructions, or for float64
     monkeypatch.setenv("ATTN_GEMM", "onednn")
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)
     assert pack(weight.to(torch.bfloat16)) is None and pack(weight.double()) is None
+
+
+def test_with_bfloat16_instructions_a_bfloat16_weight_gets_the_copy_that_measured_faster(fresh, monkeypatch):
+    """On a CPU with bfloat16 instructions ``F.linear`` reorders a bfloat16 weight for them at every call; a
+    prepacked copy is kept for the buckets where its product measured faster, and gives the same numbers."""
+    if not linear_module._onednn_linear() or not linear_module.bf16_matmul_fast():
+        pytest.skip("needs oneDNN's packed linear and a CPU with bfloat16 instructions")
+    torch.manual_seed(0)
+    weight, bias = torch.randn(24, 16).to(torch.bfloat16), torch.randn(24).to(torch.bfloat16)
+    fresh["races"] += [(1.0, 2.0), (2.0, 1.0), (2.0, 1.0)]  # plain faster for one row, the copy for more
+    packed = pack(weight, bias)
+    assert packed.onednn == (False, True, True) and packed.route() == "plain|onednn|onednn"
+    (measured,) = measured_routes()
+    assert measured.routes == ("plain", "onednn") and measured.dtype == "bfloat16"
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(a[0].size(0)) or product(*a))
+    with torch.no_grad():
+        for rows in (1, 3, 40):
+            x = torch.randn(rows, 16).to(torch.bfloat16)
+            expected = x.float() @ weight.float().t() + bias.float()  # float32 accumulation, one rounding
+            torch.testing.assert_close(linear(x, weight, bias, packed).float(), expected, atol=0.05, rtol=0.02)
+    assert calls == [3, 40]
+    monkeypatch.setenv("ATTN_GEMM", "mkl")  # no copies
+    assert pack(weight, bias) is None
 
 
 def test_a_class_is_measured_once_whichever_threads_ask_at_once(fresh, monkeypatch):

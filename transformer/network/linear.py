@@ -211,12 +211,14 @@ def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
 class Packed:
     """A weight prepacked by oneDNN (``weight``), the weight's ``version`` and ``data_ptr`` when packed (a change
     since makes the copy stale; an inference tensor has no version: None), and for each row bucket whether products
-    run through it (``onednn``)."""
+    run through it (``onednn``); ``plain``: the other route's name (``mkl`` for float32, ``plain`` for bfloat16:
+    ``F.linear``, oneDNN without the prepacked weight)."""
 
     weight: Tensor
     version: int | None
     data_ptr: int
     onednn: tuple[bool, ...]
+    plain: str = "mkl"
 
     def runs(self, weight: Tensor, rows: int) -> bool:
         """Whether a product of ``rows`` rows with ``weight`` goes through this copy: oneDNN's bucket, no
@@ -231,7 +233,7 @@ class Packed:
 
     def route(self) -> str:
         """The route of each bucket, ``mkl|onednn|onednn`` (the model's repr)."""
-        return "|".join("onednn" if o else "mkl" for o in self.onednn)
+        return "|".join("onednn" if o else self.plain for o in self.onednn)
 
 
 def _onednn_linear() -> bool:
@@ -248,12 +250,16 @@ def _onednn_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
 def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
     """oneDNN's prepacked copy of a float32 CPU ``weight (out, in)`` for the row buckets where its product measured
     faster than MKL's (the class measured on first sight, once per process, under a lock), or for all with
-    ``ATTN_GEMM=onednn``; None where MKL won every bucket, with ``ATTN_GEMM=mkl``, for any other weight, or where
-    this torch lacks oneDNN's packed linear."""
+    ``ATTN_GEMM=onednn``; likewise a bfloat16 weight on a CPU with bfloat16 instructions (:func:`bf16_matmul_fast`),
+    against ``F.linear``'s bfloat16 product, which reorders the weight for those instructions at every call. None
+    where the plain product won every bucket, with ``ATTN_GEMM=mkl``, for any other weight, or where this torch
+    lacks oneDNN's packed linear."""
     setting = gemm_setting()
-    if (setting == "mkl" or weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2
-            or not _onednn_linear()):
+    bf16 = weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and bf16_matmul_fast()
+    if (setting == "mkl" or weight.device.type != "cpu" or not (weight.dtype == torch.float32 or bf16)
+            or weight.dim() != 2 or not _onednn_linear()):
         return None
+    plain = "plain" if bf16 else "mkl"
     key = _key(weight, bias is not None)
     measured = _MEASURED.get(key)
     if setting == "auto" and measured is not None and "onednn" not in measured.chosen:
@@ -268,13 +274,13 @@ def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
                 measured = _MEASURED.get(key)  # another thread's, measured while this one waited
                 if measured is None:
                     measured = _MEASURED[key] = _measure(
-                        w, b, ("mkl", "onednn"),
+                        w, b, (plain, "onednn"),
                         lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
                         give_up=False, margin=ONEDNN_MARGIN)
         onednn = tuple(route == "onednn" for route in measured.chosen)
     if not any(onednn):
         return None
-    return Packed(packed, None if weight.is_inference() else weight._version, weight.data_ptr(), onednn)
+    return Packed(packed, None if weight.is_inference() else weight._version, weight.data_ptr(), onednn, plain)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,7 +373,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
     native product (float32 rows rounded at its edges: :func:`native_product`); else ``F.linear``."""
     if packed is not None:
         rows = x.numel() // max(x.size(-1), 1)
-        if packed.runs(weight, rows) and x.dtype == torch.float32:
+        if packed.runs(weight, rows) and x.dtype == weight.dtype:
             y = _onednn_product(x.reshape(rows, x.size(-1)), packed.weight, bias)  # (..., in) -> (N, in): (N, out)
             return y.view(*x.shape[:-1], y.size(-1))  # (N, out) -> (..., out)
     elif weight.dtype == torch.bfloat16 and in_float32(weight, x.numel() // max(x.size(-1), 1)):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import linear as products  # bf16_matmul_fast read through the module at each call
 from .attention import FUSE_QKV_MAX_D, MultiHeadAttention
-from .linear import Linear, bf16_matmul_fast, in_float32, pack
+from .linear import Linear, in_float32, pack
 from .model import Transformer
 
 
@@ -40,7 +41,7 @@ def decoding_layout(model: Transformer) -> Transformer:
     copies only for a model of our own copies). Values, parameters and results are unchanged (up to float
     rounding)."""
     own = sum(p.numel() * p.element_size() for p in model.parameters()) <= COLUMN_MAJOR_MAX_BYTES
-    slow_bf16 = not bf16_matmul_fast() and any(p.dtype == torch.bfloat16 and p.device.type == "cpu"
+    slow_bf16 = not products.bf16_matmul_fast() and any(p.dtype == torch.bfloat16 and p.device.type == "cpu"
                                                 for p in model.parameters())
     if own and not slow_bf16:
         column_major_weights(model)
@@ -52,18 +53,19 @@ def choose_routes(model: nn.Module, prepack: bool = True) -> None:
     """Each linear product's route on this CPU, measured now (once per product class and process: ``linear``)
     rather than at a first request: with ``prepack``, float32 weights get oneDNN's prepacked copy where its product
     measured faster than MKL's (``Linear.pack``; a decoding self-attention's fused Q|K|V at each search likewise);
-    not for memory-mapped weights, whose copy would double the resident weights. bfloat16 weights on a CPU without
-    bfloat16 instructions: the native or the float32 product (``linear.in_float32``)."""
+    not for memory-mapped weights, whose copy would double the resident weights; bfloat16 weights on a CPU with
+    bfloat16 instructions likewise, against ``F.linear``'s bfloat16 product. bfloat16 weights on a CPU without
+    them: the native or the float32 product (``linear.in_float32``)."""
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             fused = module.fused_qkv() if module.q_proj.in_features <= FUSE_QKV_MAX_D else None
-            if fused is not None and fused[0].dtype == torch.bfloat16:
+            if fused is not None and fused[0].dtype == torch.bfloat16 and not products.bf16_matmul_fast():
                 in_float32(fused[0], 1)
             elif fused is not None and prepack:
                 pack(*fused)  # its class measured; the copy is made per search
             module.prepack = prepack
         elif isinstance(module, Linear):
-            if module.weight.dtype == torch.bfloat16:
+            if module.weight.dtype == torch.bfloat16 and not products.bf16_matmul_fast():
                 in_float32(module.weight, 1)
             elif prepack:
                 module.pack()
