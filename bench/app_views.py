@@ -225,7 +225,7 @@ def table(result: dict[str, Any], goals: dict[str, float] | None = None) -> str:
             return " | "
         return f"{percentile([b for b, _ in pairs], 50):.2f} | {percentile([s for _, s in pairs], 50):.2f}"
 
-    lines = ["| view | " + ("base p50 s | base browser, server CPU s | | base / here | " if base else "")
+    lines = ["| view | " + ("base p50 s | base browser CPU s | base server CPU s | base / here | " if base else "")
              + "p50 s | browser CPU s | server CPU s | max s | goal s |",
              "|---|" + ("---:|---:|---:|---:|" if base else "") + "---:|---:|---:|---:|---:|"]
     for name, values in result["views_s"].items():
