@@ -104,24 +104,25 @@ def min_width(fig: go.Figure) -> int:
             size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
             left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
     scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
-    margin = layout.margin
-    return int(need + max(left, margin.l or 0) + max(scale, margin.r or 0) + 20)  # margins: fit_margins' or 10s
+    return int(need + left + scale + 20)  # the labels' own estimate beside the plot, as plotly's pushes were
 
 
 TICK_PAD = 12  # px between an axis and its tick labels, and spare
 AXIS_TITLE_PX = 44  # px an axis title takes beside its tick labels: its 12 px line and plotly's gaps either side
-COLOUR_BAR_PX = 130  # px right of the plot a colour bar takes: its bar, numbers, name, the gap to the plot (2% of
-# the width: plotly places it at x = 1.02)
+COLOUR_BAR_PX = 100  # px right of the plot a colour bar takes: its bar, numbers, name and the gap to the plot (plus
+# 2% of a wide chart's width, plotly placing it at x = 1.02: there automargin still pushes)
 LEGEND_ROW_PX = 48  # px a row of legend above the plot takes
 NUMBER_CHARS = 5  # characters of a numeric tick label ("0.125"), which plotly chooses
 
 
 def fit_margins(fig: go.Figure) -> go.Figure:
     """``fig`` with margins that already hold its tick labels, axis titles and colour bar (estimated with
-    :func:`text_px`, generously; each at least the layout's own): plotly's automargin then finds nothing to push
-    and draws the chart once. A margin pushed after the first drawing redraws the whole chart, labels measured
-    again (on a 40-word sentence's charts, most of the browser's time); where this estimate is short, automargin
-    still makes the room, with that second drawing. The axes on the figure's left, right and bottom edges count."""
+    :func:`text_px`, about what plotly's automargin would push; each at least the layout's own): automargin then
+    finds nothing to push and draws the chart once. A margin pushed after the first drawing redraws the whole
+    chart, labels measured again (on a 40-word sentence's charts, most of the browser's time); where this estimate
+    is short, automargin still makes the room, with that second drawing. Not more than plotly would push: the
+    builders' heights and widths leave the plot the room they meant (a generous margin squeezed a short chart's
+    rows and colour bar). The axes on the figure's left, right and bottom edges count."""
     layout = fig.layout
     default = layout.font.size if layout.font and layout.font.size else FONT["size"]
     margin = layout.margin
@@ -137,9 +138,9 @@ def fit_margins(fig: go.Figure) -> go.Figure:
         texts = list(axis.ticktext) if axis.tickmode == "array" and axis.ticktext else ["0" * NUMBER_CHARS]
         longest = max(text_px(t, size) for t in texts)
         if not along:
-            return 1.1 * longest
+            return longest
         sine = abs(float(np.sin(np.radians(float(axis.tickangle))))) if isinstance(axis.tickangle, (int, float)) else 0
-        return 1.1 * longest * sine + size * (1 - sine) + size * 0.5 * sine
+        return longest * sine + size * (1 - sine) + size * 0.5 * sine
 
     for name in (k for k in names if k.startswith("yaxis")):
         axis = layout[name]
@@ -157,7 +158,7 @@ def fit_margins(fig: go.Figure) -> go.Figure:
             continue
         titled = bool(axis.title and axis.title.text)
         labels = label_px(axis, True) if axis.showticklabels is not False else 0
-        bottom = max(bottom, labels + 2 * TICK_PAD + (AXIS_TITLE_PX if titled else 0))
+        bottom = max(bottom, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
     scale = any(t.type == "heatmap" and t.showscale is not False and not getattr(t, "coloraxis", None)
                 for t in fig.data) or any(layout[k].showscale is not False for k in names if k.startswith("coloraxis"))
     if scale:
@@ -238,7 +239,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     # it is no longer than the rows and the chart needs no empty band to hold it
     rows = top + cell * q + 40
     shown_title = short_title(query_title) if axis_title_room(query_title) > rows else query_title
-    return fit_margins(go.Figure(heat, dict(
+    return go.Figure(heat, dict(  # not fit_margins: on a short sentence in a narrow column (Compare models, What
+        # carries the change) its margins squeezed the colour bar into the next chart (test_every_view_browser)
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
         height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
@@ -246,7 +248,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
         xaxis=named_axis(xlabels, key_title, tickangle=-60 if angled else 0, side="bottom"),
         yaxis=named_axis(ylabels, shown_title, autorange="reversed"),
         plot_bgcolor="white",
-    )))
+    ))
 
 
 LINE_BUCKETS = ((0.05, 0.15, 0.12, 1.0), (0.15, 0.35, 0.3, 1.6), (0.35, 0.6, 0.55, 2.4), (0.6, 1.01, 0.85, 3.4))
