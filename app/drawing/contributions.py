@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import escape, unique_labels
-from .figures import FONT, TICKS_DRAWN, attention_heatmap, hline, named_axis, top_title, vline
+from .figures import FONT, TICKS_DRAWN, attention_heatmap, fit_margins, hline, named_axis, top_title, vline
 
 
 def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: int = 0) -> go.Figure:
@@ -25,13 +25,14 @@ def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: i
             dict(type="bar", x=steps, y=1 - share, name="earlier output", marker=dict(color="#ff7f0e"),
                  customdata=pieces,
                  hovertemplate="step %{x}: <b>%{customdata}</b><br>earlier output %{y:.2f}<extra></extra>")]
-    return go.Figure(bars, dict(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
-                                title=top_title("Share of the attribution (absolute values) per step"),
-                                xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
-                                           title=dict(text="output piece (the step that produced it)"),
-                                           tickangle=-60 if len(steps) > 8 else 0, **TICKS_DRAWN),
-                                yaxis=dict(range=[0, 1], title=dict(text="share")),
-                                legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom")))  # under the title
+    fig = go.Figure(bars, dict(barmode="stack", height=290, margin=dict(l=10, r=10, t=70, b=10), font=FONT,
+                               title=top_title("Share of the attribution (absolute values) per step"),
+                               xaxis=dict(tickmode="array", tickvals=steps, ticktext=unique_labels(outputs, first + 1),
+                                          title=dict(text="output piece (the step that produced it)"),
+                                          tickangle=-60 if len(steps) > 8 else 0, **TICKS_DRAWN),
+                               yaxis=dict(range=[0, 1], title=dict(text="share")),
+                               legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom")))  # under the title
+    return fit_margins(fig)
 
 
 SOURCE_COLOUR, PREFIX_COLOUR = "#3182bd", "#ff7f0e"
@@ -58,14 +59,14 @@ def source_share_figure(share: np.ndarray, output_tokens: Sequence[str], thresho
         lines.append((threshold, "dot", "#c62828", f"hallucination threshold ({threshold:.2f})"))
     traces += [dict(type="scatter", x=[None], y=[None], mode="lines", line=dict(dash=dash, color=colour, width=2),
                     name=name, hoverinfo="skip") for y, dash, colour, name in lines]
-    return go.Figure(traces, dict(
+    return fit_margins(go.Figure(traces, dict(
         barmode="stack", height=360, margin=dict(l=10, r=10, t=110, b=10), font=FONT,
         title=top_title(title),  # the legend under the title (it may wrap on a phone)
         legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=12)),
         xaxis=named_axis(unique_labels(output_tokens, first + 1), "output piece",
                          tickangle=-60 if len(share) > 8 else 0),
         yaxis=dict(range=[0, 1], title=dict(text="share")), plot_bgcolor="white",
-        shapes=[hline(y, line=dict(dash=dash, width=2, color=colour)) for y, dash, colour, _ in lines]))
+        shapes=[hline(y, line=dict(dash=dash, width=2, color=colour)) for y, dash, colour, _ in lines])))
 
 
 def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_tokens: Sequence[str],
@@ -99,4 +100,4 @@ def contribution_matrix_figure(source: np.ndarray, target: np.ndarray, output_to
     fig.layout.annotations = [dict(x=x - 0.5, y=1.0, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
                                    text=f"<b>{name}</b>", font=dict(size=11, color="#444444"))
                               for x, name in ((0, "source"), (s, "target prefix"))]
-    return fig
+    return fit_margins(fig)

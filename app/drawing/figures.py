@@ -104,8 +104,69 @@ def min_width(fig: go.Figure) -> int:
             size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
             left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
     scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
+    return int(need + left + scale + 20)  # the labels' own estimate beside the plot, as plotly's pushes were
+
+
+TICK_PAD = 12  # px between an axis and its tick labels, and spare
+AXIS_TITLE_PX = 44  # px an axis title takes beside its tick labels: its 12 px line and plotly's gaps either side
+COLOUR_BAR_PX = 100  # px right of the plot a colour bar takes: its bar, numbers, name and the gap to the plot (plus
+# 2% of a wide chart's width, plotly placing it at x = 1.02: there automargin still pushes)
+LEGEND_ROW_PX = 48  # px a row of legend above the plot takes
+NUMBER_CHARS = 5  # characters of a numeric tick label ("0.125"), which plotly chooses
+
+
+def fit_margins(fig: go.Figure) -> go.Figure:
+    """``fig`` with margins that already hold its tick labels, axis titles and colour bar (estimated with
+    :func:`text_px`, about what plotly's automargin would push; each at least the layout's own): automargin then
+    finds nothing to push and draws the chart once. A margin pushed after the first drawing redraws the whole
+    chart, labels measured again (on a 40-word sentence's charts, most of the browser's time); where this estimate
+    is short, automargin still makes the room, with that second drawing. Not more than plotly would push: the
+    builders' heights and widths leave the plot the room they meant (a generous margin squeezed a short chart's
+    rows and colour bar). The axes on the figure's left, right and bottom edges count."""
+    layout = fig.layout
+    default = layout.font.size if layout.font and layout.font.size else FONT["size"]
     margin = layout.margin
-    return int(need + left + scale + (margin.l or 0) + (margin.r or 0))
+    left, right, bottom = margin.l or 0, margin.r or 0, margin.b or 0
+    names = list(layout.to_plotly_json())
+
+    def starts_at_edge(axis_name: str | None, letter: str) -> bool:  # the axis an axis is anchored to starts at 0
+        other = layout[f"{letter}axis{(axis_name or letter)[1:]}"] if axis_name not in (None, "free") else None
+        return other is None or not other.domain or other.domain[0] <= 0.001
+
+    def label_px(axis, along: bool) -> float:  # the labels' size across the axis
+        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
+        texts = list(axis.ticktext) if axis.tickmode == "array" and axis.ticktext else ["0" * NUMBER_CHARS]
+        longest = max(text_px(t, size) for t in texts)
+        if not along:
+            return longest
+        sine = abs(float(np.sin(np.radians(float(axis.tickangle))))) if isinstance(axis.tickangle, (int, float)) else 0
+        return longest * sine + size * (1 - sine) + size * 0.5 * sine
+
+    for name in (k for k in names if k.startswith("yaxis")):
+        axis = layout[name]
+        if axis.visible is False or (axis.side != "right" and not starts_at_edge(axis.anchor, "x")):
+            continue
+        titled = bool(axis.title and axis.title.text)
+        labels = label_px(axis, False) if axis.showticklabels is not False else 0
+        if axis.side == "right":
+            right = max(right, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
+        else:
+            left = max(left, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
+    for name in (k for k in names if k.startswith("xaxis")):
+        axis = layout[name]
+        if axis.visible is False or axis.side == "top" or not starts_at_edge(axis.anchor, "y"):
+            continue
+        titled = bool(axis.title and axis.title.text)
+        labels = label_px(axis, True) if axis.showticklabels is not False else 0
+        bottom = max(bottom, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
+    scale = any(t.type == "heatmap" and t.showscale is not False and not getattr(t, "coloraxis", None)
+                for t in fig.data) or any(layout[k].showscale is not False for k in names if k.startswith("coloraxis"))
+    if scale:
+        right = max(right, COLOUR_BAR_PX)
+    top = margin.t or 0
+    if layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1:  # a row of legend above the plot
+        top = max(top, LEGEND_ROW_PX)
+    return fig.update_layout(margin=dict(l=int(left), r=int(right), b=int(bottom), t=int(top)))
 
 
 def short_title(title: str) -> str:
@@ -178,7 +239,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
     # it is no longer than the rows and the chart needs no empty band to hold it
     rows = top + cell * q + 40
     shown_title = short_title(query_title) if axis_title_room(query_title) > rows else query_title
-    return go.Figure(heat, dict(
+    return go.Figure(heat, dict(  # not fit_margins: on a short sentence in a narrow column (Compare models, What
+        # carries the change) its margins squeezed the colour bar into the next chart (test_every_view_browser)
         title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
         height=int(min(max(260, 150 + cell * q, top + axis_title_room(shown_title) + tick_room(xlabels, angled)),
                        2600)),
@@ -296,14 +358,14 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
                    marker=dict(symbol="square", size=12, color=colour, line=dict(color="#888", width=1)))
               for name, colour in (("may attend", MASK_SCALE[-1][1]), ("blocked (weight 0)", MASK_SCALE[0][1]))]
     cell = _cell_size(max(q, k))
-    return go.Figure([heat, *legend], dict(
+    return fit_margins(go.Figure([heat, *legend], dict(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
         margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
         legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
         xaxis=named_axis(unique_labels(key_tokens, key_first), key_title,
                     tickangle=-90 if k > 30 else -60 if k > 8 else 0),
         yaxis=named_axis(unique_labels(query_tokens, query_first), query_title, autorange="reversed"),
-    ))
+    )))
 
 
 def topk_figure(candidates: Sequence[str], probs: np.ndarray, chosen: int | None) -> go.Figure:
@@ -376,7 +438,7 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                       title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),
                       height=int(min(max(320, 100 + rows * (panel + x_labels + 30)), 1000 * rows)),
                       plot_bgcolor="white")
-    return fig
+    return fit_margins(fig)
 
 
 def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Figure | None:
@@ -396,7 +458,7 @@ def history_figure(history: Sequence[dict], marks: Sequence[int] = ()) -> go.Fig
                       xaxis=dict(title=dict(text="training step")))
     fig.update_yaxes(title_text="validation BLEU", secondary_y=False)
     fig.update_yaxes(title_text="validation loss", secondary_y=True)
-    return fig
+    return fit_margins(fig)
 
 
 def hline(y: float, **shape) -> dict:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from transformer.interpret.flow import Edge, FlowGraph, Node
 
 from .analysis import escape
-from .figures import FONT, MIN_FONT, text_px
+from .figures import FONT, MIN_FONT, fit_margins, text_px
 
 COLOURS = {"encoder": "#1f77b4", "decoder": "#2ca02c", "cross": "#ff7f0e", "ffn": "#9467bd", "residual": "#a8a8a8"}
 NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention",
@@ -202,9 +202,9 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], outputs: Sequence[str],
                    font=dict(size=12, color="#555555"), name="side")
               for x, text in ((n_enc / 2, "<b>encoder</b> · rows: source pieces"),
                               (base + n_dec / 2, "<b>decoder</b> · rows: output steps"))]
-    return go.Figure(traces, dict(
+    return fit_margins(go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=height, plot_bgcolor="white", dragmode="pan",
-        margin=dict(l=10, r=10, t=100 if title else 60, b=10), shapes=[divider], annotations=notes,
+        margin=dict(l=10, r=10, t=100 if title else 60, b=90), shapes=[divider], annotations=notes,  # b: the legend
         hoverdistance=HOVER_PX, meta={"min_width": int(3 * TOUCH_PX * (x_range[1] - x_range[0]) + right)},
         xaxis=dict(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[t for _, t in ticks], side="top",
                    tickfont=dict(size=11), range=x_range, showgrid=True, gridcolor="#eeeeee",
@@ -216,7 +216,7 @@ def flow_figure(graph: FlowGraph, source: Sequence[str], outputs: Sequence[str],
                     ticktext=dec_text, tickfont=dict(size=font), automargin=True, showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=-0.01, x=0.0, yanchor="top", font=dict(size=12)),
         clickmode="event+select",
-    ))
+    )))
 
 
 def step_figures(data, source: Sequence[str], outputs: Sequence[str], n_layers: tuple[int, int],
@@ -242,9 +242,10 @@ def head_bars(promoted: Sequence[tuple[str, float]], suppressed: Sequence[tuple[
     n = len(labels)
     bars = dict(type="bar", x=values, y=list(range(n)), orientation="h", marker=dict(color=colours),
                 hovertext=[f"{label}: {v:+.2f}" for label, v in zip(labels, values)], hoverinfo="text")
-    return go.Figure(bars, dict(title=dict(text=title, x=0.0), font=FONT, height=int(90 + 22 * max(n, 4)),
-                                margin=dict(l=10, r=10, t=60 if title else 20, b=30), plot_bgcolor="white",
-                                yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=labels,
-                                           autorange="reversed", tickfont=dict(size=12), automargin=True),
-                                xaxis=dict(title=dict(text="logit (promotes > 0 > suppresses)", font=dict(size=12)),
-                                           zeroline=True, zerolinecolor="#888")))
+    fig = go.Figure(bars, dict(title=dict(text=title, x=0.0), font=FONT, height=int(90 + 22 * max(n, 4)),
+                               margin=dict(l=10, r=10, t=60 if title else 20, b=30), plot_bgcolor="white",
+                               yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=labels,
+                                          autorange="reversed", tickfont=dict(size=12), automargin=True),
+                               xaxis=dict(title=dict(text="logit (promotes > 0 > suppresses)", font=dict(size=12)),
+                                          zeroline=True, zerolinecolor="#888")))
+    return fit_margins(fig)

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import KIND_NAMES, escape
-from .figures import ATTENTION_SCALE, FONT, TICKS_DRAWN, colour_bar
+from .figures import ATTENTION_SCALE, FONT, TICKS_DRAWN, colour_bar, fit_margins
 
 # what the browser must draw stays bounded: tokens on every cell cost ~34 bytes a cell, a marker a cell
 # ~54 (a 4 x 4-head grid of a 39-piece sentence was 1.3 MB of chart data with its markers, of 60 pieces 2 MB)
@@ -98,7 +98,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
                            line=dict(color="#d62728", width=3), name="picked"))
     block_px = max(90, min(260, 1000 // max(n_heads, 1)))
     height = 90 + n_layers * block_px * max(0.4, min(2.0, q / max(k, 1)))
-    return go.Figure([dict(type="heatmap", **heat), targets], dict(
+    return fit_margins(go.Figure([dict(type="heatmap", **heat), targets], dict(
         shapes=shapes,
         title=dict(text=f"{KIND_NAMES.get(kind, kind)}: every head (rows = layers, columns = heads)", x=0.0),
         font=FONT, height=int(height), margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
@@ -109,7 +109,7 @@ def head_grid(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequenc
                    ticktext=[f"layer {first_layer + layer + 1}" for layer in range(n_layers)], autorange="reversed",
                    showgrid=False, zeroline=False),
         meta=dict(grid=list(attn.shape), first_layer=first_layer),
-    ))
+    )))
 
 
 def _grid_cells(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], bh: int,

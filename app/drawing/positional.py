@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import cosine_similarity, escape, unique_labels
-from .figures import DIVERGING, FONT, HEAD_COLOURS, hline, named_axis, top_title
+from .figures import DIVERGING, FONT, HEAD_COLOURS, fit_margins, hline, named_axis, top_title
 
 
 def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,
@@ -23,9 +23,10 @@ def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding",
                 colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
                 hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>",
                 colorbar=dict(thickness=12))
-    return go.Figure(heat, dict(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
-                                margin=dict(l=10, r=10, t=45, b=10),
-                                xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed")))
+    fig = go.Figure(heat, dict(title=dict(text=title, x=0.0), font=FONT, height=int(min(max(300, 120 + 4 * p), 700)),
+                               margin=dict(l=10, r=10, t=45, b=10),
+                               xaxis=dict(title="dimension i"), yaxis=dict(title="position", autorange="reversed")))
+    return fit_margins(fig)
 
 
 def wave_dims(d_model: int, length: int) -> list[int]:
@@ -51,10 +52,11 @@ def pe_waves(table: np.ndarray, dims: Sequence[int]) -> go.Figure:
                               line=dict(color=HEAD_COLOURS[i % len(HEAD_COLOURS)], width=2)))
     # the legend above the plot, under the title at the figure's top (room for it to wrap on a phone): below
     # the plot it would sit on the axis title
-    return go.Figure(waves, dict(title=top_title("Waves of chosen dimensions"), font=FONT, height=480,
-                                 margin=dict(l=10, r=10, t=130, b=10), xaxis=dict(title="position"),
-                                 yaxis=dict(title="value"),
-                                 legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=11))))
+    fig = go.Figure(waves, dict(title=top_title("Waves of chosen dimensions"), font=FONT, height=480,
+                                margin=dict(l=10, r=10, t=130, b=10), xaxis=dict(title="position"),
+                                yaxis=dict(title="value"),
+                                legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=11))))
+    return fit_margins(fig)
 
 
 def pe_similarity(table: np.ndarray, step: int = 1) -> go.Figure:
@@ -64,9 +66,10 @@ def pe_similarity(table: np.ndarray, step: int = 1) -> go.Figure:
     at = np.arange(len(sim)) * step
     heat = dict(type="heatmap", z=sim, x=at, y=at, colorscale=DIVERGING, zmid=0, zmin=-1, zmax=1,
                 colorbar=dict(thickness=12), hovertemplate="position %{y} vs %{x}<br>cosine %{z:.3f}<extra></extra>")
-    return go.Figure(heat, dict(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT,
-                                height=420, margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
-                                yaxis=dict(title="position", autorange="reversed")))
+    fig = go.Figure(heat, dict(title=dict(text="Similarity between positions (cosine)", x=0.0), font=FONT,
+                               height=420, margin=dict(l=10, r=10, t=45, b=10), xaxis=dict(title="position"),
+                               yaxis=dict(title="position", autorange="reversed")))
+    return fit_margins(fig)
 
 
 def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.ndarray,
@@ -87,9 +90,9 @@ def norms_figure(tokens: Sequence[str], token_norms: np.ndarray, pe_norms: np.nd
         shapes.append(hline(median, line=dict(dash="dot", color="#555"), name="median"))
         traces.append(dict(type="scatter", x=[None], y=[None], mode="lines", line=dict(dash="dot", color="#555"),
                            name=f"median token embedding, whole vocabulary ({median:.1f})"))
-    return go.Figure(traces, dict(
+    return fit_margins(go.Figure(traces, dict(
         barmode="group", title=top_title("How large the encodings are next to the token embeddings"),
         font=FONT, height=400, margin=dict(l=10, r=10, t=115, b=10), shapes=shapes,
         xaxis=named_axis(labels, "source token", tickangle=-60 if len(tokens) > 8 else 0),
         yaxis=dict(title="vector length (L2)", range=[0, 1.15 * max(top, 1e-9)]),  # room above the bars
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0)))
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.0))))

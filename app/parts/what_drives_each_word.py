@@ -9,8 +9,8 @@ from . import Chart, Note, Part, Source, Table
 
 INTRO = ("For each output piece, how much each source piece and each earlier output piece pushed the model towards "
          f"it: {figures.DIVERGING_WORDS}. Unlike attention weights, these follow the whole network.")
-METHOD_HELP = ("Gradient attributions over the token embeddings, computed with the captum library: input × gradient, "
-               "or integrated gradients from an all-zero embedding; each number is a piece's share of the output "
+METHOD_HELP = ("Gradient attributions over the token embeddings: input × gradient, or integrated gradients from "
+               "an all-zero embedding (32 points on the path); each number is a piece's share of the output "
                "piece's log-probability.")
 AGREEMENT_HELP = "Spearman rank correlation over the source pieces."
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}

@@ -76,7 +76,7 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"),
                                  range=[deepest + 0.6, -0.6]),
                       legend=dict(orientation="h", y=1.08, x=0.3))
-    return fig
+    return figures.fit_margins(fig)
 
 
 def render(ctx: ViewContext) -> None:

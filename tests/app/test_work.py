@@ -202,7 +202,7 @@ def test_attribution_batched_by_memory_equals_one_big_batch(method):
                       progress=lambda done, total: passes.append(total))
     for a, b in zip(whole, small):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert passes[-1] == 2 * 6 * (12 if method == "integrated_gradients" else 1)  # rows x points, one by one
+    assert passes[-1] == 2 * (12 if method == "integrated_gradients" else 1)  # sentences x points, one by one
     first = attribute(model, src, tgt, labels, method=method, steps=12, output_span=(1, 4), max_batch_bytes=2 * row)
     torch.testing.assert_close(first[0], whole[0][:, 1:4], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(first[1], whole[1][:, 1:4], rtol=1e-4, atol=1e-5)

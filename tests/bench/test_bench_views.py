@@ -48,7 +48,11 @@ def test_views_mode_times_the_views_asked_and_both_attribution_methods(tiny_chec
     expected = {"all_heads", "heatmap"} | {f"{ATTRIBUTION_VIEW}: {m}" for m in METHOD_NAMES.values()}
     assert set(result["views_s"]) == expected
     assert all(len(t) == 1 and t[0] > 0 for t in result["views_s"].values())
-    assert "| Heatmap |" in out and "| view | p50 s | max s | goal s |" in out
+    assert set(result["views_cpu_s"]) == expected  # the browser's and the server's CPU seconds of each switch
+    assert all(len(c) == 1 and c[0][0] > 0 and c[0][1] >= 0 for c in result["views_cpu_s"].values())
+    attribution = [c[0][1] for name, c in result["views_cpu_s"].items() if name.startswith(ATTRIBUTION_VIEW)]
+    assert max(attribution) > 0  # the server computed the attributions
+    assert "| Heatmap |" in out and "| view | p50 s | browser CPU s | server CPU s | max s | goal s |" in out
 
 
 @pytest.mark.browser

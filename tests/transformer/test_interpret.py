@@ -164,6 +164,33 @@ def test_integrated_gradients_are_complete():
     assert (source[1, :, 3:] == 0).all()  # padding gets nothing
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_attribution_equals_captums_for_every_output_step(norm_first):
+    """captum's IntegratedGradients and InputXGradient, one output step at a time (a forward pass each), are the
+    oracle for the one forward pass :func:`attribute` shares between the steps."""
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    model = tiny(norm_first).double()
+    source, target = attribute(model, SRC, TGT, LABELS, steps=16, max_batch_bytes=1)  # one point a pass
+    ixg = attribute(model, SRC, TGT, LABELS, method="input_x_gradient")
+    for b in range(2):
+        e_src, e_tgt = model.src_embed(SRC[b:b + 1]).detach(), model.tgt_embed(TGT[b:b + 1]).detach()
+        for t in range(TGT.size(1)):
+            def f(x_src, x_tgt, t=t, b=b):
+                n = x_src.size(0)
+                logp = forward_from_embeddings(model, SRC[b:b + 1].expand(n, -1), TGT[b:b + 1].expand(n, -1),
+                                               x_src, x_tgt)  # (n, T, V)
+                return logp[:, t, LABELS[b, t]]
+
+            ig = IntegratedGradients(f).attribute((e_src, e_tgt), baselines=(e_src * 0, e_tgt * 0), n_steps=16,
+                                                  method="gausslegendre")
+            xg = InputXGradient(f).attribute((e_src.clone().requires_grad_(), e_tgt.clone().requires_grad_()))
+            for ours, theirs in (((source, target), ig), (ixg, xg)):
+                pad_s, pad_t = SRC[b] == 0, TGT[b] == 0
+                torch.testing.assert_close(ours[0][b, t], theirs[0].sum(-1)[0].masked_fill(pad_s, 0))
+                torch.testing.assert_close(ours[1][b, t], theirs[1].sum(-1)[0].masked_fill(pad_t, 0))
+
+
 @pytest.mark.parametrize("method,steps,per_item", [("integrated_gradients", 32, 4), ("integrated_gradients", 20, 3),
                                                     ("input_x_gradient", 32, 1)])
 def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeypatch):
@@ -178,9 +205,9 @@ def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(interpret, "forward_from_embeddings", counted)
-    eight_points = 8 * TGT.size(1) * interpret.attribution_row_bytes(model, SRC.size(1), TGT.size(1))
+    eight_points = 8 * interpret.attribution_row_bytes(model, SRC.size(1), TGT.size(1))
     attribute(model, SRC, TGT, LABELS, method=method, steps=steps, progress=lambda d, t: calls.append((d, t)),
-              max_batch_bytes=eight_points)  # memory for 8 interpolation points of every step per pass
+              max_batch_bytes=eight_points)  # memory for 8 interpolation points per pass, every step's backward
     total = 2 * per_item  # two batch items
     assert calls == [(i, total) for i in range(1, total + 1)]
     assert len(forward) == total  # one call per pass through the model: the progress counts what ran

@@ -2,7 +2,7 @@
 
     flow.py     the information-flow graph (Ferrando and Voita 2024): each head's, residual's and feed-forward
                 block's importance for every query, and the graph followed back from one output step
-    methods.py  one head's computation, value norms (Kobayashi et al.), attribution (captum), the logit lens
+    methods.py  one head's computation, value norms (Kobayashi et al.), attributions, the logit lens
     patching/   activation and path patching: which encoder streams and heads, which decoder layer's reading of
                 each source piece, which decoder heads and streams carry a one-word edit to the output
     alti.py     ALTI+ contributions (Ferrando et al. 2022): each output piece's shares of every source and

@@ -1,6 +1,6 @@
 """Beyond attention weights: how one head computes, what each head passes on, what drives each output word.
 
-Plain PyTorch (plus captum for attributions). ``src (B, S)`` source ids, ``tgt (B, T)`` the decoder input (BOS
+Plain PyTorch. ``src (B, S)`` source ids, ``tgt (B, T)`` the decoder input (BOS
 first), ``labels (B, T)`` the token each step produced. Everything computes from what one forward pass returns
 (``return_attention=True, return_internals=True``: the attention weights, every attention sub-layer's inputs, every
 layer's output): no hook, no state left on the model and no change of it, so any number of visitors may use one
@@ -9,8 +9,9 @@ model object at once.
 - :func:`head_computation`: the inside of one head for one query (Q, K, V, scores, scaling, mask, softmax,
   weighted sum, this head's slice through W_O); ``weights`` is the model's own attention row.
 - :func:`value_norms`: Kobayashi et al. (2020) ``||alpha_ij (v_j W_O^h)||`` per type, layer and head.
-- :func:`attribute`: attribution of ``log p(labels[t])`` to every source and decoder-input piece (captum:
-  input x gradient, or integrated gradients from an all-zero embedding baseline).
+- :func:`attribute`: attribution of ``log p(labels[t])`` to every source and decoder-input piece (input x
+  gradient, or integrated gradients from an all-zero embedding baseline, the numbers of captum's; one forward
+  pass per group of points serves every output step).
 - :func:`logit_lens`: the top-k next tokens each decoder layer's residual stream would give.
 - ALTI+ (each output step's contributions from every source piece and decoder-input piece) is
   :mod:`transformer.interpret.alti`.
@@ -19,10 +20,10 @@ model object at once.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -174,18 +175,27 @@ def logit_lens_chosen(model: Transformer, src: Tensor, tgt: Tensor, labels: Tens
 
 
 def forward_from_embeddings(model: Transformer, src: Tensor, tgt: Tensor, src_embeds: Tensor,
-                            tgt_embeds: Tensor, positions: Tensor | None = None) -> Tensor:
+                            tgt_embeds: Tensor, positions: Tensor | None = None, project: bool = True) -> Tensor:
     """Log-probabilities ``(N, T, V)`` with the token embeddings given (``(N, S, D)``, ``(N, T, D)``, the rows of
     the embedding tables) instead of looked up; masks come from ``src``/``tgt`` ids ``(N, S)``, ``(N, T)``.
     With ``positions`` ``(N,)``, only row n's output position ``positions[n]``: ``(N, V)`` (the output projection
-    over the vocabulary then runs on N vectors instead of N x T)."""
+    over the vocabulary then runs on N vectors instead of N x T). ``project=False``: the decoder's output before
+    the projection instead, ``(N, T, D)`` (:func:`log_probs` of a slice of it gives the log-probabilities)."""
     src_mask = padding_mask(src, model.config.pad_id)  # (N, 1, 1, S)
     memory = model.encode(src, src_mask, src_embeds=src_embeds).last_hidden_state
-    at = None  # (N, T) bool: each row's one position
-    if positions is not None:
+    at = None  # (N, T) bool: each row's one position (none: only the decoder's output, projected by nobody here)
+    if positions is not None or not project:
         at = torch.zeros(tgt.shape, dtype=torch.bool, device=tgt.device)
+    if positions is not None:
         at[torch.arange(tgt.size(0), device=tgt.device), positions] = True
-    logits = model.decode(tgt, memory, src_mask, logits_mask=at, tgt_embeds=tgt_embeds).logits  # (N, T, V) or (N, V)
+    out = model.decode(tgt, memory, src_mask, logits_mask=at, tgt_embeds=tgt_embeds)
+    return log_probs(model, None, out.logits) if project else out.last_hidden_state  # (N, T, V), (N, V), (N, T, D)
+
+
+def log_probs(model: Transformer, states: Tensor | None, logits: Tensor | None = None) -> Tensor:
+    """Log-probabilities over the vocabulary of the decoder's output ``states`` (``(..., D)``, through the output
+    projection) or of ``logits`` (``(..., V)``); float32 for a half-precision model."""
+    logits = model.generator(states) if logits is None else logits
     return (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits).log_softmax(dim=-1)
 
 
@@ -206,6 +216,16 @@ def attribution_row_bytes(model: Transformer, source_len: int, target_len: int) 
     return 4 * floats
 
 
+def integration_points(method: str, steps: int) -> tuple[Tensor, Tensor]:
+    """The points ``alpha`` on the path from the all-zero baseline to the input and their weights, ``(P,)`` each:
+    integrated gradients' ``steps`` Gauss-Legendre points on [0, 1] (numpy's ``leggauss``, as captum's
+    ``"gausslegendre"``), or input x gradient's one point, the input itself, with weight 1."""
+    if method == "input_x_gradient":
+        return torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    nodes, weights = np.polynomial.legendre.leggauss(steps)  # on [-1, 1]
+    return torch.from_numpy((nodes + 1) / 2), torch.from_numpy(weights / 2)
+
+
 def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, method: str = "integrated_gradients",
               steps: int = 32, progress: Callable[[int, int], None] | None = None,
               max_batch_bytes: int | None = None,
@@ -214,18 +234,16 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     ``(source (B, T', S), target (B, T', T))`` (summed over the embedding dimensions), T' the steps of
     ``output_span`` (``(first, end)``, end excluded; default every step, T' = T).
 
-    ``method``: ``"input_x_gradient"`` or ``"integrated_gradients"`` (captum, ``steps`` points from an all-zero
-    embedding baseline; per step, source + target sums equal ``log p(x) - log p(baseline)`` up to the integration
-    error). Each pass through the model holds at most ``max_batch_bytes`` (default ``DEFAULT_BATCH_BYTES``) by
-    :func:`attribution_row_bytes`: as many rows (output step x interpolation point) as fit, at least one; rows
-    are independent, so the result does not depend on the batching. ``progress(done, total)`` is called after
-    each pass. The model must be in eval mode (it is not switched: it may be serving others); a model in
-    training mode raises ``ValueError``.
+    ``method``: ``"input_x_gradient"`` or ``"integrated_gradients"`` (``steps`` Gauss-Legendre points from an
+    all-zero embedding baseline, as captum's ``IntegratedGradients``; per step, source + target sums equal
+    ``log p(x) - log p(baseline)`` up to the integration error). Every output step reads the same input at a
+    point of the path, so one forward pass serves them all: each pass takes a group of points (a row each, the
+    whole sentence at that point), and each output step then has its own backward pass through that one graph.
+    A pass holds at most ``max_batch_bytes`` (default ``DEFAULT_BATCH_BYTES``) by :func:`attribution_row_bytes`:
+    as many points as fit, at least one; points are independent, so the result does not depend on the batching.
+    ``progress(done, total)`` is called after each pass. The model must be in eval mode (it is not switched: it
+    may be serving others); a model in training mode raises ``ValueError``.
     """
-    with warnings.catch_warnings():  # captum imports tqdm.auto, which warns in a notebook without ipywidgets about
-        warnings.filterwarnings("ignore", message="IProgress not found")  # a progress bar that is never shown
-        from captum.attr import InputXGradient, IntegratedGradients
-
     if method not in ("input_x_gradient", "integrated_gradients"):
         raise ValueError("method must be 'input_x_gradient' or 'integrated_gradients'")
     require_eval(model, "attribute")
@@ -233,51 +251,38 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     first, end = output_span if output_span is not None else (0, t)
     if not 0 <= first < end <= t:
         raise ValueError(f"output_span must lie within the {t} output steps, not {output_span}")
-    points = steps if method == "integrated_gradients" else 1
+    alphas, weights = integration_points(method, steps)  # (P,) each
     budget = DEFAULT_BATCH_BYTES if max_batch_bytes is None else max_batch_bytes
-    rows_per_pass = max(1, budget // attribution_row_bytes(model, src.size(1), t))
-    chunk = min(end - first, rows_per_pass)  # output steps attributed together
-    chunks = [(c, min(c + chunk, end)) for c in range(first, end, chunk)]
-    per_chunk = [-(-points // max(1, rows_per_pass // (c1 - c0))) for c0, c1 in chunks]  # passes per chunk
-    total = b * sum(per_chunk)
-    passes = [0]
+    per_pass = max(1, min(len(alphas), budget // attribution_row_bytes(model, src.size(1), t)))  # points a pass
+    groups = [(p, min(p + per_pass, len(alphas))) for p in range(0, len(alphas), per_pass)]
+    total, passes = b * len(groups), 0
     sources, targets = [], []
     with torch.enable_grad():  # gradients even when the caller runs under no_grad
         for i in range(b):
-            src_rows, tgt_rows = [], []
-            for c0, c1 in chunks:
-                n_rows = c1 - c0
-                s_ids, t_ids = src[i:i + 1].expand(n_rows, -1), tgt[i:i + 1].expand(n_rows, -1)  # (n, S), (n, T)
-                steps_idx, lab = torch.arange(c0, c1, device=tgt.device), labels[i]
-
-                def forward(src_e: Tensor, tgt_e: Tensor, s_ids: Tensor = s_ids, t_ids: Tensor = t_ids,
-                            steps_idx: Tensor = steps_idx, lab: Tensor = lab, n_rows: int = n_rows) -> Tensor:
-                    n = src_e.size(0)  # n_rows times the interpolation points captum batched
-                    reps = n // n_rows
-                    at = steps_idx.repeat(reps)  # (n,): the output position each row is about
-                    logp = forward_from_embeddings(model, s_ids.repeat(reps, 1), t_ids.repeat(reps, 1), src_e,
-                                                   tgt_e, positions=at)  # (n, V)
-                    passes[0] += 1
-                    if progress is not None:
-                        progress(min(passes[0], total), total)
-                    return logp[torch.arange(n, device=logp.device), lab[at]]  # (n,)
-
-                src_e = model.src_embed(s_ids).detach().requires_grad_(True)  # (n, S, D)
-                tgt_e = model.tgt_embed(t_ids).detach().requires_grad_(True)  # (n, T, D)
-                if method == "input_x_gradient":
-                    a_src, a_tgt = InputXGradient(forward).attribute((src_e, tgt_e))
-                else:
-                    per_pass = n_rows * max(1, min(points, rows_per_pass // n_rows))  # whole interpolation points
-                    a_src, a_tgt = IntegratedGradients(forward).attribute(
-                        (src_e, tgt_e), baselines=(torch.zeros_like(src_e), torch.zeros_like(tgt_e)),
-                        n_steps=steps, method="gausslegendre", internal_batch_size=per_pass)
-                src_pad = (s_ids == model.config.pad_id)[..., None]
-                tgt_pad = (t_ids == model.config.pad_id)[..., None]
-                src_rows.append(a_src.masked_fill(src_pad, 0).sum(-1).detach())  # (n, S)
-                tgt_rows.append(a_tgt.masked_fill(tgt_pad, 0).sum(-1).detach())  # (n, T)
-                del a_src, a_tgt, src_e, tgt_e
-            sources.append(torch.cat(src_rows))  # (T', S)
-            targets.append(torch.cat(tgt_rows))  # (T', T)
+            e_src, e_tgt = model.src_embed(src[i:i + 1]).detach(), model.tgt_embed(tgt[i:i + 1]).detach()  # (1, ., D)
+            dtype = torch.promote_types(e_src.dtype, torch.float32)  # sums in float32 at least
+            g_src = e_src.new_zeros(end - first, *e_src.shape[1:], dtype=dtype)  # (T', S, D): sum of w grad
+            g_tgt = e_tgt.new_zeros(end - first, *e_tgt.shape[1:], dtype=dtype)  # (T', T, D)
+            for p0, p1 in groups:
+                n = p1 - p0
+                a = alphas[p0:p1].to(e_src)[:, None, None]  # (n, 1, 1)
+                w = weights[p0:p1].to(device=e_src.device, dtype=dtype)  # (n,)
+                x_src, x_tgt = (a * e_src).requires_grad_(True), (a * e_tgt).requires_grad_(True)  # (n, S|T, D)
+                states = forward_from_embeddings(model, src[i:i + 1].expand(n, -1), tgt[i:i + 1].expand(n, -1),
+                                                 x_src, x_tgt, project=False)  # (n, T, D)
+                for step in range(first, end):
+                    value = log_probs(model, states[:, step])[:, labels[i, step]].sum()  # rows are independent
+                    d_src, d_tgt = torch.autograd.grad(value, (x_src, x_tgt), retain_graph=step < end - 1)
+                    g_src[step - first] += torch.einsum("n,nsd->sd", w, d_src.to(dtype))
+                    g_tgt[step - first] += torch.einsum("n,ntd->td", w, d_tgt.to(dtype))
+                del states, x_src, x_tgt
+                passes += 1
+                if progress is not None:
+                    progress(passes, total)
+            src_pad = (src[i] == model.config.pad_id)[:, None]  # (S, 1)
+            tgt_pad = (tgt[i] == model.config.pad_id)[:, None]  # (T, 1)
+            sources.append((g_src * e_src.to(dtype)).masked_fill(src_pad, 0).sum(-1))  # (T', S): (x - 0) . integral
+            targets.append((g_tgt * e_tgt.to(dtype)).masked_fill(tgt_pad, 0).sum(-1))  # (T', T)
     return full(torch.stack(sources)), full(torch.stack(targets))  # a bfloat16 model's: returned in float32
 
 
