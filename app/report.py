@@ -145,7 +145,7 @@ def figure_json(fig: go.Figure | dict, shared: dict[int, tuple[np.ndarray, list]
 
 def min_width(spec: dict[str, Any]) -> int:
     """The width (px) below which a chart's column labels would run together, or the plot's width its builder asked
-    for (``layout.meta["min_width"]``, as the app's ``figures.min_width`` reads it) and 120 px for its row labels: the
+    for (``layout.meta["min_width"]``, as ``app.drawing.layout.min_width`` reads it) and 120 px for its row labels: the
     chart scrolls sideways there."""
     columns = max((len(axis.get("ticktext") or ()) for name, axis in spec["layout"].items()
                    if name.startswith("xaxis") and isinstance(axis, dict)), default=0)

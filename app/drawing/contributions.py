@@ -10,7 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import escape, unique_labels
-from .figures import FONT, TICKS_DRAWN, attention_heatmap, fit_margins, hline, named_axis, top_title, vline
+from .figures import attention_heatmap, hline, vline
+from .layout import FONT, TICKS_DRAWN, fit_margins, named_axis, top_title
 
 
 def attribution_share(source_share: np.ndarray, outputs: Sequence[str], first: int = 0) -> go.Figure:

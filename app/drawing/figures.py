@@ -7,8 +7,6 @@ rows and columns.
 
 from __future__ import annotations
 
-import html
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +14,21 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .analysis import escape, unique_labels
+from .layout import (
+    FONT,
+    LABEL_GAP,
+    PHONE_AXIS,
+    TICKS_DRAWN,
+    axis_title_room,
+    cell_size,
+    colour_bar,
+    fit_margins,
+    named_axis,
+    short_title,
+    text_px,
+    tick_font,
+    tick_room,
+)
 
 ATTENTION_SCALE = [[0.0, "#ffffff"], [0.08, "#eef3fb"], [0.3, "#9ecae1"], [0.6, "#3182bd"], [1.0, "#08306b"]]
 MASK_SCALE = [[0.0, "#f3d6d6"], [0.5, "#f3d6d6"], [0.5, "#2e7d32"], [1.0, "#2e7d32"]]
@@ -23,7 +36,6 @@ DIVERGING = "RdBu"  # low values red, high values blue
 DIVERGING_WORDS = "blue pushed it up (positive), red pushed it down (negative)"  # what DIVERGING's colours say
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                 "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
-FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
 
 PLOTLY_CONFIG = {
     "displaylogo": False,
@@ -35,169 +47,6 @@ PLOTLY_CONFIG = {
 def plotly_config(filename: str) -> dict:
     """Chart config whose camera button downloads a PNG named ``filename`` (no server-side Chrome needed)."""
     return {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": filename}}
-
-
-MIN_FONT = 10  # px: no chart label is smaller (a phone's visitor must read it)
-
-
-def _tick_font(n: int) -> int:
-    return 12 if n <= 30 else MIN_FONT
-
-
-def _cell_size(n: int) -> int:
-    return 26 if n <= 20 else 20 if n <= 40 else 14
-
-
-AXIS_TITLE_CHAR = 7.0  # px per character of a 12 px axis title (a generous average, so the estimate is not short)
-
-
-def axis_title_room(title: str) -> float:
-    """Pixels a 12 px vertical axis title needs along the plot's height (so it never runs into the chart title)."""
-    return AXIS_TITLE_CHAR * len(html.unescape(str(title))) + 10
-
-
-def tick_room(labels: Sequence[str], angled: bool) -> float:
-    """Pixels under the plot for the x tick labels (turned by 60 degrees when ``angled``) and the axis title."""
-    longest = max((len(html.unescape(str(t))) for t in labels), default=1)
-    return (0.87 * 7.0 * longest if angled else 16) + 30
-
-
-CHAR_EM = 0.62  # the advance of an average character, in font sizes (a generous mean for the sans-serif faces used)
-LABEL_GAP = 3  # px between two tick labels side by side
-PHONE_PLOT = 300  # px: a figure wider than this scrolls on a phone
-PHONE_AXIS = 200  # px: the x axis of a heatmap on a phone (its labels, colour bar and margins take the rest)
-
-
-def text_px(text: object, size: float) -> float:
-    """Pixels a one-line label takes at ``size`` px (tags such as ``<b>`` left out, entities counted once)."""
-    plain = html.unescape(re.sub(r"<[^>]+>", "", str(text)))
-    return len(plain) * CHAR_EM * size
-
-
-def min_width(fig: go.Figure) -> int:
-    """Pixels wide ``fig`` must be drawn so that no two labels of an x axis with named ticks touch: each tick needs
-    its label's thickness (turned labels: the font size over the sine of the angle; upright ones: the longest
-    label) in the axis' share of the plot; plus the y labels, titles and colour bar beside it. 0 for a figure
-    without named x ticks (plotly thins numeric ticks itself). ``fig.layout.meta["min_width"]``, when a builder
-    set it (text drawn inside the plot, as the beam tree's), counts too."""
-    layout = fig.layout
-    meta = layout.meta if isinstance(layout.meta, dict) else {}
-    need = float(meta.get("min_width", 0))
-    default = (layout.font.size if layout.font and layout.font.size else FONT["size"])
-    left = 0.0
-    for name in [k for k in layout.to_plotly_json() if k.startswith("xaxis")]:
-        axis = layout[name]
-        if axis.tickmode not in ("array", None) or not axis.ticktext or axis.showticklabels is False:
-            continue
-        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-        angle = abs(float(axis.tickangle)) % 180 if isinstance(axis.tickangle, (int, float)) else 0.0
-        sine = float(np.sin(np.radians(angle)))
-        longest = max(text_px(t, size) for t in axis.ticktext)
-        pitch = (size + LABEL_GAP) / sine if sine > 0.3 else longest + 2 * LABEL_GAP
-        domain = axis.domain[1] - axis.domain[0] if axis.domain else 1.0
-        need = max(need, len(axis.ticktext) * pitch / max(domain, 0.05))
-    if need <= 0:
-        return 0
-    for name in [k for k in layout.to_plotly_json() if k.startswith("yaxis")]:
-        axis = layout[name]
-        if axis.tickmode in ("array", None) and axis.ticktext and axis.showticklabels is not False:
-            size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-            left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
-    scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
-    return int(need + left + scale + 20)  # the labels' own estimate beside the plot, as plotly's pushes were
-
-
-TICK_PAD = 12  # px between an axis and its tick labels, and spare
-AXIS_TITLE_PX = 44  # px an axis title takes beside its tick labels: its 12 px line and plotly's gaps either side
-COLOUR_BAR_PX = 100  # px right of the plot a colour bar takes: its bar, numbers, name and the gap to the plot (plus
-# 2% of a wide chart's width, plotly placing it at x = 1.02: there automargin still pushes)
-LEGEND_ROW_PX = 48  # px a row of legend above the plot takes
-NUMBER_CHARS = 5  # characters of a numeric tick label ("0.125"), which plotly chooses
-
-
-def fit_margins(fig: go.Figure) -> go.Figure:
-    """``fig`` with margins that already hold its tick labels, axis titles and colour bar (estimated with
-    :func:`text_px`, about what plotly's automargin would push; each at least the layout's own): automargin then
-    finds nothing to push and draws the chart once. A margin pushed after the first drawing redraws the whole
-    chart, labels measured again (on a 40-word sentence's charts, most of the browser's time); where this estimate
-    is short, automargin still makes the room, with that second drawing. Not more than plotly would push: the
-    builders' heights and widths leave the plot the room they meant (a generous margin squeezed a short chart's
-    rows and colour bar). The axes on the figure's left, right and bottom edges count."""
-    layout = fig.layout
-    default = layout.font.size if layout.font and layout.font.size else FONT["size"]
-    margin = layout.margin
-    left, right, bottom = margin.l or 0, margin.r or 0, margin.b or 0
-    names = list(layout.to_plotly_json())
-
-    def starts_at_edge(axis_name: str | None, letter: str) -> bool:  # the axis an axis is anchored to starts at 0
-        other = layout[f"{letter}axis{(axis_name or letter)[1:]}"] if axis_name not in (None, "free") else None
-        return other is None or not other.domain or other.domain[0] <= 0.001
-
-    def label_px(axis, along: bool) -> float:  # the labels' size across the axis
-        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-        texts = list(axis.ticktext) if axis.tickmode == "array" and axis.ticktext else ["0" * NUMBER_CHARS]
-        longest = max(text_px(t, size) for t in texts)
-        if not along:
-            return longest
-        sine = abs(float(np.sin(np.radians(float(axis.tickangle))))) if isinstance(axis.tickangle, (int, float)) else 0
-        return longest * sine + size * (1 - sine) + size * 0.5 * sine
-
-    for name in (k for k in names if k.startswith("yaxis")):
-        axis = layout[name]
-        if axis.visible is False or (axis.side != "right" and not starts_at_edge(axis.anchor, "x")):
-            continue
-        titled = bool(axis.title and axis.title.text)
-        labels = label_px(axis, False) if axis.showticklabels is not False else 0
-        if axis.side == "right":
-            right = max(right, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
-        else:
-            left = max(left, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
-    for name in (k for k in names if k.startswith("xaxis")):
-        axis = layout[name]
-        if axis.visible is False or axis.side == "top" or not starts_at_edge(axis.anchor, "y"):
-            continue
-        titled = bool(axis.title and axis.title.text)
-        labels = label_px(axis, True) if axis.showticklabels is not False else 0
-        bottom = max(bottom, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
-    scale = any(t.type == "heatmap" and t.showscale is not False and not getattr(t, "coloraxis", None)
-                for t in fig.data) or any(layout[k].showscale is not False for k in names if k.startswith("coloraxis"))
-    if scale:
-        right = max(right, COLOUR_BAR_PX)
-    top = margin.t or 0
-    if layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1:  # a row of legend above the plot
-        top = max(top, LEGEND_ROW_PX)
-    return fig.update_layout(margin=dict(l=int(left), r=int(right), b=int(bottom), t=int(top)))
-
-
-def short_title(title: str) -> str:
-    """An axis title without the explanation in its brackets: "output token (query = the step producing it)" ->
-    "output token (query)"."""
-    return re.sub(r" \((\w+) = [^)]*\)", r" (\1)", title)
-
-
-def top_title(text: str) -> dict:
-    """A chart title at the very top of the figure (plotly centres it in the top margin, where a legend that wraps
-    on a narrow screen goes too)."""
-    return dict(text=text, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=12))
-
-
-def colour_bar(name: str) -> dict:
-    """A slim colour bar named along its side (a name on top would sit on the top value of a short bar)."""
-    return dict(title=dict(text=name, side="right"), thickness=12)
-
-
-# Plotly hides a tick label that would overflow the chart ("hide past div", its default on a linear axis) by measuring
-# every label's box on every redraw (and a margin pushed by the colour bar or the legend redraws); on a 40-word
-# sentence's charts that was most of the browser's time (Masks: 3 of its 4.8 s of plotly). Named ticks are spaced by
-# ``min_width`` so that none overflows: they are drawn as they are.
-TICKS_DRAWN = dict(ticklabeloverflow="allow")
-
-
-def named_axis(labels: Sequence[str], title: str, **extra) -> dict:
-    n = len(labels)
-    return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
-                ticktext=list(labels), tickfont=dict(size=_tick_font(n)), showgrid=False, zeroline=False,
-                **TICKS_DRAWN, **extra)
 
 
 def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "",
@@ -231,10 +80,10 @@ def attention_heatmap(weights: np.ndarray, query_tokens: Sequence[str], key_toke
                        f"{value_name} %{{z:.3f}}<extra></extra>"),
         colorbar=colour_bar(value_name), xgap=1 if k <= 60 else 0, ygap=1 if q <= 60 else 0,
     )
-    cell = _cell_size(max(q, k))
+    cell = cell_size(max(q, k))
     top = 50 if title else 20
     # upright key labels only where the whole row of them fits a phone's plot; else turned
-    angled = k > 8 or sum(text_px(t, _tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_AXIS
+    angled = k > 8 or sum(text_px(t, tick_font(k)) + 2 * LABEL_GAP for t in xlabels) > PHONE_AXIS
     # a few rows: the query axis keeps the short name (before its explanation, which the hover still gives), so
     # it is no longer than the rows and the chart needs no empty band to hold it
     rows = top + cell * q + 40
@@ -318,11 +167,11 @@ def attention_lines(attn: np.ndarray, query_tokens: Sequence[str], key_tokens: S
     traces.append(dict(
         type="scatter", x=np.zeros(q), y=y_q, mode="markers+text", text=qlabels, textposition="middle left",
         marker=dict(size=7, color="#444"), hovertext=hover_q, hoverinfo="text", showlegend=False,
-        textfont=dict(size=_tick_font(q) + 1)))
+        textfont=dict(size=tick_font(q) + 1)))
     traces.append(dict(
         type="scatter", x=np.ones(k), y=y_k, mode="markers+text", text=klabels, textposition="middle right",
         marker=dict(size=7, color="#444"), hovertext=[f"key {j + key_first}: <b>{klabels[j]}</b>" for j in range(k)],
-        hoverinfo="text", showlegend=False, textfont=dict(size=_tick_font(k) + 1)))
+        hoverinfo="text", showlegend=False, textfont=dict(size=tick_font(k) + 1)))
     return go.Figure(traces, dict(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(320, 90 + 22 * n), 3000)),
         xaxis=dict(visible=False, range=[-0.6, 1.6], fixedrange=True),
@@ -357,7 +206,7 @@ def mask_figure(allowed: np.ndarray, query_tokens: Sequence[str], key_tokens: Se
     legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
                    marker=dict(symbol="square", size=12, color=colour, line=dict(color="#888", width=1)))
               for name, colour in (("may attend", MASK_SCALE[-1][1]), ("blocked (weight 0)", MASK_SCALE[0][1]))]
-    cell = _cell_size(max(q, k))
+    cell = cell_size(max(q, k))
     return fit_margins(go.Figure([heat, *legend], dict(
         title=dict(text=title, x=0.0), font=FONT, height=int(min(max(240, 160 + cell * q), 2200)),
         margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white",
@@ -422,17 +271,17 @@ def evolution_figure(panels: Sequence[tuple[str, np.ndarray]], query_tokens: Seq
                                                "<b>%{customdata[1]}</b><br>weight %{z:.3f}<extra></extra>"),
                       row=i // per_row + 1, col=i % per_row + 1)
     fig.update_xaxes(showticklabels=True, showgrid=False, zeroline=False, tickmode="array", tickvals=list(range(k)),
-                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=_tick_font(k * per_row)),
+                     ticktext=unique_labels(key_tokens, key_first), tickfont=dict(size=tick_font(k * per_row)),
                      tickangle=-90, **TICKS_DRAWN)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed", **TICKS_DRAWN)
     for row in range(1, rows + 1):
         fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=list(range(q)),
-                         ticktext=unique_labels(query_tokens, query_first), tickfont=dict(size=_tick_font(q)),
+                         ticktext=unique_labels(query_tokens, query_first), tickfont=dict(size=tick_font(q)),
                          row=row, col=1)
     zmin, zmax = zrange if zrange is not None else (0.0, max(max(float(np.max(w)) for _, w in panels), 1e-9))
     width_share = 1100 / max(per_row, 1)
-    labels = (_tick_font(q) + 3) * q  # each row label its own line
-    x_labels = 8 + 0.62 * _tick_font(k * per_row) * max((len(t) for t in key_tokens), default=1)  # turned, below
+    labels = (tick_font(q) + 3) * q  # each row label its own line
+    x_labels = 8 + 0.62 * tick_font(k * per_row) * max((len(t) for t in key_tokens), default=1)  # turned, below
     panel = max(190 + width_share * q / max(k, 1) - 160, labels, 120)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=zmin, cmax=zmax, colorbar=dict(thickness=12)),
                       title=dict(text=title, x=0.0), font=FONT, margin=dict(l=10, r=10, t=70, b=10),

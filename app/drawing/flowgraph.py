@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from transformer.interpret.flow import Edge, FlowGraph, Node
 
 from .analysis import escape
-from .figures import FONT, MIN_FONT, fit_margins, text_px
+from .layout import FONT, MIN_FONT, fit_margins, text_px
 
 COLOURS = {"encoder": "#1f77b4", "decoder": "#2ca02c", "cross": "#ff7f0e", "ffn": "#9467bd", "residual": "#a8a8a8"}
 NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention",

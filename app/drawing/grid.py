@@ -9,7 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import KIND_NAMES, escape
-from .figures import ATTENTION_SCALE, FONT, TICKS_DRAWN, colour_bar, fit_margins
+from .figures import ATTENTION_SCALE
+from .layout import FONT, TICKS_DRAWN, colour_bar, fit_margins
 
 # what the browser must draw stays bounded: tokens on every cell cost ~34 bytes a cell, a marker a cell
 # ~54 (a 4 x 4-head grid of a 39-piece sentence was 1.3 MB of chart data with its markers, of 60 pieces 2 MB)

@@ -10,7 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .analysis import cosine_similarity, escape, unique_labels
-from .figures import DIVERGING, FONT, HEAD_COLOURS, fit_margins, hline, named_axis, top_title
+from .figures import DIVERGING, HEAD_COLOURS, hline
+from .layout import FONT, fit_margins, named_axis, top_title
 
 
 def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding", position_step: int = 1,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT, text_px
+from .layout import FONT, text_px
 
 BAND = "#ffffff"  # the frozen column's background: the page's white
 ROW_LABELS = "row_labels"  # the key of ``layout.meta`` that marks a frozen column's figure (True)

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .analysis import unique_labels
-from .figures import ATTENTION_SCALE, MIN_FONT, short_title
+from .figures import ATTENTION_SCALE
+from .layout import MIN_FONT, short_title
 
 CSS_FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's font; a generic one in a downloaded file
 LABEL_CHARS = 24  # longer tick labels are cut with "…" (the full token is in the label's own tooltip)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT
+from .layout import FONT
 
 FLAGGED, KEPT = "#c62828", "#3182bd"  # flagged lines red, the others the explorer's blue
 OPEN = "#212121"  # the open line's mark: near black, apart from both

@@ -17,7 +17,7 @@ from transformer import Translator
 from transformer.network.kinds import layer_counts
 
 from ..analysis.inference import HeadKey
-from ..drawing import figures, row_labels
+from ..drawing import figures, layout, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS, head_title
 from ..limits import ledger, work
 from . import state
@@ -368,14 +368,14 @@ def swipe_hint(box: Any, key: str) -> None:
 
 
 def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None, **events: Any) -> None:
-    """``st.plotly_chart`` at a width where no two labels touch (``figures.min_width``, or ``width``): a figure
+    """``st.plotly_chart`` at a width where no two labels touch (``layout.min_width``, or ``width``): a figure
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
     query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
     scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower; such a
     chart zooms and pans along its columns only, as a zoom along its rows would move them under the frozen labels).
     ``events``: ``st.plotly_chart``'s selection arguments (``on_select``, ``selection_mode``)."""
-    need = width if width is not None else figures.min_width(fig)
-    if need <= figures.PHONE_PLOT:
+    need = width if width is not None else layout.min_width(fig)
+    if need <= layout.PHONE_PLOT:
         where.plotly_chart(fig, config=figures.plotly_config(filename), key=key, **events)
         return
     plot, key = key, css_name(key)  # the chart's own key; the rest's (and their CSS classes) as Streamlit writes it

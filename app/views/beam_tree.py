@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..drawing import figures
+from ..drawing import figures, layout
 from ..page import controls, heatmaps
 from ..page.state import ViewContext
 
@@ -64,10 +64,10 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
             hovertemplate="%{customdata[0]}<br>log-prob %{customdata[1]:.3f}<br>score %{customdata[2]}"
                           "<extra>" + status + "</extra>"))
     deepest = max((y[n.id] for n in shown), default=0)
-    longest = max((figures.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
-    width = (last - first + 1) * (longest / 2 + 2 * figures.LABEL_GAP) + 120  # every other step's labels side by side
-    fig.update_layout(meta={"min_width": int(width)},  # app.drawing.figures.min_width: its labels readable
-                      height=520, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT, plot_bgcolor="white",
+    longest = max((layout.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
+    width = (last - first + 1) * (longest / 2 + 2 * layout.LABEL_GAP) + 120  # every other step's labels side by side
+    fig.update_layout(meta={"min_width": int(width)},  # app.drawing.layout.min_width: its labels readable
+                      height=520, margin=dict(l=10, r=10, t=40, b=10), font=layout.FONT, plot_bgcolor="white",
                       # ranges of its own (each step's labels within half a step; a label over the first rank or under
                       # the last within 0.6 of a rank), so that a phone's frozen rank labels fall on the same ranks
                       # (app.drawing.row_labels)
@@ -76,7 +76,7 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"),
                                  range=[deepest + 0.6, -0.6]),
                       legend=dict(orientation="h", y=1.08, x=0.3))
-    return figures.fit_margins(fig)
+    return layout.fit_margins(fig)
 
 
 def render(ctx: ViewContext) -> None:

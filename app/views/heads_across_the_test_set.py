@@ -14,7 +14,7 @@ import streamlit as st
 from transformer import cli
 from transformer.interpret.heads import STATS_NOTES
 
-from ..drawing import figures
+from ..drawing import figures, layout
 from ..drawing.analysis import KIND_NAMES, KINDS
 from ..models import card, catalog
 from ..models.catalog import load_heads
@@ -50,11 +50,11 @@ def importance_figure(importance: dict[str, list]) -> go.Figure:
                                                "<extra></extra>"), row=1, col=i + 1)
     fig.update_yaxes(autorange="reversed")
     heads = max(len(importance[k][0]) if len(importance[k]) else 0 for k in KINDS)
-    title = max(figures.text_px(KIND_LABELS[k], 16) for k in KINDS)  # plotly's subplot titles: 16 px
-    panel = max(title, heads * (figures.text_px("H10", 12) + figures.LABEL_GAP)) + 12
-    fig.update_layout(meta={"min_width": int(3 / 0.92 * panel + 150)},  # app.drawing.figures.min_width
-                      coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=figures.colour_bar("importance")),
-                      height=330, margin=dict(l=10, r=10, t=80, b=10), font=figures.FONT,
+    title = max(layout.text_px(KIND_LABELS[k], 16) for k in KINDS)  # plotly's subplot titles: 16 px
+    panel = max(title, heads * (layout.text_px("H10", 12) + layout.LABEL_GAP)) + 12
+    fig.update_layout(meta={"min_width": int(3 / 0.92 * panel + 150)},  # app.drawing.layout.min_width
+                      coloraxis=dict(colorscale=figures.ATTENTION_SCALE, colorbar=layout.colour_bar("importance")),
+                      height=330, margin=dict(l=10, r=10, t=80, b=10), font=layout.FONT,
                       title=dict(text="Head importance (Michel et al., normalised per layer)", x=0.0))
     return fig
 
@@ -69,7 +69,7 @@ def pruning_figure(data: dict) -> go.Figure:
                                  customdata=[p["heads_off"] for p in points],
                                  hovertemplate=f"{name}: %{{customdata}} heads off (%{{x:.0f}}%), BLEU %{{y:.2f}}"
                                                "<extra></extra>"))
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=40, b=10), font=figures.FONT,
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=40, b=10), font=layout.FONT,
                       xaxis=dict(title=dict(text="heads switched off (% of the type, or of all)")),
                       yaxis=dict(title=dict(text="BLEU")), legend=dict(orientation="h", y=-0.22, x=0),
                       title=dict(text="Pruning curve", x=0.0))

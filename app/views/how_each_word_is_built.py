@@ -13,7 +13,7 @@ import streamlit as st
 
 from transformer.interpret.flow import FlowGraph
 
-from ..drawing import figures, flowgraph
+from ..drawing import figures, flowgraph, layout
 from ..drawing.analysis import KIND_NAMES, escape, first_numbers
 from ..limits import ledger, work
 from ..page import controls, heatmaps
@@ -229,7 +229,7 @@ def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) ->
                            hovertext=[f"{label}: {w:.3f}" for label, w in zip(labels, row)], hoverinfo="text"))
     asked = query_name(kind, query, ctx.result.source_tokens, ctx.result.target_tokens)
     fig.update_layout(title=dict(text=f"{name}<br>attention of {asked}", x=0.0),
-                      font=figures.FONT, height=int(110 + 22 * max(len(keys), 4)), plot_bgcolor="white",
+                      font=layout.FONT, height=int(110 + 22 * max(len(keys), 4)), plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=70, b=30),
                       yaxis=dict(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
                                  autorange="reversed", automargin=True, tickfont=dict(size=12)),

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..drawing import figures
+from ..drawing import figures, layout
 from ..drawing.analysis import KIND_NAMES, first_numbers
 from ..page import controls
 from ..page.params import Param, int_in
@@ -67,7 +67,7 @@ def render(ctx: ViewContext) -> None:
                                                                                   format="%.3f")})
     fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, key_first)],
                            orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=figures.FONT,
+    fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=layout.FONT,
                       yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),
                       title=dict(text="Softmax weights", x=0.0))
     controls.chart(fig, "inside-head", "inside_head_chart", c2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ..drawing import figures
+from ..drawing import layout
 from ..page import controls, heatmaps
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
@@ -41,7 +41,7 @@ def render(ctx: ViewContext) -> None:
     d0, d1 = first + q0, min(first + q1, len(result.decoder_input_tokens))
     source, target, share = described.charts(result, data, (q0, q1, k0, k1))
     # side by side while both fit half a laptop's page; else each map gets the whole width, so its pieces can be read
-    long = max(figures.min_width(source.figure), figures.min_width(target.figure)) > SIDE_BY_SIDE_PX
+    long = max(layout.min_width(source.figure), layout.min_width(target.figure)) > SIDE_BY_SIDE_PX
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
     controls.chart(source.figure, source.name, "drivers_src", c1)
     controls.chart(target.figure, target.name, "drivers_tgt", c2)

@@ -241,7 +241,7 @@ def test_each_side_has_its_rows_and_a_step_is_named_by_its_piece_everywhere():
     """Issue 57 §2: a divider between the encoder's columns and the decoder's, each side naming its rows; one name per
     output step (the piece it produces) in the rows, the hovers and the head picker; a note where no source term
     reaches the piece; columns far enough apart, and targets large enough, for a finger."""
-    from app.drawing.figures import min_width
+    from app.drawing.layout import min_width
     from app.views.how_each_word_is_built import query_name
 
     g = small_graph()

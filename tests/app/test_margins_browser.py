@@ -1,4 +1,4 @@
-"""Each chart is drawn once (``app.drawing.figures.fit_margins``): the builders' margins already hold their tick
+"""Each chart is drawn once (``app.drawing.layout.fit_margins``): the builders' margins already hold their tick
 labels, axis titles, colour bar and legend, so plotly.js (the oracle, in Debian's chromium) pushes no margin, which
 would draw the chart a second time. A 40-piece sentence's charts, as the long-sentence bench draws them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.drawing import contributions, figures
+from app.drawing import contributions, figures, layout
 from bench.browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser]
@@ -37,10 +37,10 @@ def long_figures() -> list:
 def test_fitted_margins_hold_the_longest_label_and_the_colour_bar():
     mask, evolution = long_figures()[1:3]
     size = mask.layout.xaxis.tickfont.size
-    assert mask.layout.margin.l > figures.text_px("▁Zuckerwatte", mask.layout.yaxis.tickfont.size)
-    assert mask.layout.margin.b > figures.text_px("▁Zuckerwatte", size)  # turned 90 degrees
-    assert evolution.layout.margin.b > figures.text_px("▁headphones", evolution.layout.xaxis.tickfont.size)
-    assert evolution.layout.margin.r >= figures.COLOUR_BAR_PX and mask.layout.margin.r < figures.COLOUR_BAR_PX
+    assert mask.layout.margin.l > layout.text_px("▁Zuckerwatte", mask.layout.yaxis.tickfont.size)
+    assert mask.layout.margin.b > layout.text_px("▁Zuckerwatte", size)  # turned 90 degrees
+    assert evolution.layout.margin.b > layout.text_px("▁headphones", evolution.layout.xaxis.tickfont.size)
+    assert evolution.layout.margin.r >= layout.COLOUR_BAR_PX and mask.layout.margin.r < layout.COLOUR_BAR_PX
 
 
 @pytest.mark.slow

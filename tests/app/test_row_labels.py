@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from app.drawing import figures, row_labels, svg
+from app.drawing import figures, layout, row_labels, svg
 from app.views.heads_across_the_test_set import importance_figure
 
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -75,7 +75,7 @@ def test_the_heatmaps_row_labels_fall_on_its_rows():
     assert frozen.subplot == "xy" and frozen.title == "g-ytitle"
     assert labels.layout.meta == {row_labels.ROW_LABELS: True}  # marked, for whoever reads the page's figures
     # the band is at least as wide as the margin the longest label and the axis title need
-    assert frozen.width >= figures.text_px("▁Mädchen", 12) + 30
+    assert frozen.width >= layout.text_px("▁Mädchen", 12) + 30
 
 
 def test_a_grid_of_named_categories_and_several_panels():

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.colors
 import pytest
 
-from app.drawing import analysis, contributions, figures, svg
+from app.drawing import analysis, contributions, figures, layout, svg
 from app.drawing import positional as pe_figures
 from app.models import card
 from app.page import controls
@@ -109,7 +109,7 @@ def test_a_short_output_keeps_its_axis_titles_close():
                                     query_title=title)
     shown = fig.layout.yaxis.title.text
     assert shown == "output token (query)"  # the explanation would be longer than the two rows
-    assert figures.axis_title_room(shown) < fig.layout.height - fig.layout.margin.t
+    assert layout.axis_title_room(shown) < fig.layout.height - fig.layout.margin.t
     assert fig.layout.height <= 300  # no band of empty plot between the ticks and the x title
     long = figures.attention_heatmap(np.full((20, 3), 0.5), [f"t{i}" for i in range(20)], ["a", "b", "c"],
                                      query_title=title)
@@ -137,15 +137,15 @@ def test_colour_bars_are_named_along_their_side():
 def test_min_width_gives_every_label_its_room():
     few = figures.attention_heatmap(np.eye(4), list("abcd"), list("abcd"))
     many = figures.attention_heatmap(np.eye(32), [f"▁w{i}" for i in range(32)], [f"▁w{i}" for i in range(32)])
-    assert figures.min_width(few) < figures.PHONE_PLOT + 200
-    need = figures.min_width(many)
+    assert layout.min_width(few) < layout.PHONE_PLOT + 200
+    need = layout.min_width(many)
     size = many.layout.xaxis.tickfont.size
-    plot = need - 90 - 20 - max(figures.text_px(t, size) for t in many.layout.yaxis.ticktext) - 30
+    plot = need - 90 - 20 - max(layout.text_px(t, size) for t in many.layout.yaxis.ticktext) - 30
     assert plot / 32 * np.sin(np.radians(60)) >= size  # a turned label's thickness fits its column
     panels = figures.evolution_figure([(f"step {s}", np.eye(20)) for s in (1, 2, 3, 4)], list("abcdefghijklmnopqrst"),
                                       list("abcdefghijklmnopqrst"), "t")
-    assert figures.min_width(panels) >= 4 * 20 * (panels.layout.xaxis.tickfont.size + figures.LABEL_GAP)
-    assert figures.min_width(pe_figures.pe_similarity(np.eye(8))) == 0  # numeric ticks: plotly thins them itself
+    assert layout.min_width(panels) >= 4 * 20 * (panels.layout.xaxis.tickfont.size + layout.LABEL_GAP)
+    assert layout.min_width(pe_figures.pe_similarity(np.eye(8))) == 0  # numeric ticks: plotly thins them itself
 
 
 def test_a_number_in_the_lens_table_says_what_it_is():
