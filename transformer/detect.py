@@ -15,8 +15,9 @@ negatives) past a threshold, the combination that finds the most of the positive
 kind weighing the same) while flagging at most ``--budget`` of the model's own translations and at most
 ``--budget`` of the references, in each variant, and at least 95% of the detached references and of the unrelated
 German and every loop (``FLOORS``) where a rule can. The budget itself is chosen on val alone (``choose_budget``):
-the largest of ``BUDGETS`` whose rule, chosen on one half of val, flags at most ``GOAL`` (5%) of each of them on
-the other half: a rule chosen to touch its budget flags more of sentences it never saw.
+the largest of ``BUDGETS`` whose rule, chosen on one half of val, flags of each of them on the other half a share
+whose upper bound (``upper_bound``: one-sided, ``CONFIDENCE``) is within ``GOAL`` (5%): a rule chosen to touch its
+budget flags more of sentences it never saw, and a half of val is itself a sample.
 
 On the held-back split (test_2016_flickr: other sentences) the command reports each signal's ROC AUC per kind, the
 score's (``flag_score``) and the flag's, the flag's recall per kind and its false-positive rate on translations and
@@ -42,7 +43,7 @@ from .cli import add_decoding_arguments, non_negative
 from .decoding.settings import DecodeSettings
 from .evaluation.data import DataError, read_parallel
 from .interpret.constructed import GERMAN, NONSENSE_PER_KIND, constructed_set
-from .interpret.detect import BUDGETS, GOAL, calibrated_rule, flagged_rows, markdown
+from .interpret.detect import BUDGETS, CONFIDENCE, GOAL, calibrated_rule, flagged_rows, markdown
 from .interpret.flagging import write_flag_rule
 from .translator import load
 
@@ -84,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the most of the calibration split's normal translations (and references) the rule may flag, "
                         "in each variant (default: chosen on the calibration split by halves, the largest of "
                         f"{', '.join(f'{100 * b:g}%%' for b in BUDGETS)} that keeps {100 * GOAL:g}%% on the other "
-                        "half)")
+                        f"half, by a {100 * CONFIDENCE:g}%% upper bound)")
     p.add_argument("--limit", type=non_negative, default=0, help="only the first N sentences of each split (0: all)")
     p.add_argument("--nonsense", type=non_negative, default=NONSENSE_PER_KIND,
                    help="nonsense inputs of each kind (codes, numbers, syllables) per split")

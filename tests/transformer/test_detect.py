@@ -8,6 +8,7 @@ import json
 import math
 import random
 import shutil
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -189,9 +190,9 @@ def test_the_budget_holds_for_each_way_the_sources_are_written(monkeypatch):
 
 
 def test_the_budget_is_chosen_on_halves_of_val_so_that_the_rule_holds_the_goal_on_sentences_it_never_saw(monkeypatch):
-    """The budget is the largest whose rule, chosen on one half of the calibration split, flags at most the goal of
-    each negative kind in each variant on the other half (written out here with the halves by hand); a sentence
-    and the ways it is typed are in one half."""
+    """The budget is the largest whose rule, chosen on one half of the calibration split, flags of each negative
+    kind in each variant on the other half a share whose upper bound is within the goal (written out here with the
+    halves by hand); a sentence and the ways it is typed are in one half."""
     monkeypatch.setattr(detect, "REPEATS", (3,))
     monkeypatch.setattr(detect, "CANDIDATES", {"seq_logprob": "<"})
     rng = np.random.default_rng(7)
@@ -213,21 +214,50 @@ def test_the_budget_is_chosen_on_halves_of_val_so_that_the_rule_holds_the_goal_o
     budgets, goal = (0.06, 0.05, 0.04, 0.03, 0.02), 0.05
     budget, tried = detect.choose_budget(rows, budgets, goal)
 
-    def worst(b: float) -> float:
-        rates = []
+    def worst(b: float) -> tuple[float, float]:
+        """The worst other half's (bound, share) at budget b."""
+        got = []
         for h in (0, 1):
             rule, _ = detect.choose_rule(halves[h], b)
             for kind in detect.NEGATIVES:
                 for variant in ("plain", "no_final_punctuation"):
-                    mine = [r for r in halves[1 - h] if r["kind"] == kind and r["variant"] == variant]
-                    rates.append(np.mean([flag(r, rule) for r in mine]))
-        return max(rates)
+                    mine = [flag(r, rule) for r in halves[1 - h] if r["kind"] == kind and r["variant"] == variant]
+                    got.append((wilson_by_bisection(sum(mine), len(mine), 0.95), float(np.mean(mine))))
+        return max(got)
 
-    expected = next((b for b in budgets if worst(b) <= goal), min(budgets))
+    expected = next((b for b in budgets if worst(b)[0] <= goal), min(budgets))
     assert budget == expected
     assert [t["budget"] for t in tried] == [b for b in budgets if b >= expected]
-    assert all(t["worst_other_half"] == pytest.approx(worst(t["budget"]), abs=1e-4) for t in tried)
-    assert tried[-1]["worst_other_half"] <= goal or budget == min(budgets)
+    assert all(t["worst_other_half"] == pytest.approx(worst(t["budget"])[1], abs=1e-4) for t in tried)
+    assert all(t["upper_bound"] == pytest.approx(worst(t["budget"])[0], abs=1e-4) for t in tried)
+    assert all(t["upper_bound"] > t["worst_other_half"] for t in tried)
+    assert tried[-1]["upper_bound"] <= goal or budget == min(budgets)
+    # at confidence 0.5 the bound is the share itself (the choice by the point share); more sure, never larger
+    by_share = next((b for b in budgets if worst(b)[1] <= goal), min(budgets))
+    assert detect.choose_budget(rows, budgets, goal, confidence=0.5)[0] == by_share >= budget
+
+
+def wilson_by_bisection(flagged: int, n: int, confidence: float) -> float:
+    """The oracle for detect.upper_bound: the share p above flagged / n where the score statistic
+    (p - flagged / n) / sqrt(p (1 - p) / n) reaches the normal quantile, found by bisection."""
+    z, share = NormalDist().inv_cdf(confidence), flagged / n
+    low, high = share, 1.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if (mid - share) / math.sqrt(mid * (1 - mid) / n) < z:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@pytest.mark.parametrize("flagged, n", [(0, 500), (13, 486), (22, 525), (33, 528), (250, 500), (7, 9)])
+def test_the_upper_bound_is_the_wilson_score_bound(flagged: int, n: int):
+    """detect.upper_bound against the defining equation solved by bisection; more sure, higher; more seen, tighter."""
+    assert detect.upper_bound(flagged, n, 0.95) == pytest.approx(wilson_by_bisection(flagged, n, 0.95), abs=1e-9)
+    assert detect.upper_bound(flagged, n, 0.99) > detect.upper_bound(flagged, n, 0.95) > flagged / n
+    assert detect.upper_bound(4 * flagged, 4 * n, 0.95) < detect.upper_bound(flagged, n, 0.95)
+    assert detect.upper_bound(0, 0) == 1.0
 
 
 def test_the_variants_are_the_same_sentences_as_people_type_them():

@@ -12,6 +12,7 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ MEASURED = tuple(name for name in SIGNAL_COLUMNS if name != "hit_max_len")  # th
 CANDIDATES = {name: "<" if DIRECTION[name] < 0 else ">" for name in MEASURED if name != "repetition"}
 REPEATS = (3, 4, 5, 6)  # repetition thresholds tried (whole numbers)
 GOAL = 0.05  # the most of any negative kind, in any variant, the rule may flag on sentences it was not chosen on
+CONFIDENCE = 0.95  # how sure choose_budget must be (a one-sided bound) that the share flagged on sentences never
+# seen is within GOAL: each half of val holds about 500 sentences a variant, so its share is itself a sample
 BUDGETS = (0.04, 0.035, 0.03, 0.025, 0.02)  # the shares of each negative kind, in each variant, of the calibration
 # split the rule may flag, tried largest first (choose_budget); a smaller one leaves room for sentences never seen
 BUDGET = BUDGETS[0]  # choose_rule's default
@@ -192,17 +195,29 @@ def half_of(row: dict[str, Any]) -> int:
     return zlib.crc32(words.encode("utf-8")) % 2
 
 
-def choose_budget(rows: Sequence[dict[str, Any]], budgets: Sequence[float] = BUDGETS,
-                  goal: float = GOAL) -> tuple[float, list[dict[str, Any]]]:
+def upper_bound(flagged: int, n: int, confidence: float = CONFIDENCE) -> float:
+    """The one-sided Wilson score upper bound on a share from ``flagged`` of ``n``: the largest true share under
+    which seeing at most ``flagged`` is still as likely as ``1 - confidence`` (normal approximation). 1.0 for
+    ``n == 0``."""
+    if n <= 0:
+        return 1.0
+    z, p = NormalDist().inv_cdf(confidence), flagged / n
+    centre, spread = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
+
+
+def choose_budget(rows: Sequence[dict[str, Any]], budgets: Sequence[float] = BUDGETS, goal: float = GOAL,
+                  confidence: float = CONFIDENCE) -> tuple[float, list[dict[str, Any]]]:
     """The budget for :func:`choose_rule` on ``rows`` (the calibration split), chosen on them alone by halves: the
-    largest of ``budgets`` whose rule, chosen on either half (:func:`half_of`), flags at most ``goal`` of each
-    negative kind in each variant of the other half (a rule meets its budget on the sentences it was chosen on and
-    flags more of others); the smallest when none does. Also each budget tried: the worst share flagged on an
-    other half, and of which kind and variant."""
+    largest of ``budgets`` whose rule, chosen on either half (:func:`half_of`), flags of each negative kind in each
+    variant of the other half a share whose :func:`upper_bound` (at ``confidence``) is within ``goal``: a rule
+    meets its budget on the sentences it was chosen on and flags more of others, and the other half is a sample
+    too. The smallest when none does. Also each budget tried: the worst share flagged on an other half (by its
+    bound), of which kind and variant, how many of how many, and the bound."""
     halves = np.array([half_of(r) for r in rows])
     tried: list[dict[str, Any]] = []
     for budget in sorted(budgets, reverse=True):
-        worst = (-1.0, "", "")
+        worst: tuple[float, float, int, int, str, str] = (-1.0, 0.0, 0, 0, "", "")
         for h in (0, 1):
             rule, _ = choose_rule([r for r, x in zip(rows, halves) if x == h], budget)
             other = [r for r, x in zip(rows, halves) if x != h]
@@ -212,10 +227,12 @@ def choose_budget(rows: Sequence[dict[str, Any]], budgets: Sequence[float] = BUD
                 for variant in VARIANTS:
                     mine = (kinds == kind) & (variants == variant)
                     if mine.any():
-                        worst = max(worst, (float(fires[mine].mean()), kind, variant))
-        tried.append({"budget": budget, "worst_other_half": round(worst[0], 4), "kind": worst[1],
-                      "variant": worst[2]})
-        if worst[0] <= goal:
+                        k, n = int(fires[mine].sum()), int(mine.sum())
+                        worst = max(worst, (upper_bound(k, n, confidence), k / n, k, n, kind, variant))
+        bound, share, k, n, kind, variant = worst
+        tried.append({"budget": budget, "worst_other_half": round(share, 4), "flagged": k, "of": n,
+                      "upper_bound": round(bound, 4), "confidence": confidence, "kind": kind, "variant": variant})
+        if bound <= goal:
             return budget, tried
     return min(budgets), tried
 
