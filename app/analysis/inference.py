@@ -167,7 +167,7 @@ def analysis_of(tr: Translator, result: TranslationResult, text: str, settings: 
                 ablated: tuple[HeadKey, ...] = (), top_k: int = ANALYSIS_TOP_K, start: float | None = None) -> Analysis:
     """The :class:`Analysis` of a translation ``tr`` made of ``text``: one teacher-forced pass over its output gives
     every attention weight and the top-k candidates of each step (what :func:`analyse` returns after translating)."""
-    from transformer.interpret.signals import end_logprobs, ending_ids  # captum and pyarrow: once one is analysed
+    from transformer.interpret.signals import end_logprobs, ending_ids  # interpret: once a sentence is analysed
 
     settings = settings or DecodeSettings()
     start = time.perf_counter() if start is None else start

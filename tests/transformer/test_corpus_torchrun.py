@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from test_corpus import ROOT, command, kill_when, read_table, rows_in
 
 from transformer.corpus import main
@@ -89,3 +90,19 @@ def test_a_killed_rank_resumes_and_the_merge_equals_one(tiny_checkpoint, tmp_pat
     err = finish(torchrun(launcher, args(tiny_checkpoint, tmp_path, "k.parquet", batch=1)))
     assert f"rank 1: {written} of {len(LINES) // 2} sentences already written" in err
     assert read_table(tmp_path / "k.parquet") == one_process(tiny_checkpoint, tmp_path, batch=1)
+
+
+@pytest.mark.parametrize("value", ["two", "²", "-1", "1e3", "9" * 40])
+def test_a_torchrun_variable_that_is_no_whole_number_is_one_line_naming_it(monkeypatch, value):
+    """WORLD_SIZE / LOCAL_RANK are read as ASCII digits (torchrun writes them); anything else is refused in one line
+    that names the variable, before any process group is joined; unset: one process."""
+    from transformer.checkpoint.files import join_processes, torchrun_count
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert join_processes(torch.device("cpu")) == (0, 1, torch.device("cpu"))
+    monkeypatch.setenv("WORLD_SIZE", value)
+    with pytest.raises(ValueError, match="^WORLD_SIZE=") as err:
+        join_processes(torch.device("cpu"))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 120
+    monkeypatch.setenv("LOCAL_RANK", " 3 ")
+    assert torchrun_count("LOCAL_RANK", 0) == 3

@@ -1,4 +1,5 @@
-"""The files of one of our checkpoint directories and their low-level readers (no model family involved).
+"""The files of one of our checkpoint directories and their low-level readers (no model family involved), and where
+a run computes: its device (``resolve_device``) and, under ``torchrun``, its process group (``join_processes``).
 
 ``transformer.checkpoint`` (saving and the public entry points) and ``transformer.checkpoint.families`` (which opens
 each family's checkpoints) both build on this module; it imports neither.
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from ..network.config import check_loadable
 from ..network.model import Transformer, TransformerConfig, tied_weights
@@ -44,6 +47,34 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise CheckpointError("CUDA was chosen but no GPU is available here; pick 'cpu' or 'auto'")
     return resolved
+
+
+def torchrun_count(name: str, default: int) -> int:
+    """A whole number ``torchrun`` puts in the environment (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``): ASCII digits,
+    else a one-line ``ValueError`` naming the variable; ``default`` when unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise ValueError(f"{name}={text[:40]!r}: torchrun sets it to a whole number (0, 1, 2, ...)")
+    return int(text)
+
+
+def join_processes(device: torch.device, timeout: timedelta | None = None) -> tuple[int, int, torch.device]:
+    """Rank, world size and device: this process alone, or the process group ``torchrun`` describes in the
+    environment (``WORLD_SIZE`` > 1): nccl and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPUs. The one place the
+    commands that run on several processes (``transformer.train``, ``transformer.corpus``) join them."""
+    if torchrun_count("WORLD_SIZE", 1) <= 1:
+        return 0, 1, device
+    if device.type == "cuda":
+        device = torch.device("cuda", torchrun_count("LOCAL_RANK", 0))
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if timeout is None:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
+    return dist.get_rank(), dist.get_world_size(), device
 
 
 def json_depth(data: object) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 import sys
 import time
@@ -22,7 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..checkpoint.files import CheckpointError, resolve_device
+from ..checkpoint.files import CheckpointError, join_processes, resolve_device
 from ..decoding.settings import DecodeSettings
 from ..translator import Translator, load
 from .corpus_files import (
@@ -187,16 +186,9 @@ def shard(groups: Sequence[Sequence[int]], rank: int, world: int) -> list[Sequen
 
 
 def start_processes(device_arg: str) -> tuple[int, int, torch.device]:
-    """Rank, world size and device: one process, or the process group ``torchrun`` describes in the environment
-    (``WORLD_SIZE`` > 1): nccl and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPUs (as ``transformer.train``)."""
-    device = resolve_device(device_arg)
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1, device
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=PROCESS_GROUP_TIMEOUT)
-    return dist.get_rank(), dist.get_world_size(), device
+    """Rank, world size and device (:func:`~transformer.checkpoint.files.join_processes`, as ``transformer.train``);
+    the ranks wait up to ``PROCESS_GROUP_TIMEOUT`` for the slowest at the merge."""
+    return join_processes(resolve_device(device_arg), PROCESS_GROUP_TIMEOUT)
 
 
 def barrier(world: int) -> None:

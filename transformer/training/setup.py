@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..checkpoint.files import resolve_device
+from ..checkpoint.files import join_processes, resolve_device
 from ..checkpoint.tokenizer import Tokenizer
 from ..evaluation.data import read_parallel
 from ..network.model import Transformer, TransformerConfig
@@ -54,13 +54,8 @@ def start_processes(args: Any) -> Processes:
     device = resolve_device(args.device)
     if device.type == "cpu":
         keep_freed_memory()
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return Processes(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    return Processes(device, dist.get_rank(), dist.get_world_size())
+    rank, world, device = join_processes(device)
+    return Processes(device, rank, world)
 
 
 @dataclass
