@@ -17,7 +17,8 @@ kind weighing the same) while flagging at most ``--budget`` of the model's own t
 German and every loop (``FLOORS``) where a rule can. The budget itself is chosen on val alone (``choose_budget``):
 the largest of ``BUDGETS`` whose rule, chosen on one half of val, flags of each of them on the other half a share
 whose upper bound (``upper_bound``: one-sided, ``CONFIDENCE``) is within ``GOAL`` (5%): a rule chosen to touch its
-budget flags more of sentences it never saw, and a half of val is itself a sample.
+budget flags more of sentences it never saw, and a half of val is itself a sample. Each budget is tried with a
+signal's offset (``OFFSETS``: how much further out than the others it must be to count), then without.
 
 On the held-back split (test_2016_flickr: other sentences) the command reports each signal's ROC AUC per kind, the
 score's (``flag_score``) and the flag's, the flag's recall per kind and its false-positive rate on translations and

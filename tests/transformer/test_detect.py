@@ -119,8 +119,9 @@ def synthetic_rows(seed: int) -> list[dict]:
 
 @pytest.mark.parametrize("floors", [{}, {"dropped_own": 0.9}])  # the second binds: the best rule finds 85%
 def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch, floors):
-    """Brute force over every set of signals, loop part and threshold: the rule's mean recall is the best within the
-    budget, among the rules that flag at least ``floors`` of those kinds (the easy kinds kept found)."""
+    """Brute force over every set of signals, their offsets, loop part and threshold: the rule's mean recall is the
+    best within the budget, among the rules that flag at least ``floors`` of those kinds (the easy kinds kept
+    found)."""
     monkeypatch.setattr(detect, "REPEATS", (3, 6))
     monkeypatch.setattr(detect, "CANDIDATES", {"seq_logprob": "<", "omission": ">", "source_share": "<"})
     rows = synthetic_rows(0)
@@ -147,11 +148,13 @@ def test_the_rule_is_the_best_combination_within_the_budget(monkeypatch, floors)
     cut = np.array([r["hit_max_len"] for r in rows])
     best = 0.0
     for k in (1, 2, 3):  # every set of signals, every loop part and every threshold on a fine grid, written out
-        for chosen in itertools.combinations(detect.CANDIDATES, k):
-            score = FlagScore(tuple((n, knots[n]) for n in chosen), 0.0).scores(columns)
+        for chosen, shifts in ((c, o) for c in itertools.combinations(detect.CANDIDATES, k)
+                               for o in itertools.product(detect.OFFSETS, repeat=k) if 0 in o):
+            each = [knots[n].score(n, columns[n]) - o for n, o in zip(chosen, shifts)]  # one signal's, less its offset
+            score = np.max(each, axis=0)
             for rep, with_cut in itertools.product((None, 3, 6), (False, True)):
                 loops = (repeats >= rep if rep else np.zeros(len(rows), bool)) | (cut if with_cut else False)
-                for threshold in np.arange(0.0, 2.5, 0.005):
+                for threshold in np.arange(-0.5, 2.5, 0.005):
                     fires = loops | (score >= threshold)
                     if max(fires[kinds_array == n].mean() for n in constructed.NEGATIVES) <= budget:
                         if all(fires[kinds_array == k].mean() >= share for k, share in floors.items()):
@@ -212,28 +215,29 @@ def test_the_budget_is_chosen_on_halves_of_val_so_that_the_rule_holds_the_goal_o
     halves = [[r for r in rows if detect.half_of(r) == h] for h in (0, 1)]
     assert 0.35 < len(halves[0]) / len(rows) < 0.65
     budgets, goal = (0.06, 0.05, 0.04, 0.03, 0.02), 0.05
-    budget, tried = detect.choose_budget(rows, budgets, goal)
+    budget, offsets, tried = detect.choose_budget(rows, budgets, goal)
 
-    def worst(b: float) -> tuple[float, float]:
-        """The worst other half's (bound, share) at budget b."""
+    def worst(b: float, shifts: tuple[float, ...] = detect.OFFSETS) -> tuple[float, float]:
+        """The worst other half's (bound, share) at budget b, the rule's offsets chosen among shifts."""
         got = []
         for h in (0, 1):
-            rule, _ = detect.choose_rule(halves[h], b)
+            rule, _ = detect.choose_rule(halves[h], b, offsets=shifts)
             for kind in detect.NEGATIVES:
                 for variant in ("plain", "no_final_punctuation"):
                     mine = [flag(r, rule) for r in halves[1 - h] if r["kind"] == kind and r["variant"] == variant]
                     got.append((wilson_by_bisection(sum(mine), len(mine), 0.95), float(np.mean(mine))))
         return max(got)
 
-    expected = next((b for b in budgets if worst(b)[0] <= goal), min(budgets))
-    assert budget == expected
-    assert [t["budget"] for t in tried] == [b for b in budgets if b >= expected]
-    assert all(t["worst_other_half"] == pytest.approx(worst(t["budget"])[1], abs=1e-4) for t in tried)
-    assert all(t["upper_bound"] == pytest.approx(worst(t["budget"])[0], abs=1e-4) for t in tried)
-    assert all(t["upper_bound"] > t["worst_other_half"] for t in tried)
-    assert tried[-1]["upper_bound"] <= goal or budget == min(budgets)
+    order = [(b, o) for b in budgets for o in (detect.OFFSETS, (0.0,))]  # each budget with offsets, then without
+    expected = next(((b, o) for b, o in order if worst(b, o)[0] <= goal), (min(budgets), (0.0,)))
+    assert (budget, offsets) == expected
+    assert [(t["budget"], tuple(t["offsets"])) for t in tried] == order[:order.index(expected) + 1]
+    for t in tried:
+        bound, share = worst(t["budget"], tuple(t["offsets"]))
+        assert t["worst_other_half"] == pytest.approx(share, abs=1e-4)
+        assert t["upper_bound"] == pytest.approx(bound, abs=1e-4) and bound > share
     # at confidence 0.5 the bound is the share itself (the choice by the point share); more sure, never larger
-    by_share = next((b for b in budgets if worst(b)[1] <= goal), min(budgets))
+    by_share = next((b for b, o in order if worst(b, o)[1] <= goal), min(budgets))
     assert detect.choose_budget(rows, budgets, goal, confidence=0.5)[0] == by_share >= budget
 
 
@@ -309,6 +313,36 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
     assert again == rule and again.score == score
 
 
+def test_a_signal_with_an_offset_counts_only_that_much_further_out():
+    """A signal's offset: its condition sits where its own score reaches the threshold plus the offset (a share
+    10 ** offset times smaller), the flag is still exactly "the score reaches the threshold", the words name the
+    signal's own share, and the offset is written and read back."""
+    rng = np.random.default_rng(11)
+    ordinary = rng.normal(-1.0, 0.5, 2000)
+    low, high = knots_of("seq_logprob", ordinary), knots_of("omission", -ordinary)
+    plain = FlagScore((("seq_logprob", low), ("omission", high)), 1.5)
+    shifted = FlagScore((("seq_logprob", low), ("omission", high)), 1.5, offsets=(0.0, 0.5))
+    (seq_plain, om_plain), (seq_shift, om_shift) = plain.conditions(), shifted.conditions()
+    assert seq_shift == seq_plain  # no offset: the same condition
+    assert om_shift.value == pytest.approx(high.value_at("omission", 2.0)) and om_shift.value > om_plain.value
+    rule = FlagRule((Condition("repetition", ">=", 3), *shifted.conditions()), shifted)
+    for _ in range(400):
+        row = {"seq_logprob": float(rng.normal(-1.3, 0.7)), "omission": float(rng.normal(1.3, 0.7)), "repetition": 1}
+        s = flag_score(row, rule)
+        own = max(float(low.score("seq_logprob", np.array([row["seq_logprob"]]))[0]),
+                  float(high.score("omission", np.array([row["omission"]]))[0]) - 0.5)  # written out
+        assert s == pytest.approx(own, abs=1e-6)
+        if abs(s - 1.5) > 1e-6:
+            assert flag(row, rule) == (s >= 1.5), row
+    knot = int(np.searchsorted(high.levels(), 2.0))  # omission's knot of share 1 in 100: score 2 - 0.5
+    row = {"seq_logprob": -1.0, "omission": float(high.values[knot]), "repetition": 1}
+    said = score_text(row, rule)
+    assert "as far out as 1 in 100 of" in said and "flag score 1.50" in said
+    again = FlagRule.from_json(json.loads(json.dumps(rule.to_json())))
+    assert again == rule and again.score.offsets == (0.0, 0.5)
+    assert "offset" not in json.dumps(FlagRule(plain.conditions(), plain).to_json()["score"])
+
+
 def test_the_scores_words_never_claim_a_rarer_share_than_was_counted():
     """Issue 66: a loop was "as far out as 1 in 1,996 of the model's ordinary outputs" with 1,014 sentences in
     val; past the knots, or past 1 in the count the score stores, the words say "further out than every one of"
@@ -346,6 +380,10 @@ def test_the_scores_words_never_claim_a_rarer_share_than_was_counted():
                                                 "tails": [1 / (i + 1) for i in range(65)]}}},  # too many knots
     {"threshold": 2.0, "signals": {}},
     {"threshold": 2.0, "signals": {"omission": {"values": [1.0], "tails": [0.0]}}},
+    {"threshold": 2.0, "signals": {"omission": {"values": [1.0], "tails": [1.0], "offset": -0.5}}},  # gives, not asks
+    {"threshold": 2.0, "signals": {"omission": {"values": [1.0], "tails": [1.0], "offset": 4.0}}},  # past MAX_OFFSET
+    {"threshold": 2.0, "signals": {"omission": {"values": [1.0], "tails": [1.0], "offset": int("9" * 400)}}},
+    {"threshold": 2.0, "signals": {"omission": {"values": [1.0], "tails": [1.0], "offset": "0.5"}}},
 ])
 def test_a_stored_score_is_read_only_when_it_is_one(tmp_path, bad):
     (tmp_path / FLAG_FILE).write_text(json.dumps({"any": [{"column": "repetition", "op": ">=", "value": 3}],

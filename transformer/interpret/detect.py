@@ -35,6 +35,8 @@ DIRECTION = {name: -1.0 if COLUMNS[name].direction == "low" else 1.0 for name in
 MEASURED = tuple(name for name in SIGNAL_COLUMNS if name != "hit_max_len")  # the signals whose AUC is reported
 CANDIDATES = {name: "<" if DIRECTION[name] < 0 else ">" for name in MEASURED if name != "repetition"}
 REPEATS = (3, 4, 5, 6)  # repetition thresholds tried (whole numbers)
+OFFSETS = (0.0, 0.5)  # each signal's offset in a score tried (FlagScore.offsets: 0.5 asks for a share about 3 times
+# smaller than the others'), at least one signal of a score without one: a small budget need not go to one signal
 GOAL = 0.05  # the most of any negative kind, in any variant, the rule may flag on sentences it was not chosen on
 CONFIDENCE = 0.95  # how sure choose_budget must be (a one-sided bound) that the share flagged on sentences never
 # seen is within GOAL: each half of val holds about 500 sentences a variant, so its share is itself a sample
@@ -138,15 +140,16 @@ def _threshold(score: np.ndarray, base: np.ndarray, index: np.ndarray, negatives
     return 0.0 if floor == -np.inf else round(math.floor(floor * 1000 + 1e-6) / 1000 + 0.001, 3)
 
 
-def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET,
-                floors: dict[str, float] | None = None) -> tuple[FlagRule, dict[str, Any]]:
+def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET, floors: dict[str, float] | None = None,
+                offsets: Sequence[float] = OFFSETS) -> tuple[FlagRule, dict[str, Any]]:
     """The rule: ``repetition >= r`` (one of ``REPEATS``, or none), ``hit_max_len`` (or not), and a
     :class:`~transformer.interpret.flagging.FlagScore` over a set of the ``CANDIDATES`` signals (their knots from the
-    negatives of ``rows``, every variant) at the lowest threshold that flags at most ``budget`` of the translations
-    and at most ``budget`` of the references, each variant of them on its own (a row's ``variant``: how its source
-    is written). Of these, the one with the highest mean recall over the positive kinds present (ties: the fewest
-    conditions, then the fewest negatives flagged), among those that flag at least ``floors`` (default
-    ``FLOORS``) of each kind named there when any does (``floors_met`` says whether)."""
+    negatives of ``rows``, every variant; each signal's offset one of ``offsets``, one at least 0) at the lowest
+    threshold that flags at most ``budget`` of the translations and at most ``budget`` of the references, each
+    variant of them on its own (a row's ``variant``: how its source is written). Of these, the one with the highest
+    mean recall over the positive kinds present (ties: the fewest conditions, then the fewest offsets, then the
+    fewest negatives flagged), among those that flag at least ``floors`` (default ``FLOORS``) of each kind named
+    there when any does (``floors_met`` says whether)."""
     floors = FLOORS if floors is None else floors
     kinds, variants = np.array([r["kind"] for r in rows]), _variants(rows)
     groups = np.array([f"{k} {v}" if k in NEGATIVES else k for k, v in zip(kinds, variants)])  # a negative's variant
@@ -170,19 +173,22 @@ def choose_rule(rows: Sequence[dict[str, Any]], budget: float = BUDGET,
             loops_options.append((conditions, fires | cut if with_cut else fires))
     best, best_key = FlagRule(()), None
     for k in range(1, len(knots) + 1):
-        for chosen in itertools.combinations(knots, k):
-            score = np.max([scored[name] for name in chosen], axis=0)
+        for chosen, shifts in ((c, o) for c in itertools.combinations(knots, k)
+                                for o in itertools.product(offsets, repeat=k) if min(o) == 0):
+            score = np.max([scored[name] - o for name, o in zip(chosen, shifts)], axis=0)
             for base, base_fires in loops_options:
                 threshold = _threshold(score, base_fires, index, negatives, sizes, budget)
                 if threshold is None:
                     continue
-                rule_score = FlagScore(tuple((name, knots[name]) for name in chosen), threshold, ordinary)
+                rule_score = FlagScore(tuple((name, knots[name]) for name in chosen), threshold, ordinary,
+                                       tuple(shifts) if any(shifts) else ())
                 fires = base_fires | (score >= threshold)
                 rates = np.bincount(index, weights=fires, minlength=len(names) + 1)[:len(names)] / sizes
                 recall = float(rates[positives].mean()) if positives else 0.0
                 conditions = (*base, *rule_score.conditions())
                 met = all(rates[i] >= share - 1e-9 for i, share in least)
-                key = (met, round(recall, 6), -len(conditions), -float(rates[negatives].sum()))
+                key = (met, round(recall, 6), -len(conditions), -sum(o > 0 for o in shifts),
+                       -float(rates[negatives].sum()))
                 if best_key is None or key > best_key:
                     best, best_key = FlagRule(conditions, rule_score), key
     return best, {"mean_recall": best_key[1] if best_key else None, "floors_met": bool(best_key and best_key[0])}
@@ -207,19 +213,23 @@ def upper_bound(flagged: int, n: int, confidence: float = CONFIDENCE) -> float:
 
 
 def choose_budget(rows: Sequence[dict[str, Any]], budgets: Sequence[float] = BUDGETS, goal: float = GOAL,
-                  confidence: float = CONFIDENCE) -> tuple[float, list[dict[str, Any]]]:
-    """The budget for :func:`choose_rule` on ``rows`` (the calibration split), chosen on them alone by halves: the
-    largest of ``budgets`` whose rule, chosen on either half (:func:`half_of`), flags of each negative kind in each
-    variant of the other half a share whose :func:`upper_bound` (at ``confidence``) is within ``goal``: a rule
-    meets its budget on the sentences it was chosen on and flags more of others, and the other half is a sample
-    too. The smallest when none does. Also each budget tried: the worst share flagged on an other half (by its
-    bound), of which kind and variant, how many of how many, and the bound."""
+                  confidence: float = CONFIDENCE,
+                  offsets: Sequence[float] = OFFSETS) -> tuple[float, tuple[float, ...], list[dict[str, Any]]]:
+    """The budget and the offsets tried for :func:`choose_rule` on ``rows`` (the calibration split), chosen on them
+    alone by halves: the first of each of ``budgets`` (largest first) with ``offsets``, then without (a rule with
+    offsets fits its half more closely), whose rule, chosen on either half (:func:`half_of`), flags of each negative
+    kind in each variant of the other half a share whose :func:`upper_bound` (at ``confidence``) is within ``goal``:
+    a rule meets its budget on the sentences it was chosen on and flags more of others, and the other half is a
+    sample too. The smallest budget without offsets when none does. Also each one tried: the worst share flagged on
+    an other half (by its bound), of which kind and variant, how many of how many, and the bound."""
     halves = np.array([half_of(r) for r in rows])
     tried: list[dict[str, Any]] = []
-    for budget in sorted(budgets, reverse=True):
+    plain = (0.0,)
+    for budget, tries in ((b, o) for b in sorted(budgets, reverse=True)
+                          for o in dict.fromkeys((tuple(offsets), plain))):
         worst: tuple[float, float, int, int, str, str] = (-1.0, 0.0, 0, 0, "", "")
         for h in (0, 1):
-            rule, _ = choose_rule([r for r, x in zip(rows, halves) if x == h], budget)
+            rule, _ = choose_rule([r for r, x in zip(rows, halves) if x == h], budget, offsets=tries)
             other = [r for r, x in zip(rows, halves) if x != h]
             kinds, variants = np.array([r["kind"] for r in other]), _variants(other)
             fires = np.array([flag(r, rule) for r in other], dtype=bool)
@@ -230,11 +240,12 @@ def choose_budget(rows: Sequence[dict[str, Any]], budgets: Sequence[float] = BUD
                         k, n = int(fires[mine].sum()), int(mine.sum())
                         worst = max(worst, (upper_bound(k, n, confidence), k / n, k, n, kind, variant))
         bound, share, k, n, kind, variant = worst
-        tried.append({"budget": budget, "worst_other_half": round(share, 4), "flagged": k, "of": n,
-                      "upper_bound": round(bound, 4), "confidence": confidence, "kind": kind, "variant": variant})
+        tried.append({"budget": budget, "offsets": list(tries), "worst_other_half": round(share, 4), "flagged": k,
+                      "of": n, "upper_bound": round(bound, 4), "confidence": confidence, "kind": kind,
+                      "variant": variant})
         if bound <= goal:
-            return budget, tried
-    return min(budgets), tried
+            return budget, tries, tried
+    return min(budgets), plain, tried
 
 
 # ----------------------------------------------------------------------------------------------- the command
@@ -270,14 +281,18 @@ def calibrated_rule(sets: dict[str, list[dict[str, Any]]], splits: dict[str, tup
                     budget: float | None = None, seed: int = 0, nonsense: int = NONSENSE_PER_KIND,
                     seconds: float = 0.0, command: str = "") -> FlagRule:
     """The rule chosen on the calibration split's constructed set (``sets``, by split; ``splits``: their sentences)
-    within ``budget`` (None: :func:`choose_budget`'s, on the calibration split by halves), with what ``flag.json``
+    within ``budget`` (None: :func:`choose_budget`'s budget and offsets, on the calibration split by halves; a
+    budget given: ``OFFSETS``), with what ``flag.json``
     records beside it in ``calibration``: both reports (``report`` on the calibration split, ``held_back`` on the
     other), the decoding, the seed and ``command``, the line that repeats the run."""
     tried: list[dict[str, Any]] = []
     if budget is None:
-        budget, tried = choose_budget(sets[calibration_split])
-    rule, chosen = choose_rule(sets[calibration_split], budget)
-    calibration = {"split": calibration_split, "budget": budget, "goal": GOAL, "budget_by_halves": tried,
+        budget, offsets, tried = choose_budget(sets[calibration_split])
+    else:
+        offsets = OFFSETS
+    rule, chosen = choose_rule(sets[calibration_split], budget, offsets=offsets)
+    calibration = {"split": calibration_split, "budget": budget, "offsets": list(offsets), "goal": GOAL,
+                   "budget_by_halves": tried,
                    "variants": list(VARIANTS),
                    **chosen, "report": evaluate(sets[calibration_split], rule)}
     held_back = {"split": held_back_split, **evaluate(sets[held_back_split], rule)}

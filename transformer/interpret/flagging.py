@@ -6,7 +6,9 @@
 - :class:`FlagScore`, :func:`flag_score`: how unusual a row's most unusual signal is against the model's ordinary
   outputs (its own translations and the references of the calibration split): ``-log10`` of the share of those that
   are as far out, the smallest share over the rule's signals (Tippett's combination of p-values). A score of 2 means
-  1 in 100 ordinary outputs is as far out; past all of them the score goes on rising along the tail's slope. The
+  1 in 100 ordinary outputs is as far out; past all of them the score goes on rising along the tail's slope. A signal
+  may have to be further out than the others before it counts (its ``offset``, in powers of ten: 0.5 asks for a
+  share about 3 times smaller), so that signals of different errors can share a small budget of false positives. The
   rule's thresholds are where each signal's score reaches the flag's threshold, so that a row is flagged exactly when
   its score is at least that threshold (or a loop condition holds: a loop scores past every ordinary output, the
   more the more times it repeats). A rule without a score (older files, :data:`DEFAULT_RULE`) scores nothing.
@@ -34,6 +36,7 @@ from .signals import LOOP_REPEATS, repetition
 FLAG_FILE = "flag.json"  # the rule beside a checkpoint
 MAX_KNOTS = 64  # a stored score's knots per signal, at most
 MAX_CONDITIONS = 32  # a stored rule's conditions, at most (detect writes one per signal and the loop's: 9 at most)
+MAX_OFFSET = 3.0  # a stored signal's offset, at most (a share 1,000 times smaller than the others')
 MIN_TAIL = 1e-9  # a stored knot's share, at least (1 in a billion ordinary outputs: 10 ** its score stays finite)
 MAX_FLAG_BYTES = 256 * 2**10  # flag.json, at most: the shipped ones are 12-13 kB (most of it the calibration report);
 # a rule of MAX_CONDITIONS conditions and every signal's MAX_KNOTS knots fits in about 40 kB
@@ -137,25 +140,41 @@ def knots_of(column: str, ordinary: np.ndarray) -> Knots:
 
 @dataclass(frozen=True)
 class FlagScore:
-    """The flag's score: each signal's :class:`Knots`, the ``threshold`` a flagged row's score reaches, and how many
-    ``ordinary`` outputs the knots were read from (None in files written before it was stored)."""
+    """The flag's score: each signal's :class:`Knots`, the ``threshold`` a flagged row's score reaches, how many
+    ``ordinary`` outputs the knots were read from (None in files written before it was stored), and each signal's
+    ``offsets`` (what its score gives up before it counts, ``-log10`` of a share; empty: none has one)."""
 
     knots: tuple[tuple[str, Knots], ...]
     threshold: float
     ordinary: int | None = None
+    offsets: tuple[float, ...] = ()
+
+    def offset(self, i: int) -> float:
+        """The ``i``-th signal's offset (0 without one)."""
+        return self.offsets[i] if self.offsets else 0.0
 
     @property
     def most(self) -> float:
         """The score of a row past every ordinary output (the last knot's), the least a row a loop condition flags
         scores (and at least the threshold)."""
-        return max(self.threshold, *(float(k.levels()[-1]) for _, k in self.knots))
+        return max(self.threshold, *(float(k.levels()[-1]) - self.offset(i) for i, (_, k) in enumerate(self.knots)))
+
+    def level(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """How far out the signal behind each row's score is, offset aside (``-log10`` of its share: what the score's
+        words say); NaN where every signal is missing."""
+        each = np.stack([k.score(name, columns[name]) - self.offset(i) for i, (name, k) in enumerate(self.knots)])
+        filled = np.where(np.isnan(each), -np.inf, each)  # (signals, rows)
+        behind = np.argmax(filled, axis=0)
+        raw = each[behind, np.arange(each.shape[1])] + np.array([self.offset(int(i)) for i in behind])
+        return np.where(np.isfinite(filled.max(axis=0)), raw, np.nan)
 
     def scores(self, columns: Mapping[str, np.ndarray], loops: np.ndarray | None = None) -> np.ndarray:
         """The score of many rows from their signals' columns (arrays of one length): the highest of the signals'
         scores (0 when every signal is missing). ``loops``: each row's ``repetition`` where a loop condition holds, 0
         where none does; such a row scores at least :attr:`most` ``+ log10(repetition)``, so that loops rank past
         every ordinary output and among themselves by how many times they repeat (3: +0.48, 10: +1)."""
-        each = np.stack([k.score(name, columns[name]) for name, k in self.knots])  # (signals, rows)
+        each = np.stack([k.score(name, columns[name]) - self.offset(i)
+                         for i, (name, k) in enumerate(self.knots)])  # (signals, rows)
         score = np.nan_to_num(np.max(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
         if loops is None:
             return score
@@ -163,26 +182,29 @@ class FlagScore:
         return np.where(times > 0, np.maximum(score, self.most + np.log10(np.maximum(times, 1.0))), score)
 
     def conditions(self) -> tuple[Condition, ...]:
-        """The rule's conditions on the signals: each where its score reaches the threshold."""
+        """The rule's conditions on the signals: each where its score, less its offset, reaches the threshold."""
         found = []
-        for name, k in self.knots:
-            value = k.value_at(name, self.threshold)
+        for i, (name, k) in enumerate(self.knots):
+            value = k.value_at(name, self.threshold + self.offset(i))
             if value is not None:
                 found.append(Condition(name, "<=" if _direction(name) < 0 else ">=", value))
         return tuple(found)
 
     def to_json(self) -> dict[str, Any]:
         return {"threshold": self.threshold, **({"ordinary": self.ordinary} if self.ordinary else {}),
-                "signals": {name: {"values": list(k.values), "tails": list(k.tails)} for name, k in self.knots}}
+                "signals": {name: {"values": list(k.values), "tails": list(k.tails),
+                                   **({"offset": self.offset(i)} if self.offset(i) else {})}
+                            for i, (name, k) in enumerate(self.knots)}}
 
     @classmethod
     def from_json(cls, data: object) -> FlagScore:
         """A stored score; ``ValueError`` saying why when it is not one (each signal a known one, at most
-        ``MAX_KNOTS`` finite knots, values rising toward its suspicious end, shares falling from 1 to above 0)."""
+        ``MAX_KNOTS`` finite knots, values rising toward its suspicious end, shares falling from 1 to above 0, an
+        offset from 0 to ``MAX_OFFSET`` when there is one)."""
         if not (isinstance(data, dict) and isinstance(data.get("signals"), dict) and data["signals"]
                 and _number(data.get("threshold"))):
             raise ValueError('a flag score is {"threshold": number, "signals": {name: {"values", "tails"}}}')
-        knots = []
+        knots, offsets = [], []
         for name, k in data["signals"].items():
             if name not in SIGNAL_COLUMNS or not isinstance(k, dict):
                 raise ValueError(f"a flag score's signal is one of {', '.join(SIGNAL_COLUMNS)}")
@@ -195,11 +217,16 @@ class FlagScore:
                     and np.all(np.diff(knot.tails) < 0)):
                 raise ValueError(f"{name}: values rise toward its suspicious end as the shares fall, from 1 to "
                                  f"{MIN_TAIL:g} or more")
+            offset = k.get("offset", 0.0)
+            if not (_number(offset) and 0 <= offset <= MAX_OFFSET):
+                raise ValueError(f"{name}: an offset is a number from 0 to {MAX_OFFSET:g}")
             knots.append((name, knot))
+            offsets.append(float(offset))
         ordinary = data.get("ordinary")  # absent in older files
         if ordinary is not None and not (_number(ordinary) and float(ordinary).is_integer() and ordinary >= 1):
             raise ValueError("a flag score's ordinary is how many outputs its knots were read from, a whole number")
-        return cls(tuple(knots), float(data["threshold"]), int(ordinary) if ordinary is not None else None)
+        return cls(tuple(knots), float(data["threshold"]), int(ordinary) if ordinary is not None else None,
+                   tuple(offsets) if any(offsets) else ())
 
 
 def _number(x: object) -> bool:
@@ -332,21 +359,27 @@ def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
 
 def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     """``row``'s score in plain words: ``its most unusual signal is as far out as 1 in 250 of the model's ordinary
-    outputs (flag score 2.40; flagged from 2.18)``; never a rarer share than was counted: past the last knot, or
-    rarer than 1 in the count of ordinary outputs (``FlagScore.ordinary``), ``further out than every one of the
-    model's 8,080 ordinary outputs ...`` (older files, without the count: ``further out than all ...``). None for a
-    rule without a score."""
+    outputs (flag score 2.40; flagged from 2.18)``, the share that signal's own (its offset aside); never a rarer
+    share than was counted: past the last knot, or rarer than 1 in the count of ordinary outputs
+    (``FlagScore.ordinary``), ``further out than every one of the model's 8,080 ordinary outputs ...`` (older files,
+    without the count: ``further out than all ...``); a loop is further out than all. None for a rule without a
+    score."""
     score = flag_score(row, rule)
     if score is None or rule.score is None:
         return None
+    signals = {name for name, _ in rule.score.knots}
+    loops = any(c.holds(row) for c in rule.conditions if c.column not in signals)
+    columns = {name: np.array([np.nan if _value(row, name) is None else _value(row, name)]) for name in signals}
+    level = float(rule.score.level(columns)[0])
+    level = score if math.isnan(level) else level  # no signal: the score (0)
     rarest = max(float(k.levels()[-1]) for _, k in rule.score.knots)
     count = rule.score.ordinary
     outputs = "ordinary outputs on the validation set (its own translations and the references)"
-    if score > rarest + 1e-9 or (count and 10 ** score > count):
+    if loops or level > rarest + 1e-9 or (count and 10 ** level > count):
         far = f"further out than every one of the model's {count:,} {outputs}" if count else (
             f"further out than all the model's {outputs}")
     else:
-        far = f"as far out as 1 in {10 ** score:,.0f} of the model's {outputs}"
+        far = f"as far out as 1 in {10 ** level:,.0f} of the model's {outputs}"
     return f"its most unusual signal is {far} (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})"
 
 
