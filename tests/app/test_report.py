@@ -260,7 +260,7 @@ def test_show_takes_every_family(tmp_path, tiny_corpus):
     transformers = pytest.importorskip("transformers")  # noqa: F841
     import sentencepiece as spm
     from m2m100_models import save_m2m100, train_spm
-    from test_marian import save_marian
+    from marian_models import save_marian
 
     import transformer
 

@@ -156,12 +156,16 @@ def test_the_pictures_band_has_its_row_labels_where_the_picture_has_them():
 def test_the_beam_trees_ranks_keep_the_charts_own_ranges():
     """The beam tree's rows are ranks, on axes whose ranges the figure sets: the frozen column keeps them, and each
     kind of node keeps its legend entry, with none of the tree's points."""
-    from test_beam_tree import SRC, tiny
+    import torch
+    from conftest import tiny_model
 
     from app.views.beam_tree import tree_figure
     from transformer import beam_search
 
-    tree = beam_search(tiny(0), SRC, beam_size=3, max_len_b=6, record_tree=True).trees[0]
+    model = tiny_model(0, src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=1,
+                       n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=32)  # test_beam_tree's tiny model
+    src = torch.tensor([[5, 6, 7, 3, 0]])
+    tree = beam_search(model, src, beam_size=3, max_len_b=6, record_tree=True).trees[0]
     fig = tree_figure(tree, [f"▁p{n.token}" for n in tree.nodes])
     deepest = max(n for t in fig.data for n in (t.y or ()) if n is not None)
     assert tuple(fig.layout.yaxis.range) == (deepest + 0.6, -0.6)  # every node inside, the first rank on top

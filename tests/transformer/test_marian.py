@@ -11,6 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import sentencepiece as spm  # noqa: E402
+from marian_models import save_marian  # noqa: E402, F401  (test_patching and test_ctranslate2_export take it from here)
 
 import transformer  # noqa: E402
 from transformer import TransformerConfig  # noqa: E402
@@ -34,30 +35,6 @@ def marian_files(tmp_path_factory, tiny_corpus):
     vocab["<pad>"] = len(vocab)
     (d / "vocab.json").write_text(json.dumps(vocab))
     return d, vocab
-
-
-def save_marian(tmp_path, vocab: dict, activation: str = "swish", tied: bool = True, safetensors: bool = True,
-                files=None) -> tuple:
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
-
-    torch.manual_seed(len(vocab) + (activation == "relu") + 2 * tied)
-    v, pad = len(vocab), vocab["<pad>"]
-    cfg = MarianConfig(vocab_size=v, decoder_vocab_size=v, d_model=32, encoder_layers=2, decoder_layers=2,
-                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                       max_position_embeddings=64, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-                       activation_function=activation, share_encoder_decoder_embeddings=tied,
-                       tie_word_embeddings=tied, attn_implementation="eager")
-    model = MarianMTModel(cfg).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0, 0.5)
-    out = tmp_path / f"marian-{activation}-{tied}"
-    model.save_pretrained(out, safe_serialization=safetensors)
-    if files is not None:
-        d, _ = files
-        tok = MarianTokenizer(source_spm=str(d / "sp.model"), target_spm=str(d / "sp.model"),
-                              vocab=str(d / "vocab.json"), source_lang="en", target_lang="de")
-        tok.save_pretrained(out)
-    return model, out
 
 
 @pytest.mark.parametrize("activation,tied", [("swish", True), ("relu", True), ("gelu", False)])
