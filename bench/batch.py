@@ -161,7 +161,8 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     ``checkpoint``; CTranslate2 its model (``ct2_dir``) and what :func:`ct2_text` takes (``sp_model``, a file,
     ``max_src``, ``budget``, ``beam_size``, ``length_penalty``, ``suppress``), so that no PyTorch work runs beside it
     (PyTorch's thread pool, once alive, slows CTranslate2 as CTranslate2's slows ours). Loads, warms on
-    ``2 * batch_size`` sentences, then times ``repeat`` runs over all of them: ``{"seconds": [...]}``."""
+    ``2 * batch_size`` sentences, then times ``repeat`` runs over all of them: ``{"seconds": [...], "cpu_seconds":
+    [...]}`` (wall; the process's CPU time, every thread's)."""
     import torch
 
     from .common import sync
@@ -170,10 +171,14 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(job["threads"])
     if job["side"] == "ours":
         import transformer
-        from transformer.network.linear import measured_routes
 
         fn = OursBatch(transformer.load(job["checkpoint"], device=device), size)
-        routes = [m.line() for m in measured_routes()]  # what this process chose at load (the bench prints it)
+        try:  # what this process chose at load (the bench prints it); a checkout before 2026-11-29 measured none
+            from transformer.network.linear import measured_routes
+        except ImportError:
+            routes = []
+        else:
+            routes = [m.line() for m in measured_routes()]
     else:
         import ctranslate2
         import sentencepiece as spm
@@ -187,14 +192,16 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
                             job["beam_size"], job["length_penalty"])
     sentences = job["sentences"]
     fn(sentences[: 2 * size])
-    seconds = []
+    seconds, cpu_seconds = [], []
     for _ in range(job["repeat"]):
         sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(sentences)
         sync(device)
         seconds.append(time.perf_counter() - t0)
-    return {"seconds": seconds, **({"gemm": routes} if job["side"] == "ours" else {})}
+        cpu_seconds.append(time.process_time() - c0)
+    ours = {"gemm": routes, "package": str(Path(transformer.__file__).parent)} if job["side"] == "ours" else {}
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, **ours}  # package: the transformer/ timed
 
 
 def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 64, repeat: int = 2,

@@ -30,13 +30,20 @@ WORDS = ["a", "man", "woman", "dog", "child", "boy", "girl", "two", "people", "g
          "building"]
 
 
-def in_own_process(module: str, job: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
+def in_own_process(module: str, job: dict[str, Any], timeout: float = 3600.0,
+                   first_on_path: Path | None = None) -> dict[str, Any]:
     """``python -m {module} --worker`` in a fresh process, given ``job`` as JSON on its standard input: the JSON
     object it prints last (:func:`worker_main`). Engines timed against each other each run in a process of their own:
     two OpenMP thread pools in one process (PyTorch's and CTranslate2's, each with its own ``libgomp``) slow the one
-    that runs while the other's pool is alive (measured in docs/benchmarks.md), which no user of either sees."""
+    that runs while the other's pool is alive (measured in docs/benchmarks.md), which no user of either sees.
+    ``first_on_path``: a folder whose packages come before this tree's (another checkout's ``transformer``): the
+    process runs there (``-m`` puts its working directory first on the path), this tree next on ``PYTHONPATH``."""
+    env = None
+    if first_on_path is not None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     proc = subprocess.run([sys.executable, "-m", module, "--worker"], input=json.dumps(job), capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO_ROOT, check=False)
+                          text=True, timeout=timeout, cwd=first_on_path or REPO_ROOT, check=False, env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode or not lines:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

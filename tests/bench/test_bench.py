@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,17 @@ def test_a_side_process_reads_its_own_peak_memory_not_its_parents():
     small, large = (float(subprocess.run([sys.executable, "-c", parent.format(mb=mb), str(root)], capture_output=True,
                                          text=True, check=True, cwd=root).stdout.split()[-1]) for mb in (1, 600))
     assert abs(large - small) < 100, (small, large)
+
+
+@pytest.mark.slow  # three processes, each importing torch
+def test_batch_cpu_times_another_checkouts_package_not_this_trees(tiny_checkpoint, tmp_path):
+    from bench.batch_cpu import run
+
+    base = tmp_path / "base"  # a copy of this tree's package, timed as another checkout's
+    shutil.copytree(ROOT / "transformer", base / "transformer")
+    result = run(str(tiny_checkpoint), ["a man rides a bike .", "two dogs play in the park ."], threads=1, rounds=1,
+                 base=base)
+    assert result["packages"] == {"ours": str((ROOT / "transformer").resolve()),
+                                  "base": str((base / "transformer").resolve())}
+    assert all(len(s) == 1 and s[0] > 0 for s in result["cpu_seconds"].values())
+    assert result["ours_vs_base"] == pytest.approx(result["cpu_seconds"]["base"][0] / result["cpu_seconds"]["ours"][0])
