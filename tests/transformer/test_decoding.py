@@ -438,6 +438,53 @@ def test_the_k_best_by_groups_are_the_k_best():
         assert torch.equal(v, want_v) and torch.equal(i, want_i)
 
 
+@pytest.mark.parametrize("width", [40 * 64, 10_000, 64 * 3])
+def test_top_k_is_topk_wide_or_not(width):
+    """``step.top_k`` (a beam's whole candidate row: groups on a CPU where the width allows) gives ``torch.topk``'s
+    values and, values being distinct, its indices: rows with -inf pieces, rows of one crowd, a sliced (strided)
+    input; widths not a multiple of the group, or of too few groups, are ``topk`` itself."""
+    from transformer.decoding import step
+
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(30):
+        k = 1 + trial % 9
+        x = torch.randn(6, width, generator=gen).log_softmax(-1)
+        x[:, torch.randint(0, width, (width // 50,), generator=gen)] = float("-inf")  # never pieces, finished beams
+        if trial % 3 == 0:
+            x[1, width // 2: width // 2 + 70] += 9.0  # the best crowd into one or two groups
+        v, i = step.top_k(x, k)
+        want_v, want_i = x.topk(k, dim=-1)
+        assert torch.equal(v, want_v) and torch.equal(i, want_i)
+    wide = torch.randn(4, 2 * width, generator=gen)[:, ::2]  # not contiguous: topk itself
+    assert torch.equal(step.top_k(wide, 5)[1], wide.topk(5, dim=-1).indices)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_beam_search_ranking_its_candidates_by_groups_equals_the_one_ranking_all(monkeypatch, k):
+    """A vocabulary whose K beams' candidate row is a multiple of the group (256 pieces: K x 256) goes through
+    ``step.top_k``'s groups; the same search with ``torch.topk`` over every candidate gives the same outputs and
+    scores."""
+    import importlib
+
+    from transformer.decoding import step
+
+    search = importlib.import_module("transformer.decoding.search")  # the module (the package names a function so)
+    model = make_model(5, tgt_vocab_size=256, share_embeddings=False).eval()
+    src = make_src(model.config, seed=5)
+    calls: list[int] = []
+
+    def counted(x: torch.Tensor, n: int):
+        calls.append(x.size(-1))
+        return step.top_k(x, n)
+
+    monkeypatch.setattr(search, "top_k", counted)
+    grouped = beam_search(model, src, beam_size=k, max_len_b=10)
+    assert k * 256 in calls  # the groups' path ran
+    monkeypatch.setattr(search, "top_k", lambda x, n: x.topk(n, dim=-1))
+    plain = beam_search(model, src, beam_size=k, max_len_b=10)
+    assert torch.equal(grouped.tokens, plain.tokens) and torch.allclose(grouped.scores, plain.scores, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("scoring", ["gnmt", "transformers"])
 def test_beam_search_runs_its_first_step_once_a_sentence(monkeypatch, scoring):
     """A sentence's K beams start the same, so the first step runs one row a sentence and the cache branches into

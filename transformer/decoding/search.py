@@ -37,7 +37,7 @@ from torch import Tensor
 from ..network.kv_cache import KVCache
 from ..network.model import Transformer, padding_mask
 from .settings import DEFAULT_ALPHA, DEFAULTS, SCORINGS, DecodeSettings, length_penalty, output_limits
-from .step import best_pieces, by_blocks, force, never_ids, next_logp
+from .step import best_pieces, by_blocks, force, never_ids, next_logp, top_k
 from .tree import BeamTree, NoTree, TreeRecorder
 
 _NEG = -1.0e9  # transformers' additive "never" (kept so candidates order exactly as there)
@@ -232,7 +232,7 @@ class _Beams:
                      step)  # (B*R, V)
         vocab = logp.size(-1)
         cand = logp.add_(scores.reshape(b * r, 1)).view(b, r * vocab)  # (B*R, V) -> (B, R*V), in place
-        top_scores, top_ids = cand.topk(2 * k, dim=-1)  # (B, 2K)
+        top_scores, top_ids = top_k(cand, 2 * k)  # (B, 2K)
         return top_scores, top_ids // vocab, top_ids % vocab
 
     def candidates(self, step: int, top_beam: Tensor, last: Tensor | int, width: int) -> Tensor:

@@ -121,7 +121,7 @@ def best_pieces(model: Transformer, hidden: Tensor, k: int, work: dict[str, Tens
     return best - log_norm, torch.cat(ids, dim=1).gather(1, pick)
 
 
-TOPK_GROUP = 64  # best_pieces finds a block's k best among the groups of this many pieces with the best maxima
+TOPK_GROUP = 64  # best_pieces and top_k find the k best among the groups of this many values with the best maxima
 
 
 def _topk_by_groups(logits: Tensor, group_max: Tensor, k: int, m: int) -> tuple[Tensor, Tensor]:
@@ -135,3 +135,15 @@ def _topk_by_groups(logits: Tensor, group_max: Tensor, k: int, m: int) -> tuple[
     candidates = grouped.gather(1, pick[:, :, None].expand(-1, -1, g)).view(n, m * g)  # (N, m, G) -> (N, m*G)
     v, i = candidates.topk(k, dim=-1)  # (N, k)
     return v, pick.gather(1, i // g) * g + i % g
+
+
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=-1)`` of ``x (N, C)``, best first: on a CPU, where ``C`` is a multiple of :data:`TOPK_GROUP`
+    with more than ``k`` groups, read by groups (:func:`_topk_by_groups`: each value is read once for its group's
+    maximum and only the ``k`` best groups are ranked; a wide ``topk`` on a CPU ranks every value); elsewhere
+    ``topk`` itself. Values equal; among equal values either may be kept."""
+    n, c = x.shape
+    if x.device.type != "cpu" or c % TOPK_GROUP or c // TOPK_GROUP <= k or not x.is_contiguous():
+        return x.topk(k, dim=-1)
+    group_max = x.view(n, c // TOPK_GROUP, TOPK_GROUP).amax(dim=-1)  # (N, C) -> (N, C/G, G) -> (N, C/G)
+    return _topk_by_groups(x, group_max, k, k)
