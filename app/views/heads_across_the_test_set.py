@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from transformer import cli
 from transformer.interpret.heads import STATS_NOTES
 
+from ..analysis.table_inputs import data_roots
 from ..drawing import figures, layout
 from ..drawing.analysis import KIND_NAMES, KINDS
 from ..models import card, catalog
@@ -27,12 +24,12 @@ PARAMS = (controls.head_ref_param("row", HEADS_PICK), *heatmaps.window_params("h
 
 
 def split_sentences(split: str) -> list[str] | None:
-    """The source side of the split the statistics were made on, when a copy of the data is here:
-    ``$ATTN_DATA_DIR``, else ``data/multi30k`` in the working directory or the repository."""
-    data_dir = cli.DEFAULT_DATA_DIR
-    for root in [os.environ.get("ATTN_DATA_DIR", ""), data_dir, str(catalog.REPO_ROOT / data_dir)]:
-        file = Path(root) / f"{split}.en" if root else None
-        if file is not None and file.is_file():
+    """The source side of the split the statistics were made on, when a copy of the data is in one of
+    :func:`~app.analysis.table_inputs.data_roots` (``$ATTN_DATA_DIR``, else ``data/multi30k`` here or in the
+    repository)."""
+    for root in data_roots():
+        file = root / f"{split}.en"
+        if file.is_file():
             return file.read_text(encoding="utf-8").splitlines()
     return None
 
