@@ -308,6 +308,10 @@ def test_the_score_is_how_far_out_against_the_ordinary_outputs():
     assert flag_score({"seq_logprob": -1.0}, DEFAULT_RULE) is None
     row = {"seq_logprob": float(low.values[20]), "omission": 0.0, "repetition": 1}  # the knot of share 1 in 100
     assert "as far out as 1 in 100 of the model's ordinary outputs" in score_text(row, rule)
+    typical = {"seq_logprob": float(np.median(ordinary)), "omission": 0.0, "repetition": 1}  # half are as far out
+    said = score_text(typical, rule)
+    assert said.startswith("its most unusual signal is an ordinary one: ") and "1 in 1 " not in said
+    assert 40 <= int(said.split(": ")[1].split("%")[0]) <= 60, said
     assert "flagged from 1.70" in score_text(row, rule) and score_text(row, DEFAULT_RULE) is None
     again = FlagRule.from_json(json.loads(json.dumps(rule.to_json())))
     assert again == rule and again.score == score

@@ -359,7 +359,8 @@ def reason_text(condition: Condition, row: Mapping[str, Any]) -> str:
 
 def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     """``row``'s score in plain words: ``its most unusual signal is as far out as 1 in 250 of the model's ordinary
-    outputs (flag score 2.40; flagged from 2.18)``, the share that signal's own (its offset aside); never a rarer
+    outputs (flag score 2.40; flagged from 2.18)``, the share that signal's own (its offset aside; a share of a tenth
+    or more as a percentage: ``an ordinary one: 45% of ... are as far out``); never a rarer
     share than was counted: past the last knot, or rarer than 1 in the count of ordinary outputs
     (``FlagScore.ordinary``), ``further out than every one of the model's 8,080 ordinary outputs ...`` (older files,
     without the count: ``further out than all ...``); a loop is further out than all. None for a rule without a
@@ -378,6 +379,9 @@ def score_text(row: Mapping[str, Any], rule: FlagRule) -> str | None:
     if loops or level > rarest + 1e-9 or (count and 10 ** level > count):
         far = f"further out than every one of the model's {count:,} {outputs}" if count else (
             f"further out than all the model's {outputs}")
+    elif level < 1:  # a share of a tenth or more: a percentage ("1 in 1" says nothing)
+        return (f"its most unusual signal is an ordinary one: {10 ** -level:.0%} of the model's {outputs} are as far "
+                f"out (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})")
     else:
         far = f"as far out as 1 in {10 ** level:,.0f} of the model's {outputs}"
     return f"its most unusual signal is {far} (flag score {score:.2f}; flagged from {rule.score.threshold:.2f})"
