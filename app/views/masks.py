@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from .. import parts
+from ..drawing import layout
 from ..page import controls, heatmaps
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
@@ -14,6 +15,7 @@ MASKS_MOST = 60  # a mask of at most 60 x 60 cells (what the browser must draw s
 MASKS_SHOWN = 30  # positions at first: a longer sentence's window (every pattern of a mask shows in 30 positions,
 # the slider moves to the padding at the end)
 MASKS_WINDOW = heatmaps.span_param("mw", "masks_window", size=MASKS_SHOWN)  # a longer sentence: a window of it
+HALF_PAGE_PX = 440  # the widest mask that shares a row with its caption (half a laptop's page)
 FIRST_MASK = "encoder"  # the mask drawn first (one at a time: each is a wide chart with its frozen row labels)
 PARAMS = (Param("ps", "pad_src", int_in(0, 8), 2), Param("pt", "pad_tgt", int_in(0, 8), 2), MASKS_WINDOW,
           Param("mask", "masks_shown", one_of(*described.MASK_NAMES), FIRST_MASK))
@@ -34,8 +36,10 @@ def render(ctx: ViewContext) -> None:
     shown = controls.choose(st.segmented_control, "Mask", list(described.MASK_NAMES), "masks_shown", FIRST_MASK,
                             format_func=described.MASK_NAMES.get, required=True, wrap=True)
     chart = described.charts(tr, result, pad_src, pad_tgt, (p0, p1), (shown,))[0]
-    # a short window: the mask in half the page, what it does beside it; a long one: the whole width, to read the tokens
-    where, beside = (st.container(), st.container()) if p1 - p0 > 40 else st.columns(2)
+    # a mask that fits half a laptop's page there, what it does beside it; a wider one: the whole width, its caption
+    # under it (it scrolls sideways only where the whole width is still narrower)
+    wide = isinstance(chart, parts.Chart) and layout.min_width(chart.figure) > HALF_PAGE_PX
+    where, beside = (st.container(), st.container()) if wide else st.columns(2)
     if isinstance(chart, parts.Note):
         where.caption(chart.text)
     else:
