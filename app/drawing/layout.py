@@ -51,35 +51,49 @@ def text_px(text: object, size: float) -> float:
     return len(plain) * CHAR_EM * size
 
 
+def _labels(axis: dict) -> list:
+    """An axis' named tick labels (``ticktext``, a list or an array), as a list."""
+    texts = axis.get("ticktext")
+    return [] if texts is None else list(texts)
+
+
+def _size(font: dict | None, default: float) -> float:
+    """A font's size, or ``default`` where it sets none."""
+    return (font or {}).get("size") or default
+
+
 def min_width(fig: go.Figure) -> int:
     """Pixels wide ``fig`` must be drawn so that no two labels of an x axis with named ticks touch: each tick needs
     its label's thickness (turned labels: the font size over the sine of the angle; upright ones: the longest
     label) in the axis' share of the plot; plus the y labels, titles and colour bar beside it. 0 for a figure
     without named x ticks (plotly thins numeric ticks itself). ``fig.layout.meta["min_width"]``, when a builder
-    set it (text drawn inside the plot, as the beam tree's), counts too."""
-    layout = fig.layout
-    meta = layout.meta if isinstance(layout.meta, dict) else {}
+    set it (text drawn inside the plot, as the beam tree's), counts too. The layout is read as one plain dict
+    (plotly's property objects validate every read: most of a long sentence's chart's server time)."""
+    layout = fig.layout.to_plotly_json()
+    meta = layout.get("meta") if isinstance(layout.get("meta"), dict) else {}
     need = float(meta.get("min_width", 0))
-    default = (layout.font.size if layout.font and layout.font.size else FONT["size"])
+    default = _size(layout.get("font"), FONT["size"])
     left = 0.0
-    for name in [k for k in layout.to_plotly_json() if k.startswith("xaxis")]:
-        axis = layout[name]
-        if axis.tickmode not in ("array", None) or not axis.ticktext or axis.showticklabels is False:
+    for axis in (v for k, v in layout.items() if k.startswith("xaxis")):
+        texts = _labels(axis)
+        if axis.get("tickmode") not in ("array", None) or not texts or axis.get("showticklabels") is False:
             continue
-        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-        angle = abs(float(axis.tickangle)) % 180 if isinstance(axis.tickangle, (int, float)) else 0.0
+        size = _size(axis.get("tickfont"), default)
+        tilt = axis.get("tickangle")
+        angle = abs(float(tilt)) % 180 if isinstance(tilt, (int, float)) else 0.0
         sine = float(np.sin(np.radians(angle)))
-        longest = max(text_px(t, size) for t in axis.ticktext)
+        longest = max(text_px(t, size) for t in texts)
         pitch = (size + LABEL_GAP) / sine if sine > 0.3 else longest + 2 * LABEL_GAP
-        domain = axis.domain[1] - axis.domain[0] if axis.domain else 1.0
-        need = max(need, len(axis.ticktext) * pitch / max(domain, 0.05))
+        domain = axis.get("domain")
+        share = domain[1] - domain[0] if domain is not None and len(domain) else 1.0
+        need = max(need, len(texts) * pitch / max(share, 0.05))
     if need <= 0:
         return 0
-    for name in [k for k in layout.to_plotly_json() if k.startswith("yaxis")]:
-        axis = layout[name]
-        if axis.tickmode in ("array", None) and axis.ticktext and axis.showticklabels is not False:
-            size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-            left = max(left, max(text_px(t, size) for t in axis.ticktext) + 30)
+    for axis in (v for k, v in layout.items() if k.startswith("yaxis")):
+        texts = _labels(axis)
+        if axis.get("tickmode") in ("array", None) and texts and axis.get("showticklabels") is not False:
+            size = _size(axis.get("tickfont"), default)
+            left = max(left, max(text_px(t, size) for t in texts) + 30)
     scale = 90 if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" for t in fig.data) else 0
     return int(need + left + scale + 20)  # the labels' own estimate beside the plot, as plotly's pushes were
 
@@ -100,48 +114,50 @@ def fit_margins(fig: go.Figure) -> go.Figure:
     is short, automargin still makes the room, with that second drawing. Not more than plotly would push: the
     builders' heights and widths leave the plot the room they meant (a generous margin squeezed a short chart's
     rows and colour bar). The axes on the figure's left, right and bottom edges count."""
-    layout = fig.layout
-    default = layout.font.size if layout.font and layout.font.size else FONT["size"]
-    margin = layout.margin
-    left, right, bottom = margin.l or 0, margin.r or 0, margin.b or 0
-    names = list(layout.to_plotly_json())
+    layout = fig.layout.to_plotly_json()  # one plain dict, as in min_width
+    default = _size(layout.get("font"), FONT["size"])
+    margin = layout.get("margin") or {}
+    left, right, bottom = margin.get("l") or 0, margin.get("r") or 0, margin.get("b") or 0
 
     def starts_at_edge(axis_name: str | None, letter: str) -> bool:  # the axis an axis is anchored to starts at 0
-        other = layout[f"{letter}axis{(axis_name or letter)[1:]}"] if axis_name not in (None, "free") else None
-        return other is None or not other.domain or other.domain[0] <= 0.001
+        other = layout.get(f"{letter}axis{(axis_name or letter)[1:]}") if axis_name not in (None, "free") else None
+        domain = None if other is None else other.get("domain")
+        return domain is None or not len(domain) or domain[0] <= 0.001
 
-    def label_px(axis, along: bool) -> float:  # the labels' size across the axis
-        size = axis.tickfont.size if axis.tickfont and axis.tickfont.size else default
-        texts = list(axis.ticktext) if axis.tickmode == "array" and axis.ticktext else ["0" * NUMBER_CHARS]
-        longest = max(text_px(t, size) for t in texts)
+    def label_px(axis: dict, along: bool) -> float:  # the labels' size across the axis
+        size = _size(axis.get("tickfont"), default)
+        texts = _labels(axis) if axis.get("tickmode") == "array" else []
+        longest = max(text_px(t, size) for t in texts or ["0" * NUMBER_CHARS])
         if not along:
             return longest
-        sine = abs(float(np.sin(np.radians(float(axis.tickangle))))) if isinstance(axis.tickangle, (int, float)) else 0
+        tilt = axis.get("tickangle")
+        sine = abs(float(np.sin(np.radians(float(tilt))))) if isinstance(tilt, (int, float)) else 0
         return longest * sine + size * (1 - sine) + size * 0.5 * sine
 
-    for name in (k for k in names if k.startswith("yaxis")):
-        axis = layout[name]
-        if axis.visible is False or (axis.side != "right" and not starts_at_edge(axis.anchor, "x")):
+    for axis in (v for k, v in layout.items() if k.startswith("yaxis")):
+        if axis.get("visible") is False or (axis.get("side") != "right" and not starts_at_edge(axis.get("anchor"),
+                                                                                                "x")):
             continue
-        titled = bool(axis.title and axis.title.text)
-        labels = label_px(axis, False) if axis.showticklabels is not False else 0
-        if axis.side == "right":
+        titled = bool((axis.get("title") or {}).get("text"))
+        labels = label_px(axis, False) if axis.get("showticklabels") is not False else 0
+        if axis.get("side") == "right":
             right = max(right, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
         else:
             left = max(left, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
-    for name in (k for k in names if k.startswith("xaxis")):
-        axis = layout[name]
-        if axis.visible is False or axis.side == "top" or not starts_at_edge(axis.anchor, "y"):
+    for axis in (v for k, v in layout.items() if k.startswith("xaxis")):
+        if axis.get("visible") is False or axis.get("side") == "top" or not starts_at_edge(axis.get("anchor"), "y"):
             continue
-        titled = bool(axis.title and axis.title.text)
-        labels = label_px(axis, True) if axis.showticklabels is not False else 0
+        titled = bool((axis.get("title") or {}).get("text"))
+        labels = label_px(axis, True) if axis.get("showticklabels") is not False else 0
         bottom = max(bottom, labels + TICK_PAD + (AXIS_TITLE_PX if titled else 0))
     scale = any(t.type == "heatmap" and t.showscale is not False and not getattr(t, "coloraxis", None)
-                for t in fig.data) or any(layout[k].showscale is not False for k in names if k.startswith("coloraxis"))
+                for t in fig.data) or any(v.get("showscale") is not False for k, v in layout.items()
+                                          if k.startswith("coloraxis"))
     if scale:
         right = max(right, COLOUR_BAR_PX)
-    top = margin.t or 0
-    if layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1:  # a row of legend above the plot
+    top = margin.get("t") or 0
+    legend = layout.get("legend") or {}
+    if legend.get("orientation") == "h" and (legend.get("y") or 0) >= 1:  # a row of legend above the plot
         top = max(top, LEGEND_ROW_PX)
     return fig.update_layout(margin=dict(l=int(left), r=int(right), b=int(bottom), t=int(top)))
 

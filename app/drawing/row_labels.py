@@ -13,7 +13,6 @@ and scroll as before. No Streamlit here.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -158,7 +157,7 @@ def row_labels(fig: go.Figure) -> RowLabels | None:
                                    yaxis=trace.yaxis, coloraxis=trace.coloraxis, colorscale=trace.colorscale,
                                    zmin=trace.zmin, zmax=trace.zmax, showscale=trace.showscale,
                                    colorbar=trace.colorbar, hoverinfo="skip"))
-    labels = go.Figure(data=skeleton, layout=copy.deepcopy(fig.layout))
+    labels = go.Figure(data=skeleton, layout=fig.layout)  # a copy of it: plotly copies a layout it is given
     for name, axis in ranges.items():
         extra = dict(type="category", categoryorder="array", categoryarray=axis["cells"]) if axis["categorical"] \
             else {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from transformer import Translator, environment
 from transformer.decoding import DecodeSettings
+from transformer.interpret import attribution_passes
 
 from .ledger import amount, left
 
@@ -181,9 +182,11 @@ class AttributionPlan:
 
 
 def attribution_work(params: int, source: int, target: int, rows: int, method: str, steps: int) -> float:
-    """``rows`` output steps, each a (source + target)-position row, forward and backward at every point."""
-    points = steps if method == "integrated_gradients" else 1
-    return units(params, rows * (source + target) * points * BACKWARD)
+    """``rows`` output steps as ``transformer.interpret.attribution_passes`` runs them: a forward row per point of
+    the path and a backward row per point and output step (each ``BACKWARD - 1`` forwards), every row the
+    ``source + target`` positions."""
+    forward, backward = attribution_passes(method, steps, rows)
+    return units(params, (source + target) * (forward + (BACKWARD - 1) * backward))
 
 
 def plan_attribution(tr: Translator, source: int, target: int, method: str, steps: int = IG_STEPS[0],
@@ -197,6 +200,10 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str, step
     def cost(m: str, s: int, rows: int) -> float:
         return attribution_work(params, source, target, rows, m, s)
 
+    def rows_within(m: str, s: int) -> int:
+        """The most output steps within the ceiling (the cost grows by the same amount with each one)."""
+        return int((ceiling - cost(m, s, 0)) // (cost(m, s, 1) - cost(m, s, 0)))
+
     asked = cost(method, steps, target)
     if asked <= ceiling:
         return AttributionPlan(method, steps, full, asked, ())
@@ -207,7 +214,7 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str, step
                 return AttributionPlan(method, s, full, cost(method, s, target), (
                     f"integrated gradients with {s} steps instead of {steps} ({why})",))
         s = min(min(IG_STEPS), steps)
-        rows = int(ceiling // cost(method, s, 1))
+        rows = rows_within(method, s)
         if rows >= min(MIN_IG_SPAN, target):
             return AttributionPlan(method, s, (0, rows), cost(method, s, rows), (
                 f"integrated gradients with {s} steps instead of {steps}, over the first {rows} of the {target} "
@@ -217,7 +224,7 @@ def plan_attribution(tr: Translator, source: int, target: int, method: str, step
         lead = "input × gradient"
     if cost(method, 1, target) <= ceiling:
         return AttributionPlan(method, 1, full, cost(method, 1, target), (f"{lead} ({why})",))
-    rows = max(1, int(ceiling // cost(method, 1, 1)))
+    rows = max(1, rows_within(method, 1))
     return AttributionPlan(method, 1, (0, rows), cost(method, 1, rows), (
         f"{lead}, over the first {rows} of the {target} output pieces only ({why})",))
 

@@ -26,6 +26,9 @@ PANELS = (
      "Each decoder position may read every real source piece; only the source <pad> columns are blocked. No "
      "causal part: the whole source is known before decoding starts."),
 )
+# each panel's short name (the page's picker: one mask drawn at a time)
+MASK_NAMES = {"encoder": "Encoder: padding", "causal": "Causal", "decoder": "Decoder: padding AND causal",
+         "cross": "Cross: source padding"}
 # each panel's code (transformer/network/masks.py), for a tooltip
 CODE = {"encoder": "padding_mask(src): True where the key is a real token, broadcast over all queries.",
         "causal": "causal_mask(T): True on and below the diagonal.",
@@ -34,10 +37,11 @@ CODE = {"encoder": "padding_mask(src): True where the key is a real token, broad
 OFFLINE_PADS = (0, 2)  # the offline page's padding choices (the app's default is 2)
 
 
-def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int,
-           window: tuple[int, int] | None = None) -> list[Chart | Note]:
+def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int, window: tuple[int, int] | None = None,
+           shown: tuple[str, ...] | None = None) -> list[Chart | Note]:
     """The four masks with ``pad_src`` / ``pad_tgt`` <pad> pieces after the source / the decoder input, of the
-    positions ``window`` (``p0:p1`` on both axes of each mask; None: all); a note for a mask with no position in it."""
+    positions ``window`` (``p0:p1`` on both axes of each mask; None: all); a note for a mask with no position in it.
+    ``shown``: only these masks (keys of ``PANELS``, in ``PANELS``' order; None: all four)."""
     masks = probes.mask_arrays(tr, a, pad_src, pad_tgt)
     src = a.source_tokens + ["<pad>"] * pad_src
     dec = a.decoder_input_tokens + ["<pad>"] * pad_tgt
@@ -45,14 +49,16 @@ def charts(tr: Translator, a: Analysis, pad_src: int, pad_tgt: int,
     src, dec = src[p0:p1], dec[p0:p1]
     out: list[Chart | Note] = []
     for key, title, q_src, k_src, text in PANELS:
-        shown = masks[key][p0:p1, p0:p1]
-        if not shown.size:  # a window past the end of the shorter side
+        if shown is not None and key not in shown:
+            continue
+        cells = masks[key][p0:p1, p0:p1]
+        if not cells.size:  # a window past the end of the shorter side
             out.append(Note(f"{title}: no positions in this window."))
             continue
         qtitle = "source (query)" if q_src else "decoder input (query)"
         ktitle = "source (key)" if k_src else "decoder input (key)"
         firsts = (1 if q_src else 0, 1 if k_src else 0)  # <s> is 0
-        out.append(Chart(figures.mask_figure(shown, src if q_src else dec, src if k_src else dec, title, qtitle,
+        out.append(Chart(figures.mask_figure(cells, src if q_src else dec, src if k_src else dec, title, qtitle,
                                              ktitle, *(first + p0 for first in firsts)), text, f"mask-{key}"))
     return out
 

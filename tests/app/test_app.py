@@ -153,12 +153,17 @@ def test_every_view_renders_and_shows_the_models_numbers(app_env, tr):
 
     at = set_view(at, "masks")
     assert_clean(at)
+    # one mask drawn at a time, the encoder's padding first; the picker draws each of the others
+    assert len(charts(at)) == 1 and chart(at, "Encoder self-attention: padding mask")
+    at.segmented_control(key="masks_shown").set_value("causal").run()
+    assert len(charts(at)) == 1
     t = len(ref.target_ids) + 2  # default: two padding positions
     if t > 30:  # a longer sentence opens on a window of 30 positions: all of them, for the check below
         assert arr(chart(at, "Causal mask")["data"][0]["z"]).shape == (30, 30)
         at.slider(key="masks_window").set_value((1, t)).run()
     causal = arr(chart(at, "Causal mask")["data"][0]["z"])
     np.testing.assert_array_equal(causal, np.tril(np.ones((t, t))))
+    at.segmented_control(key="masks_shown").set_value("decoder").run()
     padded = arr(chart(at, "padding AND causal")["data"][0]["z"])
     assert not padded[:, -2:].any()
     assert any("largest weight on any blocked position is 0" in s.value for s in at.success)

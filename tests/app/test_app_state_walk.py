@@ -33,7 +33,8 @@ CHANGES: dict[str, object] = {
     "testset_paste": "A dog runs.\nTwo men play.", "testset_refs": "Ein Hund läuft.\nZwei Männer spielen.",
     "testset_path": "runs/no-such-table.parquet",
     "flow_step": 2, "flow_threshold": 0.1, "flow_head": lambda widget: flow_ref(widget.options[0]),  # in the graph
-    "flow_compare": 2, "masks_window": (2, 20),  # a translation of the tiny model past 30 positions: a window
+    "flow_compare": 2, "masks_shown": "cross",
+    "masks_window": (2, 20),  # a translation of the tiny model past 30 positions: a window
     "patch_word": 4, "patch_substitute": "blue", "patch_step": 2, "patch_direction": "noise",
     "patch_foil": lambda widget: piece_id(widget, widget.options[2]), "patch_head": "decoder.2.3",
 }

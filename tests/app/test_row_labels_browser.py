@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {"heatmap": "heatmap_chart", "masks": "mask_causal_chart"}  # a view, and the key of a chart of it that scrolls
+LINKS = {"masks": "&mask=causal"}  # the address parts that show that chart (Masks draws one mask at a time)
 
 # The chart's scrolling box, its frozen column and their labels, read after the box is scrolled to ``to`` (a
 # fraction of its scroll range). A plotly chart's column is a figure (its visible tick labels); a picture's, an SVG
@@ -78,7 +79,8 @@ DECODED_JS = """async key => { const band = document.querySelector(`.attn-row-la
 
 
 def _open(page, server: str, view: str) -> None:
-    page.goto(f"{server}/?text={CAPTION.replace(' ', '+')}&view={view}", wait_until="domcontentloaded")
+    page.goto(f"{server}/?text={CAPTION.replace(' ', '+')}&view={view}{LINKS.get(view, '')}",
+              wait_until="domcontentloaded")
     _settled(page)
     assert page.locator("[data-testid=stException]").count() == 0
 

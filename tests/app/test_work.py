@@ -78,7 +78,8 @@ def test_estimates_grow_with_every_factor(tr):
     assert work.translation_work(tr, 10, DecodeSettings(beam_size=2, max_len_a=2.0, max_len_b=5)) > w  # out
     ig = work.attribution_work(work.parameters(tr), 10, 12, 12, "integrated_gradients", 32)
     assert ig == pytest.approx(32 * work.attribution_work(work.parameters(tr), 10, 12, 12, "input_x_gradient", 1))
-    assert ig == pytest.approx(work.parameters(tr) * 12 * 22 * 32 * 3 / work.UNIT)  # params x rows x positions
+    # params x positions x (a forward row per point + a backward row, two forwards, per point and output step)
+    assert ig == pytest.approx(work.parameters(tr) * 22 * (32 + 2 * 32 * 12) / work.UNIT)
 
 
 def test_the_lens_counts_its_projections_over_the_vocabulary():

@@ -213,6 +213,34 @@ def test_attribution_progress_counts_every_pass(method, steps, per_item, monkeyp
     assert len(forward) == total  # one call per pass through the model: the progress counts what ran
 
 
+@pytest.mark.parametrize("method,steps,points", [("integrated_gradients", 20, 8), ("integrated_gradients", 8, 1),
+                                                  ("input_x_gradient", 32, 8)])
+def test_attribution_passes_are_the_rows_that_run(method, steps, points, monkeypatch):
+    """``attribution_passes`` (what the app's work estimate counts) against the rows counted as they run: the
+    rows of every forward pass and of every backward pass (``torch.autograd.grad``), over a span of output steps."""
+    import transformer.interpret.methods as interpret
+    from transformer.interpret import attribution_passes
+
+    model = tiny(False)
+    forward, backward = [], []
+    real_forward, real_grad = interpret.forward_from_embeddings, torch.autograd.grad
+
+    def counted_forward(model, src, *args, **kwargs):
+        forward.append(src.size(0))
+        return real_forward(model, src, *args, **kwargs)
+
+    def counted_grad(outputs, inputs, *args, **kwargs):
+        backward.append(inputs[0].size(0))
+        return real_grad(outputs, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(interpret, "forward_from_embeddings", counted_forward)
+    monkeypatch.setattr(torch.autograd, "grad", counted_grad)
+    budget = points * interpret.attribution_row_bytes(model, SRC.size(1), TGT.size(1))
+    attribute(model, SRC[:1], TGT[:1], LABELS[:1], method=method, steps=steps, max_batch_bytes=budget,
+              output_span=(1, 4))
+    assert (sum(forward), sum(backward)) == attribution_passes(method, steps, 3)
+
+
 def test_agreement_is_one_for_a_head_that_ranks_like_the_attribution():
     attribution = torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.0, 0.9]])
     same = attribution.softmax(-1)[None]  # (H=1, T, S): the same order

@@ -226,6 +226,14 @@ def integration_points(method: str, steps: int) -> tuple[Tensor, Tensor]:
     return torch.from_numpy((nodes + 1) / 2), torch.from_numpy(weights / 2)
 
 
+def attribution_passes(method: str, steps: int, rows: int) -> tuple[int, int]:
+    """The rows :func:`attribute` runs through the model for one sentence and ``rows`` output steps, each row the
+    whole sentence at one point of the path: ``(forward, backward)``. A forward row per point (the points of a group
+    share one pass), and per output step a backward pass through every point's row."""
+    points = len(integration_points(method, steps)[0])
+    return points, points * rows
+
+
 def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, method: str = "integrated_gradients",
               steps: int = 32, progress: Callable[[int, int], None] | None = None,
               max_batch_bytes: int | None = None,
