@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import inspect
 import json
 import os
@@ -241,10 +242,21 @@ def _views() -> list[str]:
 VIEWS = _views()
 
 
+def _scan_components_once() -> None:
+    """A new ``AppTest`` scans the metadata of every installed distribution for Streamlit components on its first run
+    (0.15-0.4 s on the development machines, as long as a tiny page's whole run); what is installed does not change
+    within a test process, so the scan is made once and its answer (the same list) kept for the others."""
+    from streamlit.components.v2 import manifest_scanner
+
+    if not hasattr(manifest_scanner.scan_component_manifests, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
 def new_app(query: dict[str, str] | None = None):
     """A fresh page (``AppTest``) opened at ``query``, run once."""
     from streamlit.testing.v1 import AppTest
 
+    _scan_components_once()
     at = AppTest.from_file(APP, default_timeout=60)
     if query:
         at.query_params.update(query)

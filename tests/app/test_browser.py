@@ -220,18 +220,21 @@ def test_first_screen_shows_the_heatmap_and_the_view_selector(server, chromium):
 def test_views_beyond_weights_in_a_real_browser(server, chromium):
     """Inside a head, What drives each word, Layer by layer and Beam tree open from links and draw their charts."""
     errors: list[str] = []
-    # links naming the views by their titles (as links were written before the keys): they still open
-    for view, title in (("Inside+a+head&head=2", "Softmax weights"),
-                        ("What+drives+each+word", "Attribution to the source"),
-                        ("Layer+by+layer", "Probability of the piece"), ("Beam+tree", "Beam search tree")):
-        page = chromium.new_page(viewport={"width": 1600, "height": 1000})
-        try:
+    context = chromium.new_context(viewport={"width": 1600, "height": 1000})  # one cache: the page's code loaded once
+    try:
+        # links naming the views by their titles (as links were written before the keys): they still open, each
+        # in a new page (a session of its own)
+        for view, title in (("Inside+a+head&head=2", "Softmax weights"),
+                            ("What+drives+each+word", "Attribution to the source"),
+                            ("Layer+by+layer", "Probability of the piece"), ("Beam+tree", "Beam search tree")):
+            page = context.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(f"{server}/?text=A+dog+runs+on+the+beach.&a=0&b=8&view={view}", wait_until="domcontentloaded")
             page.get_by_text(title).first.wait_for(timeout=90_000)
             assert page.locator("[data-testid=stException]").count() == 0
             assert page.locator("[data-testid=stAlertContentError]").count() == 0
-        finally:
-            page.context.close()
+            page.close()
+    finally:
+        context.close()
     assert not errors, errors
