@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import SHIPPED  # noqa: F401 (the shipped model, for the browser tests that import it from here)
 
-from bench.browser import APP_HEATMAP, CHROMIUM, CHROMIUM_ARGS, PICTURE, RUN_OVER_JS, SETTLED_JS, SVG_OF_JS
+from bench.browser import APP_HEATMAP, PICTURE, RUN_OVER_JS, SETTLED_JS, SVG_OF_JS
 
 pytestmark = pytest.mark.browser
 
@@ -61,32 +61,28 @@ def _settled(page) -> None:
     """Wait until the page's script run is over (Streamlit's ``data-test-script-state``), nothing is stale or
     loading and every chart is drawn; then once more after a pause, in case the run asked for another."""
     done = f"() => {RUN_OVER_JS} && {SETTLED_JS} && !document.querySelector('[data-testid=stStatusWidget]')"
-    for _ in range(2):
-        page.wait_for_function(done, polling=100, timeout=120_000)
-        page.wait_for_timeout(300)
+    page.wait_for_function(done, polling=100, timeout=120_000)
+    page.wait_for_timeout(300)
+    page.wait_for_function(done, polling=100, timeout=120_000)
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1600, 1000)])
-def test_the_translation_and_the_whole_first_heatmap_are_on_the_first_screen(shipped_server, size):
-    from playwright.sync_api import sync_playwright
-
+def test_the_translation_and_the_whole_first_heatmap_are_on_the_first_screen(shipped_server, browser, size):
     width, height = size
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.goto(shipped_server, wait_until="domcontentloaded")
-            page.locator(APP_HEATMAP).first.wait_for(timeout=120_000)
-            _settled(page)
-            heatmap = page.locator(PICTURE).first.bounding_box()
-            assert heatmap is not None and heatmap["height"] > 200  # the default sentence's 17 x 15 cells
-            assert heatmap["y"] >= 0 and heatmap["y"] + heatmap["height"] <= height, (size, heatmap)
-            assert heatmap["x"] >= 0 and heatmap["x"] + heatmap["width"] <= width, (size, heatmap)
-            translation = page.locator("[data-testid=stMain] [data-testid=stText]").first
-            assert translation.inner_text().startswith("Ein Mann")
-            box = translation.bounding_box()
-            assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
-            scroller = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTop")
-            assert scroller == 0  # seen without scrolling
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(shipped_server, wait_until="domcontentloaded")
+        page.locator(APP_HEATMAP).first.wait_for(timeout=120_000)
+        _settled(page)
+        heatmap = page.locator(PICTURE).first.bounding_box()
+        assert heatmap is not None and heatmap["height"] > 200  # the default sentence's 17 x 15 cells
+        assert heatmap["y"] >= 0 and heatmap["y"] + heatmap["height"] <= height, (size, heatmap)
+        assert heatmap["x"] >= 0 and heatmap["x"] + heatmap["width"] <= width, (size, heatmap)
+        translation = page.locator("[data-testid=stMain] [data-testid=stText]").first
+        assert translation.inner_text().startswith("Ein Mann")
+        box = translation.bounding_box()
+        assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
+        scroller = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTop")
+        assert scroller == 0  # seen without scrolling
+    finally:
+        page.context.close()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SHIPPED
 
 from app.drawing import contributions, figures, layout
-from bench.browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser]
 
@@ -44,25 +44,20 @@ def test_fitted_margins_hold_the_longest_label_and_the_colour_bar():
 
 
 @pytest.mark.slow
-def test_the_page_draws_a_long_sentences_charts_with_their_own_margins():
+def test_the_page_draws_a_long_sentences_charts_with_their_own_margins(shipped_server, browser):
     """On the page (Streamlit's plotly.js, its theme) at 1600 x 1000, a 40-word sentence: every chart of Masks and
     All heads is drawn with the margins its builder set; before ``fit_margins`` the left and bottom ones were pushed
     after a first drawing. (A wide chart's colour bar may still push: its room grows with the chart's width.)"""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
     from app.parts.masks import MASK_NAMES
     from bench import app_views
-    from bench.browser import APP_HEATMAP, SETTLED_JS, expected_ticks, streamlit_server
-    from bench.common import DEFAULT_CHECKPOINT
+    from bench.browser import APP_HEATMAP, SETTLED_JS, expected_ticks
 
     text = ("A group of men are loading cotton onto a truck and a man sleeping in a green room on a couch and a boy "
             "wearing headphones sits on a woman's shoulders and two men setting up a blue ice fishing.")
-    ticks = expected_ticks(DEFAULT_CHECKPOINT, [text])[0]
-    with streamlit_server(DEFAULT_CHECKPOINT) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.goto(url)
+    ticks = expected_ticks(SHIPPED, [text])[0]
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})  # the session's server of the shipped model
+    try:
+        page.goto(shipped_server)
         page.locator(APP_HEATMAP).first.wait_for(timeout=120_000)
         app_views.translate(page, text, ticks, 120)
         drawn = {}
@@ -75,7 +70,8 @@ def test_the_page_draws_a_long_sentences_charts_with_their_own_margins():
                 page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=120_000)
                 page.wait_for_timeout(500)
                 drawn[view] += page.evaluate(DRAWN_JS)
-        browser.close()
+    finally:
+        page.context.close()
     assert len(drawn["masks"]) >= 4 and len(drawn["all_heads"]) >= 1
     for view, charts in drawn.items():
         for margins in charts:

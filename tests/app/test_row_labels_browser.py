@@ -11,7 +11,7 @@ import pytest
 from test_layout_browser import _settled
 from test_overlap_browser import CAPTION
 
-from bench.browser import CHROMIUM, CHROMIUM_ARGS, new_context
+from bench.browser import new_context
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -85,70 +85,64 @@ def _open(page, server: str, view: str) -> None:
     assert page.locator("[data-testid=stException]").count() == 0
 
 
-def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server):
-    from playwright.sync_api import sync_playwright
-
+def test_row_labels_stay_while_a_chart_scrolls_on_a_phone(shipped_server, browser):
     out = ROOT / "test-artifacts"
     out.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = new_context(browser, "phone").new_page()
-            for view, key in PAGES.items():
-                _open(page, shipped_server, view)
-                box = page.locator(f".st-key-wide_{key}, .st-key-attn_picture_{key}").first
-                box.scroll_into_view_if_needed()
-                page.evaluate(DECODED_JS, key)  # the picture's band painted before the screenshots
-                before = page.evaluate(READ_JS, [key, 0])
-                page.screenshot(path=str(out / f"row-labels-phone-{view}-before.png"))
-                after = page.evaluate(READ_JS, [key, 1])
-                page.wait_for_timeout(300)
-                page.screenshot(path=str(out / f"row-labels-phone-{view}-after.png"))
-                assert after["range"] > 100, f"{view}: the chart does not scroll on a phone"
-                assert after["scroll"] == pytest.approx(after["range"], abs=1)
-                left, right, tall = after["hint"]  # the hint says so the whole time, in the box
-                assert tall > 10 and after["box"][0] - 0.5 <= left and right <= after["box"][1] + 0.5, view
-                for state in (before, after):
-                    labels, own = state["labels"], state["own"]
-                    assert len(labels) == len(own) >= 5, view
-                    left, right = state["box"]
-                    for label, mine in zip(labels, own):
-                        assert label["text"] == mine["text"], view  # the right row's name...
-                        assert label["y"] == pytest.approx(mine["y"], abs=1.5), (view, label["text"])  # ...at it
-                        assert left - 0.5 <= label["left"] and label["right"] <= right + 0.5, (view, label)
-                        assert label["top"], (view, label["text"], "covered")
-                    # a plotly chart's own labels, under the band, are hidden while it shows (never drawn twice)
-                    assert not any(o.get("visible") for o in own), view
-                if view != "heatmap":  # nothing moves the rows under the frozen labels: no zoom or pan along them
-                    fixed = page.evaluate(f"""() => {{ const l = document.querySelector(
-                        '.st-key-{key} .js-plotly-plot')._fullLayout; return [l.xaxis.fixedrange, l.yaxis.fixedrange];
-                        }}""")
-                    assert fixed == [False, True], view  # along the columns, a zoom and a pan as before
-        finally:
-            browser.close()
+    context = new_context(browser, "phone")
+    try:
+        page = context.new_page()
+        for view, key in PAGES.items():
+            _open(page, shipped_server, view)
+            box = page.locator(f".st-key-wide_{key}, .st-key-attn_picture_{key}").first
+            box.scroll_into_view_if_needed()
+            page.evaluate(DECODED_JS, key)  # the picture's band painted before the screenshots
+            before = page.evaluate(READ_JS, [key, 0])
+            page.screenshot(path=str(out / f"row-labels-phone-{view}-before.png"))
+            after = page.evaluate(READ_JS, [key, 1])
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(out / f"row-labels-phone-{view}-after.png"))
+            assert after["range"] > 100, f"{view}: the chart does not scroll on a phone"
+            assert after["scroll"] == pytest.approx(after["range"], abs=1)
+            left, right, tall = after["hint"]  # the hint says so the whole time, in the box
+            assert tall > 10 and after["box"][0] - 0.5 <= left and right <= after["box"][1] + 0.5, view
+            for state in (before, after):
+                labels, own = state["labels"], state["own"]
+                assert len(labels) == len(own) >= 5, view
+                left, right = state["box"]
+                for label, mine in zip(labels, own):
+                    assert label["text"] == mine["text"], view  # the right row's name...
+                    assert label["y"] == pytest.approx(mine["y"], abs=1.5), (view, label["text"])  # ...at it
+                    assert left - 0.5 <= label["left"] and label["right"] <= right + 0.5, (view, label)
+                    assert label["top"], (view, label["text"], "covered")
+                # a plotly chart's own labels, under the band, are hidden while it shows (never drawn twice)
+                assert not any(o.get("visible") for o in own), view
+            if view != "heatmap":  # nothing moves the rows under the frozen labels: no zoom or pan along them
+                fixed = page.evaluate(f"""() => {{ const l = document.querySelector(
+                    '.st-key-{key} .js-plotly-plot')._fullLayout; return [l.xaxis.fixedrange, l.yaxis.fixedrange];
+                    }}""")
+                assert fixed == [False, True], view  # along the columns, a zoom and a pan as before
+    finally:
+        context.close()
 
 
 @pytest.mark.parametrize("screen", ["desktop", "laptop"])
-def test_no_frozen_column_where_nothing_scrolls(shipped_server, screen):
-    from playwright.sync_api import sync_playwright
-
+def test_no_frozen_column_where_nothing_scrolls(shipped_server, browser, screen):
     out = ROOT / "test-artifacts"
     out.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = new_context(browser, screen).new_page()
-            for view, key in PAGES.items():
-                _open(page, shipped_server, view)
-                page.locator(f".st-key-wide_{key}, .st-key-attn_picture_{key}").first.scroll_into_view_if_needed()
-                page.screenshot(path=str(out / f"row-labels-{screen}-{view}.png"))
-                state = page.evaluate(READ_JS, [key, 0])
-                if screen == "desktop" or state["range"] <= 1:  # a desktop never scrolls these; a laptop may not
-                    assert state["range"] <= 1, view
-                    assert state["labels"] == [] and state["own"] == [], view  # no band: nothing read
-                    shown = page.evaluate(f"""() => [...document.querySelectorAll(
-                        '.st-key-{key} .subplot.xy .ytick text')].filter(t => getComputedStyle(t).visibility
-                        === 'visible').length""")
-                    assert view == "heatmap" or shown >= 5, view  # the chart's own labels show
-        finally:
-            browser.close()
+    context = new_context(browser, screen)
+    try:
+        page = context.new_page()
+        for view, key in PAGES.items():
+            _open(page, shipped_server, view)
+            page.locator(f".st-key-wide_{key}, .st-key-attn_picture_{key}").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(out / f"row-labels-{screen}-{view}.png"))
+            state = page.evaluate(READ_JS, [key, 0])
+            if screen == "desktop" or state["range"] <= 1:  # a desktop never scrolls these; a laptop may not
+                assert state["range"] <= 1, view
+                assert state["labels"] == [] and state["own"] == [], view  # no band: nothing read
+                shown = page.evaluate(f"""() => [...document.querySelectorAll(
+                    '.st-key-{key} .subplot.xy .ytick text')].filter(t => getComputedStyle(t).visibility
+                    === 'visible').length""")
+                assert view == "heatmap" or shown >= 5, view  # the chart's own labels show
+    finally:
+        context.close()
