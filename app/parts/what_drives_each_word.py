@@ -11,7 +11,9 @@ INTRO = ("For each output piece, how much each source piece and each earlier out
          f"it: {figures.DIVERGING_WORDS}. Unlike attention weights, these follow the whole network.")
 METHOD_HELP = ("Gradient attributions over the token embeddings: input × gradient, or integrated gradients from "
                "an all-zero embedding (32 points on the path); each number is a piece's share of the output "
-               "piece's log-probability.")
+               "piece's log-probability. 32 points do not settle every number: on validation sentences, with 128 "
+               "points the source piece that pushed most changed for about 1 output piece in 4, so read the "
+               "pattern, not the third decimal.")
 AGREEMENT_HELP = "Spearman rank correlation over the source pieces."
 METHODS = {"integrated_gradients": "Integrated gradients (32 steps)", "input_x_gradient": "Input × gradient"}
 
