@@ -51,8 +51,8 @@ def no_native(monkeypatch):
 @pytest.fixture
 def fresh(monkeypatch):
     """Nothing measured yet in this process, ``ATTN_GEMM`` unset, and a stand-in for the race: ``races`` (a list
-    the test fills) gives each timing in turn, ``(plain route's seconds, the other's)``, after running both calls
-    once (they must work); ``raced`` counts them."""
+    the test fills) gives each timing in turn, ``(plain route's seconds, the other's)`` on both clocks or a ``Race``,
+    after running both calls once (they must work); ``raced`` counts them."""
     monkeypatch.setattr(linear_module, "_MEASURED", {})
     monkeypatch.delenv("ATTN_GEMM", raising=False)
     state = {"races": [], "raced": 0}
@@ -60,7 +60,8 @@ def fresh(monkeypatch):
     def race(plain, other):
         plain(), other()
         state["raced"] += 1
-        return state["races"].pop(0)
+        got = state["races"].pop(0)
+        return got if isinstance(got, linear_module.Race) else linear_module.Race(got, got)  # both clocks alike
 
     monkeypatch.setattr(linear_module, "_race", race)
     return state
@@ -128,6 +129,29 @@ def test_attn_gemm_is_auto_mkl_or_onednn_and_anything_else_one_line_naming_it(mo
 
     with pytest.raises(CheckpointError, match=refused):
         load("no/such/checkpoint")  # before anything is read: the commands' one-line error
+
+
+def test_the_other_route_is_kept_only_where_both_clocks_say_it_is_faster(fresh):
+    """A busy machine's wall clock counts the waits for a core, a multi-threaded call's CPU time its spinning: the
+    other route is taken only where both clocks agree (else the plain product, which needs no copy)."""
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+    Race = linear_module.Race
+    fresh["races"] += [Race((2.0, 1.0), (2.0, 1.0)),  # both: oneDNN
+                       Race((2.0, 1.0), (1.0, 2.0)),  # the wall clock only (it waited for a core): MKL
+                       Race((1.0, 2.0), (2.0, 1.0))]  # the CPU clock only: MKL
+    packed = pack(torch.randn(24, 16).t().contiguous().t(), torch.randn(24))
+    assert packed.onednn == (True, False, False)
+    (measured,) = measured_routes()
+    assert measured.seconds[1] == (2.0, 1.0) and measured.cpu_seconds[1] == (1.0, 2.0)
+    assert "CPU" in measured.line()
+
+
+def test_a_race_times_both_calls_by_both_clocks():
+    """The real race: each call's least seconds on the wall clock and on the CPU clock, the slower call slower."""
+    a = torch.randn(256, 256)
+    race = linear_module._race(lambda: a @ a, lambda: [a @ a for _ in range(4)])
+    assert all(0 < p < o for p, o in (race.wall, race.cpu)), race
 
 
 def test_the_faster_library_is_kept_for_each_row_bucket_once_per_class(fresh, monkeypatch):
@@ -202,7 +226,7 @@ def test_a_class_is_measured_once_whichever_threads_ask_at_once(fresh, monkeypat
     def slow_race(plain, other):  # long enough for every thread to arrive while the first measures
         time.sleep(0.02)
         fresh["raced"] += 1
-        return (2.0, 1.0)
+        return linear_module.Race((2.0, 1.0), (2.0, 1.0))
 
     monkeypatch.setattr(linear_module, "_race", slow_race)
     weights = [torch.randn(12, 8) for _ in range(6)]

@@ -122,7 +122,8 @@ SLOW_SECONDS = 0.2  # ... but once where the two first calls took this long (a l
 @dataclass(frozen=True)
 class Measured:
     """One product class's measurement: ``routes`` (the two timed, the plain one first), the least seconds of each at
-    each bucket's rows (``nan``: not timed) and the route kept for each bucket."""
+    each bucket's rows (``nan``: not timed), in wall time (``seconds``) and in CPU time (``cpu_seconds``: this
+    thread's with one thread, the process's with more), and the route kept for each bucket."""
 
     dtype: str
     out_features: int
@@ -133,13 +134,16 @@ class Measured:
     routes: tuple[str, str]
     seconds: tuple[tuple[float, float], ...]
     chosen: tuple[str, ...]
+    cpu_seconds: tuple[tuple[float, float], ...] = ()
 
     def line(self) -> str:
-        """One line for the bench: the class, each bucket's two times and the route kept."""
+        """One line for the bench: the class, each bucket's two times (wall, and CPU) and the route kept."""
         cells = []
-        for name, rows, seconds, pick in zip(BUCKET_NAMES, BUCKET_ROWS, self.seconds, self.chosen):
+        cpu = self.cpu_seconds or ((math.nan, math.nan),) * len(self.seconds)
+        for name, rows, seconds, used, pick in zip(BUCKET_NAMES, BUCKET_ROWS, self.seconds, cpu, self.chosen):
             times = ", ".join(f"{route} {'-' if math.isnan(s) else f'{s * 1e6:.0f} us'}"
-                              for route, s in zip(self.routes, seconds))
+                              + ("" if math.isnan(c) else f" (CPU {c * 1e6:.0f} us)")
+                              for route, s, c in zip(self.routes, seconds, used))
             cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
         layout = "column-major" if self.column_major else "row-major"
         return (f"{self.dtype} {self.in_features} -> {self.out_features} ({layout}{', bias' if self.bias else ''}, "
@@ -161,22 +165,39 @@ def _key(weight: Tensor, bias: bool) -> tuple:
     return (weight.dtype, *weight.shape, weight.stride(), bias, torch.get_num_threads())
 
 
-def _race(plain: Callable[[], object], other: Callable[[], object]) -> tuple[float, float]:
-    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike). With one
-    thread, in this thread's CPU time (the time a busy machine keeps it waiting for a core is not the product's);
-    with more, in wall time (the other threads' work is the product's too)."""
-    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+@dataclass(frozen=True)
+class Race:
+    """Two calls timed in turns: the least seconds of each (plain, other) by the wall clock and by the CPU clock."""
+
+    wall: tuple[float, float]
+    cpu: tuple[float, float]
+
+    def other_wins(self, margin: float) -> bool:
+        """Whether the other call took at most ``margin`` of the plain one's time by both clocks. On a busy machine
+        the wall clock counts the waits for a core (a shared 2-core machine's choice by it alone changed from one
+        measurement to the next) and a multi-threaded call's CPU time its threads' spinning: a route is taken
+        from the plain one only when neither doubts it."""
+        return all(other <= margin * plain for plain, other in (self.wall, self.cpu))
+
+
+def _race(plain: Callable[[], object], other: Callable[[], object]) -> Race:
+    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike), by the wall
+    clock and by the CPU clock (this thread's with one thread: the time a busy machine keeps it waiting for a core
+    is not the product's; the process's with more: the other threads' work is the product's too)."""
+    cpu = time.thread_time if torch.get_num_threads() == 1 else time.process_time
     start = time.perf_counter()
     plain(), other()  # warm: first calls allocate and pack
     least = MIN_REPEATS if time.perf_counter() - start < SLOW_SECONDS else 1  # a slow product: timed once more
-    times: tuple[list[float], list[float]] = ([], [])
+    walls: tuple[list[float], list[float]] = ([], [])
+    cpus: tuple[list[float], list[float]] = ([], [])
     start = time.perf_counter()
-    while len(times[0]) < MAX_REPEATS and (len(times[0]) < least or time.perf_counter() - start < MIN_SECONDS):
-        for fn, got in zip((plain, other), times):
-            t0 = clock()
+    while len(walls[0]) < MAX_REPEATS and (len(walls[0]) < least or time.perf_counter() - start < MIN_SECONDS):
+        for fn, wall, used in zip((plain, other), walls, cpus):
+            t0, c0 = time.perf_counter(), cpu()
             fn()
-            got.append(clock() - t0)
-    return min(times[0]), min(times[1])
+            used.append(cpu() - c0)
+            wall.append(time.perf_counter() - t0)
+    return Race((min(walls[0]), min(walls[1])), (min(cpus[0]), min(cpus[1])))
 
 
 def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
@@ -185,22 +206,24 @@ def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
     """Time ``products(x)`` (the plain route's call and the other's) at each bucket's rows; the other route is
     kept where it took at most ``margin`` of the plain one's time. ``give_up``: once the other took :data:`GIVE_UP`
     times the plain one's, the larger buckets are not timed (plain)."""
-    seconds, chosen, lost = [], [], False
+    seconds, cpu_seconds, chosen, lost = [], [], [], False
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for rows in BUCKET_ROWS:
             if lost:
                 seconds.append((math.nan, math.nan))
+                cpu_seconds.append((math.nan, math.nan))
                 chosen.append(routes[0])
                 continue
             x = torch.randn(rows, weight.size(1), generator=gen).to(activation_dtype(weight))  # as the model's rows
-            plain, other = _race(*products(x))
-            seconds.append((plain, other))
-            chosen.append(routes[1] if other <= margin * plain else routes[0])
-            lost = give_up and other > GIVE_UP * plain
+            race = _race(*products(x))
+            seconds.append(race.wall)
+            cpu_seconds.append(race.cpu)
+            chosen.append(routes[1] if race.other_wins(margin) else routes[0])
+            lost = give_up and all(o > GIVE_UP * p for p, o in (race.wall, race.cpu))
     return Measured(str(weight.dtype).removeprefix("torch."), weight.size(0), weight.size(1),
                     weight.dim() == 2 and weight.stride(0) == 1 and weight.size(1) > 1, bias is not None,
-                    torch.get_num_threads(), routes, tuple(seconds), tuple(chosen))
+                    torch.get_num_threads(), routes, tuple(seconds), tuple(chosen), tuple(cpu_seconds))
 
 
 # ----------------------------------------------------------------------------------------------
