@@ -61,9 +61,9 @@ def _settled(page) -> None:
     """Wait until the page's script run is over (Streamlit's ``data-test-script-state``), nothing is stale or
     loading and every chart is drawn; then once more after a pause, in case the run asked for another."""
     done = f"() => {RUN_OVER_JS} && {SETTLED_JS} && !document.querySelector('[data-testid=stStatusWidget]')"
-    page.wait_for_function(done, polling=100, timeout=120_000)
-    page.wait_for_timeout(300)
-    page.wait_for_function(done, polling=100, timeout=120_000)
+    for _ in range(2):  # the pause after the last check too: a run an action starts may begin only then
+        page.wait_for_function(done, polling=100, timeout=120_000)
+        page.wait_for_timeout(300)
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1600, 1000)])

@@ -100,6 +100,7 @@ def test_a_tap_on_a_head_dot_opens_that_head_on_a_phone(shipped_server, browser)
     assert alone, found
     x, y, custom = alone[0]
     page.touchscreen.tap(x + 12, y)
+    page.wait_for_function("() => location.search.includes('fh=')", polling=100, timeout=120_000)  # its rerun
     _settled(page)
     opened = head(custom)
     assert f"fh={opened.replace('@', '%40')}" in page.url
