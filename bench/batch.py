@@ -174,11 +174,13 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
 
         fn = OursBatch(transformer.load(job["checkpoint"], device=device), size)
         try:  # what this process chose at load (the bench prints it); a checkout before 2026-11-29 measured none
-            from transformer.network.linear import measured_routes
+            from transformer.network.routes import measured_routes
         except ImportError:
-            routes = []
-        else:
-            routes = [m.line() for m in measured_routes()]
+            try:
+                from transformer.network.linear import measured_routes  # where it was on 2026-11-29
+            except ImportError:
+                measured_routes = list
+        routes = [m.line() for m in measured_routes()]
     else:
         import ctranslate2
         import sentencepiece as spm

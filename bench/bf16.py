@@ -33,7 +33,7 @@ BEAM_SENTENCES = 16
 def worker(job: dict[str, Any]) -> dict[str, Any]:
     """One dtype's timings (the least CPU seconds of ``repeat`` runs of each workload) and its tokens."""
     import transformer
-    from transformer.network import linear
+    from transformer.network import routes
     from transformer.network.weights import decoding_layout
 
     torch.set_num_threads(job["threads"])
@@ -56,7 +56,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
             times.append(time.process_time() - start)
         out[f"{name}_s"] = min(times)
         out[f"{name}_tokens"] = hyp.tokens.tolist()
-    out["routes"] = [m.line() for m in linear.measured_routes() if m.dtype == job["dtype"]]
+    out["routes"] = [m.line() for m in routes.measured_routes() if m.dtype == job["dtype"]]
     return out
 
 

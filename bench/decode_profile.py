@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from transformer.network.linear import measured_routes
+from transformer.network.routes import measured_routes
 
 from .common import cpu_name, synthetic_sentences
 

@@ -185,9 +185,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def gemm_report() -> dict[str, Any]:
-    """Each product class this process measured at load (``transformer.network.linear``): both routes' times per
+    """Each product class this process measured at load (``transformer.network.routes``): both routes' times per
     row bucket and the one kept (float32: MKL or oneDNN; bfloat16 without its instructions: float32 or native)."""
-    from transformer.network.linear import gemm_setting, measured_routes
+    from transformer.network.linear import gemm_setting
+    from transformer.network.routes import measured_routes
 
     return {"setting": gemm_setting(), "routes": [m.line() for m in measured_routes()]}
 

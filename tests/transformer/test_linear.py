@@ -21,15 +21,16 @@ import torch.nn.functional as F
 from transformer import Transformer, TransformerConfig
 from transformer.decoding.search import beam_search, greedy_decode
 from transformer.network import linear as linear_module
+from transformer.network import routes as routes_module
 from transformer.network.linear import (
     activation_dtype,
     gemm_setting,
     in_float32,
     linear,
-    measured_routes,
     native_product,
     pack,
 )
+from transformer.network.routes import measured_routes
 
 BF16_ULP = 2.0 ** -7  # bfloat16 keeps 8 significant bits: one unit in the last place, relative, at worst
 
@@ -53,7 +54,7 @@ def fresh(monkeypatch):
     """Nothing measured yet in this process, ``ATTN_GEMM`` unset, and a stand-in for the race: ``races`` (a list
     the test fills) gives each timing in turn, ``(plain route's seconds, the other's)`` on both clocks or a ``Race``,
     after running both calls once (they must work); ``raced`` counts them."""
-    monkeypatch.setattr(linear_module, "_MEASURED", {})
+    monkeypatch.setattr(routes_module, "_MEASURED", {})
     monkeypatch.delenv("ATTN_GEMM", raising=False)
     state = {"races": [], "raced": 0}
 
@@ -61,9 +62,9 @@ def fresh(monkeypatch):
         plain(), other()
         state["raced"] += 1
         got = state["races"].pop(0)
-        return got if isinstance(got, linear_module.Race) else linear_module.Race(got, got)  # both clocks alike
+        return got if isinstance(got, routes_module.Race) else routes_module.Race(got, got)  # both clocks alike
 
-    monkeypatch.setattr(linear_module, "_race", race)
+    monkeypatch.setattr(routes_module, "_race", race)
     return state
 
 
@@ -136,7 +137,7 @@ def test_the_other_route_is_kept_only_where_both_clocks_say_it_is_faster(fresh):
     other route is taken only where both clocks agree (else the plain product, which needs no copy)."""
     if not linear_module._onednn_linear():
         pytest.skip("oneDNN's packed linear is not in this torch build")
-    Race = linear_module.Race
+    Race = routes_module.Race
     fresh["races"] += [Race((2.0, 1.0), (2.0, 1.0)),  # both: oneDNN
                        Race((2.0, 1.0), (1.0, 2.0)),  # the wall clock only (it waited for a core): MKL
                        Race((1.0, 2.0), (2.0, 1.0))]  # the CPU clock only: MKL
@@ -150,7 +151,7 @@ def test_the_other_route_is_kept_only_where_both_clocks_say_it_is_faster(fresh):
 def test_a_race_times_both_calls_by_both_clocks():
     """The real race: each call's least seconds on the wall clock and on the CPU clock, the slower call slower."""
     a = torch.randn(256, 256)
-    race = linear_module._race(lambda: a @ a, lambda: [a @ a for _ in range(4)])
+    race = routes_module._race(lambda: a @ a, lambda: [a @ a for _ in range(4)])
     assert all(0 < p < o for p, o in (race.wall, race.cpu)), race
 
 
@@ -160,7 +161,7 @@ def test_the_faster_library_is_kept_for_each_row_bucket_once_per_class(fresh, mo
     torch.manual_seed(0)
     weight, bias = torch.randn(24, 16).t().contiguous().t(), torch.randn(24)  # column-major, as a loaded model's
     # oneDNN faster for one row, slower for a few, faster for many but by less than the margin
-    fresh["races"] += [(2.0, 1.0), (1.0, 2.0), (1.0, 1.0 - (1 - linear_module.ONEDNN_MARGIN) / 2)]
+    fresh["races"] += [(2.0, 1.0), (1.0, 2.0), (1.0, 1.0 - (1 - routes_module.ONEDNN_MARGIN) / 2)]
     packed = pack(weight, bias)
     assert packed.onednn == (True, False, False) and packed.route() == "onednn|mkl|mkl" and fresh["raced"] == 3
     (measured,) = measured_routes()
@@ -226,9 +227,9 @@ def test_a_class_is_measured_once_whichever_threads_ask_at_once(fresh, monkeypat
     def slow_race(plain, other):  # long enough for every thread to arrive while the first measures
         time.sleep(0.02)
         fresh["raced"] += 1
-        return linear_module.Race((2.0, 1.0), (2.0, 1.0))
+        return routes_module.Race((2.0, 1.0), (2.0, 1.0))
 
-    monkeypatch.setattr(linear_module, "_race", slow_race)
+    monkeypatch.setattr(routes_module, "_race", slow_race)
     weights = [torch.randn(12, 8) for _ in range(6)]
     got: list = [None] * len(weights)
 
@@ -240,7 +241,7 @@ def test_a_class_is_measured_once_whichever_threads_ask_at_once(fresh, monkeypat
         t.start()
     for t in threads:
         t.join()
-    assert fresh["raced"] == len(linear_module.BUCKET_ROWS)  # one measurement: a race per bucket
+    assert fresh["raced"] == len(routes_module.BUCKET_ROWS)  # one measurement: a race per bucket
     assert all(p is not None and p.onednn == (True, True, True) for p in got)
     assert len(measured_routes()) == 1
 
@@ -263,7 +264,7 @@ def test_without_bfloat16_instructions_each_bucket_takes_the_faster_product(fres
     (measured,) = measured_routes()
     assert measured.routes == ("float32", "native") and measured.chosen == ("native", "float32", "float32")
     # a native product far slower at one row is not timed at more (one call at a batch's rows can take seconds)
-    fresh["races"] += [(1.0, linear_module.GIVE_UP * 1.5)]
+    fresh["races"] += [(1.0, routes_module.GIVE_UP * 1.5)]
     assert in_float32(torch.randn(7, 16).to(torch.bfloat16), 1) and fresh["raced"] == 4
     slow = next(m for m in measured_routes() if m.out_features == 7)
     assert slow.chosen == ("float32",) * 3 and all(x != x for pair in slow.seconds[1:] for x in pair)  # nan
@@ -408,7 +409,7 @@ AVX2_CHECK = """
 import json, os, torch
 torch.set_num_threads(1)
 from transformer import Transformer, TransformerConfig, beam_search, greedy_decode
-from transformer.network import linear
+from transformer.network import linear, routes
 from transformer.network.weights import decoding_layout
 torch.manual_seed(0)
 cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2,
@@ -429,7 +430,7 @@ for route in ("mkl", "onednn", "auto"):
 half = Transformer(cfg).eval(); half.load_state_dict(plain.state_dict())
 half = decoding_layout(half.to(torch.bfloat16))
 out["half_row_major"] = half.generator.weight.is_contiguous()
-out["half_routes"] = sorted({m.routes for m in linear.measured_routes() if m.dtype == "bfloat16"})
+out["half_routes"] = sorted({m.routes for m in routes.measured_routes() if m.dtype == "bfloat16"})
 src1 = src[:1]
 with torch.no_grad():
     tgt = torch.tensor([[2, 5, 6, 7]])

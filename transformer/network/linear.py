@@ -27,16 +27,14 @@ buffer (no rounding of the rows; measured in docs/families.md).
 from __future__ import annotations
 
 import functools
-import math
 import os
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .routes import BUCKET_ROWS, ONEDNN_MARGIN, measure_once, measured, row_bucket
 
 # oneDNN's CPU instruction-set caps (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA) below AVX-512: no bfloat16 matmul
 _BELOW_AVX512 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
@@ -96,137 +94,6 @@ def activation_dtype(weight: Tensor) -> torch.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
-# Row buckets and the measurement
-
-
-BUCKET_ROWS = (1, 4, 64)  # the rows each bucket is timed at: one (a greedy step), a few (up to FEW_ROWS: a sentence's
-# beams, a small batch), many (a beam batch)
-FEW_ROWS = 16
-BUCKET_NAMES = ("1 row", f"2-{FEW_ROWS} rows", f"over {FEW_ROWS} rows")
-
-
-def row_bucket(rows: int) -> int:
-    """The bucket of a product of ``rows`` rows: 0 (one), 1 (up to :data:`FEW_ROWS`), 2 (more)."""
-    return 0 if rows <= 1 else 1 if rows <= FEW_ROWS else 2
-
-
-ONEDNN_MARGIN = 0.95  # oneDNN is kept for a bucket where it took at most this share of MKL's time: less is within a
-# shared machine's noise and not worth the prepacked copy's memory
-GIVE_UP = 2.0  # bfloat16's native product, this many times slower than float32 at a bucket, is not timed at the next
-# (it only loses more with more rows, and one call of it at a beam batch's rows can take seconds)
-MIN_REPEATS, MAX_REPEATS, MIN_SECONDS = 3, 50, 0.05  # each route is timed at least 3 times, then until
-# MIN_SECONDS (at most 50 times): the least of many short calls is the one a shared machine disturbed least
-SLOW_SECONDS = 0.2  # ... but once where the two first calls took this long (a large model's batch product)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One product class's measurement: ``routes`` (the two timed, the plain one first), the least seconds of each at
-    each bucket's rows (``nan``: not timed), in wall time (``seconds``) and in CPU time (``cpu_seconds``: this
-    thread's with one thread, the process's with more), and the route kept for each bucket."""
-
-    dtype: str
-    out_features: int
-    in_features: int
-    column_major: bool
-    bias: bool
-    threads: int
-    routes: tuple[str, str]
-    seconds: tuple[tuple[float, float], ...]
-    chosen: tuple[str, ...]
-    cpu_seconds: tuple[tuple[float, float], ...] = ()
-
-    def line(self) -> str:
-        """One line for the bench: the class, each bucket's two times (wall, and CPU) and the route kept."""
-        cells = []
-        cpu = self.cpu_seconds or ((math.nan, math.nan),) * len(self.seconds)
-        for name, rows, seconds, used, pick in zip(BUCKET_NAMES, BUCKET_ROWS, self.seconds, cpu, self.chosen):
-            times = ", ".join(f"{route} {'-' if math.isnan(s) else f'{s * 1e6:.0f} us'}"
-                              + ("" if math.isnan(c) else f" (CPU {c * 1e6:.0f} us)")
-                              for route, s, c in zip(self.routes, seconds, used))
-            cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
-        layout = "column-major" if self.column_major else "row-major"
-        return (f"{self.dtype} {self.in_features} -> {self.out_features} ({layout}{', bias' if self.bias else ''}, "
-                f"{self.threads} threads): " + "; ".join(cells))
-
-
-_MEASURED: dict[tuple, Measured] = {}  # product class -> its measurement, once per process (a CPU's property)
-_LOCK = threading.Lock()  # one measurement at a time, each made once, whichever thread asks first
-
-
-def measured_routes() -> list[Measured]:
-    """Every product class measured in this process so far (the bench prints them)."""
-    with _LOCK:
-        return list(_MEASURED.values())
-
-
-def _key(weight: Tensor, bias: bool) -> tuple:
-    """A product class: dtype, shape, layout, bias, threads (a measurement holds for all weights alike)."""
-    return (weight.dtype, *weight.shape, weight.stride(), bias, torch.get_num_threads())
-
-
-@dataclass(frozen=True)
-class Race:
-    """Two calls timed in turns: the least seconds of each (plain, other) by the wall clock and by the CPU clock."""
-
-    wall: tuple[float, float]
-    cpu: tuple[float, float]
-
-    def other_wins(self, margin: float) -> bool:
-        """Whether the other call took at most ``margin`` of the plain one's time by both clocks. On a busy machine
-        the wall clock counts the waits for a core (a shared 2-core machine's choice by it alone changed from one
-        measurement to the next) and a multi-threaded call's CPU time its threads' spinning: a route is taken
-        from the plain one only when neither doubts it."""
-        return all(other <= margin * plain for plain, other in (self.wall, self.cpu))
-
-
-def _race(plain: Callable[[], object], other: Callable[[], object]) -> Race:
-    """The least seconds of each of two calls, timed in turns (a shared machine disturbs both alike), by the wall
-    clock and by the CPU clock (this thread's with one thread: the time a busy machine keeps it waiting for a core
-    is not the product's; the process's with more: the other threads' work is the product's too)."""
-    cpu = time.thread_time if torch.get_num_threads() == 1 else time.process_time
-    start = time.perf_counter()
-    plain(), other()  # warm: first calls allocate and pack
-    least = MIN_REPEATS if time.perf_counter() - start < SLOW_SECONDS else 1  # a slow product: timed once more
-    walls: tuple[list[float], list[float]] = ([], [])
-    cpus: tuple[list[float], list[float]] = ([], [])
-    start = time.perf_counter()
-    while len(walls[0]) < MAX_REPEATS and (len(walls[0]) < least or time.perf_counter() - start < MIN_SECONDS):
-        for fn, wall, used in zip((plain, other), walls, cpus):
-            t0, c0 = time.perf_counter(), cpu()
-            fn()
-            used.append(cpu() - c0)
-            wall.append(time.perf_counter() - t0)
-    return Race((min(walls[0]), min(walls[1])), (min(cpus[0]), min(cpus[1])))
-
-
-def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
-             products: Callable[[Tensor], tuple[Callable[[], object], Callable[[], object]]], give_up: bool,
-             margin: float) -> Measured:
-    """Time ``products(x)`` (the plain route's call and the other's) at each bucket's rows; the other route is
-    kept where it took at most ``margin`` of the plain one's time. ``give_up``: once the other took :data:`GIVE_UP`
-    times the plain one's, the larger buckets are not timed (plain)."""
-    seconds, cpu_seconds, chosen, lost = [], [], [], False
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for rows in BUCKET_ROWS:
-            if lost:
-                seconds.append((math.nan, math.nan))
-                cpu_seconds.append((math.nan, math.nan))
-                chosen.append(routes[0])
-                continue
-            x = torch.randn(rows, weight.size(1), generator=gen).to(activation_dtype(weight))  # as the model's rows
-            race = _race(*products(x))
-            seconds.append(race.wall)
-            cpu_seconds.append(race.cpu)
-            chosen.append(routes[1] if race.other_wins(margin) else routes[0])
-            lost = give_up and all(o > GIVE_UP * p for p, o in (race.wall, race.cpu))
-    return Measured(str(weight.dtype).removeprefix("torch."), weight.size(0), weight.size(1),
-                    weight.dim() == 2 and weight.stride(0) == 1 and weight.size(1) > 1, bias is not None,
-                    torch.get_num_threads(), routes, tuple(seconds), tuple(chosen), tuple(cpu_seconds))
-
-
-# ----------------------------------------------------------------------------------------------
 # Float32: MKL or oneDNN's prepacked product
 
 
@@ -283,24 +150,18 @@ def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
             or weight.dim() != 2 or not _onednn_linear()):
         return None
     plain = "plain" if bf16 else "mkl"
-    key = _key(weight, bias is not None)
-    measured = _MEASURED.get(key)
-    if setting == "auto" and measured is not None and "onednn" not in measured.chosen:
+    known = measured(weight, bias is not None)
+    if setting == "auto" and known is not None and "onednn" not in known.chosen:
         return None  # no copy made
     w, b = weight.detach(), None if bias is None else bias.detach()
     packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
     if setting == "onednn":
         onednn = (True,) * len(BUCKET_ROWS)
     else:
-        if measured is None:
-            with _LOCK:
-                measured = _MEASURED.get(key)  # another thread's, measured while this one waited
-                if measured is None:
-                    measured = _MEASURED[key] = _measure(
-                        w, b, (plain, "onednn"),
-                        lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
-                        give_up=False, margin=ONEDNN_MARGIN)
-        onednn = tuple(route == "onednn" for route in measured.chosen)
+        chosen = measure_once(w, b, (plain, "onednn"),
+                              lambda x: (lambda: F.linear(x, w, b), lambda: _onednn_product(x, packed, b)),
+                              give_up=False, margin=ONEDNN_MARGIN, rows_dtype=activation_dtype(w)).chosen
+        onednn = tuple(route == "onednn" for route in chosen)
     if not any(onednn):
         return None
     return Packed(packed, None if weight.is_inference() else weight._version, weight.data_ptr(), onednn, plain)
@@ -326,18 +187,11 @@ def bfloat16_routes(weight: Tensor) -> tuple[bool, ...]:
     """For each row bucket, whether a bfloat16 ``weight (out, in)`` on this CPU (without bfloat16 instructions) runs
     its products in float32: the faster of that and the native product, measured once per class and process, on rows
     of the model's activations (:func:`activation_dtype`)."""
-    key = _key(weight, False)
-    measured = _MEASURED.get(key)
-    if measured is None:
-        with _LOCK:
-            measured = _MEASURED.get(key)
-            if measured is None:
-                w = weight.detach()
-                measured = _MEASURED[key] = _measure(
-                    w, None, ("float32", "native"),
-                    lambda x: (lambda: _float32_product(x, w, None), lambda: native_product(x, w, None)),
-                    give_up=True, margin=1.0)
-    return tuple(route == "float32" for route in measured.chosen)
+    w = weight.detach()
+    chosen = measure_once(w, None, ("float32", "native"),
+                          lambda x: (lambda: _float32_product(x, w, None), lambda: native_product(x, w, None)),
+                          give_up=True, margin=1.0, rows_dtype=activation_dtype(w)).chosen
+    return tuple(route == "float32" for route in chosen)
 
 
 def native_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -448,9 +302,9 @@ class Linear(nn.Linear):
         if self.packed is not None:
             extra += f", gemm={self.packed.route()}"
         elif self.weight.dtype == torch.bfloat16 and self.weight.device.type == "cpu" and not bf16_matmul_fast():
-            measured = _MEASURED.get(_key(self.weight, False))
-            if measured is not None:
-                extra += f", bfloat16={'|'.join(measured.chosen)}"
+            known = measured(self.weight, False)
+            if known is not None:
+                extra += f", bfloat16={'|'.join(known.chosen)}"
         return extra
 
     def forward(self, x: Tensor) -> Tensor:
