@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from .browser import (  # noqa: F401  (the helpers' old home: still importable f
     streamlit_server,
     wait_healthy,
 )
-from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, read_sentences
+from .common import DEFAULT_CHECKPOINT, DEFAULT_DATA_DIR, machine_info, percentile, process_cpu_s, read_sentences
 
 
 def twenty_word_sentences(n: int, data_dir: str | Path | None) -> list[str]:
@@ -95,12 +94,6 @@ def measure(checkpoint: str | Path, sentences: list[str], timeout_s: float = 120
             "app_translate_s_max": max(times), "app_translate_s": times, "app_sentences": len(times),
             "app_source_words": [len(s.split()) for s in sentences], "app_reclicks": reclicks,
             "app_page_errors": errors}
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far, its finished threads included (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 KINDS_SHOWN = ("Encoder self-attention", "Decoder self-attention", "Cross-attention")

@@ -20,7 +20,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from .app_browser import process_cpu_s
 from .browser import (
     APP_HEATMAP,
     CHROMIUM,
@@ -32,7 +31,7 @@ from .browser import (
     expected_ticks,
     server_process,
 )
-from .common import percentile
+from .common import percentile, process_cpu_s
 
 ATTRIBUTION_VIEW = "what_drives_each_word"  # a view key
 METHOD_NAMES = {"integrated_gradients": "Integrated gradients", "input_x_gradient": "Input × gradient"}

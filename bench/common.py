@@ -268,3 +268,9 @@ def peak_rss_mb() -> float:
         import psutil
 
         return psutil.Process().memory_info().peak_wset / 2**20
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, its finished threads included (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
