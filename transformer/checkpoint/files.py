@@ -50,7 +50,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def torchrun_count(name: str, default: int) -> int:
-    """A whole number ``torchrun`` puts in the environment (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``): ASCII digits,
+    """A whole number ``torchrun`` puts in the environment (``WORLD_SIZE``, ``LOCAL_RANK``): ASCII digits,
     else a one-line ``ValueError`` naming the variable; ``default`` when unset."""
     text = os.environ.get(name, "").strip()
     if not text:
@@ -69,11 +69,7 @@ def join_processes(device: torch.device, timeout: timedelta | None = None) -> tu
     if device.type == "cuda":
         device = torch.device("cuda", torchrun_count("LOCAL_RANK", 0))
         torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if timeout is None:
-        dist.init_process_group(backend)
-    else:
-        dist.init_process_group(backend, timeout=timeout)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)  # None: torch's default
     return dist.get_rank(), dist.get_world_size(), device
 
 

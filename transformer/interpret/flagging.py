@@ -159,10 +159,14 @@ class FlagScore:
         scores (and at least the threshold)."""
         return max(self.threshold, *(float(k.levels()[-1]) - self.offset(i) for i, (_, k) in enumerate(self.knots)))
 
+    def _each(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Each signal's score less its offset, ``(signals, rows)``; NaN where the signal is missing."""
+        return np.stack([k.score(name, columns[name]) - self.offset(i) for i, (name, k) in enumerate(self.knots)])
+
     def level(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         """How far out the signal behind each row's score is, offset aside (``-log10`` of its share: what the score's
         words say); NaN where every signal is missing."""
-        each = np.stack([k.score(name, columns[name]) - self.offset(i) for i, (name, k) in enumerate(self.knots)])
+        each = self._each(columns)
         filled = np.where(np.isnan(each), -np.inf, each)  # (signals, rows)
         behind = np.argmax(filled, axis=0)
         raw = each[behind, np.arange(each.shape[1])] + np.array([self.offset(int(i)) for i in behind])
@@ -173,8 +177,7 @@ class FlagScore:
         scores (0 when every signal is missing). ``loops``: each row's ``repetition`` where a loop condition holds, 0
         where none does; such a row scores at least :attr:`most` ``+ log10(repetition)``, so that loops rank past
         every ordinary output and among themselves by how many times they repeat (3: +0.48, 10: +1)."""
-        each = np.stack([k.score(name, columns[name]) - self.offset(i)
-                         for i, (name, k) in enumerate(self.knots)])  # (signals, rows)
+        each = self._each(columns)  # (signals, rows)
         score = np.nan_to_num(np.max(np.where(np.isnan(each), -np.inf, each), axis=0), neginf=0.0)
         if loops is None:
             return score
