@@ -24,7 +24,7 @@ from transformer.checkpoint.files import safetensors_shapes
 from transformer.network.kinds import decoder_input
 from transformer.network.model import missing_weights
 
-from ..limits import work
+from ..limits import ledger, work
 from . import patching
 from .inference import Analysis, model_settings, stack_layers
 
@@ -169,7 +169,8 @@ def attributions(tr: Translator, analysis: Analysis, method: str, steps: int = 3
     src, tgt, labels = _pair(tr, analysis)
     first, end = span or (0, tgt.size(1))
     source, target = attribute(tr.model, src, tgt, labels, method=method, steps=steps, progress=progress,
-                               max_batch_bytes=max_batch_bytes, output_span=(first, end))
+                               max_batch_bytes=max_batch_bytes, output_span=(first, end),
+                               workers=ledger.HEAVY.threads())  # the cores no other heavy job holds
     cross = [torch.from_numpy(a[:, first:end]) for a in analysis.cross]  # (H, T', S) per layer
     agreement = attention_attribution_agreement(cross, source[0].cpu())
     return {"source": source[0].cpu().numpy(), "target": target[0].cpu().numpy(), "agreement": agreement.numpy(),

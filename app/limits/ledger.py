@@ -136,6 +136,14 @@ def heavy_slots() -> int:
                                   whole=True))
 
 
+def cores() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this system (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
 def release_memory() -> None:
     """After a heavy job: collect the garbage and hand freed heap memory back to the system."""
     gc.collect()
@@ -207,6 +215,12 @@ class HeavyJobs:
             yield
         finally:
             self._free(release)
+
+    def threads(self) -> int:
+        """The threads a heavy job may run at once (``transformer.interpret.attribute``'s ``workers``): the CPUs this
+        process may use, shared among the heavy jobs running now (at least 1; a lone job on two cores: 2)."""
+        with self._turn:
+            return max(1, cores() // max(1, self.running))
 
     def _free(self, release: bool = True) -> None:
         self._local.held = False

@@ -279,6 +279,29 @@ def test_heavy_jobs_wait_for_a_free_slot_and_say_how_long():
     assert not both.broken
 
 
+def test_a_heavy_job_gets_the_cores_no_other_heavy_job_runs_on(monkeypatch):
+    monkeypatch.setattr(ledger, "cores", lambda: 4)
+    jobs = ledger.HeavyJobs(lambda: 3)
+    assert jobs.threads() == 4  # outside a slot: all of them
+    with jobs.slot(release=False):
+        assert jobs.threads() == 4  # alone
+        inner, held = threading.Event(), threading.Event()
+
+        def second() -> None:
+            with jobs.slot(release=False):
+                held.set()
+                inner.wait(5)
+
+        other = threading.Thread(target=second)
+        other.start()
+        assert held.wait(5)
+        assert jobs.threads() == 2  # two jobs share four cores
+        monkeypatch.setattr(ledger, "cores", lambda: 1)
+        assert jobs.threads() == 1  # never fewer than one
+        inner.set()
+        other.join(5)
+
+
 @pytest.mark.slow  # among the fast loop's slowest (issue 57 §19: it stays under a minute)
 def test_heavy_jobs_are_served_in_the_order_they_asked():
     """First come, first served: requests that queue behind a long job get the slot in the order they asked, however

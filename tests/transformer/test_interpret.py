@@ -164,15 +164,17 @@ def test_integrated_gradients_are_complete():
     assert (source[1, :, 3:] == 0).all()  # padding gets nothing
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_attribution_equals_captums_for_every_output_step(norm_first):
+@pytest.mark.parametrize("norm_first,workers", [(False, 1), (True, 1), (False, 2)])
+def test_attribution_equals_captums_for_every_output_step(norm_first, workers):
     """captum's IntegratedGradients and InputXGradient, one output step at a time (a forward pass each), are the
-    oracle for the one forward pass :func:`attribute` shares between the steps."""
+    oracle for the one forward pass :func:`attribute` shares between the steps (its backward passes in one thread
+    or dealt out to two)."""
     from captum.attr import InputXGradient, IntegratedGradients
 
     model = tiny(norm_first).double()
-    source, target = attribute(model, SRC, TGT, LABELS, steps=16, max_batch_bytes=1)  # one point a pass
-    ixg = attribute(model, SRC, TGT, LABELS, method="input_x_gradient")
+    source, target = attribute(model, SRC, TGT, LABELS, steps=16, max_batch_bytes=1,  # one point a pass
+                               workers=workers)
+    ixg = attribute(model, SRC, TGT, LABELS, method="input_x_gradient", workers=workers)
     for b in range(2):
         e_src, e_tgt = model.src_embed(SRC[b:b + 1]).detach(), model.tgt_embed(TGT[b:b + 1]).detach()
         for t in range(TGT.size(1)):
@@ -239,6 +241,31 @@ def test_attribution_passes_are_the_rows_that_run(method, steps, points, monkeyp
     attribute(model, SRC[:1], TGT[:1], LABELS[:1], method=method, steps=steps, max_batch_bytes=budget,
               output_span=(1, 4))
     assert (sum(forward), sum(backward)) == attribution_passes(method, steps, 3)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 9])
+def test_attribution_workers_share_the_steps_and_change_no_number(workers, monkeypatch):
+    """Every output step's backward pass runs once, in one of ``workers`` threads (as many as there are steps at
+    most), the steps' numbers as one thread computes them; workers below 1 are refused."""
+    import threading
+
+    model = tiny(False)
+    one = attribute(model, SRC, TGT, LABELS, steps=8)
+    seen, real = [], torch.autograd.grad
+
+    def counted(outputs, inputs, *args, **kwargs):
+        seen.append(threading.get_ident())
+        return real(outputs, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counted)
+    many = attribute(model, SRC, TGT, LABELS, steps=8, workers=workers)
+    assert len(seen) == SRC.size(0) * TGT.size(1)  # a backward pass per sentence and step (8 points in one pass)
+    # dealt out to more than one thread (a pool may hand a second share to a thread that is done), none the caller's
+    assert 2 <= len(set(seen)) <= min(workers, TGT.size(1)) and threading.get_ident() not in seen
+    for a, b in zip(one, many):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="workers"):
+        attribute(model, SRC, TGT, LABELS, workers=0)
 
 
 def test_agreement_is_one_for_a_head_that_ranks_like_the_attribution():

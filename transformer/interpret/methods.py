@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,7 +238,7 @@ def attribution_passes(method: str, steps: int, rows: int) -> tuple[int, int]:
 def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, method: str = "integrated_gradients",
               steps: int = 32, progress: Callable[[int, int], None] | None = None,
               max_batch_bytes: int | None = None,
-              output_span: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
+              output_span: tuple[int, int] | None = None, workers: int = 1) -> tuple[Tensor, Tensor]:
     """For each step t, the attribution of ``log p(labels[t])`` to every source and decoder-input piece:
     ``(source (B, T', S), target (B, T', T))`` (summed over the embedding dimensions), T' the steps of
     ``output_span`` (``(first, end)``, end excluded; default every step, T' = T).
@@ -249,8 +250,11 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     whole sentence at that point), and each output step then has its own backward pass through that one graph.
     A pass holds at most ``max_batch_bytes`` (default ``DEFAULT_BATCH_BYTES``) by :func:`attribution_row_bytes`:
     as many points as fit, at least one; points are independent, so the result does not depend on the batching.
-    ``progress(done, total)`` is called after each pass. The model must be in eval mode (it is not switched: it
-    may be serving others); a model in training mode raises ``ValueError``.
+    ``progress(done, total)`` is called after each pass, in the caller's thread. ``workers``: threads that share a
+    pass's backward passes (the output steps dealt out in turn; autograd runs them at once on a retained graph), so
+    a request may use more than one core with one thread per product; each step's numbers are computed as with one.
+    The model must be in eval mode (it is not switched: it may be serving others); a model in training mode raises
+    ``ValueError``.
     """
     if method not in ("input_x_gradient", "integrated_gradients"):
         raise ValueError("method must be 'input_x_gradient' or 'integrated_gradients'")
@@ -259,6 +263,8 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
     first, end = output_span if output_span is not None else (0, t)
     if not 0 <= first < end <= t:
         raise ValueError(f"output_span must lie within the {t} output steps, not {output_span}")
+    if workers < 1:
+        raise ValueError(f"workers must be a whole number from 1, not {workers}")
     alphas, weights = integration_points(method, steps)  # (P,) each
     budget = DEFAULT_BATCH_BYTES if max_batch_bytes is None else max_batch_bytes
     per_pass = max(1, min(len(alphas), budget // attribution_row_bytes(model, src.size(1), t)))  # points a pass
@@ -278,11 +284,14 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
                 x_src, x_tgt = (a * e_src).requires_grad_(True), (a * e_tgt).requires_grad_(True)  # (n, S|T, D)
                 states = forward_from_embeddings(model, src[i:i + 1].expand(n, -1), tgt[i:i + 1].expand(n, -1),
                                                  x_src, x_tgt, project=False)  # (n, T, D)
-                for step in range(first, end):
-                    value = log_probs(model, states[:, step])[:, labels[i, step]].sum()  # rows are independent
-                    d_src, d_tgt = torch.autograd.grad(value, (x_src, x_tgt), retain_graph=step < end - 1)
-                    g_src[step - first] += torch.einsum("n,nsd->sd", w, d_src.to(dtype))
-                    g_tgt[step - first] += torch.einsum("n,ntd->td", w, d_tgt.to(dtype))
+                jobs = [(model, states, (x_src, x_tgt), labels[i], w, range(first + k, end, workers),
+                         (g_src[k::workers], g_tgt[k::workers])) for k in range(min(workers, end - first))]
+                if len(jobs) == 1:
+                    _backward(*jobs[0])
+                else:  # each step's rows belong to one thread; the graph is freed when the last one is done
+                    with ThreadPoolExecutor(len(jobs)) as pool:
+                        for done in [pool.submit(_backward, *job) for job in jobs]:
+                            done.result()
                 del states, x_src, x_tgt
                 passes += 1
                 if progress is not None:
@@ -292,6 +301,19 @@ def attribute(model: Transformer, src: Tensor, tgt: Tensor, labels: Tensor, meth
             sources.append((g_src * e_src.to(dtype)).masked_fill(src_pad, 0).sum(-1))  # (T', S): (x - 0) . integral
             targets.append((g_tgt * e_tgt.to(dtype)).masked_fill(tgt_pad, 0).sum(-1))  # (T', T)
     return full(torch.stack(sources)), full(torch.stack(targets))  # a bfloat16 model's: returned in float32
+
+
+def _backward(model: Transformer, states: Tensor, inputs: tuple[Tensor, Tensor], labels: Tensor, w: Tensor,
+              steps: range, sums: tuple[Tensor, Tensor]) -> None:
+    """For each of ``steps``, the backward pass of ``log p(labels[step])`` through a group of points' retained graph
+    (``states`` ``(n, T, D)`` from ``inputs``, the points' embeddings): its gradients weighted by ``w`` ``(n,)`` and
+    added to that step's rows of ``sums`` (the next row for the next step)."""
+    with torch.enable_grad():  # grad mode is per thread
+        for row, step in enumerate(steps):
+            value = log_probs(model, states[:, step])[:, labels[step]].sum()  # the points' rows are independent
+            grads = torch.autograd.grad(value, inputs, retain_graph=True)  # (n, S, D), (n, T, D)
+            for total, grad in zip(sums, grads):
+                total[row] += torch.einsum("n,n...->...", w, grad.to(total.dtype))
 
 
 def attention_attribution_agreement(cross_attentions: tuple[Tensor, ...] | list[Tensor],
