@@ -27,8 +27,8 @@ def test_answer_time_benchmark_runs_in_a_real_browser(tiny_checkpoint):
 
 
 def test_four_visitors_at_once_each_see_their_own(tiny_checkpoint):
-    """``bench.app_load`` with 4 pages on one server: each sees its own translation and heatmap, none another's,
-    also while one of them runs an ablation."""
+    """``bench.app_load`` with 4 pages on one server, one of them running an ablation meanwhile: each of the other
+    three sees its own translation and heatmap, none another's, and the ablating one its own result."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
     pytest.importorskip("playwright.async_api")
@@ -39,12 +39,9 @@ def test_four_visitors_at_once_each_see_their_own(tiny_checkpoint):
     texts = ["A man rides a red bike.", "Two dogs play in the park.", "A girl walks on the beach.",
              "The boy kicks a blue ball."]
     with streamlit_server(tiny_checkpoint, env={"ATTN_PUBLIC": "1", "ATTN_MODELS": str(tiny_checkpoint)}) as url:
-        plain = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts))
-        ablating = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts, ablate=True))
-    for r in (plain, ablating):
-        assert r["all_saw_their_own"] and not r["errors"], r
-    assert not plain["any_saw_another"]
-    assert len(plain["seconds"]) == 4 and len(ablating["seconds"]) == 3
+        r = asyncio.run(visitors_round(url, str(tiny_checkpoint), texts, ablate=True))
+    assert r["all_saw_their_own"] and not r["any_saw_another"] and not r["errors"], r  # the ablating one: its
+    assert len(r["seconds"]) == 3  # "With N head(s) off" waited for in the round (an error if it never came)
 
 
 def test_bench_times_first_visits_and_the_bare_page_floors(tiny_checkpoint, capsys):
