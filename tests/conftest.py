@@ -192,17 +192,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _longest_files_first(items)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` (pyproject.toml): one process more than the cores, at most three; one on a single core. The
-    browser tests spend much of their time waiting on a page or a server, and a third process uses the cores
-    meanwhile (docs/benchmarks.md, "The suite's processes")."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this system (macOS)
-        cores = os.cpu_count() or 1
-    return 1 if cores < 2 else min(3, cores + 1)
-
-
 # a test's likely seconds on a 2-core machine, by its marks: what orders the files for pytest-xdist
 LIKELY_S = {"browser": 30.0, "slow": 4.0}
 LIKELY_S_OTHER = 0.3
@@ -211,7 +200,7 @@ LIKELY_S_OTHER = 0.3
 def _longest_files_first(items: list[pytest.Item]) -> None:
     """Order the files by their likely seconds (``LIKELY_S``), the longest first, each file's tests in their order.
     With ``--dist loadfile --no-loadscope-reorder`` (pyproject.toml) pytest-xdist hands the files out in this order,
-    so the last ones, given to whichever process is free, are short and the processes end together (its own
+    so the last ones, given to whichever process is free, are short and the two processes end together (its own
     order, the files with the most tests first, left the browser files, few tests of half a minute or more, last)."""
     likely: dict[Path, float] = {}
     for item in items:
