@@ -283,9 +283,8 @@ def navigate(at, query: dict[str, str]):
 
 
 def charts(at) -> list[dict]:
-    """The page's plotly figures, but a wide chart's frozen row labels (``app.drawing.row_labels``)."""
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    return [s for s in specs if not (s["layout"].get("meta") or {}).get("row_labels")]
+    """The page's plotly figures (a wide chart's frozen row labels are none: ``app.page.frozen``)."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
 def chart(at, title_part: str) -> dict:

@@ -20,7 +20,7 @@ from ..analysis.inference import HeadKey
 from ..drawing import figures, layout, row_labels
 from ..drawing.analysis import KIND_NAMES, KINDS, head_title
 from ..limits import ledger, work
-from . import state
+from . import frozen, state
 from .params import FROM_LINK, Param, int_in, link_value_dropped, one_of
 
 # Session-state keys shared by several views, and their address parameters
@@ -380,21 +380,20 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
         return
     plot, key = key, css_name(key)  # the chart's own key; the rest's (and their CSS classes) as Streamlit writes it
     box = where.container(key=f"wide_{key}")
-    frozen = row_labels.row_labels(fig)
+    rows = row_labels.row_labels(fig)
     box.html(f"<style>.st-key-wide_{key} {{overflow-x: auto; overflow-y: hidden; container-type: inline-size;}}"
              f" .st-key-wide_{key} > div:has([data-testid=stPlotlyChart]) {{min-width: {need}px;}}"
              f" .st-key-wide_{key} > :has(> .st-key-swipe_{key}) {{min-width: {need}px;}}"  # the hint stays put:
              f" .st-key-swipe_{key} {{position: sticky; left: 0; width: 100cqw;}}"  # in a row as wide as the chart
              f" @container (min-width: {need}px) {{.st-key-swipe_{key} {{display: none;}}}}"
-             + (frozen_css(key, need, frozen) if frozen else "") + "</style>")
+             + (frozen.frozen_css(key, need, rows) if rows else "") + "</style>")
     swipe_hint(box, key)
-    inner = box.container(key=f"rows_{key}") if frozen else box
-    if frozen:  # no zoom or pan along the rows, so the frozen labels stay on them (along the columns as before);
+    inner = box.container(key=f"rows_{key}") if rows else box
+    if rows:  # no zoom or pan along the rows, so the frozen labels stay on them (along the columns as before);
         fig = go.Figure(fig).update_yaxes(fixedrange=True)  # on a copy: the figure may be a cached one, shared
     inner.plotly_chart(fig, config=figures.plotly_config(filename), key=plot, **events)
-    if frozen:
-        inner.container(key=f"{ROW_LABELS_KEY}{key}").plotly_chart(
-            frozen.figure, config={"staticPlot": True, "displayModeBar": False}, key=f"{plot}_row_labels")
+    if rows:
+        frozen.band(inner, key, rows)
 
 
 def css_name(key: str) -> str:
@@ -402,26 +401,6 @@ def css_name(key: str) -> str:
     letters, digits, ``_`` and ``-`` becomes ``-``. A page's own CSS names an element by this, never by the raw key
     (a space in it once left a chart's frozen column under the chart and its swipe hint on a desktop)."""
     return re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
-
-
-ROW_LABELS_KEY = "row_labels_"  # the key (CSS class st-key-row_labels_...) of a chart's frozen column of row labels
-
-
-def frozen_css(key: str, need: int, frozen: row_labels.RowLabels) -> str:
-    """The CSS of a wide chart's frozen column (``chart``): the chart and its row-labels figure in one grid cell,
-    the labels' band sticky at the box's left edge, above the chart and see-through to touches; only while the box
-    is narrower than the chart (a container query), when the chart's own row labels, under the band, are hidden."""
-    inner, band, own = f".st-key-rows_{key}", f".st-key-{ROW_LABELS_KEY}{key}", f".st-key-wide_{key} .st-key-{key}"
-    shown = ", ".join(f"{band} {part}{deeper}" for part in (f".subplot.{frozen.subplot} .yaxislayer-above",
-                                                              f".{frozen.title}") for deeper in ("", " *"))
-    return (f" {inner} {{display: grid; grid-template-columns: minmax(0, 1fr); min-width: {need}px;}}"
-            f" {inner} > * {{grid-area: 1 / 1; min-width: 0;}} {inner} > :has({band}) {{pointer-events: none;}}"
-            f" {band} {{display: none; position: sticky; left: 0; z-index: 3; width: {min(frozen.width, need)}px;"
-            f" overflow: hidden;}} {band} > * {{width: {need}px; min-width: {need}px;}}"
-            f" {band} svg * {{visibility: hidden;}} {band} .layer-below .shapelayer path, {shown}"
-            f" {{visibility: visible;}}"
-            f" @container (max-width: {need - 0.5}px) {{{band} {{display: flex;}}"
-            f" {own} .subplot.{frozen.subplot} .yaxislayer-above, {own} .{frozen.title} {{visibility: hidden;}}}}")
 
 
 def has_repeats(*token_lists: list[str]) -> bool:

@@ -17,6 +17,7 @@ from ..limits import ledger, work
 from ..models import catalog
 from . import state
 from .controls import arrows_select, choose, md_escape, tap_selects
+from .frozen import frozen_rows
 from .sidebar import fallback_model
 
 GROUPS_SHOWN = "_sentence_groups_shown"  # how many groups of a longer text's sentences are translated
@@ -61,7 +62,7 @@ PAGE_CSS = """<style>
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
-.st-key-tap_selects, .st-key-arrows_select {display: none;}  /* the boxes of controls.TAP_SELECTS, ARROWS_SELECT */
+.st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows {display: none;}  /* the scripts' boxes */
 /* controls.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
 .st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""
@@ -81,10 +82,11 @@ def page_name() -> None:
 def page_style() -> None:
     """The page's layout rules (``PAGE_CSS``): spacing, sideways scrolling of wide charts and formulas; and the
     scripts by which a tap selects a chart's point (``controls.tap_selects``) and an arrow key a radio button
-    (``controls.arrows_select``)."""
+    (``controls.arrows_select``), and the one that draws the wide charts' frozen row labels (``frozen.frozen_rows``)."""
     st.html(PAGE_CSS)
     tap_selects()
     arrows_select()
+    frozen_rows()
 
 
 class DownloadProgress:

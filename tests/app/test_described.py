@@ -85,7 +85,6 @@ def test_a_described_view_on_the_page_is_the_description_the_offline_page_draws(
     offline = layers.describe(Source(report.analysis_for(tr.translate(TEXT, return_attention=True), tr), tr))
     chart = next(p for p in offline if isinstance(p, Chart))
     drawn = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    drawn = [d for d in drawn if not d["layout"].get("meta", {}).get("row_labels")]  # a phone's frozen row labels
     assert [d["layout"]["title"]["text"] for d in drawn] == [chart.figure.layout.title.text]
     np.testing.assert_allclose(arr(drawn[0]["data"][0]["z"]), np.asarray(chart.figure.data[0].z, dtype=float),
                                atol=1e-6)
