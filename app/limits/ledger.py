@@ -130,10 +130,10 @@ def is_light(estimate: float) -> bool:
 
 
 def heavy_slots() -> int:
-    """``$ATTN_HEAVY_JOBS`` (a whole number from 1), else 1 in public mode and the CPU count otherwise; anything
-    else is a ``SettingError`` naming it."""
-    return int(environment.number("ATTN_HEAVY_JOBS", 1 if public_mode() else max(1, os.cpu_count() or 1),
-                                  whole=True))
+    """``$ATTN_HEAVY_JOBS`` (a whole number from 1), else 1 in public mode and otherwise the CPUs this process may
+    run on (``cores``: a container narrowed to 2 of a host's 64 gets 2); anything else is a ``SettingError`` naming
+    it."""
+    return int(environment.number("ATTN_HEAVY_JOBS", 1 if public_mode() else cores(), whole=True))
 
 
 def cores() -> int:

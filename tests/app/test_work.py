@@ -364,6 +364,18 @@ def test_heavy_slots_default_to_one_in_public_mode(monkeypatch):
     assert ledger.heavy_slots() == 3
 
 
+def test_heavy_slots_default_to_the_cpus_this_process_may_use(monkeypatch):
+    """Outside public mode, one heavy job per CPU of the process's affinity (a container narrowed to 2 of 64), not
+    per CPU of the host."""
+    monkeypatch.delenv("ATTN_HEAVY_JOBS", raising=False)
+    monkeypatch.delenv("ATTN_PUBLIC", raising=False)
+    monkeypatch.setattr(ledger.os, "sched_getaffinity", lambda pid: {4, 5}, raising=False)
+    monkeypatch.setattr(ledger.os, "cpu_count", lambda: 64)
+    assert ledger.heavy_slots() == 2
+    monkeypatch.delattr(ledger.os, "sched_getaffinity")  # a system without affinity (macOS): the CPU count
+    assert ledger.heavy_slots() == 64
+
+
 # ------------------------------------------------------------------------------------------------ the page
 
 
