@@ -64,15 +64,18 @@ def _button(page, text: str):
 Meter = Callable[[], tuple[float, float]]  # CPU seconds so far: (the browser's renderer and GPU, the server)
 
 
-def switch(page, view: str, timeout_s: float, meter: Meter | None = None) -> tuple[float, tuple[float, float]]:
+def switch(page, view: str, timeout_s: float, meter: Meter | None = None,
+           quiet: bool = True) -> tuple[float, tuple[float, float]]:
     """Seconds from the click that opens ``view`` (its key) to the view drawn, and the CPU seconds ``meter`` saw
     spent meanwhile (browser, server; zeros without one). The views come in groups: another group's view takes a
     click on its group first, untimed (a group shows its views and opens none), unless the group opened that very
-    view itself (as an older page's did, ``--base``): then timed from the group's click."""
+    view itself (as an older page's did, ``--base``): then timed from the group's click. ``quiet``: first wait until
+    the page is quiet (:func:`_quiet`); False where the caller has just waited at least as long."""
     from app.views import VIEWS
 
     meter = meter or (lambda: (0.0, 0.0))
-    _quiet(page, timeout_s)
+    if quiet:
+        _quiet(page, timeout_s)
     group, title = VIEWS[view].group, VIEWS[view].title
 
     def spent(t0: float, cpu0: tuple[float, float]) -> tuple[float, tuple[float, float]]:

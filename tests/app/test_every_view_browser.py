@@ -1,6 +1,10 @@
 """Every view of the registry (``app.views.VIEWS``: a new view is checked too) in a real browser (Debian's chromium
-via Playwright) on the shipped model, walked once per screen: each page is loaded once and every check runs on that
-loaded page; each test below asserts one check's findings, named by page and screen.
+via Playwright) on the shipped model, walked once per screen in one session, as a visitor goes: the first view is
+loaded by its address, every other view is opened by clicking its group and its pill (``bench.app_views.switch``),
+and each check runs once that view's run is over, nothing stale or loading (``_settled``); the short pages below are
+loaded by address. Each page must show the view asked for (its address's ``view=``, before and after the readings),
+with no stack trace and no error (a view that cannot be drawn says so in one: ``app.main.render_view``); each test
+below asserts one check's findings, named by page and screen.
 
 - Usable (``test_layout_browser.CHECK_JS``): no text runs off the screen or hides in a row of buttons, no chart label
   is drawn under 10 px; on a phone the sidebar starts closed. Asserted for every view on the phone and for the
@@ -26,7 +30,8 @@ import pytest
 from test_layout_browser import CHECK_JS, MIN_LABEL_PX, _settled
 from test_overlap_browser import BOXES_JS, CAPTION, PAGE_JS, SHORT, SHORT_PAGES, problems
 
-from bench.browser import SCREENS, new_context
+from bench.app_views import URL_VIEW_JS, switch
+from bench.browser import RUN_OVER_JS, SCREENS, SETTLED_JS, new_context
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 AXE_FIRST = ("heatmap", "masks")  # the first screen's views, read by axe at every size
 READ = ("phone", "laptop")  # the screens whose every view is checked for usable and readable text
+SWITCH_S = 120.0  # the most seconds a view may take to open by its pills (as ``_settled`` waits for a page)
 TYPE_BUTTON_VIEWS = ("inside_a_head", "compare_models", "heatmap", "all_heads")  # attention-type buttons
 
 
@@ -42,22 +48,42 @@ def _axe_every() -> set[str]:
     return {s for s in os.environ.get("ATTN_AXE_SCREENS", "phone").split(",") if s in SCREENS}
 
 
-def _pages(screen: str) -> list[tuple[str, str, bool]]:
-    """A screen's walk: (the page's name, its address's query, whether axe reads it)."""
+def _pages(screen: str) -> list[tuple[str, str, str | None, bool]]:
+    """A screen's walk: (the page's name, its view's key, its address's query or ``None``: opened by its pills in the
+    session of the page before, whether axe reads it). The first view and the short pages are loaded by address."""
     from app.views import VIEWS
 
     every = screen in _axe_every()
     views = list(VIEWS) if screen in READ or every else list(AXE_FIRST)
-    pages = [(view, f"text={CAPTION.replace(' ', '+')}&view={view}", every or view in AXE_FIRST) for view in views]
+    first = f"text={CAPTION.replace(' ', '+')}&view={views[0]}"
+    pages = [(view, view, first if i == 0 else None, every or view in AXE_FIRST) for i, view in enumerate(views)]
     if screen in READ:
-        pages += [(f"{view} (short)", f"text={SHORT.replace(' ', '+')}&att=decoder&view={view}", False)
-                  for view in SHORT_PAGES]
+        pages += [(f"{view} (short)", view.split("&")[0], f"text={SHORT.replace(' ', '+')}&att=decoder&view={view}",
+                   False) for view in SHORT_PAGES]
     return pages
 
 
+def _open(page, server: str, view: str, query: str | None) -> None:
+    """Open ``view``: load ``query``'s address (a new session), or click its group and its pill as a visitor does
+    (``bench.app_views.switch``: until the address names the view and nothing is running, stale or loading; the
+    page was already quiet: settled, read, and still settled after the readings); then wait as for a page loaded
+    (:func:`_settled`: the run over, no element of the view before left)."""
+    if query is not None:
+        page.goto(f"{server}/?{query}", wait_until="domcontentloaded")
+    else:
+        try:
+            switch(page, view, SWITCH_S, quiet=False)
+        except Exception as error:  # names the view it could not open (the walk fails each of its screen's tests)
+            raise AssertionError(f"could not switch to {view} by its pills: {type(error).__name__}: {error}") from None
+    _settled(page)
+
+
 def _walk(browser, server: str, screen: str) -> dict[str, Any]:
-    """Open each page of ``screen``'s walk once and read every check on it: ``{"sidebar": its box on arrival,
-    "pages": {name: {"exception", "usable", "overlap", "axe"}}}`` (a check not read there: ``None``)."""
+    """Open each page of ``screen``'s walk (:func:`_pages`, :func:`_open`: the first view by address, every other
+    view by its pills in that session, the short pages by address) and read every check on it: ``{"sidebar": its
+    box on arrival, "pages": {name: {"asked", "view", "exception", "errors", "usable", "overlap", "axe"}}}``
+    (a check not read there: ``None``; ``asked``: the view's key, ``view``: the view the address names before and
+    after the readings)."""
     try:
         from axe_playwright_python.sync_playwright import Axe
     except ImportError:  # the dev extras without axe: its test skips
@@ -69,12 +95,14 @@ def _walk(browser, server: str, screen: str) -> dict[str, Any]:
     page = context.new_page()
     readings: dict[str, Any] = {"sidebar": None, "pages": {}}
     try:
-        for i, (name, query, axe_reads) in enumerate(_pages(screen)):
-            page.goto(f"{server}/?{query}", wait_until="domcontentloaded")
-            _settled(page)
+        for i, (name, view, query, axe_reads) in enumerate(_pages(screen)):
+            _open(page, server, view, query)
             if i == 0:
                 readings["sidebar"] = page.locator("[data-testid=stSidebar]").bounding_box()
-            found: dict[str, Any] = {"exception": page.locator("[data-testid=stException]").count() > 0,
+            found: dict[str, Any] = {"asked": view, "view": [page.evaluate(URL_VIEW_JS)],
+                                     "exception": page.locator("[data-testid=stException]").count() > 0,
+                                     "errors": page.locator("[data-testid=stMain] [data-testid=stAlertContentError]")
+                                     .all_inner_texts(),
                                      "usable": None, "overlap": None, "axe": None}
             if screen in READ:
                 found["usable"] = page.evaluate(CHECK_JS, MIN_LABEL_PX)
@@ -88,6 +116,9 @@ def _walk(browser, server: str, screen: str) -> dict[str, Any]:
                                                 "resultTypes": ["violations"]})
                 found["axe"] = [(v["id"], [n["target"] for n in v["nodes"][:3]])
                                 for v in result.response["violations"]]
+            # still that view, its run over and nothing stale: the readings were of it alone
+            found["view"].append(page.evaluate(URL_VIEW_JS) if page.evaluate(f"() => {RUN_OVER_JS} && {SETTLED_JS}")
+                                 else "a run began during the readings")
             readings["pages"][name] = found
     finally:
         context.close()
@@ -113,8 +144,15 @@ def walked(shipped_server, browser):
 
 
 def _no_trace(readings: dict[str, Any], screen: str) -> None:
+    """Each page showed the view it was opened for (its address's ``view=``, before and after the readings), with
+    no stack trace and no error (``st.error``: a view that cannot be drawn shows one, ``app.main.render_view``)."""
+    wrong = {name: {"asked": found["asked"], "shown": found["view"]} for name, found in readings["pages"].items()
+             if any(v != found["asked"] for v in found["view"])}
+    assert not wrong, f"pages read at {screen} that showed another view (the address's view=): {wrong}"
     traced = [name for name, found in readings["pages"].items() if found["exception"]]
     assert not traced, f"a stack trace on the page at {screen}: {traced}"
+    errors = {name: found["errors"] for name, found in readings["pages"].items() if found["errors"]}
+    assert not errors, f"an error on the page at {screen}: {errors}"
 
 
 def test_every_view_is_usable_on_a_phone(walked):
