@@ -66,7 +66,9 @@ PAGE_CSS = """<style>
 [class*=st-key-attn_picture_] {overflow-x: auto; overflow-y: hidden;}
 [class*=st-key-attn_picture_] img {display: block; max-width: 100%;}
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
-.st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows {display: none;}  /* the scripts' boxes */
+/* the scripts' boxes, and the wrappers Streamlit puts them in (each would take a gap of the page's column) */
+.st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows,
+[data-testid=stLayoutWrapper]:has(> .st-key-tap_selects, > .st-key-arrows_select, > .st-key-frozen_rows) {display: none;}
 /* controls.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
 .st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""
