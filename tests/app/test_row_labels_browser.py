@@ -20,9 +20,10 @@ PAGES = {"heatmap": "heatmap_chart", "masks": "mask_causal_chart"}  # a view, an
 LINKS = {"masks": "&mask=causal"}  # the address parts that show that chart (Masks draws one mask at a time)
 
 # The chart's scrolling box, its frozen column and their labels, read after the box is scrolled to ``to`` (a
-# fraction of its scroll range). A plotly chart's column is a figure (its visible tick labels); a picture's, an SVG
-# drawn as the band's background (its labels placed at the band's scale). ``top``: whether the label's centre is
-# the topmost thing there (the band is see-through to touches, so it is made hit-testable for the reading).
+# fraction of its scroll range). A plotly chart's column is a copy of what plotly drew for its rows
+# (``app.page.frozen``: its visible tick labels); a picture's, an SVG drawn as the band's background (its labels
+# placed at the band's scale). ``top``: whether the label's centre is the topmost thing there (the band is
+# see-through to touches, so it is made hit-testable for the reading).
 READ_JS = """([key, to]) => {
   const box = document.querySelector(`.st-key-wide_${key}, .st-key-attn_picture_${key}`);
   box.scrollLeft = to * (box.scrollWidth - box.clientWidth);
