@@ -68,7 +68,8 @@ PAGE_CSS = """<style>
 [data-testid=stMarkdownContainer] .katex-display {overflow-x: auto; overflow-y: hidden; padding: 2px 0;}
 /* the scripts' boxes, and the wrappers Streamlit puts them in (each would take a gap of the page's column) */
 .st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows,
-[data-testid=stLayoutWrapper]:has(> .st-key-tap_selects, > .st-key-arrows_select, > .st-key-frozen_rows) {display: none;}
+[data-testid=stLayoutWrapper]:has(> .st-key-tap_selects, > .st-key-arrows_select, > .st-key-frozen_rows) {
+  display: none;}
 /* controls.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
 .st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""
