@@ -12,9 +12,12 @@ import sys
 import streamlit as st
 
 # a fresh server's first run imports PyTorch and the app (seconds): say so, instead of a blank page (emptied once
-# the page starts; a warm server never draws it)
-STARTING = st.empty() if "torch" not in sys.modules else None
-if STARTING is not None:
+# the page starts; a warm server never draws it). The box itself is the first element of every run, so that each
+# element keeps its place from one run to the next: without it in a later run, every element of the first visitor's
+# next run would land one place up, over the last run's faded copies (a second title, the controls out of order).
+FRESH = "torch" not in sys.modules
+STARTING = st.empty()
+if FRESH:
     STARTING.info("Starting the explorer: loading PyTorch and the model, a few seconds on a fresh server…",
                   icon=":material/hourglass_top:")
 
@@ -100,7 +103,7 @@ def page(req: ledger.Request) -> None:
     first frame, before it has built them."""
     st.set_page_config(page_title="Attention explorer · Transformer", page_icon="🔭", layout="wide",
                        initial_sidebar_state="auto")  # collapsed on a phone, open on a wider screen
-    if STARTING is not None:
+    if FRESH:
         STARTING.empty()
     problems = settings_problems()
     if problems:  # never a silent default in their place
@@ -145,19 +148,10 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
     pills = st.container()  # the view pills, a row of their own (the row above keeps its place in every group)
     model_card = st.empty()
     translation = st.container()  # filled after the view: the picture goes first
-    view = VIEWS[name]
-    controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
+    changed = controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
     picking = name not in GROUPS[st.session_state[state.VIEW_GROUP]]  # a group just picked: none of its views yet
-    try:
-        if picking:
-            pass  # nothing drawn, no work, until a view of the group is picked (the selector says so)
-        elif view.needs_translation and result is None:
-            st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
-        else:
-            render(name, state.ViewContext(model, result, sub))
-    except Exception as err:  # never a stack trace
-        st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
-                 icon=":material/error:")
+    with controls.view_box(changed):
+        draw_view(name, model, sub, result, picking)
     if result is not None:
         with translation:
             frame.show_translation(tr, result, whole_test_set.open_line_name(state.ViewContext(model, result, sub)))
@@ -168,6 +162,22 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
         with model_card.container(border=True, height=420):
             st.markdown(readme)  # the checkpoint's own README: Markdown, never raw HTML
     state.end_run(name)
+
+
+def draw_view(name: str, model: cached.Model, sub: state.Submitted | None, result: inference.Analysis | None,
+              picking: bool) -> None:
+    """The view ``name``; nothing while a group has just been picked (``picking``); a clear message, never a trace,
+    when it fails."""
+    try:
+        if picking:
+            pass  # nothing drawn, no work, until a view of the group is picked (the selector says so)
+        elif VIEWS[name].needs_translation and result is None:
+            st.info("Type or pick a sentence to see its attention.", icon=":material/translate:")
+        else:
+            render(name, state.ViewContext(model, result, sub))
+    except Exception as err:  # never a stack trace
+        st.error(f"This view could not be drawn: {type(err).__name__}: {md_escape(catalog.visitor_message(err))}",
+                 icon=":material/error:")
 
 
 main()

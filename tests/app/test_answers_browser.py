@@ -107,3 +107,43 @@ def test_on_a_desktop_the_page_keeps_its_place_and_says_what_it_shows(shipped_se
     ticks = [t.bounding_box() for t in chart.locator(".xtick text").all()]
     assert ticks and max(t["x"] + t["width"] for t in ticks) <= right["x"] + right["width"] + 1
     page.context.close()
+
+
+# Each frame while the page's script runs: whether the page shows the view being drawn (``NEW``, text of its own)
+# beside a chart of the view the visitor left (``OLD``, a chart box's key), and how many charts the view area holds.
+WATCH_JS = """([old, fresh]) => { window.__frames = []; const main = document.querySelector('[data-testid=stMain]');
+  const look = () => {
+    const app = document.querySelector('[data-test-script-state]');
+    if (app && app.getAttribute('data-test-script-state') === 'running')
+      window.__frames.push({both: main.textContent.includes(fresh) && !!main.querySelector(`.st-key-${old}`),
+                            charts: main.querySelectorAll('.js-plotly-plot').length});
+    requestAnimationFrame(look);
+  };
+  requestAnimationFrame(look); }"""
+NEW = "how much each source piece and each earlier output piece pushed"  # What drives each word's own words
+
+
+def test_a_view_just_picked_shows_nothing_of_the_last_one_while_it_works(shipped_server, browser):
+    """While a view just picked computes (integrated gradients on 40 words: a second or more), the page shows its
+    title and progress and nothing of the view left, whose charts would sit under the new view's name; the same
+    view run again (another method) keeps its charts in place until the new ones come (no blank, no jump)."""
+    page = new_context(browser, "desktop").new_page()
+    _open(page, shipped_server, LONG, "view=source_or_prefix")
+    assert page.locator(".st-key-source_prefix_share .js-plotly-plot").count() == 1
+    page.evaluate(WATCH_JS, ["source_prefix_share", NEW])
+    _pill(page, "What drives each word").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('view') === 'what_drives_each_word'",
+                           timeout=120_000)
+    _settled(page)
+    frames = page.evaluate("window.__frames")
+    assert frames, "no frame seen while the view was drawn"
+    assert not any(f["both"] for f in frames), sum(f["both"] for f in frames)  # never both views' pieces at once
+    assert page.locator(".st-key-source_prefix_share").count() == 0
+    page.evaluate(WATCH_JS, ["source_prefix_share", NEW])
+    page.locator("[data-testid=stButtonGroup] button", has_text="Input × gradient").first.click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('method') === 'input_x_gradient'",
+                           timeout=120_000)
+    _settled(page)
+    frames = page.evaluate("window.__frames")
+    assert frames and min(f["charts"] for f in frames) > 0, frames[:5]  # the charts stayed while it ran
+    page.context.close()

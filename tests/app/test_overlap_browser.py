@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 CAPTION = "A young girl in a red dress is running through the green grass with her dog in the park."  # 16 words
 SHORT = "Two dogs are playing in the snow."  # a short output: its axis titles and labels (issue 48 §2)
+LONG_TEXT = ("A man in a red shirt and a woman with a blue hat walk their dog past the old church while two children "
+             "on bicycles ride down the wet street and a man sells flowers at a small wooden stand.")  # 40 words
 SHORT_PAGES = ("heatmap", "all_heads&pick=2.2")  # the first screen's picture and an opened head, decoder self-attention
 SLACK_PX = 1.0  # two boxes that only touch (rounding, a shared edge) do not overlap
 
@@ -152,9 +154,22 @@ def test_the_separating_axis_test_turns_with_the_text():
     assert not _crossing([[0, 0], [10, 0], [10, 10], [0, 10]], [[9.5, 0], [20, 0], [20, 10], [9.5, 10]])
 
 
+# each frame while the page's script runs: how many times the page's name and its text box show
+TWICE_JS = """() => { window.__frames = []; const look = () => {
+  const app = document.querySelector('[data-test-script-state]');
+  const shown = e => e.getClientRects().length > 0;
+  if (app && app.getAttribute('data-test-script-state') === 'running')
+    window.__frames.push([
+      [...document.querySelectorAll('[data-testid=stMain] [data-testid=stMarkdownContainer]')]
+        .filter(e => shown(e) && e.innerText.includes('Attention explorer')).length,
+      [...document.querySelectorAll('[data-testid=stMain] textarea')].filter(shown).length]);
+  requestAnimationFrame(look); }; requestAnimationFrame(look); }"""
+
+
 def test_a_fresh_server_says_it_is_starting():
     """``streamlit run app/main.py`` on a fresh process: while it imports PyTorch and the app, the page says so
-    (not a blank page with only "Stop"); the notice is gone once the page is drawn."""
+    (not a blank page with only "Stop"); the notice is gone once the page is drawn, and the next run, which has no
+    notice to show, still draws every element in its place (never a faded second title or text box meanwhile)."""
     from playwright.sync_api import sync_playwright
 
     if not (SHIPPED / "model.safetensors").is_file() or not CHROMIUM.exists():
@@ -174,7 +189,15 @@ def test_a_fresh_server_says_it_is_starting():
             page.wait_for_selector(PICTURE, timeout=180_000)  # a loaded machine: the first run may take longer
             _settled(page)
             final = page.locator("[data-testid=stMain]").inner_text()
+            page.evaluate(TWICE_JS)  # the next run (no notice box then) draws each element where it was
+            page.locator("[data-testid=stTextArea] textarea").fill(LONG_TEXT)
+            page.get_by_role("button", name="Translate").click()
+            page.wait_for_function("() => (new URLSearchParams(location.search).get('text') || '').length > 150",
+                                   timeout=120_000)
+            _settled(page)
+            frames = page.evaluate("window.__frames")
         finally:
             browser.close()
     assert any(seen), "no notice while the server started"
     assert "Starting the explorer" not in final
+    assert frames and all(f == [1, 1] for f in frames), frames  # one name, one text box in every frame of that run
