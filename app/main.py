@@ -148,9 +148,9 @@ def render_view(name: str, model: cached.Model, sub: state.Submitted | None,
     pills = st.container()  # the view pills, a row of their own (the row above keeps its place in every group)
     model_card = st.empty()
     translation = st.container()  # filled after the view: the picture goes first
-    changed = controls.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
+    changed = selector.bring_into_view(name)  # a view just picked, far down the page (a phone): scrolled to
     picking = name not in GROUPS[st.session_state[state.VIEW_GROUP]]  # a group just picked: none of its views yet
-    with controls.view_box(changed):
+    with selector.view_box(changed):
         draw_view(name, model, sub, result, picking)
     if result is not None:
         with translation:

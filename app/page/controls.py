@@ -5,7 +5,6 @@ long sentence: :mod:`app.page.heatmaps`."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -331,59 +330,6 @@ def arrows_select() -> None:
 # pill). Sent only on a run whose view differs from the last run's (never on a first visit); it waits for the run to
 # end (what is drawn above the view may still grow), then scrolls the view's top under the header, unless it already
 # shows in the upper three quarters of the screen (a laptop or desktop, where the view is in sight).
-BRING_INTO_VIEW_JS = """<script>
-(() => {
-  const started = performance.now();  // %s
-  const go = () => {
-    const app = document.querySelector("[data-testid=stApp]");
-    const top = document.querySelector(".st-key-view_top");
-    const running = !app || app.getAttribute("data-test-script-state") !== "notRunning";
-    if ((running || !top) && performance.now() - started < 5000) return requestAnimationFrame(go);
-    if (top && top.getBoundingClientRect().top > 0.75 * window.innerHeight) top.scrollIntoView({block: "start"});
-  };
-  requestAnimationFrame(go);
-})();
-</script>"""
-VIEW_TOP = "view_top"  # the key of the empty box at the top of the view (CSS: app.page.frame)
-VIEW_SHOWN = "_view_shown"  # the view the last run showed
-
-
-def bring_into_view(view: str) -> bool:
-    """The top of the view ``view`` (a box of no height), and when it is not the view the last run showed (a pill
-    tapped, Back or Forward; never a first visit), the script that scrolls it into sight (``BRING_INTO_VIEW_JS``).
-    Whether it is such a view."""
-    ss = st.session_state
-    last, ss[VIEW_SHOWN] = ss.get(VIEW_SHOWN), view
-    box = st.container(key=VIEW_TOP)  # an empty box is not drawn: it holds a mark, or the script
-    changed = last is not None and last != view
-    if changed:
-        box.html(BRING_INTO_VIEW_JS % f"{last} -> {view} {time.monotonic_ns()}", unsafe_allow_javascript=True)
-    else:
-        box.html('<span class="attn-view-top"></span>')
-    return changed
-
-
-VIEW_SLOT = "_view_slot"  # which of two places on the page the view's container takes (0 or 1)
-
-
-def view_box(changed: bool) -> Any:
-    """The container a view is drawn in. Two places follow each other, one holding the view and the other an empty
-    element; another view (``changed``) takes the other place. There the page had an element, so it starts the view
-    afresh, and the last view's box becomes the empty element: the page drops what the last view drew at once,
-    rather than keeping it (faded) under this view's title until this run ends. The same view keeps its place, whose
-    elements stay until this run replaces them (no blank, no jump). (One place would not do: Streamlit keeps a box's
-    old elements whenever the page had a box there, and sends an empty element and the box that replaces it in the
-    same run as one message.)"""
-    ss = st.session_state
-    slot = ss[VIEW_SLOT] = (1 - ss.get(VIEW_SLOT, 0)) if changed else ss.get(VIEW_SLOT, 0)
-    if slot:
-        st.empty()
-    box = st.container()
-    if not slot:
-        st.empty()
-    return box
-
-
 def swipe_hint(box: Any, key: str) -> None:
     """The hint at the top of a box that scrolls sideways (``SWIPE_HINT``, in the container ``swipe_{key}``): a line
     the keyboard can reach (Tab), from which the arrow keys scroll the box, so that every part of the chart is

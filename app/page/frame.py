@@ -70,7 +70,7 @@ PAGE_CSS = """<style>
 .st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows,
 [data-testid=stLayoutWrapper]:has(> .st-key-tap_selects, > .st-key-arrows_select, > .st-key-frozen_rows) {
   display: none;}
-/* controls.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
+/* selector.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
 .st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""
 
