@@ -325,11 +325,6 @@ def arrows_select() -> None:
     st.container(key=ARROWS_SELECT).html(ARROWS_SELECT_JS, unsafe_allow_javascript=True)
 
 
-# A view just picked is brought into view where it starts far down the screen (on a phone: below the title, the
-# text box, the groups, the pills and the translation, about 1,000 px down, so that a tap seemed to change only the
-# pill). Sent only on a run whose view differs from the last run's (never on a first visit); it waits for the run to
-# end (what is drawn above the view may still grow), then scrolls the view's top under the header, unless it already
-# shows in the upper three quarters of the screen (a laptop or desktop, where the view is in sight).
 def swipe_hint(box: Any, key: str) -> None:
     """The hint at the top of a box that scrolls sideways (``SWIPE_HINT``, in the container ``swipe_{key}``): a line
     the keyboard can reach (Tab), from which the arrow keys scroll the box, so that every part of the chart is

@@ -67,6 +67,11 @@ def view_selector(views: dict, groups: dict[str, list[str]], row=None, pills=Non
     return name
 
 
+# A view just picked is brought into view where it starts far down the screen (on a phone: below the title, the
+# text box, the groups, the pills and the translation, about 1,000 px down, so that a tap seemed to change only the
+# pill). Sent only on a run whose view differs from the last run's (never on a first visit); it waits for the run to
+# end (what is drawn above the view may still grow), then scrolls the view's top under the header, unless it already
+# shows in the upper three quarters of the screen (a laptop or desktop, where the view is in sight).
 BRING_INTO_VIEW_JS = """<script>
 (() => {
   const started = performance.now();  // %s
