@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from transformer import cli
+from transformer.environment import cores
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHECKPOINT = REPO_ROOT / cli.DEFAULT_CHECKPOINT
@@ -61,14 +62,6 @@ def worker_main(worker: Callable[[dict[str, Any]], dict[str, Any]], argv: list[s
     return True
 
 
-def cpu_count() -> int:
-    """Cores this process may use (affinity-aware), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS / Windows
-        return max(1, os.cpu_count() or 1)
-
-
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -80,7 +73,7 @@ def cpu_name() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    info = {"cpu": cpu_name(), "cores": cpu_count(), "torch_threads": torch.get_num_threads(),
+    info = {"cpu": cpu_name(), "cores": cores(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
     try:
         import ctranslate2

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
+from transformer.environment import cores
+
 from .common import (
     DEFAULT_CHECKPOINT,
     DEFAULT_DATA_DIR,
-    cpu_count,
     machine_info,
     read_sentences,
     sentence_of_words,
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown sections: {sorted(unknown)}")
     q = args.quick
-    args.threads = args.threads or (1 if q else cpu_count())
+    args.threads = args.threads or (1 if q else cores())
     args.sentences = args.sentences or (16 if q else 1000)
     args.batch_size = args.batch_size or (8 if q else 64)
     args.repeat = args.repeat or (3 if q else 20)

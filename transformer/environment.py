@@ -7,6 +7,9 @@
   (``unlimited=True``: ``math.inf``); refused elsewhere (a cache, a thread count);
 - anything else (text, a negative number, ``nan``, ``²``, a number too large for a float): refused.
 
+Also the one count of the CPUs this process may run on (:func:`cores`), which the server's limits and the benchmarks
+size their threads by.
+
 Refused means :class:`SettingError` (a ``ValueError``), one line that names the variable, says what it holds (cut
 when long) and what it takes; never a silent default. A choice (``ATTN_DTYPE``) is one of its options, else refused
 the same way.
@@ -60,6 +63,15 @@ def choice(name: str, options: Sequence[str], default: str) -> str:
         return raw.lower()
     raise SettingError(f"{name}={_shown(raw)} is not understood: give {' or '.join(options)}, or leave it unset for "
                        f"{default}")
+
+
+def cores() -> int:
+    """The CPUs this process may run on: its affinity where the system says (a container narrowed to 2 of 64 CPUs:
+    2), else the CPU count; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this system (macOS)
+        return max(1, os.cpu_count() or 1)
 
 
 def is_set(name: str) -> bool:

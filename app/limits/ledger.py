@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from transformer import environment
+from transformer.environment import cores
 
 from ..models.catalog import public_mode
 from .budget import release_freed_memory
@@ -134,14 +134,6 @@ def heavy_slots() -> int:
     run on (``cores``: a container narrowed to 2 of a host's 64 gets 2); anything else is a ``SettingError`` naming
     it."""
     return int(environment.number("ATTN_HEAVY_JOBS", 1 if public_mode() else cores(), whole=True))
-
-
-def cores() -> int:
-    """The CPUs this process may run on (its affinity where the system says, else the CPU count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no affinity on this system (macOS)
-        return max(1, os.cpu_count() or 1)
 
 
 def release_memory() -> None:

@@ -3,6 +3,7 @@ integrated gradients batched by memory, the heavy-job slots, and every cache ins
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -369,10 +370,10 @@ def test_heavy_slots_default_to_the_cpus_this_process_may_use(monkeypatch):
     per CPU of the host."""
     monkeypatch.delenv("ATTN_HEAVY_JOBS", raising=False)
     monkeypatch.delenv("ATTN_PUBLIC", raising=False)
-    monkeypatch.setattr(ledger.os, "sched_getaffinity", lambda pid: {4, 5}, raising=False)
-    monkeypatch.setattr(ledger.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert ledger.heavy_slots() == 2
-    monkeypatch.delattr(ledger.os, "sched_getaffinity")  # a system without affinity (macOS): the CPU count
+    monkeypatch.delattr(os, "sched_getaffinity")  # a system without affinity (macOS): the CPU count
     assert ledger.heavy_slots() == 64
 
 
