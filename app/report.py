@@ -40,6 +40,7 @@ from .analysis.inference import (
     take_input,
 )
 from .drawing import figures
+from .drawing.layout import own_look
 from .parts import Chart, Choice, NeedsModel, Note, Part, Source, Table, plain
 
 OFFLINE_VIEWS = tuple(registry.DESCRIBED)  # the keys of the views this page draws (app.parts), in the registry's order
@@ -125,20 +126,17 @@ def _plain(value: Any, shared: dict[int, tuple[np.ndarray, list]] | None = None)
 
 
 def figure_json(fig: go.Figure | dict, shared: dict[int, tuple[np.ndarray, list]] | None = None) -> dict[str, Any]:
-    """A builder's figure as the page draws it: its numbers rounded, plotly's default theme left to plotly.js (the
-    same look, a few KB less), its axes making room for their tick labels (as Streamlit's charts do), and its title
-    taken out (``"title"``: plain text, which the page shows above the chart, where it wraps on a phone and no
-    toolbar covers it). ``shared``: see :func:`_plain` (the lists in it are shared too: never change them)."""
+    """A builder's figure as the page draws it: its numbers rounded, its look its own as on the explorer's page
+    (``own_look``: no template, its axes making room for their tick labels), and its title taken out (``"title"``:
+    plain text, which the page shows above the chart, where it wraps on a phone and no toolbar covers it).
+    ``shared``: see :func:`_plain` (the lists in it are shared too: never change them)."""
     spec = fig if isinstance(fig, dict) else fig.to_plotly_json()
-    spec = _plain({**spec, "layout": {k: v for k, v in spec["layout"].items() if k != "template"}}, shared)
+    spec = own_look(_plain({**spec, "layout": {k: v for k, v in spec["layout"].items() if k != "template"}}, shared))
     layout = spec["layout"]
     title = layout.pop("title", None)
     text = plain(title.get("text", "") if isinstance(title, dict) else title or "")
     if text and isinstance(layout.get("margin"), dict) and "t" in layout["margin"]:
         layout["margin"]["t"] = max(30, int(layout["margin"]["t"]) - 25)  # the title's room, less the toolbar's
-    for name, axis in layout.items():
-        if (name.startswith("xaxis") or name.startswith("yaxis")) and isinstance(axis, dict):
-            axis.setdefault("automargin", True)
     spec["title"] = text
     return spec
 

@@ -13,6 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
+TEXT = "#31333f"  # the page's text colour: every chart's labels and titles
+LINES = "#e6e9ef"  # grid, tick and zero lines: faint, under the data
+TITLE_FONT = dict(size=16, weight=600, color=TEXT)  # a chart's own title, above it
+NOT_CARTESIAN = {"pie", "table", "sankey", "sunburst", "treemap", "icicle", "indicator"}  # traces without x/y axes
 
 MIN_FONT = 10  # px: no chart label is smaller (a phone's visitor must read it)
 
@@ -43,6 +47,8 @@ CHAR_EM = 0.62  # the advance of an average character, in font sizes (a generous
 LABEL_GAP = 3  # px between two tick labels side by side
 PHONE_PLOT = 300  # px: a figure wider than this scrolls on a phone
 PHONE_AXIS = 200  # px: the x axis of a heatmap on a phone (its labels, colour bar and margins take the rest)
+OWN_WIDTH = 960  # px: a figure at least this wide is drawn at its own width on every screen (it scrolls on a phone
+# and most laptops; a desktop's column holds it, about as wide): plotly draws it once, not again at the column's width
 
 
 def text_px(text: object, size: float) -> float:
@@ -191,3 +197,32 @@ def named_axis(labels: Sequence[str], title: str, **extra) -> dict:
     return dict(title=dict(text=title, font=dict(size=12)), tickmode="array", tickvals=list(range(n)),
                 ticktext=list(labels), tickfont=dict(size=tick_font(n)), showgrid=False, zeroline=False,
                 **TICKS_DRAWN, **extra)
+
+
+def own_look(spec: dict) -> dict:
+    """A figure's plotly JSON (``fig.to_dict()``; changed in place and returned) with its whole look in its own layout
+    and no template: labels and titles in the page's text colour (:data:`TEXT`, the title :data:`TITLE_FONT`), faint
+    lines (:data:`LINES`), a white hover label, and every cartesian axis making room for its labels (automargin:
+    :func:`fit_margins` estimates the room; where it is short, plotly pushes). Where a builder set a value, it stays.
+
+    So a chart looks the same wherever it is drawn (the page, the offline page, a notebook), and it is drawn once:
+    a template is an object of its own in the layout, and plotly.js draws the whole chart again whenever it is handed
+    a copy of one, as Streamlit's chart element does after mounting (with its theme, every chart was drawn twice)."""
+    layout = spec.setdefault("layout", {})
+    layout.pop("template", None)
+    if any(t.get("type", "scatter") not in NOT_CARTESIAN for t in spec.get("data") or ()):
+        layout.setdefault("xaxis", {})
+        layout.setdefault("yaxis", {})
+    for name, axis in layout.items():
+        if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            for key, value in (("automargin", True), ("gridcolor", LINES), ("tickcolor", LINES),
+                               ("zerolinecolor", LINES), ("linecolor", LINES)):
+                axis.setdefault(key, value)
+    layout["font"] = {"color": TEXT, **(layout.get("font") or {})}
+    title = layout.get("title")
+    if isinstance(title, dict) and title.get("text"):
+        title["font"] = {**TITLE_FONT, **(title.get("font") or {})}
+    layout.setdefault("hoverlabel", {"bgcolor": "white", "bordercolor": LINES, "font": {"color": TEXT}})
+    layout.setdefault("paper_bgcolor", "white")
+    layout.setdefault("plot_bgcolor", "white")
+    return spec

@@ -4,6 +4,7 @@ long sentence: :mod:`app.page.heatmaps`."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from typing import Any
@@ -332,17 +333,40 @@ def swipe_hint(box: Any, key: str) -> None:
     box.container(key=f"swipe_{key}").html(f'<p class="attn-swipe" tabindex="0">{SWIPE_HINT}</p>')
 
 
-def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None, **events: Any) -> None:
+def plotly(where: Any, fig: go.Figure | dict, config: dict, key: str, width: int | None = None,
+           fixed_rows: bool = False, **events: Any) -> Any:
+    """``where.plotly_chart`` of ``fig`` as the page draws every chart: with its own look (``layout.own_look``, on a
+    copy: a figure may be a cached one, shared) and Streamlit's theme off, so that it is drawn once. At ``width`` px
+    (a wide chart: the figure's layout says so too, and its data arrays count as unchanged while the chart stays),
+    Streamlit's element hands plotly the same figure after mounting, and nothing is drawn again; without one it
+    fills its column, whose width the element measures after a first drawing. ``fixed_rows``: no zoom or pan along
+    the rows (the frozen labels stay on them). ``events``: ``st.plotly_chart``'s selection arguments; its answer is
+    returned."""
+    spec = layout.own_look(fig.to_dict() if isinstance(fig, go.Figure) else copy.deepcopy(fig))
+    if width is not None:
+        spec["layout"].update(width=width, datarevision=1)  # a new figure is a new element, drawn afresh
+    if fixed_rows:
+        for name, axis in spec["layout"].items():
+            if name.startswith("yaxis") and isinstance(axis, dict):
+                axis["fixedrange"] = True
+    drawn = go.Figure(spec)  # checked once, by its builder (a private switch of plotly's own)
+    drawn.layout.template = None  # not plotly's default one again (a new figure takes it)
+    return where.plotly_chart(drawn, config=config, key=key, theme=None,
+                              **({"width": width} if width is not None else {}), **events)
+
+
+def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None = None, **events: Any) -> Any:
     """``st.plotly_chart`` at a width where no two labels touch (``layout.min_width``, or ``width``): a figure
     wider than its column scrolls sideways, with a hint above it that shows only while it does (a container
     query on the box, so a wide screen never sees it), and its row labels kept at the box's left edge while it
     scrolls (``row_labels.row_labels``: a frozen column over the chart, shown only while the box is narrower; such a
     chart zooms and pans along its columns only, as a zoom along its rows would move them under the frozen labels).
-    ``events``: ``st.plotly_chart``'s selection arguments (``on_select``, ``selection_mode``)."""
+    A chart of :data:`layout.OWN_WIDTH` or more is drawn at that width on every screen (:func:`plotly`).
+    ``events``: ``st.plotly_chart``'s selection arguments; its answer is returned."""
     need = width if width is not None else layout.min_width(fig)
+    config = figures.plotly_config(filename)
     if need <= layout.PHONE_PLOT:
-        where.plotly_chart(fig, config=figures.plotly_config(filename), key=key, **events)
-        return
+        return plotly(where, fig, config, key, **events)
     plot, key = key, css_name(key)  # the chart's own key; the rest's (and their CSS classes) as Streamlit writes it
     box = where.container(key=f"wide_{key}")
     rows = row_labels.row_labels(fig)
@@ -354,11 +378,11 @@ def chart(fig: Any, filename: str, key: str, where: Any = st, width: int | None 
              + (frozen.frozen_css(key, need, rows) if rows else "") + "</style>")
     swipe_hint(box, key)
     inner = box.container(key=f"rows_{key}") if rows else box
-    if rows:  # no zoom or pan along the rows, so the frozen labels stay on them (along the columns as before);
-        fig = go.Figure(fig).update_yaxes(fixedrange=True)  # on a copy: the figure may be a cached one, shared
-    inner.plotly_chart(fig, config=figures.plotly_config(filename), key=plot, **events)
+    answer = plotly(inner, fig, config, plot, width=need if need >= layout.OWN_WIDTH else None,
+                    fixed_rows=rows is not None, **events)
     if rows:
         frozen.band(inner, key, rows)
+    return answer
 
 
 def css_name(key: str) -> str:

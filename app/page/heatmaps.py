@@ -21,6 +21,7 @@ from .controls import (
     has_repeats,
     keep_if,
     md_escape,
+    plotly,
     range_caption,
     swipe_hint,
 )
@@ -164,7 +165,7 @@ def draw_heatmap(result: Analysis, kind: str, layer: int, head: str, key: str, a
                     alt=picture_alt(result.text, args["title"], qt, kt), **args)
     else:
         fig = figures.attention_heatmap(weights[q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], **args)
-        st.plotly_chart(fig, config=figures.plotly_config(name), key=key)
+        plotly(st, fig, figures.plotly_config(name), key)
     if value_name == "weight":
         range_caption(weights, kind)
     if has_repeats(queries, keys):

@@ -79,10 +79,10 @@ def render(ctx: ViewContext) -> None:
         highlight = (highlight[0] - l0, highlight[1]) if l0 <= highlight[0] < l1 else None
     left, right = st.columns([1, 1])
     with left:
-        st.plotly_chart(grid.head_grid(attn[l0:l1, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
-                                       highlight=highlight, zrange=zrange,
-                                       value_name="norm" if norms else "weight", first_layer=l0),
-                        config=figures.plotly_config(f"{kind}-all-heads"), key="grid_chart",
+        controls.plotly(st, grid.head_grid(attn[l0:l1, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
+                                           highlight=highlight, zrange=zrange,
+                                           value_name="norm" if norms else "weight", first_layer=l0),
+                        figures.plotly_config(f"{kind}-all-heads"), "grid_chart",
                         on_select=open_clicked_head, selection_mode="points")
         if norms:
             st.caption(controls.NORMS_NOTE, help=controls.NORMS_TERMS)

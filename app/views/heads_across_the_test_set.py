@@ -146,7 +146,7 @@ def render(ctx: ViewContext) -> None:
                "sentences changes when the head is turned down a little (Michel et al., 2019), scaled so that each "
                "layer's heads compare among themselves.", help=text(data.get('importance_note', '')))
     controls.chart(importance_figure(data["importance"]), "head-importance", "heads_importance")
-    st.plotly_chart(pruning_figure(data), config=figures.plotly_config("pruning-curve"), key="heads_pruning")
+    controls.plotly(st, pruning_figure(data), figures.plotly_config("pruning-curve"), "heads_pruning")
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
                "; ".join(f"{text(name)}: {text(rule)}" for name, rule in data.get("role_rules", {}).items()))
     frame = head_rows(data)

@@ -234,9 +234,9 @@ def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) ->
                       yaxis=dict(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
                                  autorange="reversed", automargin=True, tickfont=dict(size=12)),
                       xaxis=dict(title=dict(text="weight", font=dict(size=12)), range=[0, 1]))
-    c1.plotly_chart(fig, config=figures.plotly_config("flow-head-row"), key="flow_head_row")
-    c2.plotly_chart(flowgraph.head_bars(data["promoted"], data["suppressed"],
-                                        title=f"{name}<br>what its output promotes and suppresses"),
-                    config=figures.plotly_config("flow-head-pieces"), key="flow_head_pieces")
+    controls.plotly(c1, fig, figures.plotly_config("flow-head-row"), "flow_head_row")
+    controls.plotly(c2, flowgraph.head_bars(data["promoted"], data["suppressed"],
+                                            title=f"{name}<br>what its output promotes and suppresses"),
+                    figures.plotly_config("flow-head-pieces"), "flow_head_pieces")
     st.caption("Promotes and suppresses: the head's output at this position alone, through the final layer norm and "
                "the output embedding (as the logit lens reads a layer), the highest and the lowest logits.")

@@ -51,4 +51,4 @@ def render(ctx: ViewContext) -> None:
     if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
         st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "
                 "(a head that spreads its attention evenly draws only faint ones).", icon=":material/tune:")
-    st.plotly_chart(fig, config=figures.plotly_config(f"{kind}-L{layer}-lines"), key="lines_chart")
+    controls.plotly(st, fig, figures.plotly_config(f"{kind}-L{layer}-lines"), "lines_chart")

@@ -63,8 +63,8 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns(2)
     with a:
         shown, (p_step, d_step) = thinned(table, "The table")
-        st.plotly_chart(pe.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
-                        config=figures.plotly_config("positional-encoding"), key="pe_heat")
+        controls.plotly(st, pe.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
+                        figures.plotly_config("positional-encoding"), "pe_heat")
     with b:
         if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
             ss.pop("pe_dims", None)
@@ -75,21 +75,21 @@ def render(ctx: ViewContext) -> None:
         if len(dims) > MOST_WAVES:
             st.caption(f"The first {MOST_WAVES} of the {len(dims)} dimensions chosen are drawn.")
             dims = dims[:MOST_WAVES]
-        st.plotly_chart(pe.pe_waves(table, dims), config=figures.plotly_config("pe-waves"), key="pe_waves")
+        controls.plotly(st, pe.pe_waves(table, dims), figures.plotly_config("pe-waves"), "pe_waves")
     a, b = st.columns(2)
     with a:
         step = math.ceil(len(table) / math.isqrt(SIMILARITY_CELLS))  # positions against positions: one step
         if step > 1:
             st.caption(f"Every {_nth(step)} of the {len(table)} positions drawn (at most about "
                        f"{SIMILARITY_CELLS:,} cells).")
-        st.plotly_chart(pe.pe_similarity(table[::step], step=step), config=figures.plotly_config("pe-similarity"),
-                        key="pe_sim")
+        controls.plotly(st, pe.pe_similarity(table[::step], step=step), figures.plotly_config("pe-similarity"),
+                        "pe_sim")
         st.caption(described.SIMILARITY)
     with b:
         own = probes.model_pe(tr)
         _, steps = thinned(own, "The model's table")
         chart = described.model_table(tr, steps=steps)
-        st.plotly_chart(chart.figure, config=figures.plotly_config(chart.name), key="pe_model")
+        controls.plotly(st, chart.figure, figures.plotly_config(chart.name), "pe_model")
         st.caption(chart.caption, help=described.MODEL_TABLE_HELP)
     if result is not None:
         chart = described.sizes(tr, result, ctx.model.vocab_norms())

@@ -102,17 +102,18 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         at, name = line(signal)
         mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])
-        st.plotly_chart(table_figures.signal_histogram(values, LABELS.get(signal, signal), frame["flag"].to_numpy(),
-                                                       at, threshold_name=name, opened=mark),
-                        config=NO_TOOLBAR | figures.plotly_config(f"test-set-{signal}"), key="testset_histogram")
+        controls.plotly(st, table_figures.signal_histogram(values, LABELS.get(signal, signal),
+                                                           frame["flag"].to_numpy(), at, threshold_name=name,
+                                                           opened=mark),
+                        NO_TOOLBAR | figures.plotly_config(f"test-set-{signal}"), "testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
             at, name = line("source_share")
-            event = st.plotly_chart(table_figures.share_chrf_scatter(
+            event = controls.plotly(st, table_figures.share_chrf_scatter(
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
                 frame["flag"].to_numpy(), at, threshold_name=name, opened=opened),
-                config=NO_TOOLBAR | figures.plotly_config("test-set-share-chrf"), key=lines.SCATTER, on_select="rerun",
+                NO_TOOLBAR | figures.plotly_config("test-set-share-chrf"), lines.SCATTER, on_select="rerun",
                 selection_mode="points")
             st.caption("Each line: its share from the source (across) and its chrF (up). A line far left takes "
                        "little from the source: its words come from the output so far, a sign of a made-up "

@@ -147,3 +147,45 @@ def test_no_frozen_column_where_nothing_scrolls(shipped_server, browser, screen)
                 assert view == "heatmap" or shown >= 5, view  # the chart's own labels show
     finally:
         context.close()
+
+
+# Every full drawing of a chart after its first (plotly's ``_doPlot`` announces each with ``plotly_beforeplot``): the
+# chart's key and whether it is drawn at its own width (its layout has a data revision, ``controls.plotly``). The
+# listener is added once plotly has set the chart up, so the first drawing is not counted.
+REPLOTS_JS = r"""
+window.__replots = [];
+Object.defineProperty(HTMLDivElement.prototype, 'emit', {configurable: true,
+  set(fn) { const gd = this;
+    Object.defineProperty(gd, 'emit', {configurable: true, writable: true, value: fn});
+    queueMicrotask(() => gd.on('plotly_beforeplot', () => {
+      const box = gd.closest('[class*="st-key-"]');
+      window.__replots.push([box ? box.className.match(/st-key-(\S+)/)[1] : '', gd.layout.datarevision !== undefined]);
+    })); },
+  get() { return undefined; }});
+"""
+LONG = ("A man in a blue shirt and a woman in a red dress walk with their two small dogs along the busy street "
+        "next to the old market while children play football in the park near the river on a sunny day")
+
+
+def test_a_chart_drawn_at_its_own_width_is_drawn_once(shipped_server, browser):
+    """Streamlit's chart element hands plotly the figure again after mounting (a copy, and the column's width once
+    measured): a chart at its own width (``controls.plotly``) is not drawn again, while a chart that fills its
+    column still is (the check sees that one, so it does see a second drawing)."""
+    context = new_context(browser, "desktop")
+    context.add_init_script(REPLOTS_JS)
+    try:
+        page = context.new_page()
+        page.goto(f"{shipped_server}/?text={LONG.replace(' ', '+')}&view=training_evolution",
+                  wait_until="domcontentloaded")
+        _settled(page)
+        assert page.locator("[data-testid=stException]").count() == 0
+        charts = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(g =>
+            [g.closest('[class*="st-key-"]').className.match(/st-key-(\\S+)/)[1],
+             g.layout.datarevision !== undefined])""")
+        replots = page.evaluate("window.__replots")
+        own = [key for key, fixed in charts if fixed]
+        assert own and len(own) < len(charts), charts  # the snapshots at their width, the history filling its column
+        assert not [key for key, fixed in replots if fixed], replots
+        assert {key for key, _ in replots} >= {key for key, fixed in charts if not fixed}, (charts, replots)
+    finally:
+        context.close()
