@@ -13,11 +13,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 FONT = dict(family="Inter, 'Source Sans Pro', sans-serif", size=13)
-TEXT = "#31333f"  # the page's text colour: a chart's title
-LABELS = "#5c5f6e"  # its labels and axis titles (7:1 on white)
-LINES = "#e6eaf1"  # grid and tick lines: faint, under the data
+TEXT_COLOUR = "#31333f"  # the page's text colour: a chart's title
+LABEL_COLOUR = "#5c5f6e"  # its labels and axis titles (7:1 on white)
+LINE_COLOUR = "#e6eaf1"  # grid, axis and zero lines: faint, under the data
 PAGE_FONT = "'Source Sans', 'Source Sans Pro', sans-serif"  # the page's own font (its headings')
-TITLE_FONT = dict(family=PAGE_FONT, size=16, weight=700, color=TEXT)  # a chart's own title, above it
+TITLE_FONT = dict(family=PAGE_FONT, size=16, weight=700, color=TEXT_COLOUR)  # a chart's own title, above it
 NOT_CARTESIAN = {"pie", "table", "sankey", "sunburst", "treemap", "icicle", "indicator"}  # traces without x/y axes
 
 MIN_FONT = 10  # px: no chart label is smaller (a phone's visitor must read it)
@@ -204,10 +204,10 @@ def named_axis(labels: Sequence[str], title: str, **extra) -> dict:
 def own_look(spec: dict) -> dict:
     """A figure's plotly JSON (``fig.to_dict()``; changed in place and returned) with its whole look in its own layout
     and no template, as the page has always shown it (Streamlit's theme, written out): a bold title in the page's
-    font (:data:`TITLE_FONT`), 12 px tick labels and 14 px axis titles set off from them, labels in :data:`LABELS`,
-    faint grid lines (:data:`LINES`, none along x) and no tick marks, the plot 8 px from its labels, a white hover
-    label, and every cartesian axis making room for its labels (automargin: :func:`fit_margins` estimates the room;
-    where it is short, plotly pushes). Whatever a builder set stays.
+    font (:data:`TITLE_FONT`), 12 px tick labels and 14 px axis titles set off from them, labels in
+    :data:`LABEL_COLOUR`, faint grid lines (:data:`LINE_COLOUR`, none along x) and no tick marks, the plot 8 px from
+    its labels, a white hover label, and every cartesian axis making room for its labels (automargin:
+    :func:`fit_margins` estimates the room; where it is short, plotly pushes). Whatever a builder set stays.
 
     So a chart looks the same wherever it is drawn (the page, the offline page, a notebook), and it is drawn once:
     a template is an object of its own in the layout, and plotly.js draws the whole chart again whenever it is handed
@@ -220,16 +220,17 @@ def own_look(spec: dict) -> dict:
     for name, axis in layout.items():
         if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
             across = name.startswith("x")
-            for key, value in (("automargin", True), ("gridcolor", LINES), ("zeroline", not across),
-                               ("zerolinecolor", LINES), ("linecolor", LINES)):  # no tick style: no tick marks
-                axis.setdefault(key, value)
+            for key, value in (("automargin", True), ("gridcolor", LINE_COLOUR), ("zeroline", not across),
+                               ("zerolinecolor", LINE_COLOUR), ("linecolor", LINE_COLOUR)):  # no tick style:
+                axis.setdefault(key, value)  # plotly would draw tick marks
             if across:
                 axis.setdefault("showgrid", False)
-            axis["tickfont"] = {"size": 12, "color": LABELS, **(axis.get("tickfont") or {})}
-            title = axis.get("title") if isinstance(axis.get("title"), dict) else {}
+            axis["tickfont"] = {"size": 12, "color": LABEL_COLOUR, **(axis.get("tickfont") or {})}
+            title = axis.get("title") or {}
+            title = title if isinstance(title, dict) else {"text": title}  # a plain title is its text
             axis["title"] = {"standoff": 20 if across else 24, **title,
-                             "font": {"size": 14, "color": LABELS, **(title.get("font") or {})}}
-    layout["font"] = {"color": LABELS, **(layout.get("font") or {})}
+                             "font": {"size": 14, "color": LABEL_COLOUR, **(title.get("font") or {})}}
+    layout["font"] = {"color": LABEL_COLOUR, **(layout.get("font") or {})}
     title = layout.get("title")
     if isinstance(title, dict) and title.get("text"):
         title["font"] = {**TITLE_FONT, **(title.get("font") or {})}
@@ -237,8 +238,9 @@ def own_look(spec: dict) -> dict:
     layout["margin"] = {"pad": 8, **(layout.get("margin") or {})}
     legend = layout.get("legend")
     layout["legend"] = {**(legend if isinstance(legend, dict) else {}),
-                        "font": {"size": 12, "color": TEXT, **((legend or {}).get("font") or {})}}
-    layout.setdefault("hoverlabel", {"bgcolor": "white", "bordercolor": LINES, "font": {"size": 12, "color": TEXT}})
+                        "font": {"size": 12, "color": TEXT_COLOUR, **((legend or {}).get("font") or {})}}
+    layout.setdefault("hoverlabel", {"bgcolor": "white", "bordercolor": LINE_COLOUR,
+                                     "font": {"size": 12, "color": TEXT_COLOUR}})
     layout.setdefault("paper_bgcolor", "white")
     layout.setdefault("plot_bgcolor", "white")
     return spec

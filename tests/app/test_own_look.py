@@ -28,11 +28,11 @@ def test_a_chart_s_look_is_its_own_and_what_its_builder_set_stays():
     spec = layout.own_look(fig.to_dict())
     lay = spec["layout"]
     assert "template" not in lay  # plotly's default look (the blue-grey plot) is gone with it
-    assert lay["font"] == {"color": layout.LABELS, "size": 13}
+    assert lay["font"] == {"color": layout.LABEL_COLOUR, "size": 13}
     assert lay["title"]["font"] == {**layout.TITLE_FONT, "size": 20}  # the builder's size, the page's weight
     assert lay["yaxis"]["gridcolor"] == "#eeeeee" and lay["yaxis"]["automargin"] is False  # the builder's own
     for name in ("xaxis", "xaxis2"):  # every axis, the ones the builder named and the default one
-        assert lay[name]["automargin"] is True and lay[name]["gridcolor"] == layout.LINES
+        assert lay[name]["automargin"] is True and lay[name]["gridcolor"] == layout.LINE_COLOUR
     assert lay["plot_bgcolor"] == "white" and lay["hoverlabel"]["bgcolor"] == "white"
     pie = layout.own_look(go.Figure(go.Pie(labels=["a"], values=[1])).to_dict())["layout"]
     assert not [k for k in pie if k.startswith(("xaxis", "yaxis"))]  # no axes where nothing is cartesian
@@ -90,7 +90,7 @@ def test_the_page_draws_every_chart_with_its_own_look_and_a_wide_one_at_its_widt
     for spec in specs:
         lay = spec["layout"]
         assert "template" not in lay or not lay["template"]
-        assert lay["font"]["color"] == layout.LABELS
+        assert lay["font"]["color"] == layout.LABEL_COLOUR
         assert all(a["automargin"] in (True, False) for k, a in lay.items() if k.startswith(("xaxis", "yaxis")))
     wide = [s for s in specs if "width" in s["layout"]]
     assert wide, "the long sentence's charts include one drawn at its own width"
