@@ -220,9 +220,10 @@ def own_look(spec: dict) -> dict:
     for name, axis in layout.items():
         if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
             across = name.startswith("x")
-            for key, value in (("automargin", True), ("gridcolor", LINE_COLOUR), ("zeroline", not across),
-                               ("zerolinecolor", LINE_COLOUR), ("linecolor", LINE_COLOUR)):  # no tick style:
-                axis.setdefault(key, value)  # plotly would draw tick marks
+            for key, value in (("automargin", True), ("ticks", ""), ("tickcolor", LINE_COLOUR),
+                               ("gridcolor", LINE_COLOUR), ("zeroline", not across), ("zerolinecolor", LINE_COLOUR),
+                               ("linecolor", LINE_COLOUR)):
+                axis.setdefault(key, value)
             if across:
                 axis.setdefault("showgrid", False)
             axis["tickfont"] = {"size": 12, "color": LABEL_COLOUR, **(axis.get("tickfont") or {})}
