@@ -349,7 +349,8 @@ def plotly(where: Any, fig: go.Figure | dict, config: dict, key: str, width: int
         for name, axis in spec["layout"].items():
             if name.startswith("yaxis") and isinstance(axis, dict):
                 axis["fixedrange"] = True
-    drawn = go.Figure(spec)  # checked once, by its builder (a private switch of plotly's own)
+    drawn = go.Figure(spec, _validate=False)  # checked once, by its builder (plotly's private switch: a test holds
+    # the figure equal to the checked one)
     drawn.layout.template = None  # not plotly's default one again (a new figure takes it)
     return where.plotly_chart(drawn, config=config, key=key, theme=None,
                               **({"width": width} if width is not None else {}), **events)
