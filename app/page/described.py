@@ -15,7 +15,7 @@ import streamlit as st
 from ..analysis import cached, probes
 from ..limits import ledger
 from ..parts import Chart, Choice, Note, Part, Source, Table
-from . import controls
+from . import controls, plots
 from .params import Param, int_in
 from .state import ViewContext
 
@@ -108,7 +108,7 @@ class _Drawing:
         self.charts += 1
         name = f"{self.page.view}_{self.charts}_{part.name}".replace("-", "_")
         fig = part.figure if isinstance(part.figure, go.Figure) else go.Figure(part.figure)  # a variant: its JSON
-        controls.chart(fig, part.name, name)
+        plots.chart(fig, part.name, name)
         if part.caption:
             st.caption(controls.md_escape(part.caption))
 

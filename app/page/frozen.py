@@ -65,7 +65,7 @@ def frozen_rows() -> None:
 
 
 def band(where: Any, key: str, frozen: row_labels.RowLabels) -> None:
-    """The frozen column of the chart whose CSS name is ``key`` (``controls.css_name``), in ``where`` (the box that
+    """The frozen column of the chart whose CSS name is ``key`` (``plots.css_name``), in ``where`` (the box that
     holds the chart): an empty band the page's script draws into (``FROZEN_ROWS_JS``)."""
     where.container(key=f"{ROW_LABELS_KEY}{key}").html(
         f'<div class="{BAND}" data-chart="{key}" data-subplot="{frozen.subplot}" data-title="{frozen.title}">'
@@ -73,7 +73,7 @@ def band(where: Any, key: str, frozen: row_labels.RowLabels) -> None:
 
 
 def frozen_css(key: str, need: int, frozen: row_labels.RowLabels) -> str:
-    """The CSS of a wide chart's frozen column (``app.page.controls.chart``): the chart and its band in one grid cell,
+    """The CSS of a wide chart's frozen column (``app.page.plots.chart``): the chart and its band in one grid cell,
     the band sticky at the box's left edge, above the chart and see-through to touches; only while the box is
     narrower than the chart (a container query), when the chart's own row labels, under the band, are hidden."""
     inner, band_, own = f".st-key-rows_{key}", f".st-key-{ROW_LABELS_KEY}{key}", f".st-key-wide_{key} .st-key-{key}"

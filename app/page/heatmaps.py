@@ -14,18 +14,9 @@ from ..analysis.inference import Analysis
 from ..drawing import figures, svg
 from ..drawing.analysis import AXIS_TITLES, first_numbers, one_head
 from . import state
-from .controls import (
-    REPEATS_NOTE,
-    colour_range,
-    css_name,
-    has_repeats,
-    keep_if,
-    md_escape,
-    plotly,
-    range_caption,
-    swipe_hint,
-)
+from .controls import REPEATS_NOTE, colour_range, has_repeats, keep_if, md_escape, range_caption
 from .params import FROM_LINK, Param
+from .plots import css_name, plotly, swipe_hint
 
 PICTURE = "attn_picture_"  # the key (CSS class st-key-attn_picture_...) of every container of a server-built picture
 

@@ -13,7 +13,7 @@ from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, first_numbers
 from ..limits import ledger, work
 from ..models.catalog import load_heads
-from ..page import controls
+from ..page import controls, plots
 from ..page.controls import head_label, head_ref, parse_head_ref
 from ..page.params import FROM_LINK, Param
 from ..page.state import ViewContext
@@ -134,6 +134,6 @@ def render(ctx: ViewContext) -> None:
         qf, kf = first_numbers(kind)
         fig = figures.attention_heatmap(weights, queries, keys, zmin=zmin, zmax=zmax, title=title,
                                         query_title=qt, key_title=kt, query_first=qf, key_first=kf)
-        controls.chart(fig, f"ablation-{name.replace('_', '-')}", f"ablation_{name}_chart", col)
+        plots.chart(fig, f"ablation-{name.replace('_', '-')}", f"ablation_{name}_chart", col)
     if n_off == n_heads:
         st.caption("Every head of this layer is off: nothing of this layer's attention reaches the network.")

@@ -7,7 +7,7 @@ import re
 import streamlit as st
 
 from ..drawing import figures, grid
-from ..page import controls, heatmaps, params
+from ..page import controls, heatmaps, params, plots
 from ..page.params import Param
 from ..page.state import ViewContext
 
@@ -79,7 +79,7 @@ def render(ctx: ViewContext) -> None:
         highlight = (highlight[0] - l0, highlight[1]) if l0 <= highlight[0] < l1 else None
     left, right = st.columns([1, 1])
     with left:
-        controls.plotly(st, grid.head_grid(attn[l0:l1, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
+        plots.plotly(st, grid.head_grid(attn[l0:l1, :, q0:q1, k0:k1], queries[q0:q1], keys[k0:k1], kind,
                                            highlight=highlight, zrange=zrange,
                                            value_name="norm" if norms else "weight", first_layer=l0),
                         figures.plotly_config(f"{kind}-all-heads"), "grid_chart",

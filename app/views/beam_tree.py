@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ..drawing import figures, layout
-from ..page import controls, heatmaps
+from ..page import heatmaps, plots
 from ..page.state import ViewContext
 
 # a long search: the output steps drawn (steps=1-25 at first: a label per node stays readable on a laptop)
@@ -99,7 +99,7 @@ def render(ctx: ViewContext) -> None:
     pieces = ctx.tr.tokenizer.pieces([n.token for n in tree.nodes])
     n_steps = max(n.step for n in tree.nodes)  # the start node is step 0, the first output step 1
     s0, s1 = heatmaps.span_slider(st, "Output steps", n_steps, STEPS)  # a long search: a window of its steps
-    controls.chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), "beam-tree", "beam_tree_chart")
+    plots.chart(tree_figure(tree, pieces, (s0 + 1 if s0 else 0, s1)), "beam-tree", "beam_tree_chart")
     same = "the translation's score above" if ctx.tr.scoring == "gnmt" else "under GNMT's length penalty"
     st.caption(f"{len(tree.nodes) - 1} hypotheses expanded; the returned one scores "
                f"{tree.nodes[tree.best].score:.3f} ({same}).")

@@ -18,7 +18,7 @@ from ..drawing import figures
 from ..drawing.analysis import AXIS_TITLES, KIND_NAMES, KINDS, first_numbers, head_diagnostics, head_title, one_head
 from ..limits import ledger
 from ..models import catalog
-from ..page import controls, heatmaps, params
+from ..page import controls, heatmaps, params, plots
 from ..page.state import ViewContext
 from ..parts import source_or_prefix as described  # Source or prefix's description: the flag's notice
 from . import source_or_prefix
@@ -145,7 +145,7 @@ def render(ctx: ViewContext) -> None:
         fig = figures.attention_heatmap(w, queries[q0:q1], keys[k0:k1], zmin=zmin, zmax=zmax, query_title=qt,
                                         key_title=kt, title=short.get(name, name), query_first=qf, key_first=kf,
                                         query_offset=q0, key_offset=k0)
-        controls.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
+        plots.chart(fig, f"compare-{side}", f"compare_{side}_chart", col)
     st.caption(f"{KIND_NAMES[kind]}: each model's own tokenisation on its axes. Head statistics per layer (means "
                "over the heads; entropy: how spread the weights are, lower = more focused):",
                help="Entropy in nats (natural logarithm): 0 when all the weight is on one piece, ln n when it is "

@@ -15,7 +15,7 @@ from ..drawing import figures, layout
 from ..drawing.analysis import KIND_NAMES, KINDS
 from ..models import card, catalog
 from ..models.catalog import load_heads
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.controls import KIND_LABELS
 from ..page.state import ViewContext
 
@@ -145,8 +145,8 @@ def render(ctx: ViewContext) -> None:
                f"with beam {text(data.get('beam', '?'))}. A head's importance: how much the model's loss on those "
                "sentences changes when the head is turned down a little (Michel et al., 2019), scaled so that each "
                "layer's heads compare among themselves.", help=text(data.get('importance_note', '')))
-    controls.chart(importance_figure(data["importance"]), "head-importance", "heads_importance")
-    controls.plotly(st, pruning_figure(data), figures.plotly_config("pruning-curve"), "heads_pruning")
+    plots.chart(importance_figure(data["importance"]), "head-importance", "heads_importance")
+    plots.plotly(st, pruning_figure(data), figures.plotly_config("pruning-curve"), "heads_pruning")
     st.caption(f"Baseline BLEU {data['baseline_bleu']:.2f} with every head on. Roles: " +
                "; ".join(f"{text(name)}: {text(rule)}" for name, rule in data.get("role_rules", {}).items()))
     frame = head_rows(data)

@@ -16,7 +16,7 @@ from transformer.interpret.flow import FlowGraph
 from ..drawing import figures, flowgraph, layout
 from ..drawing.analysis import KIND_NAMES, escape, first_numbers
 from ..limits import ledger, work
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.params import Param, float_in, int_in
 from ..page.state import ViewContext
 from ..parts import how_each_word_is_built as described  # this view's description (the offline page's too)
@@ -118,7 +118,7 @@ def render(ctx: ViewContext) -> None:
     n_layers = (tr.config.n_encoder_layers, tr.config.n_decoder_layers)
     fig = flowgraph.flow_figure(graph, source, outputs, n_layers, selected, (first, end),
                                 title=flowgraph.title(step - 1, outputs))
-    controls.chart(fig, f"flow-{step}", "flow_chart", on_select=open_clicked, selection_mode="points")
+    plots.chart(fig, f"flow-{step}", "flow_chart", on_select=open_clicked, selection_mode="points")
     if drawn.no_source is not None:
         st.caption(drawn.no_source)
     st.caption(f"{drawn.nodes} nodes, {drawn.edges} edges, {len(strongest_edge)} head edges at threshold "
@@ -199,7 +199,7 @@ def compare(ctx: ViewContext, data, mine: tuple[int, Drawn], threshold: float, s
     if rows != (0, max(len(source), len(outputs))):
         graph, _ = flowgraph.in_window(graph, *rows)
     fig = flowgraph.flow_figure(graph, source, outputs, n_layers, rows=rows, title=flowgraph.title(other - 1, outputs))
-    controls.chart(fig, f"flow-{other}", "flow_compare_chart")
+    plots.chart(fig, f"flow-{other}", "flow_compare_chart")
     if used != threshold:
         return  # the two routes were built at different thresholds: their heads are not comparable
     heads = lambda d: {h[:3] for h, _ in d.heads}  # noqa: E731 - (kind, layer, head) with an edge
@@ -234,8 +234,8 @@ def show_head(ctx: ViewContext, kind: str, layer: int, head: int, query: int) ->
                       yaxis=dict(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
                                  autorange="reversed", automargin=True, tickfont=dict(size=12)),
                       xaxis=dict(title=dict(text="weight", font=dict(size=12)), range=[0, 1]))
-    controls.plotly(c1, fig, figures.plotly_config("flow-head-row"), "flow_head_row")
-    controls.plotly(c2, flowgraph.head_bars(data["promoted"], data["suppressed"],
+    plots.plotly(c1, fig, figures.plotly_config("flow-head-row"), "flow_head_row")
+    plots.plotly(c2, flowgraph.head_bars(data["promoted"], data["suppressed"],
                                             title=f"{name}<br>what its output promotes and suppresses"),
                     figures.plotly_config("flow-head-pieces"), "flow_head_pieces")
     st.caption("Promotes and suppresses: the head's output at this position alone, through the final layer norm and "

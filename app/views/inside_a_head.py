@@ -11,7 +11,7 @@ import streamlit as st
 
 from ..drawing import figures, layout
 from ..drawing.analysis import KIND_NAMES, first_numbers
-from ..page import controls
+from ..page import controls, plots
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
 
@@ -70,7 +70,7 @@ def render(ctx: ViewContext) -> None:
     fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=layout.FONT,
                       yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),
                       title=dict(text="Softmax weights", x=0.0))
-    controls.chart(fig, "inside-head", "inside_head_chart", c2)
+    plots.chart(fig, "inside-head", "inside_head_chart", c2)
     st.caption(f"Blocked keys get −∞ before the softmax, so exactly 0 weight. The weighted sum o has length "
                f"{np.linalg.norm(hc['output']):.3f}; through this head's slice of W_O it adds a vector of length "
                f"{np.linalg.norm(hc['projected']):.3f} to the sub-layer's output (before the other heads, the bias "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ..drawing import figures
-from ..page import controls
+from ..page import controls, plots
 from ..page.params import Param, float_in, int_in, int_list, join
 from ..page.state import ViewContext
 from ..parts import lines as described  # this view's description (the offline page's too)
@@ -51,4 +51,4 @@ def render(ctx: ViewContext) -> None:
     if shown.size and (shown if row is None else shown[:, row]).max() < threshold:
         st.info(f"No weight in this selection reaches {threshold:.3f}; lower 'Hide weights below' to see lines "
                 "(a head that spreads its attention evenly draws only faint ones).", icon=":material/tune:")
-    controls.plotly(st, fig, figures.plotly_config(f"{kind}-L{layer}-lines"), "lines_chart")
+    plots.plotly(st, fig, figures.plotly_config(f"{kind}-L{layer}-lines"), "lines_chart")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from .. import parts
 from ..drawing import layout
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
 from ..parts import masks as described  # this view's description (the offline page's too)
@@ -43,6 +43,6 @@ def render(ctx: ViewContext) -> None:
     if isinstance(chart, parts.Note):
         where.caption(chart.text)
     else:
-        controls.chart(chart.figure, chart.name, f"{chart.name}_chart".replace("-", "_"), where)
+        plots.chart(chart.figure, chart.name, f"{chart.name}_chart".replace("-", "_"), where)
         beside.caption(chart.caption, help="In the code (transformer/network/masks.py): " + described.CODE[shown])
     st.success(described.check(tr, result), icon=":material/check_circle:")

@@ -10,7 +10,7 @@ import streamlit as st
 from ..analysis import probes
 from ..drawing import figures
 from ..drawing import positional as pe
-from ..page import controls
+from ..page import controls, plots
 from ..page.params import Param, int_in, int_list, join
 from ..page.state import ViewContext
 from ..parts import positional_encoding as described  # this view's description (the offline page's too)
@@ -63,7 +63,7 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns(2)
     with a:
         shown, (p_step, d_step) = thinned(table, "The table")
-        controls.plotly(st, pe.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
+        plots.plotly(st, pe.pe_heatmap(shown, position_step=p_step, dim_step=d_step),
                         figures.plotly_config("positional-encoding"), "pe_heat")
     with b:
         if ss.get("_pe_dims_for") not in (None, (d_model, length)):  # new table: its own waves
@@ -75,25 +75,25 @@ def render(ctx: ViewContext) -> None:
         if len(dims) > MOST_WAVES:
             st.caption(f"The first {MOST_WAVES} of the {len(dims)} dimensions chosen are drawn.")
             dims = dims[:MOST_WAVES]
-        controls.plotly(st, pe.pe_waves(table, dims), figures.plotly_config("pe-waves"), "pe_waves")
+        plots.plotly(st, pe.pe_waves(table, dims), figures.plotly_config("pe-waves"), "pe_waves")
     a, b = st.columns(2)
     with a:
         step = math.ceil(len(table) / math.isqrt(SIMILARITY_CELLS))  # positions against positions: one step
         if step > 1:
             st.caption(f"Every {_nth(step)} of the {len(table)} positions drawn (at most about "
                        f"{SIMILARITY_CELLS:,} cells).")
-        controls.plotly(st, pe.pe_similarity(table[::step], step=step), figures.plotly_config("pe-similarity"),
+        plots.plotly(st, pe.pe_similarity(table[::step], step=step), figures.plotly_config("pe-similarity"),
                         "pe_sim")
         st.caption(described.SIMILARITY)
     with b:
         own = probes.model_pe(tr)
         _, steps = thinned(own, "The model's table")
         chart = described.model_table(tr, steps=steps)
-        controls.plotly(st, chart.figure, figures.plotly_config(chart.name), "pe_model")
+        plots.plotly(st, chart.figure, figures.plotly_config(chart.name), "pe_model")
         st.caption(chart.caption, help=described.MODEL_TABLE_HELP)
     if result is not None:
         chart = described.sizes(tr, result, ctx.model.vocab_norms())
-        controls.chart(chart.figure, chart.name, "pe_norms")
+        plots.chart(chart.figure, chart.name, "pe_norms")
         st.caption(chart.caption)
     else:
         st.info("Translate a sentence to compare its token embeddings with the positional codes.")

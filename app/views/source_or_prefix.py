@@ -11,7 +11,7 @@ import streamlit as st
 from ..analysis import cached
 from ..analysis.inference import Analysis
 from ..limits import work
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
 from ..parts import Note
@@ -69,16 +69,16 @@ def render(ctx: ViewContext) -> None:
     d1 = min(q1, len(prefix), d0 + max(1, heatmaps.MOST_CELLS // max(1, q1 - q0)))
     window = (q0, q1, k0, k1, d0, d1)
     shares, matrix = described.charts(result, data, threshold, window)
-    controls.chart(shares.figure, shares.name, "source_prefix_share")
+    plots.chart(shares.figure, shares.name, "source_prefix_share")
     layers = [ALL, *range(1, ctx.tr.config.n_decoder_layers + 1)]
     layer = controls.choose(st.selectbox, "Cross-attention to compare with", layers, "source_prefix_layer",
                             layers[-1], format_func=lambda v: "mean over every layer and head" if v == ALL
                             else f"layer {v}, mean over heads")
     long = len(result.source_tokens) + len(prefix) >= 30
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    controls.chart(matrix.figure, matrix.name, "source_prefix_matrix", c1)
+    plots.chart(matrix.figure, matrix.name, "source_prefix_matrix", c1)
     cross = described.cross_chart(result, data, layer, section, window)
-    controls.chart(cross.figure, cross.name, "source_prefix_cross", c2)
+    plots.chart(cross.figure, cross.name, "source_prefix_cross", c2)
     if (q0, q1, k0, k1) != (0, len(outputs), 0, len(result.source_tokens)):
         st.caption(f"A window of the sentence: output pieces {q0 + 1}–{q1}, source pieces {k0 + 1}–{k1} and the "
                    f"target prefix of the same steps ({d0}–{d1 - 1}); the share and the agreement count every piece.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..page import controls
+from ..page import controls, plots
 from ..page.params import Param, int_in
 from ..page.state import ViewContext
 from ..parts import step_through as described  # this view's description (the offline page's too)
@@ -38,9 +38,9 @@ def render(ctx: ViewContext) -> None:
     a, b = st.columns([2, 3]) if len(result.source_tokens) <= 40 else (st.container(), st.container())
     with a:
         chart = described.candidates(result, t, k)
-        controls.chart(chart.figure, chart.name, "topk_chart")
+        plots.chart(chart.figure, chart.name, "topk_chart")
         st.caption(chart.caption)
     with b:
         cross = result.cross[layer - 1][:, t, :]  # (H, S)
         chart = described.looked(result, t, layer, zrange=controls.colour_range(cross, cross.mean(axis=0)))
-        controls.chart(chart.figure, chart.name, "step_cross_chart")
+        plots.chart(chart.figure, chart.name, "step_cross_chart")

@@ -10,7 +10,7 @@ from ..drawing import figures
 from ..drawing.analysis import first_numbers, one_head
 from ..limits import work
 from ..models import card
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.state import ViewContext
 
 PARAMS = (controls.ATT_PARAM, controls.LAYER_PARAM, controls.HEAD_PARAM, controls.SCALE_PARAM,
@@ -30,7 +30,7 @@ def render(ctx: ViewContext) -> None:
         fig = figures.history_figure(history) if isinstance(history, list) and history else None
         if fig is not None:
             st.caption("Validation scores during training, from the model card.")
-            controls.chart(fig, "training-history", "evolution_history")
+            plots.chart(fig, "training-history", "evolution_history")
         return
     kind = controls.kind_control()
     layer, head = controls.layer_head_controls(tr, kind)
@@ -55,7 +55,7 @@ def render(ctx: ViewContext) -> None:
     panels = [(name, w[q0:q1, k0:k1]) for name, w in panels]
     queries, keys = queries[q0:q1], keys[k0:k1]
     qf, kf = first_numbers(kind)
-    controls.chart(figures.evolution_figure(panels, queries, keys, final.title,
+    plots.chart(figures.evolution_figure(panels, queries, keys, final.title,
                                             zrange=controls.colour_range(*[w for _, w in panels]),
                                             query_first=q0 + qf, key_first=k0 + kf),
                    f"evolution-{kind}-L{layer}", "evolution_chart")
@@ -64,4 +64,4 @@ def render(ctx: ViewContext) -> None:
         fig = figures.history_figure(history, marks=[probes.snapshot_step(p) for p in snaps])
         if fig is not None:
             st.caption("Validation scores during training; dotted lines mark the snapshots.")
-            controls.chart(fig, "training-history", "evolution_history")
+            plots.chart(fig, "training-history", "evolution_history")

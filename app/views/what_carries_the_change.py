@@ -12,7 +12,7 @@ import streamlit as st
 
 from ..analysis import patching
 from ..drawing import patching as drawing
-from ..page import controls, heatmaps, params
+from ..page import controls, heatmaps, params, plots
 from ..page.params import Param, int_in, one_of
 from ..page.state import ViewContext
 from ..parts import Table
@@ -168,7 +168,7 @@ def render(ctx: ViewContext) -> None:
     heads = [c for c in charts if c.name.startswith("patching-cross-head") or c.name.startswith("patching-dec-head")]
     for chart in charts:
         if chart not in heads:
-            controls.chart(chart.figure, chart.name, chart.name.replace("-", "_"))
+            plots.chart(chart.figure, chart.name, chart.name.replace("-", "_"))
             if chart.caption:
                 st.caption(chart.caption)
     refs = [controls.head_ref((kind, layer, h)) for kind in HEAD_KINDS.values()
@@ -179,7 +179,7 @@ def render(ctx: ViewContext) -> None:
     columns = st.columns(len(heads)) if len(heads) > 1 else [st.container()]
     for chart, where in zip(heads, columns):
         key = chart.name.replace("-", "_")
-        controls.chart(chart.figure, chart.name, key, where, on_select="rerun", selection_mode="points")
+        plots.chart(chart.figure, chart.name, key, where, on_select="rerun", selection_mode="points")
         follow_click(HEAD_KINDS["cross_head" if "cross" in chart.name else "dec_head"], key)
     st.session_state.setdefault(PATCH_HEAD, None)
     ref = st.selectbox("Open a head's attention", refs, key=PATCH_HEAD, persist_state="session",

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from ..drawing import layout
-from ..page import controls, heatmaps
+from ..page import controls, heatmaps, plots
 from ..page.params import Param, one_of
 from ..page.state import ViewContext
 from ..parts import what_drives_each_word as described  # this view's description (the offline page's too)
@@ -43,12 +43,12 @@ def render(ctx: ViewContext) -> None:
     # side by side while both fit half a laptop's page; else each map gets the whole width, so its pieces can be read
     long = max(layout.min_width(source.figure), layout.min_width(target.figure)) > SIDE_BY_SIDE_PX
     c1, c2 = (st.container(), st.container()) if long else st.columns([3, 2])
-    controls.chart(source.figure, source.name, "drivers_src", c1)
-    controls.chart(target.figure, target.name, "drivers_tgt", c2)
+    plots.chart(source.figure, source.name, "drivers_src", c1)
+    plots.chart(target.figure, target.name, "drivers_tgt", c2)
     if (q0, q1) != (0, end - first):
         st.caption(f"The decoder-input map shows the inputs of the output steps shown ({d0}–{d1 - 1}); an output "
                    "step may also draw on earlier inputs, outside the window (its share below counts them all).")
-    controls.chart(share.figure, share.name, "drivers_share")
+    plots.chart(share.figure, share.name, "drivers_share")
     table = described.agreement(data)
     frame = pd.DataFrame([[int(r[0]), int(r[1]), float(r[2])] for r in table.rows], columns=table.columns)
     st.caption(table.caption, help=described.AGREEMENT_HELP)

@@ -16,7 +16,7 @@ from ..analysis import tables
 from ..drawing import figures, table_figures
 from ..limits import ledger, work
 from ..models.catalog import load_heads
-from ..page import controls
+from ..page import controls, plots
 from ..page.state import ViewContext
 from . import whole_test_set_lines as lines
 
@@ -102,14 +102,14 @@ def charts(ctx: ViewContext, frame: pd.DataFrame, rule: dict, choice: str, manif
         values = pd.to_numeric(frame[signal], errors="coerce").to_numpy(dtype=float)
         at, name = line(signal)
         mark = None if row is None else (opened, pd.to_numeric(pd.Series([row[signal]]), errors="coerce").iloc[0])
-        controls.plotly(st, table_figures.signal_histogram(values, LABELS.get(signal, signal),
+        plots.plotly(st, table_figures.signal_histogram(values, LABELS.get(signal, signal),
                                                            frame["flag"].to_numpy(), at, threshold_name=name,
                                                            opened=mark),
                         NO_TOOLBAR | figures.plotly_config(f"test-set-{signal}"), "testset_histogram")
     with right:
         if {"chrf", "source_share"} <= set(present):
             at, name = line("source_share")
-            event = controls.plotly(st, table_figures.share_chrf_scatter(
+            event = plots.plotly(st, table_figures.share_chrf_scatter(
                 pd.to_numeric(frame["source_share"], errors="coerce").to_numpy(dtype=float),
                 pd.to_numeric(frame["chrf"], errors="coerce").to_numpy(dtype=float), frame["id"].to_numpy(),
                 frame["flag"].to_numpy(), at, threshold_name=name, opened=opened),

@@ -1,5 +1,5 @@
 """Every chart's look is its own (``app.drawing.layout.own_look``): no template, the same on the page, the offline
-page and in a notebook; the page draws it with Streamlit's theme off (``app.page.controls.plotly``), a wide chart at
+page and in a notebook; the page draws it with Streamlit's theme off (``app.page.plots.plotly``), a wide chart at
 its own width."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _charts(parts) -> list[Chart]:
 
 
 def test_every_offline_view_s_charts_keep_a_valid_figure_with_their_own_look(tr):
-    """The page draws a chart without validating it again (``controls.plotly``): what the look adds must be valid
+    """The page draws a chart without validating it again (``plots.plotly``): what the look adds must be valid
     plotly, and the figure drawn must be the one plotly would validate, for every chart of every described view."""
     from app import report
 

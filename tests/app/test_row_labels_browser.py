@@ -150,7 +150,7 @@ def test_no_frozen_column_where_nothing_scrolls(shipped_server, browser, screen)
 
 
 # Every full drawing of a chart after its first (plotly's ``_doPlot`` announces each with ``plotly_beforeplot``): the
-# chart's key and whether it is drawn at its own width (its layout has a data revision, ``controls.plotly``). The
+# chart's key and whether it is drawn at its own width (its layout has a data revision, ``plots.plotly``). The
 # listener is added once plotly has set the chart up, so the first drawing is not counted.
 REPLOTS_JS = r"""
 window.__replots = [];
@@ -169,7 +169,7 @@ LONG = ("A man in a blue shirt and a woman in a red dress walk with their two sm
 
 def test_a_chart_drawn_at_its_own_width_is_drawn_once(shipped_server, browser):
     """Streamlit's chart element hands plotly the figure again after mounting (a copy, and the column's width once
-    measured): a chart at its own width (``controls.plotly``) is not drawn again, while a chart that fills its
+    measured): a chart at its own width (``plots.plotly``) is not drawn again, while a chart that fills its
     column still is (the check sees that one, so it does see a second drawing)."""
     context = new_context(browser, "desktop")
     context.add_init_script(REPLOTS_JS)

@@ -35,7 +35,7 @@ def _frontend_rule() -> re.Pattern | None:
 
 @pytest.mark.parametrize("key", ["ablation_heads off_chart", "a.b/c", "plain_key-1", " spaced "])
 def test_a_key_is_named_in_css_as_streamlit_names_its_element(key):
-    from app.page.controls import css_name
+    from app.page.plots import css_name
 
     rule = _frontend_rule()
     if rule is None:
@@ -47,7 +47,7 @@ def test_a_key_is_named_in_css_as_streamlit_names_its_element(key):
 def test_the_ablation_charts_css_names_classes_that_exist(app_env):
     """Issue 57 §1: every ``.st-key-...`` the page's CSS names is a class some element of the page has (a key with a
     space once named none: the frozen column fell under its chart, the swipe hint showed on a desktop)."""
-    from app.page.controls import css_name
+    from app.page.plots import css_name
 
     at = new_app({"text": TEXT, "view": "ablation", "off": "cross.1.1,cross.2.2"})
     assert_clean(at)
