@@ -11,11 +11,11 @@ import plotly.io as pio
 import pytest
 
 from app.drawing import layout
-from app.parts import Chart, Choice
 
 pytest.importorskip("streamlit")
 
 from conftest import assert_clean, new_app, set_view, translate  # noqa: E402
+from test_report import charts_of  # noqa: E402
 
 LONG = ("A man in a blue shirt and a woman in a red dress walk with their two small dogs along the busy street "
         "next to the old market while children play football in the park near the river on a sunny day")
@@ -38,17 +38,6 @@ def test_a_chart_s_look_is_its_own_and_what_its_builder_set_stays():
     assert not [k for k in pie if k.startswith(("xaxis", "yaxis"))]  # no axes where nothing is cartesian
 
 
-def _charts(parts) -> list[Chart]:
-    found = []
-    for part in parts:
-        if isinstance(part, Chart):
-            found.append(part)
-        elif isinstance(part, Choice):
-            for _, inner in part.options:
-                found += _charts(inner)
-    return found
-
-
 def test_every_offline_view_s_charts_keep_a_valid_figure_with_their_own_look(tr):
     """The page draws a chart without validating it again (``plots.plotly``): what the look adds must be valid
     plotly, and the figure drawn must be the one plotly would validate, for every chart of every described view."""
@@ -57,7 +46,7 @@ def test_every_offline_view_s_charts_keep_a_valid_figure_with_their_own_look(tr)
     text = "Two dogs play in the park."
     analysis = report.analysis_for(tr.translate(text, beam_size=2, return_attention=True), tr, text=text)
     drawn, _ = report.views_parts(analysis, tr, report.OFFLINE_VIEWS, method="input_x_gradient")
-    charts = [c for _, parts in drawn for c in _charts(parts)]
+    charts = [c for _, parts in drawn for c in charts_of(parts)]
     assert len(charts) > 20
     for chart in charts:
         fig = chart.figure if isinstance(chart.figure, go.Figure) else go.Figure(chart.figure)
