@@ -67,7 +67,7 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
     longest = max((layout.text_px(figures.escape(pieces[n.id]), 10) for n in shown), default=0.0)
     width = (last - first + 1) * (longest / 2 + 2 * layout.LABEL_GAP) + 120  # every other step's labels side by side
     fig.update_layout(meta={"min_width": int(width)},  # app.drawing.layout.min_width: its labels readable
-                      height=520, margin=dict(l=10, r=10, t=40, b=10), font=layout.FONT, plot_bgcolor="white",
+                      height=520, margin=dict(l=10, r=10, t=64, b=10), font=layout.FONT, plot_bgcolor="white",
                       # ranges of its own (each step's labels within half a step; a label over the first rank or under
                       # the last within 0.6 of a rank), so that a phone's frozen rank labels fall on the same ranks
                       # (app.drawing.row_labels)
@@ -75,7 +75,9 @@ def tree_figure(tree, pieces, steps: tuple[int, int] | None = None) -> go.Figure
                       title=dict(text="Beam search tree", x=0),
                       yaxis=dict(title=dict(text="rank within the step (by log-probability)"),
                                  range=[deepest + 0.6, -0.6]),
-                      legend=dict(orientation="h", y=1.08, x=0.3))
+                      # the legend on a line of its own under the title, from the plot's left edge: a wide chart
+                      # scrolls on a phone, and a legend further right started beyond its screen
+                      legend=dict(orientation="h", x=0.0, xanchor="left", y=1.0, yanchor="bottom"))
     return layout.fit_margins(fig)
 
 

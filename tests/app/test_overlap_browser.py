@@ -66,13 +66,26 @@ BOXES_JS = """() => {
 # exactly while it scrolls), its frozen row labels (where it has them) at its rows; the buttons of a row that wraps
 # are each whole (four borders, four round corners) and none lies under another.
 PAGE_JS = """() => {
-  const main = document.querySelector('[data-testid=stMain]'), out = {hint: [], buttons: [], frozen: []};
+  const main = document.querySelector('[data-testid=stMain]'), out = {hint: [], buttons: [], frozen: [], legend: []};
   for (const box of main.querySelectorAll('[class*=st-key-wide_], [class*=st-key-attn_picture_]')) {
     const hint = box.querySelector('[class*=st-key-swipe_]');
     if (!hint) continue;
     const scrolls = box.scrollWidth > box.clientWidth + 1, shown = hint.getBoundingClientRect().height > 0;
     const name = box.className.match(/st-key-[\\w-]+/)[0];
     if (scrolls !== shown) out.hint.push(`${name}: scrolls ${scrolls}, hint ${shown}`);
+  }
+  // a chart that scrolls shows its legend's first entry whole before any swipe (a legend placed further right began
+  // past a phone's screen: only a red dash of it showed)
+  for (const box of main.querySelectorAll('[class*=st-key-wide_]')) {
+    if (box.scrollWidth <= box.clientWidth + 1) continue;
+    const r = box.getBoundingClientRect(), name = box.className.match(/st-key-[\\w-]+/)[0];
+    for (const chart of box.querySelectorAll('.js-plotly-plot')) {
+      const first = chart.querySelector('.legend .traces');
+      if (!first) continue;
+      const b = first.getBoundingClientRect();  // where it is in the scrolled content, against the box's width
+      if (b.width && b.right - r.left + box.scrollLeft > box.clientWidth + 1)
+        out.legend.push(`${name}: from ${Math.round(b.left - r.left + box.scrollLeft)} px of ${box.clientWidth}`);
+    }
   }
   // a frozen column of row labels that shows (app.drawing.row_labels): each of its labels names the chart's row at
   // the same height; a picture's band is as tall as the picture and starts at its top
