@@ -67,7 +67,9 @@ def render(ctx: ViewContext) -> None:
                                                                                   format="%.3f")})
     fig = go.Figure(go.Bar(x=hc["weights"], y=[f"{j}: {figures.escape(t)}" for j, t in enumerate(keys, key_first)],
                            orientation="h", marker_color="#3182bd", hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_layout(height=min(600, 80 + 22 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=layout.FONT,
+    # a row of at least 18 px a key, so that every key is labelled (plotly leaves out labels that would touch) up to
+    # 62 keys; a longer sentence's chart stops at 1,200 px and labels every other key or so
+    fig.update_layout(height=min(1200, 80 + 18 * len(keys)), margin=dict(l=10, r=10, t=30, b=10), font=layout.FONT,
                       yaxis=dict(autorange="reversed"), xaxis=dict(title=dict(text="weight"), range=[0, 1]),
                       title=dict(text="Softmax weights", x=0.0))
     plots.chart(fig, "inside-head", "inside_head_chart", c2)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
@@ -64,5 +65,36 @@ def test_short_sentence_axis_titles_stay_clear_of_the_chart_titles(server):
             title = chart.locator(".g-gtitle").bounding_box()
             axis = chart.locator(".g-ytitle").bounding_box()
             assert not _overlap(title, axis), (title, axis)
+        finally:
+            browser.close()
+
+
+# a 40-word val-like caption: 47 source pieces on the shipped model, more keys than 600 px held labelled
+LONG = ("A group of men are loading cotton onto a truck and a man sleeping in a green room on a couch and a boy "
+        "wearing headphones sits on a woman's shoulders and two men setting up a blue ice fishing.")
+
+
+def test_inside_a_head_labels_every_key_of_a_long_sentence_on_a_phone(shipped_server):
+    """The softmax weights' chart names each key's bar: none of its row labels left out (plotly leaves out those
+    that would touch, as it did for every other key of this sentence in a chart capped at 600 px)."""
+    from urllib.parse import quote
+
+    from bench.browser import SETTLED_JS
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                       has_touch=True).new_page()
+            page.goto(f"{shipped_server}/?text={quote(LONG)}&view=inside_a_head", wait_until="domcontentloaded")
+            chart = page.locator(".js-plotly-plot", has_text="Softmax weights").first
+            chart.locator(".ytick").first.wait_for(timeout=90_000)
+            page.wait_for_function(f"() => {IDLE_JS} && {SETTLED_JS}", polling=100, timeout=90_000)
+            keys = [html.unescape(k) for k in chart.evaluate("d => d.data[0].y")]  # as drawn: "</s>"
+            labels = chart.evaluate("d => [...d.querySelectorAll('.yaxislayer-above .ytick text')]"
+                                    ".map(t => t.textContent)")
+            assert len(keys) > 30, len(keys)  # long enough that the old height left labels out
+            assert sorted(labels) == sorted(keys), (len(labels), len(keys), labels[:6])  # each key once
         finally:
             browser.close()
