@@ -133,12 +133,17 @@ def run(tr: Translator, a: Analysis, edited: str, step: int | None = None, foil:
         direction: str = "denoise", translated: tuple[list[str], str] | None = None) -> Patched:
     """``transformer.interpret.patching.patch`` of the analysed sentence (teacher-forced on its translation) and
     ``edited``, every site, with the edited sentence's pieces and translation under the page's settings
-    (``translated``, when known already; ``step`` and ``foil`` None: the contract's defaults)."""
+    (``translated``, when known already; ``step`` and ``foil`` None: the contract's defaults, the step read from
+    the edited translation the page shows, which is translated once)."""
     from transformer.interpret.patching import patch, preview
 
     s, text = a.settings, text_of(tr, a)
+    other_ids = None
+    if translated is None:
+        other = tr.translate(edited, model_settings(tr, s), return_attention=False)
+        translated, other_ids = (list(other.source_tokens), other.text), list(other.target_ids)
     chosen = dict(target_ids=list(a.target_ids), step=step, foil=foil, direction=direction, src_lang=s.src_lang,
-                  tgt_lang=s.tgt_lang)
+                  tgt_lang=s.tgt_lang, edited_target_ids=other_ids)
     exact, agreement = [], None
     if work.patching_preview(tr):
         shown = preview(tr, text, edited, top=work.PREVIEW_TOP, **chosen)
@@ -147,9 +152,6 @@ def run(tr: Translator, a: Analysis, edited: str, step: int | None = None, foil:
                  zip(shown.sites, shown.first_order, shown.exact)]
     else:
         result = patch(tr, text, edited, **chosen)
-    if translated is None:
-        other = tr.translate(edited, model_settings(tr, s), return_attention=False)
-        translated = (list(other.source_tokens), other.text)
     return Patched(result, text, edited, *translated, exact, agreement)
 
 

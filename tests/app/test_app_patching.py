@@ -179,6 +179,35 @@ def test_the_npz_holds_every_site(tr):
     assert int(data["step"]) == p.result.step and str(data["edited"]) == p.edited
 
 
+
+def test_the_page_translates_the_edited_sentence_once_and_reads_its_step_there(tr, monkeypatch):
+    """``patching.run`` translates the edited sentence once, under the page's settings, and the library reads the
+    default step from that translation (the one the page shows) instead of translating it again: with the model's
+    own settings the result is the library's own (which translates it itself)."""
+    from app import report
+    from app.analysis import patching
+    from transformer.interpret.patching import patch
+
+    number, word, substitute = edit_for(tr)
+    edited = TEXT.replace(word, substitute, 1)
+    a = report.analysis_for(tr.translate(TEXT, return_attention=True), tr, TEXT)
+    calls = []
+    search = tr._decode
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "_decode", counted)
+    p = patching.run(tr, a, edited)
+    assert len(calls) == 1  # the edited sentence, once
+    monkeypatch.setattr(tr, "_decode", search)
+    own = patch(tr, patching.text_of(tr, a), edited, target_ids=list(a.target_ids))
+    assert (p.result.step, p.result.target, p.result.foil) == (own.step, own.target, own.foil)
+    for site, values in own.effect.items():
+        np.testing.assert_allclose(p.result.effect[site], values, atol=1e-6)
+    assert p.edited_translation == tr.translate(edited, return_attention=False).text
+
 # ------------------------------------------------------------------------------------------------ figures
 
 

@@ -235,6 +235,27 @@ def test_the_default_step_target_and_foil(tr):
         assert r.step == int((logp[0].exp() * (logp[0] - logp[1])).sum(-1).argmax())
 
 
+
+def test_a_given_edited_translation_sets_the_step_and_nothing_is_translated(tr, monkeypatch):
+    """``edited_target_ids``: the edited text's translation as the caller has it (the page's, under its own
+    settings): the default step is the first where it differs from ``target_ids``, and neither text is translated
+    again; the translator's own translation given gives what it gives when left out."""
+    clean, edited = (t.target_ids for t in tr.translate_batch([CLEAN, EDITED]))
+    plain = patch(tr, CLEAN, EDITED, sites="cross_kv")
+    given = patch(tr, CLEAN, EDITED, sites="cross_kv", target_ids=clean, edited_target_ids=edited)
+    assert (given.step, given.target, given.foil) == (plain.step, plain.target, plain.foil)
+    np.testing.assert_array_equal(given.effect["cross_kv"], plain.effect["cross_kv"])
+
+    def no_translation(*args, **kwargs):
+        raise AssertionError("translated again")
+
+    monkeypatch.setattr(tr, "translate_batch", no_translation)
+    for at in range(1, len(clean)):  # an edited translation that first differs from the clean one at step `at`
+        other = [*clean[:at], (clean[at] + 1) % tr.config.tgt_vocab_size, *clean[at + 1:]]
+        assert prepare(tr, CLEAN, EDITED, target_ids=clean, edited_target_ids=other).step == at
+    with pytest.raises(ValueError, match="edited_target_ids"):
+        prepare(tr, CLEAN, EDITED, target_ids=clean, edited_target_ids=[tr.config.tgt_vocab_size])
+
 def test_too_small_to_normalise_says_so_and_computes_nothing(tiny_tokenizer):
     """A model whose output ignores the source (cross-attention writes nothing): m is the same in both runs."""
     from conftest import tiny_model

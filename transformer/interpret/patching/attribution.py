@@ -45,7 +45,8 @@ def preview(translator: Translator, source: str, edited: str, *, top: int = 16, 
     """For a model too large to patch every site exactly on a CPU (over a billion parameters): every site's
     first-order effect (:func:`first_order`), then the ``top`` sites by its absolute value patched exactly, and how
     well the two agree. ``chosen``: :func:`patch`'s ``target_ids``, ``step``, ``target``, ``foil``, ``src_lang``,
-    ``tgt_lang``. Nothing is estimated when the change is too small to normalise (``estimate.note``)."""
+    ``tgt_lang``, ``edited_target_ids``. Nothing is estimated when the change is too small to normalise
+    (``estimate.note``)."""
     pair, result, kinds = begin(translator, source, edited, direction, sites, **chosen)
     if result.note:
         return Preview(result, [], np.zeros(0), np.zeros(0), float("nan"))

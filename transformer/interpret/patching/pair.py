@@ -101,7 +101,8 @@ def _pieces_message(tr: Translator, source_ids: list[int], edited_ids: list[int]
 @torch.no_grad()
 def prepare(translator: Translator, source: str, edited: str, *, target_ids: Sequence[int] | None = None,
             step: int | None = None, target: int | None = None, foil: int | None = None,
-            src_lang: str | None = None, tgt_lang: str | None = None) -> Pair:
+            src_lang: str | None = None, tgt_lang: str | None = None,
+            edited_target_ids: Sequence[int] | None = None) -> Pair:
     """The :class:`Pair` :func:`patch` patches (its arguments, defaults and errors are :func:`patch`'s)."""
     model = translator.model
     require_eval(model, "patch")
@@ -112,10 +113,14 @@ def prepare(translator: Translator, source: str, edited: str, *, target_ids: Seq
         raise ValueError("the two texts must have the same number of pieces and differ somewhere: "
                          + _pieces_message(translator, clean_ids, edited_ids))
     forced = len(translator.tokenizer.target_prefix(tgt_lang))  # a language code: never a step
-    needed = [text for text, missing in ((source, target_ids is None), (edited, step is None)) if missing]
-    translations = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)]
+    needed = [text for text, missing in ((source, target_ids is None),
+                                         (edited, step is None and edited_target_ids is None)) if missing]
+    translations = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)
+                    ] if needed else []
     target_ids = list(translations[0] if target_ids is None else target_ids)
-    for name, values in (("target_ids", target_ids), ("target", [target]), ("foil", [foil])):
+    other = list(translations[-1] if edited_target_ids is None and step is None else edited_target_ids or [])
+    for name, values in (("target_ids", target_ids), ("edited_target_ids", other), ("target", [target]),
+                         ("foil", [foil])):
         if not all(v is None and name != "target_ids" or _is_id(v) and 0 <= v < cfg.tgt_vocab_size for v in values):
             raise ValueError(f"{name} must be piece ids in [0, {cfg.tgt_vocab_size}), not {values}")
     target_ids = [int(t) for t in target_ids]
@@ -124,8 +129,7 @@ def prepare(translator: Translator, source: str, edited: str, *, target_ids: Seq
     if len(target_ids) + 1 > cfg.max_len:
         raise ValueError(f"target_ids of {len(target_ids)} pieces is longer than the model takes ({cfg.max_len - 1})")
     src = torch.tensor([clean_ids, edited_ids], device=translator.device)  # (2, S)
-    if step is None:
-        other = translations[-1]
+    if step is None:  # the first step where the edited text's translation differs
         step = next((t for t in range(forced, len(target_ids)) if t >= len(other) or other[t] != target_ids[t]), None)
         if step is None:  # the same translation: where the next-piece distributions differ most
             tgt = torch.tensor([[cfg.bos_id, *target_ids[:-1]]] * 2, device=src.device)  # (2, T)
