@@ -61,7 +61,9 @@ def signal_histogram(values: Sequence[float] | np.ndarray, name: str,
                       title=dict(text=title, x=0.0, font=dict(size=13)),
                       xaxis=dict(title=dict(text=html.escape(name)), automargin=True),  # "on </s>" as typed
                       yaxis=dict(title=dict(text="lines"), automargin=True, tickformat=",d", rangemode="tozero"),
-                      legend=dict(orientation="h", y=1.02, x=1.0, xanchor="right", yanchor="bottom"),
+                      # "not flagged", "flagged" in the order of the scatter beside it (plotly reverses a stack's)
+                      legend=dict(orientation="h", y=1.02, x=1.0, xanchor="right", yanchor="bottom",
+                                  traceorder="normal"),
                       bargap=0.05)
     return fig
 

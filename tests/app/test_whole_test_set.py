@@ -259,6 +259,35 @@ def test_scatter_places_each_line_at_its_share_and_chrf():
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "chrF"
 
 
+
+@pytest.mark.browser
+def test_the_histogram_and_the_scatter_name_the_flagged_lines_in_the_same_order(tmp_path):
+    """Drawn by plotly.js in Chromium, the two charts' legends read "not flagged", "flagged" alike (plotly lists the
+    traces of a stack of bars in reverse unless told)."""
+    from bench.browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    rng = np.random.default_rng(1)
+    share, chrf = rng.uniform(0.3, 0.9, 60), rng.uniform(10, 90, 60)
+    flagged = share < 0.4
+    figures = [table_figures.signal_histogram(share, "source share", flagged, threshold=0.4),
+               table_figures.share_chrf_scatter(share, chrf, np.arange(60), flagged, threshold=0.4)]
+    page_file = tmp_path / "charts.html"
+    page_file.write_text("".join(f.to_html(full_html=False, include_plotlyjs=i == 0) for i, f in enumerate(figures)))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .legendtext').length >= 4")
+            orders = [page.locator(".js-plotly-plot").nth(i).locator(".legendtext").all_text_contents()
+                      for i in (0, 1)]
+        finally:
+            browser.close()
+    assert orders[0] == orders[1] == ["not flagged", "flagged"], orders
+
 def test_both_charts_mark_the_open_line():
     values = np.array([0.1, 0.4, np.nan, 0.7])
     fig = table_figures.signal_histogram(values, "source share", threshold=0.3, opened=(7, 0.4))
