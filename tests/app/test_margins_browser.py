@@ -50,7 +50,7 @@ def test_the_page_draws_a_long_sentences_charts_with_their_own_margins(shipped_s
     after a first drawing. (A wide chart's colour bar may still push: its room grows with the chart's width.)"""
     from app.parts.masks import MASK_NAMES
     from bench import app_views
-    from bench.browser import APP_HEATMAP, SETTLED_JS, expected_ticks
+    from bench.browser import APP_HEATMAP, RUN_OVER_JS, SETTLED_JS, expected_ticks
 
     text = ("A group of men are loading cotton onto a truck and a man sleeping in a green room on a couch and a boy "
             "wearing headphones sits on a woman's shoulders and two men setting up a blue ice fishing.")
@@ -66,8 +66,13 @@ def test_the_page_draws_a_long_sentences_charts_with_their_own_margins(shipped_s
             page.wait_for_timeout(500)
             drawn[view] = page.evaluate(DRAWN_JS)
             for name in list(MASK_NAMES.values())[1:] if view == "masks" else ():  # one mask at a time: the others
-                page.locator("[data-testid=stButtonGroup] button", has_text=name).first.click()
-                page.wait_for_function(f"() => {SETTLED_JS}", polling=100, timeout=120_000)
+                button = page.locator("[data-testid=stButtonGroup] button", has_text=name).first
+                button.click()
+                # the click's run started (the button chosen) and over, its chart drawn: a wait for "settled" alone
+                # could end before that run began, and read the last mask's chart mid-change
+                page.wait_for_function("b => b.getAttribute('aria-checked') === 'true'",
+                                       arg=button.element_handle(), polling=100, timeout=120_000)
+                page.wait_for_function(f"() => {RUN_OVER_JS} && {SETTLED_JS}", polling=100, timeout=120_000)
                 page.wait_for_timeout(500)
                 drawn[view] += page.evaluate(DRAWN_JS)
     finally:
