@@ -53,12 +53,11 @@ def patch(translator: Translator, source: str, edited: str, *, target_ids: Seque
     texts' translations differ, else where their next-piece distributions differ most by KL; a multilingual model's
     forced language code is never a step; ``edited_target_ids``: ``edited``'s translation where the caller has it,
     e.g. under its own settings, else it is translated under the default ones). ``target`` (default
-    ``target_ids[step]``) and ``foil`` (default: the
-    edited run's top piece there, its second if that is ``target``) make the metric ``logit[target] -
-    logit[foil]``. ``direction``: ``"denoise"`` or ``"noise"`` (see the package docstring). When ``|m_clean -
-    m_edit|`` is below :data:`MIN_CHANGE`, nothing is patched: ``effect`` and ``metric`` are empty and ``note`` says
-    why. A site whose value is the same in both runs (an unedited piece's embedding, the decoder's input) gives the
-    receiving run's own ``m`` without a pass."""
+    ``target_ids[step]``) and ``foil`` (default: the edited run's top piece there, its second if that is ``target``)
+    make the metric ``logit[target] - logit[foil]``. ``direction``: ``"denoise"`` or ``"noise"`` (see the package
+    docstring). When ``|m_clean - m_edit|`` is below :data:`MIN_CHANGE`, nothing is patched: ``effect`` and
+    ``metric`` are empty and ``note`` says why. A site whose value is the same in both runs (an unedited piece's
+    embedding, the decoder's input) gives the receiving run's own ``m`` without a pass."""
     pair, result, kinds = begin(translator, source, edited, direction, sites, target_ids=target_ids, step=step,
                                  target=target, foil=foil, src_lang=src_lang, tgt_lang=tgt_lang,
                                  edited_target_ids=edited_target_ids)

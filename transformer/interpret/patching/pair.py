@@ -115,10 +115,10 @@ def prepare(translator: Translator, source: str, edited: str, *, target_ids: Seq
     forced = len(translator.tokenizer.target_prefix(tgt_lang))  # a language code: never a step
     needed = [text for text, missing in ((source, target_ids is None),
                                          (edited, step is None and edited_target_ids is None)) if missing]
-    translations = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)
-                    ] if needed else []
-    target_ids = list(translations[0] if target_ids is None else target_ids)
-    other = list(translations[-1] if edited_target_ids is None and step is None else edited_target_ids or [])
+    translated = [r.target_ids for r in translator.translate_batch(needed, src_lang=src_lang, tgt_lang=tgt_lang)
+                  ] if needed else []  # in the order of `needed`
+    target_ids = list(translated.pop(0) if target_ids is None else target_ids)
+    other = list(translated.pop(0) if translated else edited_target_ids or [])  # the edited text's translation
     for name, values in (("target_ids", target_ids), ("edited_target_ids", other), ("target", [target]),
                          ("foil", [foil])):
         if not all(v is None and name != "target_ids" or _is_id(v) and 0 <= v < cfg.tgt_vocab_size for v in values):
