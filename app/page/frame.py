@@ -70,6 +70,11 @@ PAGE_CSS = """<style>
 .st-key-tap_selects, .st-key-arrows_select, .st-key-frozen_rows,
 [data-testid=stLayoutWrapper]:has(> .st-key-tap_selects, > .st-key-arrows_select, > .st-key-frozen_rows) {
   display: none;}
+/* while a run lasts, what it has not sent again yet is dimmed after half a second in one step, not faded over the
+   next second: the fade drew the whole page again at every frame (docs/benchmarks.md, "the stale fade"), on the
+   cores that the run needs */
+[data-stale=true], [data-stale=true] *, [data-testid=stExpander] details, [data-testid=stExpander] summary {
+  transition-duration: 0s !important;}
 /* selector.VIEW_TOP: the view's top, an empty box (no gap of its own), scrolled to under the header */
 .st-key-view_top {height: 0; overflow: hidden; margin-bottom: -0.75rem; scroll-margin-top: 3.75rem;}
 </style>"""

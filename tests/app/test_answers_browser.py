@@ -2,8 +2,9 @@
 was seen: on a phone, a 40-word sentence whole in the text box, a group's tap that opens nothing and a view's tap
 that brings the view into sight; on a desktop, the Model card toggle that stays put whatever the group, arrow keys
 that select a view, Ablation's chart where heads are off, the test set's histogram labels apart and its legend
-uncovered, Training evolution's labels readable on a 47-piece sentence, and the weights' dtype beside the device
-(the lens' probabilities, in a data grid drawn on a canvas, are read in ``test_words``)."""
+uncovered, Training evolution's labels readable on a 47-piece sentence, the weights' dtype beside the device, and
+what waits for a long run dimmed in one step (the lens' probabilities, in a data grid drawn on a canvas, are read
+in ``test_words``)."""
 
 from __future__ import annotations
 
@@ -146,4 +147,39 @@ def test_a_view_just_picked_shows_nothing_of_the_last_one_while_it_works(shipped
     _settled(page)
     frames = page.evaluate("window.__frames")
     assert frames and min(f["charts"] for f in frames) > 0, frames[:5]  # the charts stayed while it ran
+    page.context.close()
+
+
+# Each frame while the page's script runs: how many fades are running on what waits for the run (an element the run
+# has not sent again yet, or an expander, which Streamlit fades on its own), and how many waiting elements are dimmed
+WAITING_JS = """() => { window.__waiting = []; const look = () => {
+    const app = document.querySelector('[data-test-script-state]');
+    if (app && app.getAttribute('data-test-script-state') === 'running') {
+      const fading = document.getAnimations().filter(a => a instanceof CSSTransition && a.playState === 'running'
+        && a.effect.getTiming().duration > 0 && a.effect.target.closest('[data-stale=true], [data-testid=stExpander]'));
+      const dimmed = [...document.querySelectorAll('[data-stale=true]')]
+        .filter(e => parseFloat(getComputedStyle(e).opacity) < 0.5);
+      window.__waiting.push({fading: fading.length, dimmed: dimmed.length});
+    }
+    requestAnimationFrame(look);
+  };
+  requestAnimationFrame(look); }"""
+
+
+def test_while_a_view_works_what_waits_is_dimmed_in_one_step_not_faded(shipped_server, browser):
+    """While integrated gradients run on 40 words (a second or more), what the run has not sent again yet (the input
+    area, the sidebar, the last charts) is dimmed after half a second, as Streamlit does, but in one step: Streamlit's
+    one-second fade drew the whole page again at every frame, on the cores the run needs. Before: fades running in
+    the frames of the run's second half-second."""
+    page = new_context(browser, "desktop").new_page()
+    _open(page, shipped_server, LONG, "view=what_drives_each_word&method=input_x_gradient")
+    page.evaluate(WAITING_JS)
+    page.locator("[data-testid=stButtonGroup] button", has_text="Integrated gradients").first.click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('method') === 'integrated_gradients'",
+                           timeout=120_000)
+    _settled(page)
+    frames = page.evaluate("window.__waiting")
+    assert frames, "no frame seen while the run lasted"
+    assert max(f["fading"] for f in frames) == 0, [f["fading"] for f in frames]
+    assert max(f["dimmed"] for f in frames) > 0, "nothing dimmed while the run lasted"  # the sign of work kept
     page.context.close()
