@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench.common import percentile, sentence_of_words, synthetic_sentences
-from bench.run import REQUIRED_KEYS, markdown, report
+from bench.run import REQUIRED_KEYS, markdown, report, rows
 from bench.train_speed import NNTransformerSeq2Seq, OursSeq2Seq, random_batches
 from transformer import TransformerConfig
 
@@ -90,6 +90,21 @@ def test_quick_run_reports_every_key(tiny_checkpoint, tiny_corpus):
         assert result["ctranslate2_greedy_identical"] == result["ctranslate2_greedy_compared"] > 0
         assert 0 <= result["ctranslate2_identical"] <= result["batch_sentences"]
     assert "training" in proc.stdout and "CTranslate2" in proc.stdout  # the readable table came first
+    # every section measured is in the readable table, each ratio beside its goal (issue #69's where it set one)
+    goals = {row[0].split(":")[0]: (row[3], row[4]) for row in rows(result)}
+    shipped = next(k for k in goals if k.startswith("batch, "))
+    opus = next(k for k in goals if k.startswith("Marian (OPUS-MT) ") and "sentences, beam 4" in k)
+    assert goals[shipped] == (f"{result['ctranslate2_ratio']:.2f}x", ">= 1.0x")
+    assert goals[opus] == (f"{result['marian_hf_ratio']:.2f}x", ">= 1.2x")
+    assert goals["Marian (OPUS-MT), one 20-word sentence with attentions, greedy"] == (
+        f"{result['marian_latency_hf_ratio']:.2f}x", ">= 2.0x")
+    if has_ct2:
+        assert goals["same sentences, each engine's best of its rounds in turns"] == (
+            f"{result['marian_ctranslate2_ratio']:.2f}x", ">= 1.0x")
+    assert any(k.startswith("M2M100 ") and "sentences, beam 4" in k for k in goals)
+    for line in (f"Marian (OPUS-MT) {result['marian_model']}, random weights",
+                 f"M2M100 {result['m2m100_model']}, random weights"):  # the shape measured, whatever the size
+        assert line in proc.stdout and line in markdown(result)
     assert "| measure | ours |" in markdown(result) and "CPU" in report(result)
 
 
