@@ -34,6 +34,11 @@ NAMED_CHARACTERS = 12  # the <unk> notice names at most this many characters
 PAGE_CSS = """<style>
 [data-testid=stMainBlockContainer] {padding: 2.75rem 1.5rem 3rem 1.5rem;}
 [data-testid=stMainBlockContainer] [data-testid=stVerticalBlock] {gap: 0.75rem;}
+/* the text box grows with its text, up to four lines (six on a phone): a 40-word sentence shows whole on every
+   screen, none of its lines cut at the box's edge (its height follows the text, so no handle to drag) */
+.st-key-source_text [data-testid=stTextAreaRootElement] {height: auto !important;}
+.st-key-source_text textarea {field-sizing: content; height: auto !important; min-height: 66px;
+  max-height: calc(4lh + 24px); resize: none;}
 @media (min-width: 641px) {
   .st-key-page_title {margin-top: -2.1rem; min-height: 1.5rem; padding-right: 3rem;}  /* in the header's band */
   [data-testid=stHeader] {background: transparent;}
@@ -41,10 +46,7 @@ PAGE_CSS = """<style>
 }
 @media (max-width: 640px) {
   [data-testid=stMainBlockContainer] {padding: 3.25rem 0.75rem 3rem 0.75rem;}
-  /* the text box grows with its text, up to six lines: a 40-word sentence shows whole, none of its lines cut */
-  .st-key-source_text [data-testid=stTextAreaRootElement] {height: auto !important;}
-  .st-key-source_text textarea {field-sizing: content; height: auto !important; min-height: 66px;
-    max-height: calc(6lh + 24px);}
+  .st-key-source_text textarea {max-height: calc(6lh + 24px);}
   .js-plotly-plot .modebar-container {display: none;}
   .js-plotly-plot .gtitle {font-size: 12px !important;}
 }

@@ -65,6 +65,20 @@ def test_on_a_phone_the_text_shows_whole_and_a_tap_on_a_view_brings_it_into_sigh
     page.context.close()
 
 
+@pytest.mark.parametrize("screen", ["laptop", "desktop"])
+def test_on_a_wider_screen_too_the_text_shows_whole_in_its_box(shipped_server, browser, screen):
+    """A 40-word sentence takes three lines of the text box on a laptop: the box grows to show them all (up to four
+    lines), as on a phone, where it had shown two and a half (the third cut at its edge); the heatmap stays on the
+    laptop's first screen."""
+    page = new_context(browser, screen).new_page()
+    _open(page, shipped_server, LONG)
+    box = page.locator("[data-testid=stTextArea] textarea")
+    assert box.evaluate("t => t.scrollHeight - t.clientHeight") == 0  # no line hidden or cut
+    top = page.locator(".st-key-view_top").first.evaluate("e => e.getBoundingClientRect().top")
+    assert top < page.viewport_size["height"] * 0.5, top  # the view starts in the upper half of the first screen
+    page.context.close()
+
+
 TOGGLE_JS = ("() => { const r = document.querySelector('.st-key-show_card').getBoundingClientRect();"
              " return [r.x, r.y]; }")
 
