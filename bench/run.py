@@ -209,8 +209,8 @@ def _f(value: Any, fmt: str = "{:.1f}") -> str:
 # the goals the table prints beside the ratios: issue #69's (CTranslate2 at least matched at the shipped model's size
 # and at OPUS-MT's; one OPUS-MT-sized sentence at least twice transformers' speed) and the OPUS-MT-sized batch against
 # transformers as in docs/benchmarks.md's first table of it
-GOALS = {"ctranslate2": ">= 1.0x", "marian_hf": ">= 1.2x", "marian_latency": ">= 2.0x"}
-FAMILIES = (("marian", "Marian (OPUS-MT)"), ("m2m100", "M2M100"))  # result key prefix, the family's name
+RATIO_GOALS = {"ctranslate2": ">= 1.0x", "marian_hf": ">= 1.2x", "marian_latency": ">= 2.0x"}
+FAMILY_SECTIONS = (("marian", "Marian (OPUS-MT)"), ("m2m100", "M2M100"))  # result key prefix, the family's name
 
 
 def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -234,29 +234,29 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if "batch_sent_s" in r:
         out.append((f"batch, {r['batch_sentences']} sentences, beam 4: sentences/s (peer: CTranslate2)",
                     _f(r["batch_sent_s"]), _f(r.get("batch_sent_s_ctranslate2")),
-                    _f(r.get("ctranslate2_ratio"), "{:.2f}x"), GOALS["ctranslate2"]))
+                    _f(r.get("ctranslate2_ratio"), "{:.2f}x"), RATIO_GOALS["ctranslate2"]))
         if r.get("ctranslate2_identical") is not None:
             out.append(("outputs identical to CTranslate2's: beam 4; greedy",
                         f"{r['ctranslate2_identical']}/{r['batch_sentences']}; "
                         f"{r['ctranslate2_greedy_identical']}/{r['ctranslate2_greedy_compared']}",
                         "", "", "greedy: all"))
-    for prefix, name in FAMILIES:  # the random-weight models at real sizes (sections marian, m2m100)
+    for prefix, name in FAMILY_SECTIONS:  # the random-weight models at real sizes (sections marian, m2m100)
         if f"{prefix}_batch_sent_s" not in r:
             continue
         out.append((f"{name} {r.get(f'{prefix}_model', '')}, random weights, {r.get(f'{prefix}_sentences')} "
                     "sentences, beam 4: sentences/s (peer: transformers)", _f(r[f"{prefix}_batch_sent_s"]),
                     _f(r.get(f"{prefix}_batch_sent_s_hf")), _f(r.get(f"{prefix}_hf_ratio"), "{:.2f}x"),
-                    GOALS.get(f"{prefix}_hf", "")))
+                    RATIO_GOALS.get(f"{prefix}_hf", "")))
         if f"{prefix}_batch_sent_s_ctranslate2" in r or f"{prefix}_ctranslate2_error" in r:
             out.append(("same sentences, each engine's best of its rounds in turns: sentences/s (peer: CTranslate2)",
                         _f(r.get(f"{prefix}_batch_sent_s_vs_ctranslate2")),
                         _f(r.get(f"{prefix}_batch_sent_s_ctranslate2")),
-                        _f(r.get(f"{prefix}_ctranslate2_ratio"), "{:.2f}x"), GOALS["ctranslate2"]))
+                        _f(r.get(f"{prefix}_ctranslate2_ratio"), "{:.2f}x"), RATIO_GOALS["ctranslate2"]))
         if f"{prefix}_greedy_ms_p50" in r:
             out.append((f"{name}, one 20-word sentence with attentions, greedy: ms p50 (peer: transformers; "
                         "ratio: their time / ours)", _f(r[f"{prefix}_greedy_ms_p50"]),
                         _f(r.get(f"{prefix}_greedy_ms_p50_hf")), _f(r.get(f"{prefix}_latency_hf_ratio"), "{:.2f}x"),
-                        GOALS.get(f"{prefix}_latency", "")))
+                        RATIO_GOALS.get(f"{prefix}_latency", "")))
     if "load_s" in r:
         out.append(("model load, s", _f(r["load_s"], "{:.3f}"), "", "", ""))
         out.append((f"peak RSS translating a {r.get('peak_rss_input_tokens')}-token input, MB",
