@@ -181,6 +181,11 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
             except ImportError:
                 measured_routes = list
         routes = [m.line() for m in measured_routes()]
+        try:  # and each attention class's (a checkout before 2026-11-30 measured none)
+            from transformer.network.routes import measured_attention
+            routes += [m.line() for m in measured_attention()]
+        except ImportError:
+            pass
     else:
         import ctranslate2
         import sentencepiece as spm

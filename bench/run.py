@@ -187,11 +187,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def gemm_report() -> dict[str, Any]:
     """Each product class this process measured at load (``transformer.network.routes``): both routes' times per
-    row bucket and the one kept (float32: MKL or oneDNN; bfloat16 without its instructions: float32 or native)."""
+    row bucket and the one kept (float32: MKL or oneDNN; bfloat16 without its instructions: float32 or native);
+    then each attention class's (the fused kernel or the written-out arithmetic, per query bucket)."""
     from transformer.network.linear import gemm_setting
-    from transformer.network.routes import measured_routes
+    from transformer.network.routes import measured_attention, measured_routes
 
-    return {"setting": gemm_setting(), "routes": [m.line() for m in measured_routes()]}
+    return {"setting": gemm_setting(), "routes": [m.line() for m in [*measured_routes(), *measured_attention()]]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,10 +306,11 @@ def report(result: dict[str, Any]) -> str:
         parts.append(table(result["cuda"], f"CUDA ({m.get('cuda_device')})"))
     gemm = result.get("gemm")
     if gemm:
-        parts.append(f"product routes (ATTN_GEMM={gemm['setting']}; each class timed once at load, least of the "
-                     "repeats):\n" + "\n".join(f"  {line}" for line in gemm["routes"] or ["(none measured)"]))
+        parts.append(f"routes of the products (ATTN_GEMM={gemm['setting']}) and attentions (each class timed once at "
+                     "load, least of the repeats):\n"
+                     + "\n".join(f"  {line}" for line in gemm["routes"] or ["(none measured)"]))
     if result.get("batch_gemm"):
-        parts.append("product routes of the batch section's timed process:\n"
+        parts.append("routes of the batch section's timed process:\n"
                      + "\n".join(f"  {line}" for line in result["batch_gemm"]))
     if result["errors"]:
         parts.append("errors:\n" + "\n".join(f"  {k}: {v}" for k, v in result["errors"].items()))

@@ -10,6 +10,7 @@ Mask convention: boolean tensors where ``True`` means "may attend" (the conventi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,8 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .kv_cache import LayerCache
-from .linear import Linear, in_float32, linear, pack
+from .linear import Linear, activation_dtype, in_float32, linear, pack
+from .routes import attention_measured, attention_route
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -40,6 +42,23 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return attn.to(v.dtype) @ v, weights
 
 
+def route_calls(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The two routes' calls of an attention without its weights, for ``routes.attention_route`` to time."""
+    return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            lambda: scaled_dot_product_attention(q, k, v, mask))
+
+
+def written_out_here(q: Tensor, dropout: bool = False) -> bool:
+    """Whether an attention without its weights of queries ``q (B, H, Tq, d)`` runs the written-out arithmetic
+    (:func:`scaled_dot_product_attention`) rather than PyTorch's fused kernel: on a CPU, without gradients or
+    dropout, where it measured faster for the class (dtype, heads, head width, threads) and the queries' bucket
+    (``routes.attention_route``; why, and the figures: docs/benchmarks.md)."""
+    if q.device.type != "cpu" or dropout or torch.is_grad_enabled():
+        return False
+    _, heads, queries, d_head = q.shape
+    return attention_route(q.dtype, heads, d_head, queries, route_calls) == "written"
+
+
 FUSE_QKV_MAX_D = 512  # up to this width a decoding self-attention projects Q, K, V by one matmul of a fused copy;
 # wider, the copy (3 d^2 per layer, per search: 300 MB at NLLB-1.3B's 24 x 1024) costs more than the calls it saves
 
@@ -60,6 +79,12 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = Linear(d_model, d_model)
         self.dropout_p = dropout
         self.dropout = Dropout(dropout)
+
+    def extra_repr(self) -> str:
+        """The heads, and where measured on this CPU (``written_out_here``), each query bucket's route without the
+        weights."""
+        known = attention_measured(activation_dtype(self.q_proj.weight), self.n_heads, self.d_head)
+        return f"heads={self.n_heads}" + ("" if known is None else f", attention={'|'.join(known.chosen)}")
 
     def split_heads(self, x: Tensor) -> Tensor:
         b, length, _ = x.shape
@@ -150,8 +175,11 @@ class MultiHeadAttention(nn.Module):
             dtype = q.dtype
             if in_float32(q):  # no bfloat16 product on this CPU: attention in float32, rounded back
                 q, k, v = q.float(), k.float(), v.float()
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
+            if written_out_here(q, self.training and self.dropout_p > 0):
+                out = scaled_dot_product_attention(q, k, v, mask)[0].to(dtype)  # measured faster here
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                     dropout_p=self.dropout_p if self.training else 0.0).to(dtype)
         if group == 1:
             return self.merge_heads(out, head_gates), weights
         n, tq = query.shape[:2]

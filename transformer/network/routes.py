@@ -1,8 +1,9 @@
-"""Which route a product takes, chosen by measurement: the row buckets (:func:`row_bucket`), the race of two
-routes' calls by the wall clock and the CPU clock (:class:`Race`), and each product class's measurement, made once
-per process (:func:`measure_once`) and listed for the bench (:func:`measured_routes`). :mod:`.linear` uses it for
-float32's MKL or oneDNN and for bfloat16's native product or float32 (why, and the measurements:
-docs/benchmarks.md)."""
+"""Which route a product or an attention takes, chosen by measurement: the row buckets (:func:`row_bucket`), the
+race of two routes' calls by the wall clock and the CPU clock (:class:`Race`), and each product class's measurement,
+made once per process (:func:`measure_once`) and listed for the bench (:func:`measured_routes`). :mod:`.linear` uses
+it for float32's MKL or oneDNN and for bfloat16's native product or float32; :mod:`.attention` for an attention
+without its weights, PyTorch's fused kernel or the written-out arithmetic (:func:`attention_route`; why, and the
+measurements: docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -163,3 +164,97 @@ def measure_once(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
             if found is None:
                 found = _MEASURED[key] = _measure(weight, bias, routes, products, give_up, margin, rows_dtype)
     return found
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention without its weights: PyTorch's fused kernel or the written-out arithmetic
+
+QUERY_ROWS = (1, 4, 32)  # the queries a row each attention bucket is timed at (the same buckets as BUCKET_ROWS'
+# counts: one, a decoding step; a few, a sentence's beams attending together to its source; many, a whole sentence)
+QUERY_NAMES = ("1 query", f"2-{FEW_ROWS} queries", f"over {FEW_ROWS} queries")
+TIMED_KEYS, TIMED_HEAD_ROWS = 32, 256  # each bucket timed over 32 keys, for as many rows as make 256 (row, head)
+# pairs (a beam batch: 64 sentences of 4 beams at 4 heads), the last 4 keys padding
+WRITTEN_MARGIN = 0.95  # the written-out attention is taken for a bucket where it took at most this share of the
+# fused kernel's time by both clocks
+
+
+@dataclass(frozen=True)
+class MeasuredAttention:
+    """One attention class's measurement (dtype, heads, head width, threads): the least seconds of the fused kernel
+    (``F.scaled_dot_product_attention``) and of the written-out arithmetic at each query bucket, by the wall clock
+    (``seconds``) and the CPU clock (``cpu_seconds``), and the route kept for each bucket."""
+
+    dtype: str
+    heads: int
+    d_head: int
+    threads: int
+    seconds: tuple[tuple[float, float], ...]
+    cpu_seconds: tuple[tuple[float, float], ...]
+    chosen: tuple[str, ...]
+    routes: tuple[str, str] = ("fused", "written")
+
+    def line(self) -> str:
+        """One line for the bench: the class, each bucket's two times (wall, and CPU) and the route kept."""
+        cells = []
+        for name, rows, seconds, used, pick in zip(QUERY_NAMES, QUERY_ROWS, self.seconds, self.cpu_seconds,
+                                                   self.chosen):
+            times = ", ".join(f"{route} {s * 1e6:.0f} us (CPU {c * 1e6:.0f} us)"
+                              for route, s, c in zip(self.routes, seconds, used))
+            cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
+        return (f"attention {self.dtype}, {self.heads} heads of {self.d_head} ({self.threads} threads): "
+                + "; ".join(cells))
+
+
+_MEASURED_ATTENTION: dict[tuple, MeasuredAttention] = {}  # attention class -> its measurement, once per process
+
+
+def measured_attention() -> list[MeasuredAttention]:
+    """Every attention class measured in this process so far (the bench prints them)."""
+    with _LOCK:
+        return list(_MEASURED_ATTENTION.values())
+
+
+def attention_measured(dtype: torch.dtype, heads: int, d_head: int) -> MeasuredAttention | None:
+    """The measurement of an attention class at this thread count made in this process, if any."""
+    return _MEASURED_ATTENTION.get((dtype, heads, d_head, torch.get_num_threads()))
+
+
+def attention_route(dtype: torch.dtype, heads: int, d_head: int, queries: int,
+                    calls: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Callable[[], object],
+                                                                           Callable[[], object]]]) -> str:
+    """The route, "fused" or "written", of an attention without its weights, of ``heads`` heads ``d_head`` wide
+    in ``dtype`` with ``queries`` queries a row: the class measured once per process and thread count, under a
+    lock, by timing ``calls(q, k, v, mask)`` (the fused kernel's call and the written-out one's) at each query
+    bucket (:data:`QUERY_ROWS`) on rows of :data:`TIMED_KEYS` keys; the written-out one kept where it took at most
+    :data:`WRITTEN_MARGIN` of the fused kernel's time by both clocks (:class:`Race`)."""
+    key = (dtype, heads, d_head, torch.get_num_threads())
+    found = _MEASURED_ATTENTION.get(key)
+    if found is None:
+        with _LOCK:
+            found = _MEASURED_ATTENTION.get(key)
+            if found is None:
+                found = _MEASURED_ATTENTION[key] = _measure_attention(dtype, heads, d_head, calls)
+    return found.chosen[row_bucket(queries)]
+
+
+def _measure_attention(dtype: torch.dtype, heads: int, d_head: int,
+                       calls: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Callable[[], object],
+                                                                              Callable[[], object]]]
+                       ) -> MeasuredAttention:
+    """Time both routes at each query bucket (see :func:`attention_route`)."""
+    gen = torch.Generator().manual_seed(0)
+    rows = max(1, TIMED_HEAD_ROWS // heads)
+    seconds, cpu_seconds, chosen = [], [], []
+    with torch.no_grad():
+        for queries in QUERY_ROWS:
+            # laid out as the model's: (N, T, H, d) -> (N, H, T, d), a view
+            q, k, v = (torch.randn(rows, n, heads, d_head, generator=gen).to(dtype).transpose(1, 2)
+                       for n in (queries, TIMED_KEYS, TIMED_KEYS))
+            mask = torch.ones(rows, 1, 1, TIMED_KEYS, dtype=torch.bool)  # (N, 1, 1, S): a padding mask
+            mask[..., -4:] = False
+            race = _race(*calls(q, k, v, mask))
+            seconds.append(race.wall)
+            cpu_seconds.append(race.cpu)
+            chosen.append("written" if race.other_wins(WRITTEN_MARGIN) else "fused")
+    return MeasuredAttention(str(dtype).removeprefix("torch."), heads, d_head, torch.get_num_threads(),
+                             tuple(seconds), tuple(cpu_seconds), tuple(chosen))

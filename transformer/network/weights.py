@@ -7,9 +7,10 @@ import torch
 from torch import nn
 
 from . import linear as products  # bf16_matmul_fast read through the module at each call
-from .attention import FUSE_QKV_MAX_D, MultiHeadAttention
+from .attention import FUSE_QKV_MAX_D, MultiHeadAttention, route_calls
 from .linear import Linear, in_float32, pack
 from .model import Transformer
+from .routes import attention_route
 
 
 @torch.no_grad()
@@ -58,6 +59,9 @@ def choose_routes(model: nn.Module, prepack: bool = True) -> None:
     them: the native or the float32 product (``linear.in_float32``)."""
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
+            if module.q_proj.weight.device.type == "cpu":  # the attention's route too (``written_out_here``)
+                attention_route(products.activation_dtype(module.q_proj.weight), module.n_heads, module.d_head, 1,
+                                route_calls)
             fused = module.fused_qkv() if module.q_proj.in_features <= FUSE_QKV_MAX_D else None
             if fused is not None and fused[0].dtype == torch.bfloat16 and not products.bf16_matmul_fast():
                 in_float32(fused[0], 1)
