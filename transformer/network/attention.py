@@ -53,7 +53,7 @@ def written_out_here(q: Tensor, dropout: bool = False) -> bool:
     (:func:`scaled_dot_product_attention`) rather than PyTorch's fused kernel: on a CPU, without gradients or
     dropout, where it measured faster for the class (dtype, heads, head width, threads) and the queries' bucket
     (``routes.attention_route``; why, and the figures: docs/benchmarks.md)."""
-    if q.device.type != "cpu" or dropout or torch.is_grad_enabled():
+    if dropout or not q.is_cpu or torch.is_grad_enabled():
         return False
     _, heads, queries, d_head = q.shape
     return attention_route(q.dtype, heads, d_head, queries, route_calls) == "written"
