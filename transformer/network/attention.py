@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from .dropout import Dropout
 from .kv_cache import LayerCache
 from .linear import Linear, activation_dtype, in_float32, linear, pack
-from .routes import attention_measured, attention_route
+from .routes import attention_measurement, attention_route
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -83,7 +83,7 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         """The heads, and where measured on this CPU (``written_out_here``), each query bucket's route without the
         weights."""
-        known = attention_measured(activation_dtype(self.q_proj.weight), self.n_heads, self.d_head)
+        known = attention_measurement(activation_dtype(self.q_proj.weight), self.n_heads, self.d_head)
         return f"heads={self.n_heads}" + ("" if known is None else f", attention={'|'.join(known.chosen)}")
 
     def split_heads(self, x: Tensor) -> Tensor:

@@ -214,7 +214,7 @@ def measured_attention() -> list[MeasuredAttention]:
         return list(_MEASURED_ATTENTION.values())
 
 
-def attention_measured(dtype: torch.dtype, heads: int, d_head: int) -> MeasuredAttention | None:
+def attention_measurement(dtype: torch.dtype, heads: int, d_head: int) -> MeasuredAttention | None:
     """The measurement of an attention class at this thread count made in this process, if any."""
     return _MEASURED_ATTENTION.get((dtype, heads, d_head, torch.get_num_threads()))
 
