@@ -92,6 +92,37 @@ def test_the_float32_branch_is_the_product_rounded_once(no_native, monkeypatch, 
     torch.testing.assert_close(got.double(), oracle, rtol=tolerance, atol=1e-6)
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_float32_blocks_take_the_library_measured_for_them(no_native, fresh, monkeypatch, with_bias):
+    """bfloat16's float32 route multiplies each converted block through MKL or oneDNN as measured for the block's
+    class and the rows' bucket (``linear.block_onednn``): here oneDNN for 1 row and for many, MKL for 2-16, measured
+    once; ``ATTN_GEMM`` forces either; every way gives the float64 product of the bfloat16 weight."""
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's linear is not in this torch build")
+    monkeypatch.setattr(linear_module, "CONVERT_BLOCK_BYTES", 4 * 24 * 7)  # blocks of 7 output features: 37 = 5 x 7 + 2
+    torch.manual_seed(0)
+    weight = torch.randn(37, 24).to(torch.bfloat16)
+    bias = torch.randn(37).to(torch.bfloat16) if with_bias else None
+    calls = []
+    product = linear_module._onednn_product
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: calls.append(a[0].size(0)) or product(*a))
+    fresh["races"] += [(1.0, 0.5), (1.0, 2.0), (1.0, 0.5)]  # (MKL, oneDNN) at 1, 4 and 64 rows
+    with torch.no_grad():
+        linear(torch.randn(2, 24), weight, bias)  # the first product measures the block's class
+    assert fresh["raced"] == 3
+    for setting, rows, through_onednn in [("auto", 1, True), ("auto", 4, False), ("auto", 64, True), ("mkl", 64, False),
+                                          ("onednn", 4, True)]:
+        monkeypatch.setenv("ATTN_GEMM", setting)
+        calls.clear()
+        x = torch.randn(rows, 24)
+        with torch.no_grad():
+            got = linear(x, weight, bias)
+        oracle = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+        torch.testing.assert_close(got.double(), oracle, rtol=1e-5, atol=1e-5)
+        assert (calls == [rows] * 6) if through_onednn else not calls, (setting, rows)  # 6 blocks, each through it
+    assert fresh["raced"] == 3  # the block's class measured once, for its three buckets
+
+
 def test_the_native_route_of_float32_rows_rounds_them_at_its_edges(no_native):
     """A bfloat16 weight's native product of float32 rows: the rows rounded to bfloat16, the product returned in
     float32 (as ``F.linear`` in bfloat16 gives it)."""
@@ -109,6 +140,7 @@ def test_a_float32_weight_or_a_native_cpu_takes_the_plain_product(monkeypatch):
     weight, x = torch.randn(5, 4), torch.randn(3, 4)
     assert torch.equal(linear(x, weight), F.linear(x, weight))
     monkeypatch.setattr(linear_module, "bf16_matmul_native", lambda: True)
+    monkeypatch.setattr(linear_module, "bf16_matmul_fast", lambda: False)  # not computed (and cached) from the stand-in
     assert not in_float32(weight.to(torch.bfloat16))
 
 

@@ -22,7 +22,8 @@ float32 (:func:`activation_dtype`: the residual stream, norms, attention, the ke
 product reads its bfloat16 weight by the faster of two routes, chosen by measurement for each product class and row
 bucket (:func:`in_float32`): the native product (the float32 rows rounded to bfloat16 at its input, its output
 back to float32: :func:`native_product`) or float32 from the weight converted a block at a time into one float32
-buffer (no rounding of the rows; measured in docs/families.md).
+buffer (no rounding of the rows; measured in docs/families.md), each block's product through MKL or oneDNN as
+measured for it (:func:`block_onednn`).
 """
 from __future__ import annotations
 
@@ -205,6 +206,25 @@ def native_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 CONVERT_BLOCK_BYTES = 1 << 21  # the float32 branch converts this much of a weight at a time (in a core's cache)
 
 
+def block_onednn(buffer: Tensor, bias: bool, rows: int) -> bool:
+    """Whether :func:`_float32_product` multiplies its float32 blocks ``buffer (step, in)`` (row-major, rewritten
+    for every block, so not prepacked) through oneDNN rather than MKL's ``mm`` for ``rows`` rows: as measured for
+    the block's class and the rows' bucket (``routes.measure_once``, the two libraries as :func:`pack` races them,
+    oneDNN here on the plain block), MKL with ``ATTN_GEMM=mkl`` or without oneDNN's linear, oneDNN with
+    ``ATTN_GEMM=onednn``."""
+    setting = gemm_setting()
+    if setting == "mkl" or not _onednn_linear():
+        return False
+    if setting == "onednn":
+        return True
+    block = buffer.detach()
+    bias_row = buffer.new_zeros(buffer.size(0)) if bias else None
+    chosen = measure_once(block, bias_row, ("mkl", "onednn"),
+                          lambda x: (lambda: F.linear(x, block, bias_row), lambda: _onednn_product(x, block, bias_row)),
+                          give_up=False, margin=ONEDNN_MARGIN, rows_dtype=torch.float32).chosen
+    return chosen[row_bucket(rows)] == "onednn"
+
+
 def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
     """``F.linear`` of a bfloat16 ``weight`` computed in float32, returned in ``x``'s dtype (rounded back once where
     ``x`` is bfloat16), a block of output features at a time: each block converted into one float32 buffer, used and
@@ -221,6 +241,7 @@ def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor
     else:
         y = flat.new_empty(flat.size(0), n_out) if out is None else out  # (N, out)
         buffer = flat.new_empty(step, n_in)  # (step, in): each block's float32 copy in turn
+        onednn = block_onednn(buffer, b is not None, flat.size(0))
         row_major = weight.is_contiguous()
         for start in range(0, n_out, step):
             end = min(start + step, n_out)
@@ -230,10 +251,13 @@ def _float32_product(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor
                 block.copy_(weight[start:end])
             else:
                 block.t().copy_(weight.t()[:, start:end])
-            if b is None:
+            bias_block = None if b is None else b[start:end]
+            if onednn:  # oneDNN's product measured faster for a block here: (N, end - start) copied into place
+                y[:, start:end] = _onednn_product(flat, block, bias_block)
+            elif b is None:
                 torch.mm(flat, block.t(), out=y[:, start:end])
             else:
-                torch.addmm(b[start:end], flat, block.t(), out=y[:, start:end])
+                torch.addmm(bias_block, flat, block.t(), out=y[:, start:end])
         if out is not None:
             return out
     return y.to(x.dtype).view(*x.shape[:-1], n_out)  # (N, out) -> (..., out)

@@ -68,7 +68,8 @@ class Measured:
 
 
 _MEASURED: dict[tuple, Measured] = {}  # product class -> its measurement, once per process (a CPU's property)
-_LOCK = threading.Lock()  # one measurement at a time, each made once, whichever thread asks first
+_LOCK = threading.RLock()  # one measurement at a time, each made once, whichever thread asks first (re-entrant:
+# bfloat16's float32 route, raced against the native one, measures its blocks' library in its first call)
 
 
 def measured_routes() -> list[Measured]:
