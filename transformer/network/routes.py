@@ -55,16 +55,24 @@ class Measured:
 
     def line(self) -> str:
         """One line for the bench: the class, each bucket's two times (wall, and CPU) and the route kept."""
-        cells = []
-        cpu = self.cpu_seconds or ((math.nan, math.nan),) * len(self.seconds)
-        for name, rows, seconds, used, pick in zip(BUCKET_NAMES, BUCKET_ROWS, self.seconds, cpu, self.chosen):
-            times = ", ".join(f"{route} {'-' if math.isnan(s) else f'{s * 1e6:.0f} us'}"
-                              + ("" if math.isnan(c) else f" (CPU {c * 1e6:.0f} us)")
-                              for route, s, c in zip(self.routes, seconds, used))
-            cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
         layout = "column-major" if self.column_major else "row-major"
         return (f"{self.dtype} {self.in_features} -> {self.out_features} ({layout}{', bias' if self.bias else ''}, "
-                f"{self.threads} threads): " + "; ".join(cells))
+                f"{self.threads} threads): "
+                + _cells(BUCKET_NAMES, BUCKET_ROWS, self.routes, self.seconds, self.cpu_seconds, self.chosen))
+
+
+def _cells(names: tuple[str, ...], sizes: tuple[int, ...], routes: tuple[str, str],
+           seconds: tuple[tuple[float, float], ...], cpu_seconds: tuple[tuple[float, float], ...],
+           chosen: tuple[str, ...]) -> str:
+    """Each bucket's two routes' times (wall, and CPU; ``nan``: not timed) and the route kept, for a bench line."""
+    cells = []
+    cpu = cpu_seconds or ((math.nan, math.nan),) * len(seconds)
+    for name, size, wall, used, pick in zip(names, sizes, seconds, cpu, chosen):
+        times = ", ".join(f"{route} {'-' if math.isnan(s) else f'{s * 1e6:.0f} us'}"
+                          + ("" if math.isnan(c) else f" (CPU {c * 1e6:.0f} us)")
+                          for route, s, c in zip(routes, wall, used))
+        cells.append(f"{name} (timed at {size}): {times} -> {pick}")
+    return "; ".join(cells)
 
 
 _MEASURED: dict[tuple, Measured] = {}  # product class -> its measurement, once per process (a CPU's property)
@@ -118,30 +126,53 @@ def _race(plain: Callable[[], object], other: Callable[[], object]) -> Race:
     return Race((min(walls[0]), min(walls[1])), (min(cpus[0]), min(cpus[1])))
 
 
-def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
-             products: Callable[[Tensor], tuple[Callable[[], object], Callable[[], object]]], give_up: bool,
-             margin: float, rows_dtype: torch.dtype) -> Measured:
-    """Time ``products(x)`` (the plain route's call and the other's) at each bucket's rows; the other route is
-    kept where it took at most ``margin`` of the plain one's time. ``give_up``: once the other took :data:`GIVE_UP`
-    times the plain one's, the larger buckets are not timed (plain)."""
+Calls = tuple[Callable[[], object], Callable[[], object]]  # the plain route's call and the other's
+
+
+def _time_buckets(sizes: tuple[int, ...], calls: Callable[[int, torch.Generator], Calls], routes: tuple[str, str],
+                  margin: float, give_up: bool = False) -> tuple[tuple, tuple, tuple]:
+    """Race ``calls(size, generator)`` at each bucket's size (the inputs drawn from one seeded generator): each
+    bucket's least seconds of the two (wall, CPU) and the route kept, the other where it took at most ``margin`` of
+    the plain one's time by both clocks. ``give_up``: once the other took :data:`GIVE_UP` times the plain one's,
+    the larger buckets are not timed (``nan``; the plain route)."""
     seconds, cpu_seconds, chosen, lost = [], [], [], False
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for rows in BUCKET_ROWS:
+        for size in sizes:
             if lost:
                 seconds.append((math.nan, math.nan))
                 cpu_seconds.append((math.nan, math.nan))
                 chosen.append(routes[0])
                 continue
-            x = torch.randn(rows, weight.size(1), generator=gen).to(rows_dtype)  # as the model's rows
-            race = _race(*products(x))
+            race = _race(*calls(size, gen))
             seconds.append(race.wall)
             cpu_seconds.append(race.cpu)
             chosen.append(routes[1] if race.other_wins(margin) else routes[0])
             lost = give_up and all(o > GIVE_UP * p for p, o in (race.wall, race.cpu))
+    return tuple(seconds), tuple(cpu_seconds), tuple(chosen)
+
+
+def _once(table: dict, key: tuple, measure: Callable[[], object]) -> object:
+    """``table[key]``, measured by ``measure()`` once per process, under the lock (a thread that waited takes the
+    one made meanwhile); a dict lookup once it is there (this runs at every product and attention)."""
+    found = table.get(key)
+    if found is None:
+        with _LOCK:
+            found = table.get(key)
+            if found is None:
+                found = table[key] = measure()
+    return found
+
+
+def _measure(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
+             products: Callable[[Tensor], Calls], give_up: bool, margin: float, rows_dtype: torch.dtype) -> Measured:
+    """Time ``products(x)`` (the plain route's call and the other's) at each bucket's rows (:func:`_time_buckets`)."""
+    seconds, cpu_seconds, chosen = _time_buckets(
+        BUCKET_ROWS, lambda rows, gen: products(torch.randn(rows, weight.size(1), generator=gen).to(rows_dtype)),
+        routes, margin, give_up)  # rows as the model's
     return Measured(str(weight.dtype).removeprefix("torch."), weight.size(0), weight.size(1),
                     weight.dim() == 2 and weight.stride(0) == 1 and weight.size(1) > 1, bias is not None,
-                    torch.get_num_threads(), routes, tuple(seconds), tuple(chosen), tuple(cpu_seconds))
+                    torch.get_num_threads(), routes, seconds, chosen, cpu_seconds)
 
 
 def measured(weight: Tensor, bias: bool) -> Measured | None:
@@ -150,21 +181,15 @@ def measured(weight: Tensor, bias: bool) -> Measured | None:
 
 
 def measure_once(weight: Tensor, bias: Tensor | None, routes: tuple[str, str],
-                 products: Callable[[Tensor], tuple[Callable[[], object], Callable[[], object]]], *, give_up: bool,
+                 products: Callable[[Tensor], Calls], *, give_up: bool,
                  margin: float, rows_dtype: torch.dtype) -> Measured:
     """The measurement of ``weight``'s class: made once per process, under a lock (a thread that waited takes the
     one made meanwhile), by timing ``products(x)`` (the plain route's call and the other's) on rows of
     ``rows_dtype`` at each bucket; the other route kept where it took at most ``margin`` of the plain one's time by
     both clocks (:class:`Race`). ``give_up``: once the other took :data:`GIVE_UP` times the plain one's, the larger
     buckets are not timed."""
-    key = _key(weight, bias is not None)
-    found = _MEASURED.get(key)
-    if found is None:
-        with _LOCK:
-            found = _MEASURED.get(key)  # another thread's, measured while this one waited
-            if found is None:
-                found = _MEASURED[key] = _measure(weight, bias, routes, products, give_up, margin, rows_dtype)
-    return found
+    return _once(_MEASURED, _key(weight, bias is not None),
+                 lambda: _measure(weight, bias, routes, products, give_up, margin, rows_dtype))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,14 +221,8 @@ class MeasuredAttention:
 
     def line(self) -> str:
         """One line for the bench: the class, each bucket's two times (wall, and CPU) and the route kept."""
-        cells = []
-        for name, rows, seconds, used, pick in zip(QUERY_NAMES, QUERY_ROWS, self.seconds, self.cpu_seconds,
-                                                   self.chosen):
-            times = ", ".join(f"{route} {s * 1e6:.0f} us (CPU {c * 1e6:.0f} us)"
-                              for route, s, c in zip(self.routes, seconds, used))
-            cells.append(f"{name} (timed at {rows}): {times} -> {pick}")
         return (f"attention {self.dtype}, {self.heads} heads of {self.d_head} ({self.threads} threads): "
-                + "; ".join(cells))
+                + _cells(QUERY_NAMES, QUERY_ROWS, self.routes, self.seconds, self.cpu_seconds, self.chosen))
 
 
 _MEASURED_ATTENTION: dict[tuple, MeasuredAttention] = {}  # attention class -> its measurement, once per process
@@ -221,41 +240,30 @@ def attention_measurement(dtype: torch.dtype, heads: int, d_head: int) -> Measur
 
 
 def attention_route(dtype: torch.dtype, heads: int, d_head: int, queries: int,
-                    calls: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Callable[[], object],
-                                                                           Callable[[], object]]]) -> str:
+                    calls: Callable[[Tensor, Tensor, Tensor, Tensor], Calls]) -> str:
     """The route, "fused" or "written", of an attention without its weights, of ``heads`` heads ``d_head`` wide
     in ``dtype`` with ``queries`` queries a row: the class measured once per process and thread count, under a
     lock, by timing ``calls(q, k, v, mask)`` (the fused kernel's call and the written-out one's) at each query
     bucket (:data:`QUERY_ROWS`) on rows of :data:`TIMED_KEYS` keys; the written-out one kept where it took at most
     :data:`WRITTEN_MARGIN` of the fused kernel's time by both clocks (:class:`Race`)."""
-    key = (dtype, heads, d_head, torch.get_num_threads())
-    found = _MEASURED_ATTENTION.get(key)
-    if found is None:  # the first call of the class (a dict lookup after: this runs at every attention)
-        with _LOCK:
-            found = _MEASURED_ATTENTION.get(key)
-            if found is None:
-                found = _MEASURED_ATTENTION[key] = _measure_attention(dtype, heads, d_head, calls)
+    found = _once(_MEASURED_ATTENTION, (dtype, heads, d_head, torch.get_num_threads()),
+                  lambda: _measure_attention(dtype, heads, d_head, calls))
     return found.chosen[0 if queries <= 1 else 1 if queries <= FEW_ROWS else 2]  # row_bucket's, inlined
 
 
 def _measure_attention(dtype: torch.dtype, heads: int, d_head: int,
-                       calls: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Callable[[], object],
-                                                                              Callable[[], object]]]
-                       ) -> MeasuredAttention:
+                       calls: Callable[[Tensor, Tensor, Tensor, Tensor], Calls]) -> MeasuredAttention:
     """Time both routes at each query bucket (see :func:`attention_route`)."""
-    gen = torch.Generator().manual_seed(0)
     rows = max(1, TIMED_HEAD_ROWS // heads)
-    seconds, cpu_seconds, chosen = [], [], []
-    with torch.no_grad():
-        for queries in QUERY_ROWS:
-            # laid out as the model's: (N, T, H, d) -> (N, H, T, d), a view
-            q, k, v = (torch.randn(rows, n, heads, d_head, generator=gen).to(dtype).transpose(1, 2)
-                       for n in (queries, TIMED_KEYS, TIMED_KEYS))
-            mask = torch.ones(rows, 1, 1, TIMED_KEYS, dtype=torch.bool)  # (N, 1, 1, S): a padding mask
-            mask[..., -4:] = False
-            race = _race(*calls(q, k, v, mask))
-            seconds.append(race.wall)
-            cpu_seconds.append(race.cpu)
-            chosen.append("written" if race.other_wins(WRITTEN_MARGIN) else "fused")
-    return MeasuredAttention(str(dtype).removeprefix("torch."), heads, d_head, torch.get_num_threads(),
-                             tuple(seconds), tuple(cpu_seconds), tuple(chosen))
+
+    def bucket(queries: int, gen: torch.Generator) -> Calls:
+        # laid out as the model's: (N, T, H, d) -> (N, H, T, d), a view
+        q, k, v = (torch.randn(rows, n, heads, d_head, generator=gen).to(dtype).transpose(1, 2)
+                   for n in (queries, TIMED_KEYS, TIMED_KEYS))
+        mask = torch.ones(rows, 1, 1, TIMED_KEYS, dtype=torch.bool)  # (N, 1, 1, S): a padding mask
+        mask[..., -4:] = False
+        return calls(q, k, v, mask)
+
+    seconds, cpu_seconds, chosen = _time_buckets(QUERY_ROWS, bucket, MeasuredAttention.routes, WRITTEN_MARGIN)
+    return MeasuredAttention(str(dtype).removeprefix("torch."), heads, d_head, torch.get_num_threads(), seconds,
+                             cpu_seconds, chosen)
