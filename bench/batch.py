@@ -22,6 +22,7 @@ from typing import Any
 
 from transformer import DEFAULT_ALPHA, DecodeSettings, Translator
 from transformer.decoding import max_output_length
+from transformer.evaluation.scores import translate_all
 
 from .common import in_own_process, median, time_interleaved, worker_main
 
@@ -36,11 +37,12 @@ def ctranslate2_available(device: str = "cpu") -> bool:
 
 
 class OursBatch:
-    """Our translator over length-sorted chunks."""
+    """Our translator over length-sorted chunks (``streams``: that many decoded side by side on a CPU, one thread
+    each: ``evaluation.scores.in_streams``)."""
 
     def __init__(self, translator: Translator, batch_size: int, beam_size: int = 4,
-                 alpha: float = DEFAULT_ALPHA) -> None:
-        self.translator, self.batch_size = translator, batch_size
+                 alpha: float = DEFAULT_ALPHA, streams: int = 1) -> None:
+        self.translator, self.batch_size, self.streams = translator, batch_size, streams
         self.settings = DecodeSettings(beam_size=beam_size, alpha=alpha)
 
     def ids(self, sentences: list[str]) -> list[list[int]]:
@@ -57,16 +59,9 @@ class OursBatch:
         return out
 
     def __call__(self, sentences: list[str]) -> list[str]:
-        """What a user times: text in, text out."""
-        tr = self.translator
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        out = [""] * len(sentences)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            for i, r in zip(chunk, tr.translate_batch([sentences[i] for i in chunk], self.settings,
-                                                      return_attention=False)):
-                out[i] = r.text
-        return out
+        """What a user times: text in, text out (``python -m transformer.evaluate``'s translation)."""
+        streams = {"streams": self.streams} if self.streams > 1 else {}  # (a checkout before 2026-11-30 had none)
+        return translate_all(self.translator, sentences, self.settings, self.batch_size, progress=False, **streams)
 
 
 def never_output(translator: Translator) -> list[list[str]]:
@@ -172,7 +167,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     if job["side"] == "ours":
         import transformer
 
-        fn = OursBatch(transformer.load(job["checkpoint"], device=device), size)
+        fn = OursBatch(transformer.load(job["checkpoint"], device=device), size, streams=job.get("streams", 1))
         try:  # what this process chose at load (the bench prints it); a checkout before 2026-11-29 measured none
             from transformer.network.routes import measured_routes
         except ImportError:
@@ -190,7 +185,8 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         import ctranslate2
         import sentencepiece as spm
 
-        kwargs = {"intra_threads": job["threads"]} if device == "cpu" else {}
+        streams = job.get("streams", 1)  # CTranslate2's inter_threads: batches side by side, intra_threads each
+        kwargs = {"intra_threads": job["threads"] // streams, "inter_threads": streams} if device == "cpu" else {}
         ct2 = ctranslate2.Translator(job["ct2_dir"], device=device, compute_type="float32", **kwargs)
         sp = spm.SentencePieceProcessor(model_file=job["sp_model"])
 
@@ -214,7 +210,10 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
 def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 64, repeat: int = 2,
                 device: str = "cpu", threads: int = 1, identity_sentences: int = 200) -> dict[str, Any]:
     """Sentences per second, ours and CTranslate2's, each in its own process (:func:`worker`), taking turns; plus
-    output agreement (in this process, untimed)."""
+    output agreement (in this process, untimed). On a CPU with more than one thread, also each engine's batches
+    side by side, one a thread (``batch_streams``: ours ``translate_all(streams=)``, CTranslate2's
+    ``inter_threads``): ``batch_streams_sent_s``, ``batch_streams_sent_s_ctranslate2``,
+    ``ctranslate2_streams_ratio``."""
     ours = OursBatch(translator, batch_size)
     result: dict[str, Any] = {"batch_sentences": len(sentences), "batch_size": batch_size, "batch_beam": 4}
     with tempfile.TemporaryDirectory(prefix="bench-ct2-") as tmp:
@@ -234,11 +233,15 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
                 jobs["ctranslate2"] = dict(job, side="ctranslate2", ct2_dir=str(ct2_dir), sp_model=str(sp_model),
                                            beam_size=4, length_penalty=DEFAULT_ALPHA,
                                            **ct2_plan(translator, list(sentences)))
+            if device == "cpu" and threads > 1:  # each engine's batches side by side, one thread each
+                result["batch_streams"] = threads
+                jobs.update({f"{side} streams": dict(side_job, streams=threads) for side, side_job in list(jobs.items())
+                             })
             for _ in range(repeat):  # one run a process, the sides taking turns: a change of load hits both
                 for side, side_job in jobs.items():
                     got = in_own_process("bench.batch", side_job)
                     times[side] += got["seconds"]
-                    if "gemm" in got:
+                    if "gemm" in got and side == "ours":
                         result["batch_gemm"] = got["gemm"]  # the timed process's own product routes
         result["batch_sent_s"] = len(sentences) / median(times["ours"])
         if ct2_dir is None:
@@ -247,6 +250,11 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
             return result
         result["batch_sent_s_ctranslate2"] = len(sentences) / median(times["ctranslate2"])
         result["ctranslate2_ratio"] = result["batch_sent_s"] / result["batch_sent_s_ctranslate2"]
+        if "ctranslate2 streams" in times:
+            result["batch_streams_sent_s"] = len(sentences) / median(times["ours streams"])
+            result["batch_streams_sent_s_ctranslate2"] = len(sentences) / median(times["ctranslate2 streams"])
+            result["ctranslate2_streams_ratio"] = (result["batch_streams_sent_s"]
+                                                   / result["batch_streams_sent_s_ctranslate2"])
         ct2 = CT2Batch(translator, ct2_dir, device, threads, batch_size)
         # agreement: beam 4 on the whole workload (length penalties differ), greedy on a subset (must be equal)
         ours_ids = ours.ids(sentences)

@@ -236,6 +236,11 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         out.append((f"batch, {r['batch_sentences']} sentences, beam 4: sentences/s (peer: CTranslate2)",
                     _f(r["batch_sent_s"]), _f(r.get("batch_sent_s_ctranslate2")),
                     _f(r.get("ctranslate2_ratio"), "{:.2f}x"), RATIO_GOALS["ctranslate2"]))
+        if "batch_streams_sent_s" in r:
+            out.append((f"same, {r['batch_streams']} batches side by side, one thread each (CTranslate2: "
+                        f"inter_threads {r['batch_streams']})", _f(r["batch_streams_sent_s"]),
+                        _f(r.get("batch_streams_sent_s_ctranslate2")),
+                        _f(r.get("ctranslate2_streams_ratio"), "{:.2f}x"), RATIO_GOALS["ctranslate2"]))
         if r.get("ctranslate2_identical") is not None:
             out.append(("outputs identical to CTranslate2's: beam 4; greedy",
                         f"{r['ctranslate2_identical']}/{r['batch_sentences']}; "

@@ -244,3 +244,23 @@ def test_batch_cpu_times_another_checkouts_package_not_this_trees(tiny_checkpoin
                                   "base": str((base / "transformer").resolve())}
     assert all(len(s) == 1 and s[0] > 0 for s in result["cpu_seconds"].values())
     assert result["ours_vs_base"] == pytest.approx(result["cpu_seconds"]["base"][0] / result["cpu_seconds"]["ours"][0])
+
+
+@pytest.mark.slow
+def test_the_batch_section_times_each_engine_in_streams_too(tiny_checkpoint, tiny_corpus):
+    """With two threads on a CPU, the batch section also times each engine's batches side by side (ours
+    ``translate_all(streams=2)``, CTranslate2's ``inter_threads``), each in a process of its own; the rows print."""
+    pytest.importorskip("ctranslate2")
+    import transformer
+    from bench.batch import bench_batch
+    from bench.run import rows
+
+    sentences = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    result = bench_batch(transformer.load(tiny_checkpoint, device="cpu"), sentences, batch_size=4, repeat=1,
+                         threads=2, identity_sentences=4)
+    assert result["batch_streams"] == 2
+    for key in ("batch_streams_sent_s", "batch_streams_sent_s_ctranslate2"):
+        assert result[key] > 0
+    assert result["ctranslate2_streams_ratio"] == pytest.approx(
+        result["batch_streams_sent_s"] / result["batch_streams_sent_s_ctranslate2"])
+    assert any(row[0].startswith("same, 2 batches side by side") for row in rows(result))

@@ -96,3 +96,82 @@ def test_bad_numbers_are_refused_with_a_message(tiny_checkpoint: Path, capsys: p
             evaluate.main(["--checkpoint", str(tiny_checkpoint), flag, value])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and flag in err, err
+
+
+def test_streams_translate_the_same_each_batch_on_one_thread(tiny_checkpoint: Path, tiny_corpus: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``translate_all(streams=2)``: the outputs of one stream, in input order; every batch decoded on a thread set
+    to one intra-op thread, on more than one thread; the caller's thread count untouched, and a thread started
+    after gets the process's count as before."""
+    import threading
+
+    import torch
+
+    import transformer
+    from transformer import DecodeSettings
+    from transformer.evaluation.scores import translate_all
+
+    tr = transformer.load(tiny_checkpoint, device="cpu")
+    sources = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    settings = DecodeSettings(beam_size=2, alpha=0.6)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = translate_all(tr, sources, settings, batch_size=3, progress=False)
+        seen: list[tuple[int, int]] = []
+        barrier = threading.Barrier(2, timeout=30)  # the first two batches wait for each other: two streams at once
+        original = tr.translate_batch
+
+        def spy(*args, **kwargs):
+            seen.append((threading.get_ident(), torch.get_num_threads()))
+            if len(seen) <= 2:
+                barrier.wait()
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(tr, "translate_batch", spy)
+        two = translate_all(tr, sources, settings, batch_size=3, progress=False, streams=2)
+        later: list[int] = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert two == one and len(two) == len(sources) == 20
+        assert len(seen) == 7 and {n for _, n in seen} == {1} and len({t for t, _ in seen}) == 2
+        assert torch.get_num_threads() == 2 and later == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_failing_batch_stops_the_streams_with_its_error(tiny_checkpoint: Path, tiny_corpus: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import transformer
+    from transformer import DecodeSettings
+    from transformer.evaluation.scores import translate_all
+
+    tr = transformer.load(tiny_checkpoint, device="cpu")
+    sources = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    calls: list[int] = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        time.sleep(0.05)  # a batch's work: the failure is seen before the last batches start
+        raise RuntimeError("out of memory in batch")
+
+    monkeypatch.setattr(tr, "translate_batch", broken)
+    with pytest.raises(RuntimeError, match="out of memory in batch"):
+        translate_all(tr, sources, DecodeSettings(beam_size=2), batch_size=2, progress=False, streams=2)
+    assert len(calls) < 10  # the batches not started were dropped
+
+
+def test_evaluate_streams_flag(tiny_checkpoint: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    args = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test", "--beam", "2",
+            "--batch-size", "4", "--json", "--no-progress"]
+    assert evaluate.main(args) == 0
+    one = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert evaluate.main(args + ["--streams", "2"]) == 0
+    two = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (two["bleu"], two["chrf"], two["length_ratio"]) == (one["bleu"], one["chrf"], one["length_ratio"])
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(args + ["--streams", "0"])
+    assert exit_info.value.code == 2 and "--streams" in capsys.readouterr().err
