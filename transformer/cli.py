@@ -78,6 +78,14 @@ def use_threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
+def add_streams(p: argparse.ArgumentParser) -> None:
+    """``--streams``: a split's batches decoded side by side on a CPU, one thread each (``translate_all``'s)."""
+    p.add_argument("--streams", type=positive, default=1,
+                   help="on a CPU, batches decoded side by side, one thread each (default: 1; 2 on two cores "
+                        "translated the shipped model's test set 1.17-1.36x faster, an OPUS-MT-sized model not "
+                        "faster: docs/benchmarks.md)")
+
+
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every command that decodes a split shares (``evaluate``, ``heads``, ``detect``): model, data,
     split and languages, beam and length penalty, batch, device, threads, output."""

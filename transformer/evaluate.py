@@ -26,9 +26,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_decoding_arguments(p)
     p.add_argument("--output", help="write the translations to this file")
-    p.add_argument("--streams", type=cli.positive, default=1,
-                   help="on a CPU, batches decoded side by side, one thread each (default: 1; 2 on two cores "
-                        "translated the shipped model's test set 1.17-1.36x faster: docs/benchmarks.md)")
+    cli.add_streams(p)
     return p.parse_args(argv)
 
 

@@ -34,7 +34,7 @@ import torch
 
 from . import cli
 from .checkpoint.files import CheckpointError
-from .cli import add_decoding_arguments, error, non_negative, use_threads
+from .cli import add_decoding_arguments, add_streams, error, non_negative, use_threads
 from .evaluation.data import DataError, read_parallel
 from .interpret.heads import IMPORTANCE_NOTE, alti_section, run
 from .translator import load
@@ -48,6 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="write the JSON object to this file")
     p.add_argument("--calibration-split", default="val",
                    help="the split the ALTI+ hallucination threshold is chosen on (default: val)")
+    add_streams(p)
     p.add_argument("--only-alti", action="store_true",
                    help="compute only the ALTI+ section and write it into the existing JSON object of --out")
     return p.parse_args(argv)
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = {**previous, "alti": alti}
     else:
         result = run(tr, sources, refs, args.tgt, chosen, args.batch_size,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, streams=args.streams)
         result.update(alti=alti, split=args.split, src=args.src, tgt=args.tgt, checkpoint=str(args.checkpoint),
                       seconds=round(time.perf_counter() - start, 1), torch_threads=torch.get_num_threads(),
                       command=command)

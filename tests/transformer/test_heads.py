@@ -206,10 +206,11 @@ def test_curve_starts_at_the_baseline_that_evaluate_gives(tiny_checkpoint, tiny_
 
     def spy(*args, **kwargs):
         decodes.append(kwargs.get("head_mask"))
+        assert kwargs.get("streams") == 2  # run's streams reach every decode
         return original(*args, **kwargs)
 
     monkeypatch.setattr(heads, "translate_all", spy)
-    result = run(tr, sources, refs, "de", DecodeSettings(beam_size=2), batch_size=64)
+    result = run(tr, sources, refs, "de", DecodeSettings(beam_size=2), batch_size=64, streams=2)
     expected = score(translate_all(tr, sources, DecodeSettings(beam_size=2, alpha=0.6), progress=False), refs,
                      "de")["bleu"]
     assert result["pruning"][0]["heads_off"] == 0 and result["pruning"][0]["bleu"] == result["baseline_bleu"]

@@ -260,15 +260,16 @@ def curve_counts(total: int) -> list[int]:
 
 def pruning_curves(tr: Translator, sources: Sequence[str], references: Sequence[str],
                    orders: dict[str, list[tuple[str, int, int]]], tgt_lang: str, settings: DecodeSettings,
-                   batch_size: int, progress: bool = False) -> dict[str, list[dict]]:
+                   batch_size: int, progress: bool = False, streams: int = 1) -> dict[str, list[dict]]:
     """One curve per named order: BLEU with its first ``n`` heads switched off, ``n`` from 0 to all (see
-    ``curve_counts``). The same set of heads is decoded once (every curve starts at the baseline)."""
+    ``curve_counts``). The same set of heads is decoded once (every curve starts at the baseline); ``streams``:
+    ``translate_all``'s, batches side by side on a CPU."""
     plans = {name: [(n, order[:n]) for n in curve_counts(len(order))] for name, order in orders.items()}
     todo = list(dict.fromkeys(frozenset(off) for plan in plans.values() for _, off in plan))
     bleu: dict[frozenset, float] = {}
     for off in tqdm(todo, desc="pruning", unit="decode", disable=not progress, file=sys.stderr):
         mask = head_mask_off(tr, sorted(off)) if off else None
-        hyps = translate_all(tr, sources, settings, batch_size, progress=False, head_mask=mask)
+        hyps = translate_all(tr, sources, settings, batch_size, progress=False, head_mask=mask, streams=streams)
         bleu[off] = score(hyps, references, tgt_lang)["bleu"]
     return {name: [{"fraction": round(n / len(orders[name]), 4), "heads_off": n, "bleu": bleu[frozenset(off)],
                     "off": [list(x) for x in off]} for n, off in plan] for name, plan in plans.items()}
@@ -285,16 +286,17 @@ def within(curve: Sequence[dict], drop: float = DROP) -> int:
 
 
 def run(tr: Translator, sources: Sequence[str], references: Sequence[str], tgt_lang: str,
-        settings: DecodeSettings = DEFAULTS, batch_size: int = 64, progress: bool = False) -> dict[str, Any]:
+        settings: DecodeSettings = DEFAULTS, batch_size: int = 64, progress: bool = False,
+        streams: int = 1) -> dict[str, Any]:
     """Everything ``python -m transformer.heads`` reports, for one model on one split, decoding as ``settings`` say
-    (what they leave None: the checkpoint's own)."""
+    (what they leave None: the checkpoint's own; ``streams``: the pruning curves' decodes, as ``translate_all``)."""
     settings = tr.settings(settings)
     start = time.perf_counter()
     result = analyse_heads(tr, sources, references, progress=progress)
     analysed = time.perf_counter()
     orders = {"pooled": ranked_heads(result["importance"], KINDS),
               **{k: ranked_heads(result["importance"], [k]) for k in KINDS}}
-    curves = pruning_curves(tr, sources, references, orders, tgt_lang, settings, batch_size, progress)
+    curves = pruning_curves(tr, sources, references, orders, tgt_lang, settings, batch_size, progress, streams)
     pooled = curves.pop("pooled")
     result.update(baseline_bleu=pooled[0]["bleu"], pruning=pooled, pruning_by_type=curves, pruning_note=PRUNING_NOTE,
                   heads_off_within_1_bleu={"pooled": within(pooled), **{k: within(v) for k, v in curves.items()}},
