@@ -81,9 +81,9 @@ def use_threads(args: argparse.Namespace) -> None:
 def add_streams(p: argparse.ArgumentParser) -> None:
     """``--streams``: a split's batches decoded side by side on a CPU, one thread each (``translate_all``'s)."""
     p.add_argument("--streams", type=positive, default=1,
-                   help="on a CPU, batches decoded side by side, one thread each (default: 1; 2 on two cores "
-                        "translated the shipped model's test set 1.17-1.36x faster, an OPUS-MT-sized model not "
-                        "faster: docs/benchmarks.md)")
+                   help="on a CPU, batches decoded side by side, one thread each (default: 1; faster for a small "
+                        "model such as the shipped one on a few cores, not for an OPUS-MT-sized one: "
+                        "docs/benchmarks.md, \"Decoding streams\")")
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
