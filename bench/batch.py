@@ -235,8 +235,8 @@ def bench_batch(translator: Translator, sentences: list[str], batch_size: int = 
                                            **ct2_plan(translator, list(sentences)))
             if device == "cpu" and threads > 1:  # each engine's batches side by side, one thread each
                 result["batch_streams"] = threads
-                jobs.update({f"{side} streams": dict(side_job, streams=threads) for side, side_job in list(jobs.items())
-                             })
+                jobs.update({f"{side} streams": dict(side_job, streams=threads)
+                             for side, side_job in list(jobs.items())})
             for _ in range(repeat):  # one run a process, the sides taking turns: a change of load hits both
                 for side, side_job in jobs.items():
                     got = in_own_process("bench.batch", side_job)

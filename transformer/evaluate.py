@@ -45,8 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     result = score(hyps, refs, args.tgt)
-    result.update(sentences=len(sources), seconds=round(seconds, 2), split=args.split, beam=chosen.beam_size,
-                  alpha=chosen.alpha,
+    result.update(sentences=len(sources), seconds=round(seconds, 2), streams=args.streams, split=args.split,
+                  beam=chosen.beam_size, alpha=chosen.alpha,
                   checkpoint=str(args.checkpoint))
     print(f"{args.split} {args.src}->{args.tgt}, {len(sources)} sentences, beam {chosen.beam_size}, "
           f"alpha {chosen.alpha:g}, {seconds:.1f} s")

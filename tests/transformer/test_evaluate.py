@@ -172,6 +172,7 @@ def test_evaluate_streams_flag(tiny_checkpoint: Path, tiny_corpus: Path, capsys:
     assert evaluate.main(args + ["--streams", "2"]) == 0
     two = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (two["bleu"], two["chrf"], two["length_ratio"]) == (one["bleu"], one["chrf"], one["length_ratio"])
+    assert (one["streams"], two["streams"]) == (1, 2)
     with pytest.raises(SystemExit) as exit_info:
         evaluate.main(args + ["--streams", "0"])
     assert exit_info.value.code == 2 and "--streams" in capsys.readouterr().err

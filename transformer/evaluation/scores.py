@@ -70,12 +70,12 @@ def in_streams(jobs: Sequence[Callable[[], T]], streams: int) -> Iterator[tuple[
     """``(index, result)`` of each of ``jobs``, as they finish. With ``streams`` > 1 (and more than one job), that
     many run side by side, each thread set to one intra-op thread, so a small model's many small operations do not
     wait on each other's parallel regions (faster for the shipped model's size on two cores, not for OPUS-MT's:
-    docs/benchmarks.md, "Decoding streams"). ``torch.set_num_threads`` also sets the
-    process's default for threads started later; it is put back, by a thread of its own, to the count the calling
-    thread had (the calling thread's own setting is not touched). It also turns MKL's dynamic threading off for the
-    process, as any ``torch.set_num_threads`` does (``--threads``, the bench, the app), after which PyTorch's fused
-    attention with more than one query a row runs slower on more than one thread (docs/benchmarks.md): an opt-in,
-    for a process that decodes a whole set (``python -m transformer.evaluate --streams``)."""
+    docs/benchmarks.md, "Decoding streams"). ``torch.set_num_threads`` also sets the process's default for threads
+    started later; it is put back, by a thread of its own, to the count the calling thread had (the calling thread's
+    own setting is not touched). It also turns MKL's dynamic threading off for the process, as any
+    ``torch.set_num_threads`` does (``--threads``, the bench, the app), after which PyTorch's fused attention with
+    more than one query a row runs slower on more than one thread (docs/benchmarks.md): an opt-in, for a process
+    that decodes a whole set (``python -m transformer.evaluate --streams``)."""
     if streams <= 1 or len(jobs) <= 1:
         for j, job in enumerate(jobs):
             yield j, job()
