@@ -85,6 +85,12 @@ def ours_budget(translator: Translator, src_pieces: int) -> int:
     return max_output_length(translator.model, src_pieces + 1, 1.5, 10)
 
 
+def ct2_threads(device: str, threads: int, streams: int = 1) -> dict[str, int]:
+    """CTranslate2's thread keywords for ``threads`` threads on ``device``: on a CPU ``streams`` batches side by side
+    (``inter_threads``), each on ``threads // streams`` (``intra_threads``); elsewhere none."""
+    return {"intra_threads": threads // streams, "inter_threads": streams} if device == "cpu" else {}
+
+
 def ct2_pieces(sp: Any, sentences: list[str], max_src: int) -> list[list[str]]:
     """``sentences`` as CTranslate2's input: the sentencepiece model ``sp``'s pieces, at most ``max_src`` each."""
     return [p[:max_src] for p in sp.encode(list(sentences), out_type=str)]
@@ -108,8 +114,8 @@ class CT2Batch:
                  beam_size: int = 4, length_penalty: float = DEFAULT_ALPHA) -> None:
         import ctranslate2
 
-        kwargs = {"intra_threads": threads} if device == "cpu" else {}
-        self.ct2 = ctranslate2.Translator(str(model_dir), device=device, compute_type="float32", **kwargs)
+        self.ct2 = ctranslate2.Translator(str(model_dir), device=device, compute_type="float32",
+                                          **ct2_threads(device, threads))
         self.translator, self.batch_size = translator, batch_size
         self.beam_size, self.length_penalty = beam_size, length_penalty
 
@@ -185,9 +191,8 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         import ctranslate2
         import sentencepiece as spm
 
-        streams = job.get("streams", 1)  # CTranslate2's inter_threads: batches side by side, intra_threads each
-        kwargs = {"intra_threads": job["threads"] // streams, "inter_threads": streams} if device == "cpu" else {}
-        ct2 = ctranslate2.Translator(job["ct2_dir"], device=device, compute_type="float32", **kwargs)
+        ct2 = ctranslate2.Translator(job["ct2_dir"], device=device, compute_type="float32",
+                                     **ct2_threads(device, job["threads"], job.get("streams", 1)))
         sp = spm.SentencePieceProcessor(model_file=job["sp_model"])
 
         def fn(sentences: list[str]) -> list[str]:

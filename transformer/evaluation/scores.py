@@ -54,9 +54,8 @@ def translate_all(translator: Translator, sources: Sequence[str], settings: Deco
         return lambda: [r.text for r in translator.translate_batch([sources[i] for i in chunk], settings,
                                                                    head_mask=head_mask)]
 
-    cpu = next(translator.model.parameters()).device.type == "cpu"
     with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr) as bar:
-        for j, texts in in_streams([batch(c) for c in chunks], streams if cpu else 1):
+        for j, texts in in_streams([batch(c) for c in chunks], streams if translator.device.type == "cpu" else 1):
             for i, text in zip(chunks[j], texts):
                 outputs[i] = text
             bar.update(len(chunks[j]))
