@@ -115,9 +115,10 @@ def test_streams_translate_the_same_each_batch_on_one_thread(tiny_checkpoint: Pa
     sources = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
     settings = DecodeSettings(beam_size=2, alpha=0.6)
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
     try:
+        torch.set_num_threads(1)  # the one-stream reference on one thread, as each stream: the same arithmetic
         one = translate_all(tr, sources, settings, batch_size=3, progress=False)
+        torch.set_num_threads(2)
         seen: list[tuple[int, int]] = []
         barrier = threading.Barrier(2, timeout=30)  # the first two batches wait for each other: two streams at once
         original = tr.translate_batch
