@@ -485,3 +485,43 @@ def test_on_an_emulated_avx2_cpu_every_route_gives_the_same_translations():
         assert out[route] == out["plain"], route
     assert out["mkl_packed"] == 0 and out["onednn_packed"] == 2 * 4 + 2 * 8 + 2 * 2 + 2 * 2 + 1
     assert out["half_row_major"] and out["half_routes"] == [["float32", "native"]] and out["half_close"]
+
+
+@pytest.mark.parametrize("chosen, searches", [
+    # oneDNN for many rows only: one sentence's searches (1 row, then its 4 beams) never make the copy; a batch's
+    # first step (20 rows) makes it
+    (("mkl", "mkl", "onednn"), [(1, 1, 0, ()), (4, 1, 0, ()), (1, 20, 1, (20,))]),
+    # oneDNN for a few rows: a beam search's first step (a row a sentence) runs without it, the second makes it
+    (("mkl", "onednn", "mkl"), [(1, 1, 0, ()), (4, 1, 1, (4,))]),
+])
+def test_a_search_makes_its_fused_qkv_copy_at_the_first_product_that_takes_it(fresh, monkeypatch, chosen, searches):
+    import dataclasses
+
+    from transformer.network import attention as attention_module
+    from transformer.network.weights import decoding_layout
+
+    if not linear_module._onednn_linear():
+        pytest.skip("oneDNN's packed linear is not in this torch build")
+    torch.manual_seed(0)
+    cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, n_encoder_layers=1,
+                            n_decoder_layers=2, d_ff=32, max_len=32)
+    model = Transformer(cfg).eval()
+    plain = Transformer(cfg).eval()
+    plain.load_state_dict(model.state_dict())
+    monkeypatch.setattr(routes_module, "_race", lambda a, b: (a(), b(), routes_module.Race((1.0, 2.0), (1.0, 2.0)))[2])
+    decoding_layout(model)  # every class measured: MKL faster everywhere
+    fused = model.decoder_layers[0].self_attn.fused_qkv()[0]
+    key = routes_module._key(fused, True)
+    routes_module._MEASURED[key] = dataclasses.replace(routes_module._MEASURED[key], chosen=chosen)
+    copies, products = [], []
+    packer, product = attention_module.pack, linear_module._onednn_product
+    monkeypatch.setattr(attention_module, "pack", lambda w, b: copies.append(w.shape) or packer(w, b))
+    monkeypatch.setattr(linear_module, "_onednn_product", lambda *a: products.append(a[0].size(0)) or product(*a))
+    for beam, sentences, made, rows in searches:
+        copies.clear(), products.clear()
+        src = torch.randint(4, 40, (sentences, 7))
+        search = greedy_decode if beam == 1 else lambda m, s, k=beam: beam_search(m, s, k, max_len_b=6)
+        got = search(model, src)
+        assert copies == [fused.shape] * made * cfg.n_decoder_layers  # a copy a layer, at most, in a search
+        assert set(products) == set(rows)  # oneDNN's products: the fused Q|K|V's, at the rows of its buckets
+        assert torch.equal(got.tokens, search(plain, src).tokens)  # the plain model's search: same tokens

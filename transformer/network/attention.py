@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .kv_cache import LayerCache
-from .linear import Linear, activation_dtype, in_float32, linear, pack
-from .routes import attention_measurement, attention_route
+from .linear import NO_ONEDNN, Linear, activation_dtype, in_float32, linear, onednn_buckets, pack
+from .routes import attention_measurement, attention_route, row_bucket
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -121,8 +121,11 @@ class MultiHeadAttention(nn.Module):
         if key_value is None:
             if cache.qkv_weight is None:
                 cache.qkv_weight, cache.qkv_bias = self.fused_qkv()
-                if self.prepack:  # oneDNN's copy where its product measured faster
-                    cache.qkv_packed = pack(cache.qkv_weight, cache.qkv_bias)
+                cache.qkv_onednn = onednn_buckets(cache.qkv_weight, cache.qkv_bias) if self.prepack else NO_ONEDNN
+            if cache.qkv_packed is None and cache.qkv_onednn[row_bucket(n * new)]:
+                # oneDNN's copy, made at the first product of a bucket where it measured faster (a beam search's
+                # first step runs a row a sentence, the next ones K: one sentence's search may never need it)
+                cache.qkv_packed = pack(cache.qkv_weight, cache.qkv_bias)
             qkv = linear(query, cache.qkv_weight, cache.qkv_bias, cache.qkv_packed)  # (N, T, 3D)
             q, k, v = qkv.view(n, new, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # each (N, H, T, d)
             k, v = cache.append(k, v)  # (N, H, t, d) each, written in place

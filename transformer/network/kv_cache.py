@@ -29,12 +29,13 @@ class LayerCache:
     ``self_k``/``self_v`` ``(N, H, t, d)``: views of ``buffer`` ``(2, N, capacity, H, d)``, ``t = length``;
     ``cross_k``/``cross_v`` ``(N / group, H, S, d)``: the encoder output's keys and values, one row for each
     ``group`` consecutive rows (a sentence's beams; 1: a row each); ``qkv_weight`` ``(3D, D)`` and ``qkv_bias``
-    ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step), ``qkv_packed`` its
-    oneDNN copy where that product measured faster (``linear.pack``).
+    ``(3D,)``: the self-attention's Q, K and V projections as one matrix (built by the first step), ``qkv_onednn``
+    the row buckets where its product measured faster through oneDNN (``linear.onednn_buckets``), ``qkv_packed``
+    oneDNN's copy, made by the first product of such a bucket (``linear.pack``).
     """
 
     __slots__ = ("buffer", "spare", "length", "self_k", "self_v", "cross_k", "cross_v", "group", "qkv_weight",
-                 "qkv_bias", "qkv_packed", "max_len")
+                 "qkv_bias", "qkv_onednn", "qkv_packed", "max_len")
 
     def __init__(self, max_len: int | None = None) -> None:
         self.max_len = max_len  # the most positions it will hold (the model's max_len): the buffer grows no further
@@ -48,6 +49,7 @@ class LayerCache:
         self.group = 1
         self.qkv_weight: Tensor | None = None
         self.qkv_bias: Tensor | None = None
+        self.qkv_onednn: tuple[bool, ...] = ()
         self.qkv_packed: Packed | None = None
 
     def append(self, k: Tensor, v: Tensor, max_len: int | None = None) -> tuple[Tensor, Tensor]:

@@ -138,6 +138,30 @@ def _onednn_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+NO_ONEDNN = (False,) * len(BUCKET_ROWS)  # no bucket through oneDNN's copy
+
+
+def _packable(weight: Tensor, setting: str) -> bool:
+    """Whether :func:`pack` may make a copy of ``weight`` at all under ``setting`` (:func:`gemm_setting`)."""
+    bf16 = weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and bf16_matmul_fast()
+    return (setting != "mkl" and weight.device.type == "cpu" and (weight.dtype == torch.float32 or bf16)
+            and weight.dim() == 2 and _onednn_linear())
+
+
+def onednn_buckets(weight: Tensor, bias: Tensor | None = None) -> tuple[bool, ...]:
+    """For each row bucket, whether a product with ``weight`` runs through oneDNN's prepacked copy, as :func:`pack`
+    decides; a class measured already (``weights.prepare`` measures them at load) costs no copy, so a copy made per
+    search (a decoding self-attention's fused Q|K|V) can wait for the first product that takes it."""
+    setting = gemm_setting()
+    if not _packable(weight, setting):
+        return NO_ONEDNN
+    known = measured(weight, bias is not None)
+    if setting == "auto" and known is not None:
+        return tuple(route == "onednn" for route in known.chosen)
+    packed = pack(weight, bias)  # forced, or a class not seen yet: measured now, the copy dropped
+    return NO_ONEDNN if packed is None else packed.onednn
+
+
 def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
     """oneDNN's prepacked copy of a float32 CPU ``weight (out, in)`` for the row buckets where its product measured
     faster than MKL's (the class measured on first sight, once per process, under a lock), or for all with
@@ -146,11 +170,9 @@ def pack(weight: Tensor, bias: Tensor | None = None) -> Packed | None:
     where the plain product won every bucket, with ``ATTN_GEMM=mkl``, for any other weight, or where this torch
     lacks oneDNN's packed linear."""
     setting = gemm_setting()
-    bf16 = weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and bf16_matmul_fast()
-    if (setting == "mkl" or weight.device.type != "cpu" or not (weight.dtype == torch.float32 or bf16)
-            or weight.dim() != 2 or not _onednn_linear()):
+    if not _packable(weight, setting):
         return None
-    plain = "plain" if bf16 else "mkl"
+    plain = "plain" if weight.dtype == torch.bfloat16 else "mkl"
     known = measured(weight, bias is not None)
     if setting == "auto" and known is not None and "onednn" not in known.chosen:
         return None  # no copy made

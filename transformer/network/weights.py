@@ -66,7 +66,7 @@ def choose_routes(model: nn.Module, prepack: bool = True) -> None:
             if fused is not None and fused[0].dtype == torch.bfloat16 and not products.bf16_matmul_fast():
                 in_float32(fused[0], 1)
             elif fused is not None and prepack:
-                pack(*fused)  # its class measured; the copy is made per search
+                pack(*fused)  # its class measured; a search makes its copy where a product takes it
             module.prepack = prepack
         elif isinstance(module, Linear):
             if module.weight.dtype == torch.bfloat16 and not products.bf16_matmul_fast():
