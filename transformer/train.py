@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
+from .checkpoint.files import CheckpointError
 from .cli import DATA_DIR_HELP, DEFAULT_DATA_DIR
 from .evaluation.data import DataError
 from .training.setup import TrainingError
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m transformer.train " + " ".join(shlex.quote(a) for a in words)
     try:
         return train(args, command, tell=tqdm.write)  # tqdm's write: below the progress bar, not through it
-    except (TrainingError, DataError) as err:
+    except (TrainingError, DataError, CheckpointError) as err:  # CheckpointError: the device (--device, torchrun)
         print(f"error: {err}", file=sys.stderr)
         return 1
 

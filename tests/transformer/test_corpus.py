@@ -37,7 +37,8 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 def command(checkpoint: Path, tmp_path: Path, *extra: str, sources: list[str] = SOURCES,
             references: list[str] | None = REFERENCES, out: str = "t.parquet") -> list[str]:
     args = ["--checkpoint", str(checkpoint), "--source", str(write_lines(tmp_path / "src.txt", sources)),
-            "--out", str(tmp_path / out), "--no-progress", "--batch-size", "3", "--beam", "2"]
+            "--out", str(tmp_path / out), "--no-progress", "--batch-size", "3", "--beam", "2",
+            "--device", "cpu"]  # the CPU oracles' device (tr), also where a GPU is present
     if references is not None:
         args += ["--reference", str(write_lines(tmp_path / "ref.txt", references))]
     return [*args, *extra]
@@ -103,7 +104,7 @@ def test_command_writes_parquet_jsonl_and_manifest(tiny_checkpoint, tr, tmp_path
 def test_limit_data_dir_and_a_finished_table(tiny_checkpoint, tiny_corpus, tmp_path, capsys):
     def args(limit: int, *extra: str) -> list[str]:
         return ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(tiny_corpus), "--split", "test", "--limit",
-                str(limit), "--out", str(tmp_path / "d.jsonl"), "--no-progress", *extra]
+                str(limit), "--out", str(tmp_path / "d.jsonl"), "--no-progress", "--device", "cpu", *extra]
 
     assert main(args(5)) == 0
     rows = read_table(tmp_path / "d.jsonl")

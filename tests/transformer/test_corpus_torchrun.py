@@ -106,3 +106,36 @@ def test_a_torchrun_variable_that_is_no_whole_number_is_one_line_naming_it(monke
     assert "\n" not in str(err.value) and len(str(err.value)) < 120
     monkeypatch.setenv("LOCAL_RANK", " 3 ")
     assert torchrun_count("LOCAL_RANK", 0) == 3
+
+
+def test_more_processes_on_a_machine_than_gpus_is_one_line_before_any_group(monkeypatch):
+    """Every process of a machine with fewer GPUs than torchrun's processes on it says so in one line, naming both
+    counts and the two ways out, before it touches a GPU or joins a group (nccl cannot share a GPU between two)."""
+    from transformer.checkpoint import files
+    from transformer.checkpoint.files import CheckpointError, join_processes
+
+    touched = []
+    monkeypatch.setattr(files.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(files.torch.cuda, "set_device", lambda device: touched.append(device))
+    monkeypatch.setattr(files.dist, "init_process_group", lambda *a, **k: touched.append("group"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        with pytest.raises(CheckpointError) as err:
+            join_processes(torch.device("cuda"))
+        assert str(err.value) == ("torchrun started 2 processes on this machine, which has 1 GPU(s): one process a "
+                                  "GPU (--nproc-per-node 1), or --device cpu")
+    assert touched == []
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one process a GPU: its GPU, then the group
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(files.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(files.dist, "get_world_size", lambda: 2)
+    assert join_processes(torch.device("cuda")) == (1, 2, torch.device("cuda", 0))
+    assert touched == [torch.device("cuda", 0), "group"]
+    # on the CPU nothing is asked of CUDA: gloo, whatever the machine has
+    touched.clear()
+    monkeypatch.setattr(files.torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert join_processes(torch.device("cpu")) == (1, 2, torch.device("cpu"))
+    assert touched == ["group"]

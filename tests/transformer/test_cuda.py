@@ -56,6 +56,22 @@ def test_checkpoint_trained_on_cuda_loads_on_cpu(tiny_corpus, tmp_path):
     assert json.loads((out / "metadata.json").read_text())["device"].startswith("cuda")
 
 
+def test_a_run_saved_on_cuda_resumes_its_gpu_generator(tmp_path):
+    """Dropout's masks on a GPU come from its own generator: ``state.pt`` keeps it, so a resumed run draws what the
+    run would have drawn next (the CPU's generator alone would leave the masks to the new process's seed)."""
+    from transformer.training.train import Progress, resume, save_state
+
+    model = tiny(False).to("cuda")
+    optimizer, scaler = torch.optim.Adam(model.parameters()), torch.amp.GradScaler("cuda", enabled=False)
+    torch.cuda.manual_seed(3)
+    torch.rand(5, device="cuda")
+    save_state(tmp_path / "state.pt", model, optimizer, scaler, Progress(step=7))
+    expected = torch.rand(5, device="cuda")  # what the run draws next
+    torch.rand(100, device="cuda")  # it goes on (or is killed and started again: torch.cuda.manual_seed(0))
+    assert resume(tmp_path / "state.pt", model, optimizer, scaler).step == 7
+    assert torch.equal(torch.rand(5, device="cuda"), expected)
+
+
 def test_app_translates_on_cuda(tiny_checkpoint, monkeypatch):
     from conftest import APP
     from streamlit.testing.v1 import AppTest

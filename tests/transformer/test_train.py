@@ -68,12 +68,13 @@ def test_train_end_to_end_exports_a_checkpoint(tiny_corpus: Path, tmp_path: Path
 
 
 def test_kill_9_then_resume_gives_the_same_model(tiny_corpus: Path, tmp_path: Path) -> None:
-    steps = 30
+    steps = 30  # on the CPU, where resuming is bit-exact (a GPU's generator: tests/transformer/test_cuda.py)
     straight = tmp_path / "straight"
-    assert train.main(small_args(tiny_corpus, straight, steps, "--out", str(straight / "export"))) == 0
+    assert train.main(small_args(tiny_corpus, straight, steps, "--out", str(straight / "export"), "--device",
+                                 "cpu")) == 0
 
     resumed = tmp_path / "resumed"
-    args = small_args(tiny_corpus, resumed, steps, "--out", str(resumed / "export"))
+    args = small_args(tiny_corpus, resumed, steps, "--out", str(resumed / "export"), "--device", "cpu")
     proc = run_module(args)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -129,6 +130,13 @@ def test_resume_refuses_another_config(tiny_corpus: Path, tmp_path: Path, capsys
     args[args.index("--d-ff") + 1] = "32"
     assert train.main(args) == 1
     assert "another model config" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_one_line(tiny_corpus: Path, tmp_path: Path, capsys) -> None:
+    assert train.main(small_args(tiny_corpus, tmp_path / "run", 4, "--device", "cuda")) == 1
+    err = capsys.readouterr().err
+    assert err == "error: CUDA was chosen but no GPU is available here; pick 'cpu' or 'auto'\n"
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path: Path, capsys) -> None:

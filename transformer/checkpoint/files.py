@@ -63,11 +63,17 @@ def torchrun_count(name: str, default: int) -> int:
 def join_processes(device: torch.device, timeout: timedelta | None = None) -> tuple[int, int, torch.device]:
     """Rank, world size and device: this process alone, or the process group ``torchrun`` describes in the
     environment (``WORLD_SIZE`` > 1): nccl and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPUs. The one place the
-    commands that run on several processes (``transformer.train``, ``transformer.corpus``) join them."""
+    commands that run on several processes (``transformer.train``, ``transformer.corpus``) join them. More
+    processes on a machine than it has GPUs: a one-line ``CheckpointError`` before any group is joined."""
     if torchrun_count("WORLD_SIZE", 1) <= 1:
         return 0, 1, device
     if device.type == "cuda":
-        device = torch.device("cuda", torchrun_count("LOCAL_RANK", 0))
+        local, gpus = torchrun_count("LOCAL_RANK", 0), torch.cuda.device_count()
+        here = max(torchrun_count("LOCAL_WORLD_SIZE", 0), local + 1)  # this machine's processes
+        if here > gpus:  # every process of the machine says so (nccl cannot share a GPU between two of them)
+            raise CheckpointError(f"torchrun started {here} processes on this machine, which has {gpus} GPU(s): "
+                                  f"one process a GPU (--nproc-per-node {gpus}), or --device cpu")
+        device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)  # None: torch's default
     return dist.get_rank(), dist.get_world_size(), device

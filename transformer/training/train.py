@@ -45,14 +45,16 @@ class Progress:
 
 def save_state(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                progress: Progress) -> None:
-    """Everything a run resumes from, written atomically."""
+    """Everything a run resumes from, written atomically; on a GPU also its random generator (dropout's masks)."""
     py_rng = random.getstate()
+    device = next(model.parameters()).device
+    cuda_rng = {"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
     atomic_torch_save({
         "config": model.config.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(), "step": progress.step, "epoch": progress.epoch,
         "batch_in_epoch": progress.batch_in_epoch, "history": progress.history, "best_bleu": progress.best_bleu,
         "evals_since_best": progress.evals_since_best, "torch_rng": torch.get_rng_state(),
-        "py_rng": (py_rng[0], list(py_rng[1]), py_rng[2]),
+        "py_rng": (py_rng[0], list(py_rng[1]), py_rng[2]), **cuda_rng,
     }, path)
 
 
@@ -67,6 +69,9 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, sca
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["torch_rng"])
+    device = next(model.parameters()).device
+    if device.type == "cuda" and "cuda_rng" in state:  # a run saved on a GPU, resumed on one
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
     random.setstate((state["py_rng"][0], tuple(state["py_rng"][1]), state["py_rng"][2]))
     return Progress(state["step"], state["epoch"], state["batch_in_epoch"], state["history"], state["best_bleu"],
                     state["evals_since_best"])
