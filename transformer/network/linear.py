@@ -150,8 +150,8 @@ def _packable(weight: Tensor, setting: str) -> bool:
 
 def onednn_buckets(weight: Tensor, bias: Tensor | None = None) -> tuple[bool, ...]:
     """For each row bucket, whether a product with ``weight`` runs through oneDNN's prepacked copy, as :func:`pack`
-    decides; a class measured already (``weights.prepare`` measures them at load) costs no copy, so a copy made per
-    search (a decoding self-attention's fused Q|K|V) can wait for the first product that takes it."""
+    decides; a class measured already (``weights.choose_routes`` measures them at load) costs no copy, so a copy
+    made per search (a decoding self-attention's fused Q|K|V) can wait for the first product that takes it."""
     setting = gemm_setting()
     if not _packable(weight, setting):
         return NO_ONEDNN
