@@ -51,8 +51,8 @@ def gemm() -> str:
 
 
 # every number and choice this server reads from its environment (transformer.environment's rule: docs/limits.md)
-SETTINGS = (catalog.max_model_mb, catalog.model_dtype, hub.max_download_mb, budget.budget_bytes, ledger.max_work,
-            work.work_bytes, ledger.heavy_slots, torch_threads, gemm)
+SETTINGS = (catalog.max_model_mb, catalog.model_dtype, catalog.default_device, hub.max_download_mb,
+            budget.budget_bytes, ledger.max_work, work.work_bytes, ledger.heavy_slots, torch_threads, gemm)
 
 
 def settings_problems() -> list[str]:

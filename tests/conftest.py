@@ -19,6 +19,11 @@ import torch
 # OpenMP thread spin-waits for CPU time and makes every forward pass ~100x slower.
 torch.set_num_threads(1)
 
+# The app under test runs where the tests' oracles run, on the CPU, also on a machine with a GPU (where "auto" would
+# take CUDA, whose float rounding can change a random tiny model's tokens); tests/transformer/test_cuda.py picks
+# CUDA in the sidebar. Servers the tests start inherit it.
+os.environ.setdefault("ATTN_DEVICE", "cpu")
+
 # Multi30k for the tests that need the real corpus: $ATTN_DATA_DIR, else the README's download (data/multi30k),
 # else the development machines' shared copy; without any, those tests skip.
 _ROOT = Path(__file__).resolve().parents[1]

@@ -87,6 +87,16 @@ def model_dtype() -> str:
     return environment.choice("ATTN_DTYPE", tuple(DTYPES), "float32")
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def default_device() -> str:
+    """``$ATTN_DEVICE``: the Device picker's default, ``auto`` (CUDA when a GPU is present, else the CPU; the
+    default), ``cpu`` (a GPU server whose models are small: one sentence runs faster on its CPU, docs/benchmarks.md,
+    "On a GPU at last") or ``cuda``; anything else is a ``SettingError`` naming it."""
+    return environment.choice("ATTN_DEVICE", DEVICES, "auto")
+
+
 def check_model_size(path: Path, dtype: str) -> None:
     """``CheckpointError`` when the model of the checkpoint directory ``path`` (from its ``config.json``, nothing
     loaded) holds more than ``$ATTN_MAX_MODEL_MB`` in ``dtype``; nothing when its config cannot be read (the load

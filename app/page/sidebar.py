@@ -24,9 +24,9 @@ def chosen_model() -> tuple[cached.Model, list[tuple[str, str]]]:
     them is drawn after the page's picture, :func:`sidebar`): a broken default's replacement, the picked model,
     the device, the decoding defaults. Returns the model and what the sidebar must say (notice, icon)."""
     ss = st.session_state
-    notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, "auto")))]
+    notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, catalog.default_device())))]
     notices.append(settle_model_choice())
-    settle(state.DEVICE, devices(), "auto")
+    settle(state.DEVICE, devices(), catalog.default_device())
     settle(state.SEARCH, state.SEARCHES, state.SIDEBAR_DEFAULTS[state.SEARCH])
     for key in (state.BEAM, state.MAX_A, state.MAX_B):
         ss.setdefault(key, state.SIDEBAR_DEFAULTS[key])
@@ -48,8 +48,9 @@ def sidebar(notices: list[tuple[str, str]]) -> None:
         for notice, icon in notices:
             st.warning(notice, icon=icon)
         model_picker()
-        choose(st.selectbox, "Device", devices(), state.DEVICE, "auto",
-               help="auto = CUDA when a GPU is present, else CPU.")
+        server = " This server's `ATTN_DEVICE` picks the default." if environment.is_set("ATTN_DEVICE") else ""
+        choose(st.selectbox, "Device", devices(), state.DEVICE, catalog.default_device(),
+               help="auto = CUDA when a GPU is present, else CPU." + server)
         st.caption(dtype_caption())
         st.subheader("Decoding")
         choose(st.radio, "Search", state.SEARCHES, state.SEARCH, state.SIDEBAR_DEFAULTS[state.SEARCH], horizontal=True)

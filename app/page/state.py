@@ -70,7 +70,7 @@ SEARCHES = ["Beam search", "Greedy"]
 DEFAULT_VIEW = "heatmap"  # a view's key (app.registry)
 _DECODING = DecodeSettings()  # the sidebar starts at the decoding defaults (alpha: the model's own, else the default)
 SIDEBAR_DEFAULTS: dict[str, object] = {SEARCH: "Beam search", BEAM: _DECODING.beam_size, ALPHA: DEFAULT_ALPHA,
-                                       MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b, DEVICE: "auto"}
+                                       MAX_A: _DECODING.max_len_a, MAX_B: _DECODING.max_len_b}
 _LANG_CODE = re.compile(r"[A-Za-z]{2,3}(_[A-Za-z]{4})?")  # en, eng_Latn: checked by app.page.languages
 
 

@@ -28,8 +28,8 @@ def warm_up() -> None:
 
     checkpoint = catalog.default_checkpoint()
     try:
-        device = str(transformer.resolve_device(state.SIDEBAR_DEFAULTS[state.DEVICE]))
-    except transformer.CheckpointError:
+        device = str(transformer.resolve_device(catalog.default_device()))
+    except (transformer.CheckpointError, transformer.environment.SettingError):  # the page says why
         device = "cpu"
     # the settings of the page's first run: the sidebar's defaults with the model's own length penalty
     settings = state.settings_from_state({**state.SIDEBAR_DEFAULTS, state.ALPHA: catalog.model_alpha(checkpoint)})

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import transformer
+
 pytest.importorskip("streamlit")
 
 from conftest import assert_clean, chart, new_app, pictures, plain, set_view, shown_texts  # noqa: E402
@@ -249,6 +251,18 @@ def test_a_window_the_sentence_cannot_show_is_named_and_a_wide_one_is_capped(app
     assert at.query_params["kw"] == f"3-{n}" and "qw" not in at.query_params
     short = new_app({"text": "A man rides a red bike.", "view": "heatmap", "qw": "5-40"})  # no window to choose
     assert "qw= value was ignored" in infos(short) and "qw" not in short.query_params
+
+
+@pytest.mark.parametrize("device", ["", "auto", "cpu"])
+def test_the_device_pickers_default_is_the_servers_attn_device(app_env, monkeypatch, device):
+    monkeypatch.setenv("ATTN_DEVICE", device)
+    at = new_app()
+    assert_clean(at)
+    picker = at.sidebar.selectbox(key="device")
+    assert picker.value == (device or "auto")
+    assert picker.help.endswith("This server's `ATTN_DEVICE` picks the default.") == bool(device)
+    expected = "cpu" if device == "cpu" else str(transformer.resolve_device("auto"))
+    assert any(f" on {expected}" in c.value for c in at.caption)  # the translation's line names where it ran
 
 
 @pytest.mark.parametrize("dtype", ["", "bfloat16"])

@@ -126,7 +126,7 @@ def test_the_model_list_checks_a_folder_again_only_when_its_files_change(tmp_pat
 
 @pytest.mark.parametrize(("name", "raw"), [("ATTN_TORCH_THREADS", "²"), ("ATTN_HEAVY_JOBS", "²"),
                                            ("ATTN_CACHE_MB", "inf"), ("ATTN_DTYPE", "float16"),
-                                           ("ATTN_GEMM", "fastest")])
+                                           ("ATTN_GEMM", "fastest"), ("ATTN_DEVICE", "gpu")])
 def test_a_setting_the_server_does_not_understand_stops_the_page_with_one_line_naming_it(app_env, monkeypatch,
                                                                                          name, raw):
     from conftest import new_app, plain
