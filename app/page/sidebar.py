@@ -23,10 +23,10 @@ def chosen_model() -> tuple[cached.Model, list[tuple[str, str]]]:
     """The model and decoding settings this run uses, settled before anything is drawn (the sidebar that shows
     them is drawn after the page's picture, :func:`sidebar`): a broken default's replacement, the picked model,
     the device, the decoding defaults. Returns the model and what the sidebar must say (notice, icon)."""
-    ss = st.session_state
-    notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, catalog.default_device())))]
+    ss, default_device = st.session_state, catalog.default_device()
+    notices = [fall_back_from_a_broken_default(_device(ss.get(state.DEVICE, default_device)))]
     notices.append(settle_model_choice())
-    settle(state.DEVICE, devices(), catalog.default_device())
+    settle(state.DEVICE, devices(), default_device)
     settle(state.SEARCH, state.SEARCHES, state.SIDEBAR_DEFAULTS[state.SEARCH])
     for key in (state.BEAM, state.MAX_A, state.MAX_B):
         ss.setdefault(key, state.SIDEBAR_DEFAULTS[key])

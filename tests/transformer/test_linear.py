@@ -330,13 +330,17 @@ def test_the_model_repr_shows_each_measured_route(fresh, monkeypatch):
     assert "bfloat16=native|float32|float32" in repr(half.generator)
 
 
-def _tiny_bf16() -> tuple[Transformer, Transformer]:
+def _twins(cfg: TransformerConfig) -> tuple[Transformer, Transformer]:
+    """Two models of ``cfg`` with the same random weights (seed 0), in eval mode."""
     torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2,
-                            n_decoder_layers=2, d_ff=64, max_len=64)
-    full = Transformer(cfg).eval()
-    half = Transformer(cfg).eval()
-    half.load_state_dict(full.state_dict())
+    one, other = Transformer(cfg).eval(), Transformer(cfg).eval()
+    other.load_state_dict(one.state_dict())
+    return one, other
+
+
+def _tiny_bf16() -> tuple[Transformer, Transformer]:
+    full, half = _twins(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4,
+                                          n_encoder_layers=2, n_decoder_layers=2, d_ff=64, max_len=64))
     return full, half.to(torch.bfloat16)
 
 
@@ -502,12 +506,9 @@ def test_a_search_makes_its_fused_qkv_copy_at_the_first_product_that_takes_it(fr
 
     if not linear_module._onednn_linear():
         pytest.skip("oneDNN's packed linear is not in this torch build")
-    torch.manual_seed(0)
     cfg = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, n_encoder_layers=1,
                             n_decoder_layers=2, d_ff=32, max_len=32)
-    model = Transformer(cfg).eval()
-    plain = Transformer(cfg).eval()
-    plain.load_state_dict(model.state_dict())
+    model, plain = _twins(cfg)
     monkeypatch.setattr(routes_module, "_race", lambda a, b: (a(), b(), routes_module.Race((1.0, 2.0), (1.0, 2.0)))[2])
     decoding_layout(model)  # every class measured: MKL faster everywhere
     fused = model.decoder_layers[0].self_attn.fused_qkv()[0]
